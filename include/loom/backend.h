@@ -1,0 +1,178 @@
+/* The kernel interface: one vtable per backend (cpu, cuda).
+ *
+ * Every pointer an op takes lives on the backend's device. Shapes use the fixed letters of
+ * DESIGN.md: B batch, T sequence, C hidden, NH query heads, NKV key/value heads (query groups),
+ * HS head size, F FFN hidden, V vocabulary, N = B*T rows. All tensors are row-major, fp32 here.
+ *
+ * Conventions: outputs first, then saved-for-backward buffers, then inputs and weights, then
+ * sizes. Parameter gradients accumulate (+=); activation gradients are assigned, except where
+ * the op's comment says it accumulates. An op a backend lacks is NULL and loom_op() reports
+ * "not supported on <backend>".
+ *
+ * QKV layout (Megatron's, so that tensor parallelism splits it contiguously by query group):
+ * a row of qkv holds NKV groups, each [NH/NKV query heads | 1 key head | 1 value head] of HS.
+ */
+#ifndef LOOM_BACKEND_H
+#define LOOM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom/status.h"
+#include "loom/tensor.h"
+
+struct loom_backend;
+
+/* Where a dropout mask element comes from: global indices, so every layout draws the same mask.
+ * Element (b, t, c) of the local [B, T, C] block has global index
+ * ((sample0 + b) * T_global + pos0 + t) * C_global + feat0 + c in stream (seed, key). */
+struct loom_dropout {
+    float p; /* drop probability; 0 disables */
+    uint64_t seed, key;
+    int64_t sample0, pos0, T_global, feat0, C_global;
+};
+
+/* Attention problem. Local heads [head0, head0 + NH) of NH_global drive the dropout index. */
+struct loom_attn {
+    int64_t B, T, NH, NKV, HS;
+    int causal;
+    float scale;      /* usually 1/sqrt(HS) */
+    float dropout_p;  /* on attention probabilities */
+    uint64_t seed, key;
+    int64_t sample0, head0, NH_global;
+};
+
+struct loom_backend_ops {
+    const char *name;
+    void (*destroy)(struct loom_backend *be);
+
+    /* ---- memory ---- */
+    void *(*malloc)(struct loom_backend *be, size_t bytes); /* NULL on failure */
+    void (*free)(struct loom_backend *be, void *p);
+    void (*to_device)(struct loom_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(struct loom_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(struct loom_backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(struct loom_backend *be, void *p, size_t bytes);
+    void (*synchronize)(struct loom_backend *be);
+
+    /* ---- elementwise ---- */
+    /* y = a + b (y may alias a or b) */
+    void (*add)(struct loom_backend *be, float *y, const float *a, const float *b, int64_t n);
+    /* y += alpha * x */
+    void (*axpy)(struct loom_backend *be, float *y, float alpha, const float *x, int64_t n);
+    /* x *= alpha */
+    void (*scale)(struct loom_backend *be, float *x, float alpha, int64_t n);
+    /* sum of squares, accumulated in double, returned on the host */
+    double (*sumsq)(struct loom_backend *be, const float *x, int64_t n);
+
+    /* ---- embedding ----
+     * out[B,T,C] = wte[tok - v0] if v0 <= tok < v0 + Vl else 0,  plus wpe[pos0 + t] if wpe.
+     * (v0, Vl) is this rank's vocabulary shard; with one rank v0 = 0, Vl = V. */
+    void (*embedding_forward)(struct loom_backend *be, float *out, const int32_t *tokens,
+                              const float *wte, const float *wpe, int64_t B, int64_t T, int64_t C,
+                              int64_t v0, int64_t Vl, int64_t pos0);
+    /* dwte[tok - v0] += dout (owned tokens only); dwpe[pos0 + t] += dout (if dwpe) */
+    void (*embedding_backward)(struct loom_backend *be, float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int64_t B, int64_t T, int64_t C, int64_t v0,
+                               int64_t Vl, int64_t pos0);
+
+    /* ---- normalisation over the last dimension, N rows of C ----
+     * LayerNorm: out = (x - mean) * rstd * w + b; saves mean[N], rstd[N]. b may be NULL. */
+    void (*layernorm_forward)(struct loom_backend *be, float *out, float *mean, float *rstd,
+                              const float *inp, const float *w, const float *b, int64_t N,
+                              int64_t C, float eps);
+    /* dinp += ... (accumulates: the input of a norm is the residual stream); dw, db += */
+    void (*layernorm_backward)(struct loom_backend *be, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int64_t N, int64_t C);
+    /* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) */
+    void (*rmsnorm_forward)(struct loom_backend *be, float *out, float *rstd, const float *inp,
+                            const float *w, int64_t N, int64_t C, float eps);
+    void (*rmsnorm_backward)(struct loom_backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, const float *rstd, int64_t N,
+                             int64_t C);
+
+    /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + b[OC] (b may be NULL) ---- */
+    void (*linear_forward)(struct loom_backend *be, float *out, const float *inp, const float *w,
+                           const float *b, int64_t N, int64_t C, int64_t OC);
+    /* dinp = dout . w (assigned; skipped if NULL); dw += dout^T . inp; db += sum_rows dout */
+    void (*linear_backward)(struct loom_backend *be, float *dinp, float *dw, float *db,
+                            const float *dout, const float *inp, const float *w, int64_t N,
+                            int64_t C, int64_t OC);
+
+    /* ---- attention ----
+     * Rotary embedding applied in place to the q and k heads of qkv[B,T,(NH+2*NKV)*HS], rotating
+     * pairs (i, i + HS/2) (the "rotate half" convention of GPT-NeoX/Llama) at position pos0 + t by
+     * angle pos * theta^(-2i/HS). inverse = 1 rotates back (the backward pass). */
+    void (*rope)(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
+                 int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
+    /* out[B,T,NH*HS] = softmax(scale * q k^T (+ causal mask)) v; saves lse[B,NH,T]
+     * (log-sum-exp of each score row) so backward recomputes the probabilities. */
+    void (*attention_forward)(struct loom_backend *be, float *out, float *lse, const float *qkv,
+                              const struct loom_attn *a);
+    /* dqkv assigned */
+    void (*attention_backward)(struct loom_backend *be, float *dqkv, const float *dout,
+                               const float *out, const float *lse, const float *qkv,
+                               const struct loom_attn *a);
+
+    /* ---- activations ---- */
+    /* GELU, tanh approximation */
+    void (*gelu_forward)(struct loom_backend *be, float *out, const float *inp, int64_t n);
+    void (*gelu_backward)(struct loom_backend *be, float *dinp, const float *dout,
+                          const float *inp, int64_t n);
+    /* SwiGLU: inp[N, 2F] = [gate | up] per row, out[N,F] = silu(gate) * up */
+    void (*swiglu_forward)(struct loom_backend *be, float *out, const float *inp, int64_t N,
+                           int64_t F);
+    void (*swiglu_backward)(struct loom_backend *be, float *dinp, const float *dout,
+                            const float *inp, int64_t N, int64_t F);
+    /* out = inp * keep / (1 - p) over a local [B,T,C] block (out may alias inp) */
+    void (*dropout_forward)(struct loom_backend *be, float *out, const float *inp, int64_t B,
+                            int64_t T, int64_t C, const struct loom_dropout *d);
+    void (*dropout_backward)(struct loom_backend *be, float *dinp, const float *dout, int64_t B,
+                             int64_t T, int64_t C, const struct loom_dropout *d);
+
+    /* ---- softmax cross-entropy over a (possibly vocabulary-parallel) shard ----
+     * logits[N,Vl] hold columns [v0, v0+Vl) of the vocabulary; only the first Vvalid of them are
+     * real tokens (the rest is padding and never enters the softmax). targets[N] are global ids,
+     * -1 = ignore. Writes stats[N,3] = (local max, sum exp(x - local max), target logit or 0 if
+     * the target is not in this shard). */
+    void (*xent_forward)(struct loom_backend *be, float *stats, const float *logits,
+                         const int32_t *targets, int64_t N, int64_t Vl, int64_t v0,
+                         int64_t Vvalid);
+    /* Given global (max, sumexp) in gstats[N,2]: dlogits = (softmax - onehot) * dloss[n]
+     * (dlogits may alias logits; padded columns get 0). */
+    void (*xent_backward)(struct loom_backend *be, float *dlogits, const float *logits,
+                          const int32_t *targets, const float *gstats, const float *dloss,
+                          int64_t N, int64_t Vl, int64_t v0, int64_t Vvalid);
+
+    /* ---- optimizer ----
+     * AdamW on n elements: g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), with bias corrections for `step` (1-based). */
+    void (*adamw)(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
+                  int64_t n, float lr, float beta1, float beta2, float eps, float wd,
+                  int64_t step, float grad_scale);
+};
+
+struct loom_backend {
+    const struct loom_backend_ops *ops;
+    enum loom_device device;
+    int num_threads;
+    void *impl; /* backend-private state (handles, streams, workspaces) */
+};
+
+/* Create a backend by name ("cpu", "cuda"); an unknown or unavailable one is
+ * LOOM_ERR_INVALID_ARG/UNSUPPORTED with a message naming the valid choices. */
+enum loom_status loom_backend_create(struct loom_backend **out, const char *name, int device_index);
+void loom_backend_destroy(struct loom_backend *be);
+
+enum loom_status loom_backend_cpu_create(struct loom_backend **out);
+enum loom_status loom_backend_cuda_create(struct loom_backend **out, int device_index);
+
+/* Report an op the backend lacks and abort (an internal misuse, never user input). */
+_Noreturn void loom_backend_missing_op(const struct loom_backend *be, const char *op);
+
+/* Call an op: loom_op(be, linear_forward, out, inp, w, b, N, C, OC). */
+#define loom_op(be, op, ...)                                                                  \
+    (((be)->ops->op ? (void)0 : loom_backend_missing_op((be), #op)), (be)->ops->op((be), __VA_ARGS__))
+
+#endif

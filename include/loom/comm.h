@@ -1,0 +1,88 @@
+/* One collective interface over process groups, independent of the transport.
+ *
+ * Backends: "self" (one rank, every collective is a copy or no-op), "mpi" (host memory, Open MPI)
+ * and later "nccl" (device memory). Layers and the trainer only ever see struct loom_comm.
+ * Buffers live where the backend expects them (host for self/mpi, device for nccl).
+ * Every call counts the bytes it sends (for the analytic communication-volume checks).
+ */
+#ifndef LOOM_COMM_H
+#define LOOM_COMM_H
+
+#include <stdint.h>
+
+#include "loom/status.h"
+#include "loom/tensor.h"
+
+enum loom_redop { LOOM_REDOP_SUM = 0, LOOM_REDOP_MAX, LOOM_REDOP_MIN };
+
+/* Kinds of collectives, for the volume counters. */
+enum loom_coll {
+    LOOM_COLL_ALLREDUCE = 0,
+    LOOM_COLL_REDUCE_SCATTER,
+    LOOM_COLL_ALLGATHER,
+    LOOM_COLL_ALLTOALL,
+    LOOM_COLL_BROADCAST,
+    LOOM_COLL_SENDRECV,
+    LOOM_COLL_COUNT
+};
+
+struct loom_comm; /* a process group; opaque */
+struct loom_comm_req; /* an outstanding non-blocking operation; opaque */
+
+int loom_comm_rank(const struct loom_comm *c);
+int loom_comm_size(const struct loom_comm *c);
+const char *loom_comm_backend_name(const struct loom_comm *c);
+
+/* The world group. "self" gives a 1-rank world without MPI; "mpi" calls MPI_Init (once). */
+enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, int *argc,
+                                 char ***argv);
+/* Sub-group of `parent` made of the ranks with the same `color`, ordered by `key`. */
+enum loom_status loom_comm_split(struct loom_comm **out, struct loom_comm *parent, int color,
+                                 int key);
+void loom_comm_free(struct loom_comm *c);
+/* Finalise the transport (MPI_Finalize) after every group is freed. */
+void loom_comm_finalize(void);
+
+/* Blocking collectives. count is in elements of dt. */
+enum loom_status loom_comm_allreduce(struct loom_comm *c, void *buf, int64_t count,
+                                     enum loom_dtype dt, enum loom_redop op);
+/* recv[count] = reduction of this rank's block of send[count * size] */
+enum loom_status loom_comm_reduce_scatter(struct loom_comm *c, void *recv, const void *send,
+                                          int64_t count, enum loom_dtype dt, enum loom_redop op);
+/* recv[count * size] = concatenation of every rank's send[count] in rank order */
+enum loom_status loom_comm_allgather(struct loom_comm *c, void *recv, const void *send,
+                                     int64_t count, enum loom_dtype dt);
+/* Equal blocks: send[count * size] block r goes to rank r; recv block r came from rank r */
+enum loom_status loom_comm_alltoall(struct loom_comm *c, void *recv, const void *send,
+                                    int64_t count, enum loom_dtype dt);
+/* Variable blocks (counts and displacements in elements) */
+enum loom_status loom_comm_alltoallv(struct loom_comm *c, void *recv, const int64_t *recv_counts,
+                                     const int64_t *recv_displs, const void *send,
+                                     const int64_t *send_counts, const int64_t *send_displs,
+                                     enum loom_dtype dt);
+enum loom_status loom_comm_broadcast(struct loom_comm *c, void *buf, int64_t count,
+                                     enum loom_dtype dt, int root);
+enum loom_status loom_comm_send(struct loom_comm *c, const void *buf, int64_t count,
+                                enum loom_dtype dt, int peer, int tag);
+enum loom_status loom_comm_recv(struct loom_comm *c, void *buf, int64_t count, enum loom_dtype dt,
+                                int peer, int tag);
+enum loom_status loom_comm_barrier(struct loom_comm *c);
+
+/* Non-blocking variants: start, then wait. A request is freed by wait. */
+enum loom_status loom_comm_iallreduce(struct loom_comm *c, void *buf, int64_t count,
+                                      enum loom_dtype dt, enum loom_redop op,
+                                      struct loom_comm_req **req);
+enum loom_status loom_comm_isend(struct loom_comm *c, const void *buf, int64_t count,
+                                 enum loom_dtype dt, int peer, int tag,
+                                 struct loom_comm_req **req);
+enum loom_status loom_comm_irecv(struct loom_comm *c, void *buf, int64_t count,
+                                 enum loom_dtype dt, int peer, int tag,
+                                 struct loom_comm_req **req);
+enum loom_status loom_comm_wait(struct loom_comm_req *req);
+
+/* Bytes this rank has sent through `c`, by collective kind, since the last reset (ring-algorithm
+ * accounting is not attempted: the counter records the logical payload each call moves). */
+int64_t loom_comm_bytes(const struct loom_comm *c, enum loom_coll kind);
+void loom_comm_reset_counters(struct loom_comm *c);
+
+#endif
