@@ -1,0 +1,73 @@
+/* CPU backend: host memory, OpenBLAS for matrix products, OpenMP for the rest. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_ops.h"
+
+static void *cpu_malloc(struct loom_backend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    return p;
+}
+static void cpu_free(struct loom_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+static void cpu_copy(struct loom_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+static void cpu_zero(struct loom_backend *be, void *p, size_t bytes) {
+    (void)be;
+    if (bytes) memset(p, 0, bytes);
+}
+static void cpu_synchronize(struct loom_backend *be) { (void)be; }
+static void cpu_destroy(struct loom_backend *be) { free(be); }
+
+static const struct loom_backend_ops g_cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .malloc = cpu_malloc,
+    .free = cpu_free,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .synchronize = cpu_synchronize,
+    .add = loom_cpu_add,
+    .axpy = loom_cpu_axpy,
+    .scale = loom_cpu_scale,
+    .sumsq = loom_cpu_sumsq,
+    .embedding_forward = loom_cpu_embedding_forward,
+    .embedding_backward = loom_cpu_embedding_backward,
+    .layernorm_forward = loom_cpu_layernorm_forward,
+    .layernorm_backward = loom_cpu_layernorm_backward,
+    .rmsnorm_forward = loom_cpu_rmsnorm_forward,
+    .rmsnorm_backward = loom_cpu_rmsnorm_backward,
+    .linear_forward = loom_cpu_linear_forward,
+    .linear_backward = loom_cpu_linear_backward,
+    .rope = loom_cpu_rope,
+    .attention_forward = loom_cpu_attention_forward,
+    .attention_backward = loom_cpu_attention_backward,
+    .gelu_forward = loom_cpu_gelu_forward,
+    .gelu_backward = loom_cpu_gelu_backward,
+    .swiglu_forward = loom_cpu_swiglu_forward,
+    .swiglu_backward = loom_cpu_swiglu_backward,
+    .dropout_forward = loom_cpu_dropout_forward,
+    .dropout_backward = loom_cpu_dropout_backward,
+    .xent_forward = loom_cpu_xent_forward,
+    .xent_backward = loom_cpu_xent_backward,
+    .adamw = loom_cpu_adamw,
+};
+
+enum loom_status loom_backend_cpu_create(struct loom_backend **out) {
+    struct loom_backend *be = calloc(1, sizeof *be);
+    if (!be) return loom_fail(LOOM_ERR_OOM, "out of memory creating the cpu backend");
+    be->ops = &g_cpu_ops;
+    be->device = LOOM_DEVICE_CPU;
+    be->num_threads = omp_get_max_threads();
+    *out = be;
+    return LOOM_OK;
+}

@@ -1,0 +1,77 @@
+/* CPU backend: the op implementations behind the vtable in cpu.c (one file per op family).
+ * Signatures are those of struct loom_backend_ops (loom/backend.h). */
+#ifndef LOOM_CPU_OPS_H
+#define LOOM_CPU_OPS_H
+
+#include "loom/backend.h"
+
+/* elementwise.c */
+void loom_cpu_add(struct loom_backend *be, float *y, const float *a, const float *b, int64_t n);
+void loom_cpu_axpy(struct loom_backend *be, float *y, float alpha, const float *x, int64_t n);
+void loom_cpu_scale(struct loom_backend *be, float *x, float alpha, int64_t n);
+double loom_cpu_sumsq(struct loom_backend *be, const float *x, int64_t n);
+
+/* embed.c */
+void loom_cpu_embedding_forward(struct loom_backend *be, float *out, const int32_t *tokens,
+                                const float *wte, const float *wpe, int64_t B, int64_t T,
+                                int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
+void loom_cpu_embedding_backward(struct loom_backend *be, float *dwte, float *dwpe,
+                                 const float *dout, const int32_t *tokens, int64_t B, int64_t T,
+                                 int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
+
+/* norm.c */
+void loom_cpu_layernorm_forward(struct loom_backend *be, float *out, float *mean, float *rstd,
+                                const float *inp, const float *w, const float *b, int64_t N,
+                                int64_t C, float eps);
+void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                 const float *dout, const float *inp, const float *w,
+                                 const float *mean, const float *rstd, int64_t N, int64_t C);
+void loom_cpu_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, const float *inp,
+                              const float *w, int64_t N, int64_t C, float eps);
+void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const float *dout,
+                               const float *inp, const float *w, const float *rstd, int64_t N,
+                               int64_t C);
+
+/* matmul.c */
+void loom_cpu_linear_forward(struct loom_backend *be, float *out, const float *inp, const float *w,
+                             const float *b, int64_t N, int64_t C, int64_t OC);
+void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
+                              const float *dout, const float *inp, const float *w, int64_t N,
+                              int64_t C, int64_t OC);
+
+/* attention.c */
+void loom_cpu_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
+                   int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
+void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse, const float *qkv,
+                                const struct loom_attn *a);
+void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const float *dout,
+                                 const float *out, const float *lse, const float *qkv,
+                                 const struct loom_attn *a);
+
+/* act.c */
+void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n);
+void loom_cpu_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
+                            const float *inp, int64_t n);
+void loom_cpu_swiglu_forward(struct loom_backend *be, float *out, const float *inp, int64_t N,
+                             int64_t F);
+void loom_cpu_swiglu_backward(struct loom_backend *be, float *dinp, const float *dout,
+                              const float *inp, int64_t N, int64_t F);
+void loom_cpu_dropout_forward(struct loom_backend *be, float *out, const float *inp, int64_t B,
+                              int64_t T, int64_t C, const struct loom_dropout *d);
+void loom_cpu_dropout_backward(struct loom_backend *be, float *dinp, const float *dout, int64_t B,
+                               int64_t T, int64_t C, const struct loom_dropout *d);
+
+/* loss.c */
+void loom_cpu_xent_forward(struct loom_backend *be, float *stats, const float *logits,
+                           const int32_t *targets, int64_t N, int64_t Vl, int64_t v0,
+                           int64_t Vvalid);
+void loom_cpu_xent_backward(struct loom_backend *be, float *dlogits, const float *logits,
+                            const int32_t *targets, const float *gstats, const float *dloss,
+                            int64_t N, int64_t Vl, int64_t v0, int64_t Vvalid);
+
+/* adamw.c */
+void loom_cpu_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
+                    int64_t n, float lr, float beta1, float beta2, float eps, float wd,
+                    int64_t step, float grad_scale);
+
+#endif

@@ -1,0 +1,4 @@
+/* STUB: replaced by the real implementation. */
+#include <stdio.h>
+#include "cli/commands.h"
+int loom_cmd_preprocess(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "loom: error: preprocess is not implemented yet\n"); return 1; }
