@@ -1,0 +1,150 @@
+/* GPT-style decoder models: configuration, the parameter table, forward and backward.
+ *
+ * One table (struct loom_param) describes every parameter: its name, full logical shape, the
+ * dimension tensor parallelism splits, the layer it belongs to and how it is initialised. The
+ * table drives allocation, gradient buffers, initialisation, checkpoints and export.
+ */
+#ifndef LOOM_MODEL_H
+#define LOOM_MODEL_H
+
+#include <stdint.h>
+
+#include "loom/backend.h"
+#include "loom/parallel.h"
+#include "loom/status.h"
+
+enum loom_norm { LOOM_NORM_LAYERNORM = 0, LOOM_NORM_RMSNORM };
+enum loom_posemb { LOOM_POSEMB_LEARNED = 0, LOOM_POSEMB_ROPE, LOOM_POSEMB_NONE };
+
+struct loom_gpt_config {
+    int64_t num_layers;      /* L */
+    int64_t hidden;          /* C */
+    int64_t heads;           /* NH */
+    int64_t query_groups;    /* NKV (= NH without grouped-query attention) */
+    int64_t ffn_hidden;      /* F */
+    int64_t seq_length;      /* T */
+    int64_t max_positions;   /* rows of the learned position table */
+    int64_t vocab_size;      /* real vocabulary */
+    int64_t padded_vocab;    /* vocab_size rounded up to divisible_by * TP */
+    int64_t divisible_by;    /* --make-vocab-size-divisible-by */
+    enum loom_norm norm;
+    double norm_eps;
+    int swiglu;
+    enum loom_posemb posemb;
+    double rope_theta;
+    int bias;                /* biases on linear layers */
+    int untie;               /* separate output layer */
+    double hidden_dropout, attention_dropout;
+    double init_std;
+};
+
+/* Fill GPT-2-like defaults (12 layers, 768 hidden, ...). */
+void loom_gpt_config_default(struct loom_gpt_config *c);
+/* Check the configuration against itself and the layout; derive padded_vocab. Errors name the
+ * flag and what is valid (LOOM_ERR_INVALID_ARG). */
+enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int pp);
+/* Head size HS. */
+static inline int64_t loom_gpt_head_size(const struct loom_gpt_config *c) {
+    return c->hidden / c->heads;
+}
+/* Parameter count N (tied embedding counted once, padded vocabulary rows included). */
+int64_t loom_gpt_num_params(const struct loom_gpt_config *c);
+
+enum loom_init { LOOM_INIT_NORMAL = 0, LOOM_INIT_NORMAL_SCALED, LOOM_INIT_ONES, LOOM_INIT_ZEROS };
+
+struct loom_param {
+    char name[96];
+    int ndim;
+    int64_t shape[2];       /* full logical shape */
+    int tp_dim;             /* dimension split by tensor parallelism, -1 = replicated */
+    int tp_chunks;          /* the split dimension is this many equal blocks, each split (1 usually;
+                               2 for SwiGLU's [gate | up] fc1) */
+    int layer;              /* decoder layer, -1 for embedding/final norm/output */
+    enum loom_init init;
+    int weight_decay;       /* 1 for matrices (ndim >= 2) */
+    int local;              /* held by this rank (pipeline stage owns it) */
+    int64_t local_shape[2]; /* this rank's slice */
+    int64_t offset;         /* in floats, into the flat parameter/gradient buffers (-1 if !local) */
+};
+
+/* Map element `i` (row-major) of this rank's slice of `p` to its index in the full logical
+ * tensor. */
+int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_size, int64_t i);
+
+struct loom_gpt_layer_ptrs {
+    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+};
+struct loom_gpt_ptrs {
+    float *wte, *wpe, *lnf_w, *lnf_b, *out_w;
+    struct loom_gpt_layer_ptrs *layers; /* [L], NULL entries for layers this rank lacks */
+};
+
+struct loom_gpt_acts; /* private: activation and scratch buffers for one micro-batch */
+
+struct loom_gpt {
+    struct loom_gpt_config cfg;
+    struct loom_parallel *par;
+    struct loom_backend *be;
+    int nparams;
+    struct loom_param *params;
+    int64_t num_local;   /* floats in the flat buffers */
+    float *param_mem;    /* device: this rank's parameters, fp32 master copy */
+    float *grad_mem;     /* device: gradients, same layout */
+    struct loom_gpt_ptrs w, g;
+    int64_t layer_begin, layer_end; /* decoder layers held by this rank */
+    int first_stage, last_stage;
+    int64_t B;           /* micro-batch size the activations are sized for */
+    int nslots;          /* micro-batches whose activations can be held at once (pipeline) */
+    struct loom_gpt_acts *acts; /* [nslots] */
+};
+
+/* Build the table and allocate parameters, gradients and activations for micro-batch B, with
+ * room for `nslots` micro-batches in flight (1 without pipeline parallelism). */
+enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_config *cfg,
+                                 struct loom_parallel *par, struct loom_backend *be, int64_t B,
+                                 int nslots);
+void loom_gpt_free(struct loom_gpt *m);
+/* Initialise every parameter from the counter-based RNG keyed by (seed, name, global index). */
+enum loom_status loom_gpt_init_weights(struct loom_gpt *m, uint64_t seed);
+const struct loom_param *loom_gpt_find_param(const struct loom_gpt *m, const char *name);
+
+/* What a micro-batch step needs besides the tokens. */
+struct loom_step_ctx {
+    uint64_t seed;
+    int64_t iteration;  /* 1-based; keys dropout masks */
+    int64_t sample0;    /* global index of the micro-batch's first sample within the step */
+    int training;       /* 0: no dropout */
+    float dloss;        /* d(total loss)/d(loss of one token), e.g. 1/(tokens in global batch) */
+};
+
+/* Stage pieces, for pipeline schedules. A micro-batch's activations live in `slot`.
+ * embed: tokens -> input of the first layer (first stage only).
+ * layer l: its input buffer (loom_gpt_layer_input) -> its output (loom_gpt_layer_output).
+ * head: output of the last layer -> per-token losses (last stage only).
+ * Backward runs in reverse on the shared residual-gradient buffer (loom_gpt_dres): head_backward
+ * sets it to d(loss)/d(output of the last layer); layer_backward(l) turns d(output of l) into
+ * d(input of l); embed_backward consumes it. */
+enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int32_t *tokens,
+                                        const struct loom_step_ctx *ctx);
+enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
+                                        const struct loom_step_ctx *ctx);
+enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32_t *targets,
+                                       const struct loom_step_ctx *ctx, double *loss_sum,
+                                       int64_t *count);
+enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot, const struct loom_step_ctx *ctx);
+enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l,
+                                         const struct loom_step_ctx *ctx);
+enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot, const struct loom_step_ctx *ctx);
+float *loom_gpt_layer_input(struct loom_gpt *m, int slot, int64_t l);
+float *loom_gpt_layer_output(struct loom_gpt *m, int slot, int64_t l);
+float *loom_gpt_dres(struct loom_gpt *m);
+
+/* Forward over the whole micro-batch (tokens/targets [B,T] on the host): returns the sum of the
+ * per-token losses over non-ignored targets in *loss_sum (and their count in *count). */
+enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
+                                  const int32_t *targets, const struct loom_step_ctx *ctx,
+                                  double *loss_sum, int64_t *count);
+/* Backward of the last forward; gradients accumulate into m->grad_mem. */
+enum loom_status loom_gpt_backward(struct loom_gpt *m, const struct loom_step_ctx *ctx);
+#endif

@@ -1,0 +1,40 @@
+/* Optimizer: AdamW over the parameter table, learning-rate schedule, global-norm clipping. */
+#ifndef LOOM_OPTIM_H
+#define LOOM_OPTIM_H
+
+#include <stdint.h>
+
+#include "loom/model.h"
+
+enum loom_lr_decay { LOOM_LR_CONSTANT = 0, LOOM_LR_LINEAR, LOOM_LR_COSINE };
+
+struct loom_lr_schedule {
+    double max_lr, min_lr;
+    int64_t warmup_iters, decay_iters;
+    enum loom_lr_decay style;
+};
+
+/* Learning rate for an iteration that follows `steps_done` completed iterations, as Megatron's
+ * scheduler: linear warmup max_lr * steps/warmup for steps <= warmup, then the decay from max_lr
+ * to min_lr over [warmup, decay_iters], then min_lr. */
+double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps_done);
+
+struct loom_adamw {
+    double beta1, beta2, eps, weight_decay;
+    int64_t step;  /* completed optimizer steps */
+    float *m, *v;  /* device, same layout as the model's flat parameter buffer */
+};
+
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model);
+void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model);
+/* One step on every local parameter; weight decay only on parameters with weight_decay set.
+ * grad_scale multiplies the gradients first (clipping). */
+void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, double grad_scale);
+
+/* Global L2 norm of the gradients, counting every parameter exactly once across tensor,
+ * pipeline and data-parallel ranks (replicated parameters are counted on TP rank 0 only; the
+ * last stage's copy of a tied embedding is not counted; data-parallel ranks hold the same
+ * reduced gradients and are not summed). */
+enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm);
+
+#endif

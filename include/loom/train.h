@@ -1,0 +1,53 @@
+/* The training loop: schedule -> model -> loss -> gradient sync -> optimizer; eval; metrics;
+ * checkpoints. Configured by `loom train` flags (src/cli/cmd_train.c). */
+#ifndef LOOM_TRAIN_H
+#define LOOM_TRAIN_H
+
+#include <stdint.h>
+
+#include "loom/model.h"
+#include "loom/optim.h"
+
+struct loom_train_config {
+    struct loom_gpt_config model;
+    /* parallel layout */
+    int64_t tp, pp, vpp_layers; /* vpp_layers: --num-layers-per-virtual-pipeline-stage, 0 = off */
+    int sequence_parallel;
+    /* batch and schedule */
+    int64_t micro_batch, global_batch, train_iters;
+    struct loom_lr_schedule lr;
+    double weight_decay, beta1, beta2, adam_eps, clip_grad;
+    uint64_t seed;
+    /* data */
+    int mock_data;
+    const char *data_path, *split;
+    /* evaluation and logging */
+    int64_t eval_interval, eval_iters, log_interval;
+    const char *metrics_file;
+    double peak_tflops; /* 0 = default for the device */
+    /* checkpoints */
+    const char *save, *load;
+    int64_t save_interval;
+    int finetune, no_load_optim;
+    /* device */
+    const char *device;
+    const char *comm;   /* "auto" | "self" | "mpi" */
+};
+
+struct loom_sample_source {
+    void *ctx;
+    int64_t num_samples; /* 0 = unbounded */
+    /* tokens[T+1] of global sample `index` */
+    enum loom_status (*get)(void *ctx, int64_t index, int32_t *tokens);
+    void (*free)(void *ctx);
+};
+
+/* Deterministic synthetic data: arithmetic token sequences with random start and stride, so a
+ * model can learn them (keyed by seed and split, like every random number in loom). */
+enum loom_status loom_mock_source(struct loom_sample_source *s, int64_t vocab, int64_t T,
+                                  uint64_t seed, int split);
+
+/* Run training; returns LOOM_OK or an error with its message recorded. */
+enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char ***argv);
+
+#endif

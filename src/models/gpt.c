@@ -1,0 +1,514 @@
+/* GPT decoder: allocation, forward and backward of one micro-batch.
+ *
+ * Block (pre-norm, as GPT-2 and Megatron):
+ *   h    = norm1(x);  qkv = rope(h Wqkv^T + bqkv);  a = attention(qkv)
+ *   xmid = x + dropout(a Wproj^T + bproj)
+ *   h2   = norm2(xmid);  y = xmid + dropout(act(h2 Wfc1^T + bfc1) Wfc2^T + bfc2)
+ * Gradient rule: the residual gradient dres flows through unchanged; each branch adds its input
+ * gradient into dres through the norm backward (which accumulates). Parameter gradients
+ * accumulate across micro-batches.
+ *
+ * Tensor parallelism (Megatron): qkv and fc1 are column-parallel (local heads / FFN columns);
+ * proj and fc2 are row-parallel and their outputs are all-reduced over the TP group, the
+ * replicated bias being added once (by TP rank 0) before the reduction; the inputs of the
+ * column-parallel layers get their gradients all-reduced in backward. The embedding and the
+ * output layer are vocabulary-parallel; the cross-entropy combines per-shard statistics so the
+ * logits are never gathered.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/comm.h"
+#include "models/gpt_internal.h"
+
+/* ---- local sizes ---- */
+struct dims {
+    int64_t B, T, N, C, HS, NHl, NKVl, QKVl, Fl, F1l, Vl, v0, Vvalid;
+    int tp, tpr;
+};
+
+static struct dims dims_of(const struct loom_gpt *m) {
+    const struct loom_gpt_config *c = &m->cfg;
+    struct dims d;
+    d.tp = loom_tp_size(m->par);
+    d.tpr = loom_tp_rank(m->par);
+    d.B = m->B;
+    d.T = c->seq_length;
+    d.N = d.B * d.T;
+    d.C = c->hidden;
+    d.HS = loom_gpt_head_size(c);
+    d.NHl = c->heads / d.tp;
+    d.NKVl = c->query_groups / d.tp;
+    d.QKVl = (d.NHl + 2 * d.NKVl) * d.HS;
+    d.Fl = c->ffn_hidden / d.tp;
+    d.F1l = c->swiglu ? 2 * d.Fl : d.Fl;
+    d.Vl = c->padded_vocab / d.tp;
+    d.v0 = d.tpr * d.Vl;
+    int64_t valid = c->vocab_size - d.v0;
+    d.Vvalid = valid < 0 ? 0 : valid > d.Vl ? d.Vl : valid;
+    return d;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static enum loom_status tp_allreduce(struct loom_gpt *m, float *buf, int64_t n) {
+    if (loom_tp_size(m->par) == 1) return LOOM_OK;
+    /* TODO(cuda+tp): device buffers need a device-capable comm backend */
+    return loom_comm_allreduce(m->par->group[LOOM_PDIM_TP], buf, n, LOOM_DTYPE_F32, LOOM_REDOP_SUM);
+}
+
+/* ---- pointers into the flat buffers ---- */
+static float *ptr_of(struct loom_gpt *m, float *base, const char *name) {
+    const struct loom_param *p = loom_gpt_find_param(m, name);
+    return (p && p->local) ? base + p->offset : NULL;
+}
+
+static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
+    const struct loom_gpt_config *c = &m->cfg;
+    w->wte = ptr_of(m, base, "embedding.word_embeddings.weight");
+    w->wpe = ptr_of(m, base, "embedding.position_embeddings.weight");
+    w->lnf_w = ptr_of(m, base, "decoder.final_layernorm.weight");
+    w->lnf_b = ptr_of(m, base, "decoder.final_layernorm.bias");
+    w->out_w = c->untie ? ptr_of(m, base, "output_layer.weight") : w->wte;
+    w->layers = calloc((size_t)c->num_layers, sizeof *w->layers);
+    LOOM_ASSERT(w->layers);
+    char name[128];
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        struct loom_gpt_layer_ptrs *lp = &w->layers[l];
+#define P(field, suffix)                                                                      \
+    (snprintf(name, sizeof name, "decoder.layers.%lld.%s", (long long)l, suffix),             \
+     lp->field = ptr_of(m, base, name))
+        P(ln1_w, "input_layernorm.weight");
+        P(ln1_b, "input_layernorm.bias");
+        P(qkv_w, "self_attention.linear_qkv.weight");
+        P(qkv_b, "self_attention.linear_qkv.bias");
+        P(proj_w, "self_attention.linear_proj.weight");
+        P(proj_b, "self_attention.linear_proj.bias");
+        P(ln2_w, "pre_mlp_layernorm.weight");
+        P(ln2_b, "pre_mlp_layernorm.bias");
+        P(fc1_w, "mlp.linear_fc1.weight");
+        P(fc1_b, "mlp.linear_fc1.bias");
+        P(fc2_w, "mlp.linear_fc2.weight");
+        P(fc2_b, "mlp.linear_fc2.bias");
+#undef P
+    }
+}
+
+/* ---- activations: two passes over the same layout, first to size, then to carve ---- */
+struct carver {
+    char *base;
+    size_t used;
+};
+static void *carve(struct carver *cv, size_t bytes) {
+    void *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += loom_arena_round(bytes);
+    return p;
+}
+#define CF(cv, n) ((float *)carve((cv), (size_t)(n) * sizeof(float)))
+
+static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carver *cv) {
+    const struct loom_gpt_config *c = &m->cfg;
+    struct dims d = dims_of(m);
+    int ln = c->norm == LOOM_NORM_LAYERNORM;
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        if (!loom_gpt_layer_is_local(c, m->par, l)) continue;
+        struct loom_gpt_layer_acts *la = &a->layers[l];
+        la->x = CF(cv, d.N * d.C);
+        la->ln1 = CF(cv, d.N * d.C);
+        la->ln1_mean = ln ? CF(cv, d.N) : NULL;
+        la->ln1_rstd = CF(cv, d.N);
+        la->qkv = CF(cv, d.N * d.QKVl);
+        la->att = CF(cv, d.N * d.NHl * d.HS);
+        la->lse = CF(cv, d.B * d.NHl * d.T);
+        la->xmid = CF(cv, d.N * d.C);
+        la->ln2 = CF(cv, d.N * d.C);
+        la->ln2_mean = ln ? CF(cv, d.N) : NULL;
+        la->ln2_rstd = CF(cv, d.N);
+        la->fc1 = CF(cv, d.N * d.F1l);
+        la->act = CF(cv, d.N * d.Fl);
+    }
+    a->x_out = CF(cv, d.N * d.C);
+    a->tokens = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
+    if (m->last_stage) {
+        a->lnf = CF(cv, d.N * d.C);
+        a->lnf_mean = ln ? CF(cv, d.N) : NULL;
+        a->lnf_rstd = CF(cv, d.N);
+        a->logits = CF(cv, d.N * d.Vl);
+        a->stats = CF(cv, d.N * 3);
+        a->gstats = CF(cv, d.N * 2);
+        a->dloss = CF(cv, d.N);
+        a->targets = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
+    }
+}
+
+static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct carver *cv) {
+    struct dims d = dims_of(m);
+    a->dres = CF(cv, d.N * d.C);
+    a->dc = CF(cv, d.N * d.C);
+    a->dwide = CF(cv, d.N * max64(d.QKVl, d.F1l));
+    a->dwide2 = CF(cv, d.N * max64(d.NHl * d.HS, d.Fl));
+}
+
+float *loom_gpt_layer_input(struct loom_gpt *m, int slot, int64_t l) {
+    return m->acts[slot].layers[l].x;
+}
+float *loom_gpt_layer_output(struct loom_gpt *m, int slot, int64_t l) {
+    if (l + 1 < m->cfg.num_layers && loom_gpt_layer_is_local(&m->cfg, m->par, l + 1))
+        return m->acts[slot].layers[l + 1].x;
+    return m->acts[slot].x_out;
+}
+float *loom_gpt_dres(struct loom_gpt *m) { return m->acts[0].dres; }
+
+enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_config *cfg,
+                                 struct loom_parallel *par, struct loom_backend *be, int64_t B,
+                                 int nslots) {
+    struct loom_gpt *m = calloc(1, sizeof *m);
+    if (!m) return loom_fail(LOOM_ERR_OOM, "out of memory creating the model");
+    m->cfg = *cfg;
+    m->par = par;
+    m->be = be;
+    m->B = B;
+    m->nslots = nslots;
+    m->first_stage = loom_pp_rank(par) == 0;
+    m->last_stage = loom_pp_rank(par) == loom_pp_size(par) - 1;
+    LOOM_CHECK(loom_gpt_build_table(m));
+    size_t pbytes = (size_t)m->num_local * sizeof(float);
+    m->param_mem = be->ops->malloc(be, pbytes);
+    m->grad_mem = be->ops->malloc(be, pbytes);
+    if (!m->param_mem || !m->grad_mem)
+        return loom_fail(LOOM_ERR_OOM, "out of memory: %zu MiB of parameters on %s",
+                         pbytes >> 20, be->ops->name);
+    be->ops->zero(be, m->param_mem, pbytes);
+    be->ops->zero(be, m->grad_mem, pbytes);
+    set_ptrs(m, m->param_mem, &m->w);
+    set_ptrs(m, m->grad_mem, &m->g);
+
+    m->acts = calloc((size_t)nslots, sizeof *m->acts);
+    LOOM_ASSERT(m->acts);
+    for (int s = 0; s < nslots; s++) {
+        m->acts[s].layers = calloc((size_t)cfg->num_layers, sizeof(struct loom_gpt_layer_acts));
+        LOOM_ASSERT(m->acts[s].layers);
+    }
+    /* size, allocate, carve */
+    struct carver cv = {0};
+    for (int s = 0; s < nslots; s++) layout_slot(m, &m->acts[s], &cv);
+    layout_shared(m, &m->acts[0], &cv);
+    size_t abytes = cv.used;
+    void *mem = be->ops->malloc(be, abytes);
+    if (!mem)
+        return loom_fail(LOOM_ERR_OOM, "out of memory: %zu MiB of activations on %s "
+                         "(lower --micro-batch-size)", abytes >> 20, be->ops->name);
+    be->ops->zero(be, mem, abytes);
+    cv.base = mem;
+    cv.used = 0;
+    for (int s = 0; s < nslots; s++) layout_slot(m, &m->acts[s], &cv);
+    layout_shared(m, &m->acts[0], &cv);
+    m->acts[0].mem = mem;
+    for (int s = 1; s < nslots; s++) {
+        m->acts[s].dres = m->acts[0].dres;
+        m->acts[s].dc = m->acts[0].dc;
+        m->acts[s].dwide = m->acts[0].dwide;
+        m->acts[s].dwide2 = m->acts[0].dwide2;
+    }
+    struct dims d = dims_of(m);
+    for (int s = 0; s < nslots; s++) {
+        struct loom_gpt_acts *a = &m->acts[s];
+        a->host_stats = malloc((size_t)d.N * 3 * sizeof(float));
+        a->host_g = malloc((size_t)d.N * 2 * sizeof(float));
+        a->host_dloss = malloc((size_t)d.N * sizeof(float));
+        a->host_targets = malloc((size_t)d.N * sizeof(int32_t));
+        if (!a->host_stats || !a->host_g || !a->host_dloss || !a->host_targets)
+            return loom_fail(LOOM_ERR_OOM, "out of memory for loss buffers");
+    }
+    *out = m;
+    return LOOM_OK;
+}
+
+void loom_gpt_free(struct loom_gpt *m) {
+    if (!m) return;
+    struct loom_backend *be = m->be;
+    if (m->acts) {
+        if (m->acts[0].mem) be->ops->free(be, m->acts[0].mem);
+        for (int s = 0; s < m->nslots; s++) {
+            free(m->acts[s].layers);
+            free(m->acts[s].host_stats);
+            free(m->acts[s].host_g);
+            free(m->acts[s].host_dloss);
+            free(m->acts[s].host_targets);
+        }
+        free(m->acts);
+    }
+    if (m->param_mem) be->ops->free(be, m->param_mem);
+    if (m->grad_mem) be->ops->free(be, m->grad_mem);
+    free(m->w.layers);
+    free(m->g.layers);
+    free(m->params);
+    free(m);
+}
+
+/* ---- pieces ---- */
+static void norm_forward(struct loom_gpt *m, float *out, float *mean, float *rstd, const float *x,
+                         const float *w, const float *b, int64_t N) {
+    struct loom_backend *be = m->be;
+    if (m->cfg.norm == LOOM_NORM_LAYERNORM)
+        loom_op(be, layernorm_forward, out, mean, rstd, x, w, b, N, m->cfg.hidden,
+                (float)m->cfg.norm_eps);
+    else
+        loom_op(be, rmsnorm_forward, out, rstd, x, w, N, m->cfg.hidden, (float)m->cfg.norm_eps);
+}
+
+static void norm_backward(struct loom_gpt *m, float *dx, float *dw, float *db, const float *dout,
+                          const float *x, const float *w, const float *mean, const float *rstd,
+                          int64_t N) {
+    struct loom_backend *be = m->be;
+    if (m->cfg.norm == LOOM_NORM_LAYERNORM)
+        loom_op(be, layernorm_backward, dx, dw, db, dout, x, w, mean, rstd, N, m->cfg.hidden);
+    else
+        loom_op(be, rmsnorm_backward, dx, dw, dout, x, w, rstd, N, m->cfg.hidden);
+}
+
+static struct loom_dropout hidden_dropout(const struct loom_gpt *m, const struct loom_step_ctx *ctx,
+                                          int64_t layer, int site) {
+    struct loom_dropout d = {0};
+    d.p = ctx->training ? (float)m->cfg.hidden_dropout : 0.0f;
+    d.seed = ctx->seed;
+    d.key = loom_gpt_dropout_key(ctx->iteration, layer, site);
+    d.sample0 = ctx->sample0;
+    d.pos0 = 0;
+    d.T_global = m->cfg.seq_length;
+    d.feat0 = 0;
+    d.C_global = m->cfg.hidden;
+    return d;
+}
+
+static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom_step_ctx *ctx,
+                                     int64_t layer) {
+    struct dims d = dims_of(m);
+    struct loom_attn a = {0};
+    a.B = d.B;
+    a.T = d.T;
+    a.NH = d.NHl;
+    a.NKV = d.NKVl;
+    a.HS = d.HS;
+    a.causal = 1;
+    a.scale = (float)(1.0 / sqrt((double)d.HS));
+    a.dropout_p = ctx->training ? (float)m->cfg.attention_dropout : 0.0f;
+    a.seed = ctx->seed;
+    a.key = loom_gpt_dropout_key(ctx->iteration, layer, LOOM_DROP_ATTN_PROBS);
+    a.sample0 = ctx->sample0;
+    a.head0 = (int64_t)d.tpr * d.NHl;
+    a.NH_global = m->cfg.heads;
+    return a;
+}
+
+/* row-parallel linear: out = inp w^T (+ b once), all-reduced over TP */
+static enum loom_status row_parallel_forward(struct loom_gpt *m, float *out, const float *inp,
+                                             const float *w, const float *b, int64_t N, int64_t K,
+                                             int64_t OC) {
+    struct dims d = dims_of(m);
+    loom_op(m->be, linear_forward, out, inp, w, d.tpr == 0 ? b : NULL, N, K, OC);
+    return tp_allreduce(m, out, N * OC);
+}
+
+enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int32_t *tokens,
+                                        const struct loom_step_ctx *ctx) {
+    struct dims d = dims_of(m);
+    struct loom_backend *be = m->be;
+    struct loom_gpt_acts *a = &m->acts[slot];
+    float *x0 = a->layers[0].x;
+    be->ops->to_device(be, a->tokens, tokens, (size_t)d.N * sizeof(int32_t));
+    const float *wpe = (m->w.wpe && d.tpr == 0) ? m->w.wpe : NULL;
+    loom_op(be, embedding_forward, x0, a->tokens, m->w.wte, wpe, d.B, d.T, d.C, d.v0, d.Vl, 0);
+    LOOM_CHECK(tp_allreduce(m, x0, d.N * d.C));
+    struct loom_dropout dr = hidden_dropout(m, ctx, -1, LOOM_DROP_EMBED);
+    if (dr.p > 0) loom_op(be, dropout_forward, x0, x0, d.B, d.T, d.C, &dr);
+    return LOOM_OK;
+}
+
+enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
+                                        const struct loom_step_ctx *ctx) {
+    struct dims d = dims_of(m);
+    struct loom_backend *be = m->be;
+    const struct loom_gpt_config *c = &m->cfg;
+    struct loom_gpt_layer_acts *la = &m->acts[slot].layers[l];
+    const struct loom_gpt_layer_ptrs *w = &m->w.layers[l];
+    float *y = loom_gpt_layer_output(m, slot, l);
+
+    /* attention branch */
+    norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b, d.N);
+    loom_op(be, linear_forward, la->qkv, la->ln1, w->qkv_w, w->qkv_b, d.N, d.C, d.QKVl);
+    if (c->posemb == LOOM_POSEMB_ROPE)
+        loom_op(be, rope, la->qkv, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 0);
+    struct loom_attn ap = attn_problem(m, ctx, l);
+    loom_op(be, attention_forward, la->att, la->lse, la->qkv, &ap);
+    LOOM_CHECK(row_parallel_forward(m, la->xmid, la->att, w->proj_w, w->proj_b, d.N, d.NHl * d.HS, d.C));
+    struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
+    if (dr.p > 0) loom_op(be, dropout_forward, la->xmid, la->xmid, d.B, d.T, d.C, &dr);
+    loom_op(be, add, la->xmid, la->xmid, la->x, d.N * d.C);
+
+    /* MLP branch */
+    norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->xmid, w->ln2_w, w->ln2_b, d.N);
+    loom_op(be, linear_forward, la->fc1, la->ln2, w->fc1_w, w->fc1_b, d.N, d.C, d.F1l);
+    if (c->swiglu)
+        loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
+    else
+        loom_op(be, gelu_forward, la->act, la->fc1, d.N * d.Fl);
+    LOOM_CHECK(row_parallel_forward(m, y, la->act, w->fc2_w, w->fc2_b, d.N, d.Fl, d.C));
+    dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
+    if (dr.p > 0) loom_op(be, dropout_forward, y, y, d.B, d.T, d.C, &dr);
+    loom_op(be, add, y, y, la->xmid, d.N * d.C);
+    return LOOM_OK;
+}
+
+enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32_t *targets,
+                                       const struct loom_step_ctx *ctx, double *loss_sum,
+                                       int64_t *count) {
+    struct dims d = dims_of(m);
+    struct loom_backend *be = m->be;
+    struct loom_gpt_acts *a = &m->acts[slot];
+    float *x = a->x_out;
+    norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->w.lnf_w, m->w.lnf_b, d.N);
+    loom_op(be, linear_forward, a->logits, a->lnf, m->w.out_w, NULL, d.N, d.C, d.Vl);
+    be->ops->to_device(be, a->targets, targets, (size_t)d.N * sizeof(int32_t));
+    memcpy(a->host_targets, targets, (size_t)d.N * sizeof(int32_t));
+    loom_op(be, xent_forward, a->stats, a->logits, a->targets, d.N, d.Vl, d.v0, d.Vvalid);
+    be->ops->to_host(be, a->host_stats, a->stats, (size_t)d.N * 3 * sizeof(float));
+
+    /* combine the vocabulary shards: global max, rescaled sum of exponentials, target logit */
+    float *hs = a->host_stats, *hg = a->host_g;
+    if (d.tp > 1) {
+        float *mx = malloc((size_t)d.N * 3 * sizeof(float));
+        if (!mx) return loom_fail(LOOM_ERR_OOM, "out of memory in the loss");
+        for (int64_t n = 0; n < d.N; n++) mx[n] = hs[3 * n];
+        struct loom_comm *g = m->par->group[LOOM_PDIM_TP];
+        LOOM_CHECK(loom_comm_allreduce(g, mx, d.N, LOOM_DTYPE_F32, LOOM_REDOP_MAX));
+        float *se = mx + d.N, *tl = mx + 2 * d.N;
+        for (int64_t n = 0; n < d.N; n++) {
+            se[n] = hs[3 * n + 1] * expf(hs[3 * n] - mx[n]);
+            tl[n] = hs[3 * n + 2];
+        }
+        LOOM_CHECK(loom_comm_allreduce(g, se, 2 * d.N, LOOM_DTYPE_F32, LOOM_REDOP_SUM));
+        for (int64_t n = 0; n < d.N; n++) {
+            hs[3 * n] = mx[n];
+            hs[3 * n + 1] = se[n];
+            hs[3 * n + 2] = tl[n];
+        }
+        free(mx);
+    }
+    double sum = 0;
+    int64_t cnt = 0;
+    for (int64_t n = 0; n < d.N; n++) {
+        hg[2 * n] = hs[3 * n];
+        hg[2 * n + 1] = hs[3 * n + 1];
+        if (targets[n] < 0) {
+            a->host_dloss[n] = 0.0f;
+            continue;
+        }
+        sum += (double)logf(hs[3 * n + 1]) + (double)hs[3 * n] - (double)hs[3 * n + 2];
+        cnt++;
+        a->host_dloss[n] = ctx->dloss;
+    }
+    be->ops->to_device(be, a->gstats, hg, (size_t)d.N * 2 * sizeof(float));
+    be->ops->to_device(be, a->dloss, a->host_dloss, (size_t)d.N * sizeof(float));
+    *loss_sum = sum;
+    *count = cnt;
+    return LOOM_OK;
+}
+
+enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
+                                        const struct loom_step_ctx *ctx) {
+    (void)ctx;
+    struct dims d = dims_of(m);
+    struct loom_backend *be = m->be;
+    struct loom_gpt_acts *a = &m->acts[slot];
+    loom_op(be, xent_backward, a->logits, a->logits, a->targets, a->gstats, a->dloss, d.N, d.Vl,
+            d.v0, d.Vvalid);
+    /* output layer (column-parallel over the vocabulary): d(lnf) all-reduced over TP */
+    loom_op(be, linear_backward, a->dc, m->g.out_w, NULL, a->logits, a->lnf, m->w.out_w, d.N, d.C,
+            d.Vl);
+    LOOM_CHECK(tp_allreduce(m, a->dc, d.N * d.C));
+    be->ops->zero(be, a->dres, (size_t)d.N * d.C * sizeof(float));
+    norm_backward(m, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc, a->x_out, m->w.lnf_w, a->lnf_mean,
+                  a->lnf_rstd, d.N);
+    return LOOM_OK;
+}
+
+enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l,
+                                         const struct loom_step_ctx *ctx) {
+    struct dims d = dims_of(m);
+    struct loom_backend *be = m->be;
+    const struct loom_gpt_config *c = &m->cfg;
+    struct loom_gpt_acts *a = &m->acts[slot];
+    struct loom_gpt_layer_acts *la = &a->layers[l];
+    const struct loom_gpt_layer_ptrs *w = &m->w.layers[l];
+    const struct loom_gpt_layer_ptrs *g = &m->g.layers[l];
+
+    /* MLP branch: dres is d(y) */
+    const float *dy = a->dres;
+    struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
+    if (dr.p > 0) {
+        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.T, d.C, &dr);
+        dy = a->dc;
+    }
+    loom_op(be, linear_backward, a->dwide2, g->fc2_w, g->fc2_b, dy, la->act, w->fc2_w, d.N, d.Fl, d.C);
+    if (c->swiglu)
+        loom_op(be, swiglu_backward, a->dwide, a->dwide2, la->fc1, d.N, d.Fl);
+    else
+        loom_op(be, gelu_backward, a->dwide, a->dwide2, la->fc1, d.N * d.Fl);
+    loom_op(be, linear_backward, a->dc, g->fc1_w, g->fc1_b, a->dwide, la->ln2, w->fc1_w, d.N, d.C, d.F1l);
+    LOOM_CHECK(tp_allreduce(m, a->dc, d.N * d.C));
+    norm_backward(m, a->dres, g->ln2_w, g->ln2_b, a->dc, la->xmid, w->ln2_w, la->ln2_mean,
+                  la->ln2_rstd, d.N);
+
+    /* attention branch: dres is now d(xmid) */
+    dy = a->dres;
+    dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
+    if (dr.p > 0) {
+        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.T, d.C, &dr);
+        dy = a->dc;
+    }
+    loom_op(be, linear_backward, a->dwide2, g->proj_w, g->proj_b, dy, la->att, w->proj_w, d.N,
+            d.NHl * d.HS, d.C);
+    struct loom_attn ap = attn_problem(m, ctx, l);
+    loom_op(be, attention_backward, a->dwide, a->dwide2, la->att, la->lse, la->qkv, &ap);
+    if (c->posemb == LOOM_POSEMB_ROPE)
+        loom_op(be, rope, a->dwide, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 1);
+    loom_op(be, linear_backward, a->dc, g->qkv_w, g->qkv_b, a->dwide, la->ln1, w->qkv_w, d.N, d.C,
+            d.QKVl);
+    LOOM_CHECK(tp_allreduce(m, a->dc, d.N * d.C));
+    norm_backward(m, a->dres, g->ln1_w, g->ln1_b, a->dc, la->x, w->ln1_w, la->ln1_mean,
+                  la->ln1_rstd, d.N);
+    return LOOM_OK;
+}
+
+enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot,
+                                         const struct loom_step_ctx *ctx) {
+    struct dims d = dims_of(m);
+    struct loom_backend *be = m->be;
+    struct loom_gpt_acts *a = &m->acts[slot];
+    const float *dx = a->dres;
+    struct loom_dropout dr = hidden_dropout(m, ctx, -1, LOOM_DROP_EMBED);
+    if (dr.p > 0) {
+        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.T, d.C, &dr);
+        dx = a->dc;
+    }
+    loom_op(be, embedding_backward, m->g.wte, m->g.wpe, dx, a->tokens, d.B, d.T, d.C, d.v0, d.Vl, 0);
+    return LOOM_OK;
+}
+
+enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
+                                  const int32_t *targets, const struct loom_step_ctx *ctx,
+                                  double *loss_sum, int64_t *count) {
+    LOOM_ASSERT(loom_pp_size(m->par) == 1);
+    LOOM_CHECK(loom_gpt_embed_forward(m, 0, tokens, ctx));
+    for (int64_t l = 0; l < m->cfg.num_layers; l++) LOOM_CHECK(loom_gpt_layer_forward(m, 0, l, ctx));
+    return loom_gpt_head_forward(m, 0, targets, ctx, loss_sum, count);
+}
+
+enum loom_status loom_gpt_backward(struct loom_gpt *m, const struct loom_step_ctx *ctx) {
+    LOOM_ASSERT(loom_pp_size(m->par) == 1);
+    LOOM_CHECK(loom_gpt_head_backward(m, 0, ctx));
+    for (int64_t l = m->cfg.num_layers - 1; l >= 0; l--)
+        LOOM_CHECK(loom_gpt_layer_backward(m, 0, l, ctx));
+    return loom_gpt_embed_backward(m, 0, ctx);
+}

@@ -1,0 +1,92 @@
+/* GPT configuration: defaults, validation against the layout, vocabulary padding. */
+#include <string.h>
+
+#include "loom/model.h"
+
+void loom_gpt_config_default(struct loom_gpt_config *c) {
+    memset(c, 0, sizeof *c);
+    c->num_layers = 12;
+    c->hidden = 768;
+    c->heads = 12;
+    c->query_groups = 0; /* 0 = heads */
+    c->ffn_hidden = 0;   /* 0 = 4*hidden */
+    c->seq_length = 1024;
+    c->max_positions = 0; /* 0 = seq_length */
+    c->vocab_size = 50257;
+    c->divisible_by = 128;
+    c->norm = LOOM_NORM_LAYERNORM;
+    c->norm_eps = 1e-5;
+    c->posemb = LOOM_POSEMB_LEARNED;
+    c->rope_theta = 10000.0;
+    c->bias = 1;
+    c->hidden_dropout = 0.1;
+    c->attention_dropout = 0.1;
+    c->init_std = 0.02;
+}
+
+#define BAD(...) return loom_fail(LOOM_ERR_INVALID_ARG, __VA_ARGS__)
+
+enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int pp) {
+    if (c->num_layers < 1) BAD("--num-layers must be at least 1 (got %lld)", (long long)c->num_layers);
+    if (c->hidden < 1) BAD("--hidden-size must be positive (got %lld)", (long long)c->hidden);
+    if (c->heads < 1) BAD("--num-attention-heads must be positive (got %lld)", (long long)c->heads);
+    if (c->hidden % c->heads)
+        BAD("--num-attention-heads %lld does not divide --hidden-size %lld", (long long)c->heads,
+            (long long)c->hidden);
+    if (c->query_groups == 0) c->query_groups = c->heads;
+    if (c->query_groups < 1 || c->heads % c->query_groups)
+        BAD("--num-query-groups %lld must divide --num-attention-heads %lld",
+            (long long)c->query_groups, (long long)c->heads);
+    if (c->ffn_hidden == 0) c->ffn_hidden = 4 * c->hidden;
+    if (c->ffn_hidden < 1) BAD("--ffn-hidden-size must be positive");
+    if (c->seq_length < 1) BAD("--seq-length must be positive (got %lld)", (long long)c->seq_length);
+    if (c->max_positions == 0) c->max_positions = c->seq_length;
+    if (c->posemb == LOOM_POSEMB_LEARNED && c->max_positions < c->seq_length)
+        BAD("--max-position-embeddings %lld is smaller than --seq-length %lld",
+            (long long)c->max_positions, (long long)c->seq_length);
+    if (c->posemb == LOOM_POSEMB_ROPE && (loom_gpt_head_size(c) % 2))
+        BAD("--position-embedding-type rope needs an even head size (hidden/heads = %lld)",
+            (long long)loom_gpt_head_size(c));
+    if (c->vocab_size < 2) BAD("--vocab-size must be at least 2 (got %lld)", (long long)c->vocab_size);
+    if (c->divisible_by < 1)
+        BAD("--make-vocab-size-divisible-by must be positive (got %lld)", (long long)c->divisible_by);
+    if (c->hidden_dropout < 0 || c->hidden_dropout >= 1)
+        BAD("--hidden-dropout must be in [0, 1) (got %g)", c->hidden_dropout);
+    if (c->attention_dropout < 0 || c->attention_dropout >= 1)
+        BAD("--attention-dropout must be in [0, 1) (got %g)", c->attention_dropout);
+    if (!(c->init_std > 0)) BAD("--init-method-std must be positive (got %g)", c->init_std);
+    if (!(c->norm_eps > 0)) BAD("--norm-epsilon must be positive (got %g)", c->norm_eps);
+    /* tensor parallel divisibility */
+    if (tp < 1) BAD("--tensor-model-parallel-size must be at least 1");
+    if (c->heads % tp)
+        BAD("--tensor-model-parallel-size %d does not divide --num-attention-heads %lld", tp,
+            (long long)c->heads);
+    if (c->query_groups % tp)
+        BAD("--tensor-model-parallel-size %d does not divide the %lld query groups "
+            "(--num-query-groups)", tp, (long long)c->query_groups);
+    if (c->ffn_hidden % tp)
+        BAD("--tensor-model-parallel-size %d does not divide --ffn-hidden-size %lld", tp,
+            (long long)c->ffn_hidden);
+    if (pp < 1) BAD("--pipeline-model-parallel-size must be at least 1");
+    if (c->num_layers % pp)
+        BAD("--pipeline-model-parallel-size %d does not divide --num-layers %lld", pp,
+            (long long)c->num_layers);
+    /* Megatron pads the vocabulary to a multiple of divisible_by * tp */
+    int64_t m = c->divisible_by * tp;
+    c->padded_vocab = (c->vocab_size + m - 1) / m * m;
+    return LOOM_OK;
+}
+
+int64_t loom_gpt_num_params(const struct loom_gpt_config *c) {
+    int64_t C = c->hidden, HS = loom_gpt_head_size(c), NH = c->heads, NKV = c->query_groups;
+    int64_t F = c->ffn_hidden, b = c->bias ? 1 : 0;
+    int64_t qkv = (NH + 2 * NKV) * HS;
+    int64_t fc1 = c->swiglu ? 2 * F : F;
+    int64_t norm = c->norm == LOOM_NORM_LAYERNORM ? 2 * C : C;
+    int64_t layer = norm + qkv * C + b * qkv + C * NH * HS + b * C + norm + fc1 * C + b * fc1 +
+                    C * F + b * C;
+    int64_t n = c->num_layers * layer + norm + c->padded_vocab * C;
+    if (c->posemb == LOOM_POSEMB_LEARNED) n += c->max_positions * C;
+    if (c->untie) n += c->padded_vocab * C;
+    return n;
+}

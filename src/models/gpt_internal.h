@@ -1,0 +1,55 @@
+/* Private to src/models: the activation layout of a GPT micro-batch and table helpers. */
+#ifndef LOOM_GPT_INTERNAL_H
+#define LOOM_GPT_INTERNAL_H
+
+#include <math.h>
+
+#include "loom/model.h"
+#include "loom/rng.h"
+
+/* Saved activations of one decoder layer for one micro-batch (N = B*T rows). */
+struct loom_gpt_layer_acts {
+    float *x;                 /* [N,C] layer input (residual stream) */
+    float *ln1, *ln1_mean, *ln1_rstd;
+    float *qkv;               /* [N, (NHl + 2 NKVl) HS], after rotary */
+    float *att, *lse;         /* [N, NHl HS], [B, NHl, T] */
+    float *xmid;              /* [N,C] residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fc1;               /* [N, F1l] */
+    float *act;               /* [N, Fl] */
+};
+
+struct loom_gpt_acts {
+    struct loom_gpt_layer_acts *layers; /* [L]; only local layers are allocated */
+    float *x_out;             /* [N,C] output of the last local layer (input of the head) */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *logits;            /* [N, Vl] */
+    float *stats;             /* [N,3] device */
+    float *gstats;            /* [N,2] device */
+    float *dloss;             /* [N] device */
+    int32_t *tokens, *targets; /* [N] device */
+    float *host_stats;        /* [N,3] host scratch */
+    float *host_g;            /* [N,2] host scratch */
+    float *host_dloss;        /* [N] host */
+    int32_t *host_targets;    /* [N] host copy of the targets */
+    /* backward scratch */
+    float *dres;              /* [N,C] gradient of the residual stream */
+    float *dc;                /* [N,C] */
+    float *dwide;             /* [N, max(QKVl, F1l, Vl?)] */
+    float *dwide2;            /* [N, max(NHl HS, Fl)] */
+    void *mem;                /* the one allocation everything above lives in */
+};
+
+enum loom_status loom_gpt_build_table(struct loom_gpt *m);
+int loom_gpt_layer_is_local(const struct loom_gpt_config *c, const struct loom_parallel *par,
+                            int64_t layer);
+
+/* Dropout stream key for (iteration, layer, site). */
+static inline uint64_t loom_gpt_dropout_key(int64_t iteration, int64_t layer, int site) {
+    return loom_hash_mix(loom_hash_mix(loom_hash_mix(0x64726f70ull, (uint64_t)iteration),
+                                       (uint64_t)(layer + 1)),
+                         (uint64_t)site);
+}
+enum { LOOM_DROP_EMBED = 1, LOOM_DROP_ATTN_PROBS, LOOM_DROP_ATTN_OUT, LOOM_DROP_MLP_OUT };
+
+#endif

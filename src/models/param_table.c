@@ -1,0 +1,185 @@
+/* The GPT parameter table: one entry per parameter, driving everything else.
+ *
+ * Names follow Megatron-Core's GPT module paths, so users of that ecosystem recognise them:
+ *   embedding.word_embeddings.weight             [Vp, C]        split over TP on dim 0
+ *   embedding.position_embeddings.weight         [Tmax, C]      (learned positions only)
+ *   decoder.layers.{i}.input_layernorm.{weight,bias}
+ *   decoder.layers.{i}.self_attention.linear_qkv.{weight,bias}  [(NH+2NKV)HS, C]  dim 0
+ *   decoder.layers.{i}.self_attention.linear_proj.{weight,bias} [C, NH*HS]        dim 1
+ *   decoder.layers.{i}.pre_mlp_layernorm.{weight,bias}
+ *   decoder.layers.{i}.mlp.linear_fc1.{weight,bias}  [F or 2F, C]  dim 0 (2 chunks for SwiGLU)
+ *   decoder.layers.{i}.mlp.linear_fc2.{weight,bias}  [C, F]        dim 1
+ *   decoder.final_layernorm.{weight,bias}
+ *   output_layer.weight                          [Vp, C]        (untied only) dim 0
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/gpt_internal.h"
+
+int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_size, int64_t i) {
+    if (p->tp_dim < 0 || tp_size == 1) return i;
+    if (p->ndim == 1) {
+        int64_t per = p->shape[0] / p->tp_chunks, lper = per / tp_size;
+        int64_t c = i / lper, w = i % lper;
+        return c * per + (int64_t)tp_rank * lper + w;
+    }
+    int64_t lrows = p->local_shape[0], lcols = p->local_shape[1];
+    int64_t r = i / lcols, col = i % lcols;
+    if (p->tp_dim == 0) {
+        int64_t per = p->shape[0] / p->tp_chunks, lper = per / tp_size;
+        int64_t c = r / lper, w = r % lper;
+        int64_t gr = c * per + (int64_t)tp_rank * lper + w;
+        return gr * p->shape[1] + col;
+    }
+    (void)lrows;
+    int64_t per = p->shape[1] / p->tp_chunks, lper = per / tp_size;
+    int64_t c = col / lper, w = col % lper;
+    int64_t gc = c * per + (int64_t)tp_rank * lper + w;
+    return r * p->shape[1] + gc;
+}
+
+struct table_builder {
+    struct loom_param *p;
+    int n, cap;
+};
+
+static struct loom_param *add(struct table_builder *tb, const char *name, int ndim, int64_t d0,
+                              int64_t d1, int tp_dim, int layer, enum loom_init init) {
+    if (tb->n == tb->cap) {
+        tb->cap = tb->cap ? tb->cap * 2 : 64;
+        tb->p = realloc(tb->p, (size_t)tb->cap * sizeof *tb->p);
+        LOOM_ASSERT(tb->p);
+    }
+    struct loom_param *q = &tb->p[tb->n++];
+    memset(q, 0, sizeof *q);
+    snprintf(q->name, sizeof q->name, "%s", name);
+    q->ndim = ndim;
+    q->shape[0] = d0;
+    q->shape[1] = ndim > 1 ? d1 : 1;
+    q->tp_dim = tp_dim;
+    q->tp_chunks = 1;
+    q->layer = layer;
+    q->init = init;
+    q->weight_decay = ndim >= 2;
+    q->offset = -1;
+    return q;
+}
+
+int loom_gpt_layer_is_local(const struct loom_gpt_config *c, const struct loom_parallel *par,
+                            int64_t layer) {
+    int pp = loom_pp_size(par), vpp = par->vpp > 0 ? par->vpp : 1;
+    int64_t chunk_layers = c->num_layers / (pp * vpp);
+    int64_t chunk = layer / chunk_layers;
+    return (int)(chunk % pp) == loom_pp_rank(par);
+}
+
+enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
+    const struct loom_gpt_config *c = &m->cfg;
+    struct table_builder tb = {0};
+    int64_t C = c->hidden, HS = loom_gpt_head_size(c), NH = c->heads, NKV = c->query_groups;
+    int64_t F = c->ffn_hidden, QKV = (NH + 2 * NKV) * HS;
+    int ln = c->norm == LOOM_NORM_LAYERNORM;
+    char name[96];
+
+    add(&tb, "embedding.word_embeddings.weight", 2, c->padded_vocab, C, 0, -1, LOOM_INIT_NORMAL);
+    if (c->posemb == LOOM_POSEMB_LEARNED)
+        add(&tb, "embedding.position_embeddings.weight", 2, c->max_positions, C, -1, -1,
+            LOOM_INIT_NORMAL);
+    for (int64_t l = 0; l < c->num_layers; l++) {
+#define LNAME(suffix) (snprintf(name, sizeof name, "decoder.layers.%lld.%s", (long long)l, suffix), name)
+        add(&tb, LNAME("input_layernorm.weight"), 1, C, 0, -1, (int)l, LOOM_INIT_ONES);
+        if (ln) add(&tb, LNAME("input_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
+        add(&tb, LNAME("self_attention.linear_qkv.weight"), 2, QKV, C, 0, (int)l, LOOM_INIT_NORMAL);
+        if (c->bias)
+            add(&tb, LNAME("self_attention.linear_qkv.bias"), 1, QKV, 0, 0, (int)l, LOOM_INIT_ZEROS);
+        add(&tb, LNAME("self_attention.linear_proj.weight"), 2, C, NH * HS, 1, (int)l,
+            LOOM_INIT_NORMAL_SCALED);
+        if (c->bias)
+            add(&tb, LNAME("self_attention.linear_proj.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
+        add(&tb, LNAME("pre_mlp_layernorm.weight"), 1, C, 0, -1, (int)l, LOOM_INIT_ONES);
+        if (ln) add(&tb, LNAME("pre_mlp_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
+        int64_t F1 = c->swiglu ? 2 * F : F;
+        struct loom_param *fc1 =
+            add(&tb, LNAME("mlp.linear_fc1.weight"), 2, F1, C, 0, (int)l, LOOM_INIT_NORMAL);
+        fc1->tp_chunks = c->swiglu ? 2 : 1;
+        if (c->bias) {
+            struct loom_param *b =
+                add(&tb, LNAME("mlp.linear_fc1.bias"), 1, F1, 0, 0, (int)l, LOOM_INIT_ZEROS);
+            b->tp_chunks = fc1->tp_chunks;
+        }
+        add(&tb, LNAME("mlp.linear_fc2.weight"), 2, C, F, 1, (int)l, LOOM_INIT_NORMAL_SCALED);
+        if (c->bias) add(&tb, LNAME("mlp.linear_fc2.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
+#undef LNAME
+    }
+    add(&tb, "decoder.final_layernorm.weight", 1, C, 0, -1, -1, LOOM_INIT_ONES);
+    if (ln) add(&tb, "decoder.final_layernorm.bias", 1, C, 0, -1, -1, LOOM_INIT_ZEROS);
+    if (c->untie)
+        add(&tb, "output_layer.weight", 2, c->padded_vocab, C, 0, -1, LOOM_INIT_NORMAL);
+
+    /* ownership and local shapes */
+    int tp = loom_tp_size(m->par);
+    int first = loom_pp_rank(m->par) == 0, last = loom_pp_rank(m->par) == loom_pp_size(m->par) - 1;
+    int64_t off = 0;
+    for (int i = 0; i < tb.n; i++) {
+        struct loom_param *p = &tb.p[i];
+        if (p->layer >= 0)
+            p->local = loom_gpt_layer_is_local(c, m->par, p->layer);
+        else if (strncmp(p->name, "embedding.", 10) == 0)
+            /* the last stage holds its own copy of a tied word embedding for the output layer */
+            p->local = first || (last && !c->untie && strcmp(p->name, "embedding.word_embeddings.weight") == 0);
+        else
+            p->local = last;
+        p->local_shape[0] = p->shape[0];
+        p->local_shape[1] = p->shape[1];
+        if (p->tp_dim >= 0) {
+            LOOM_ASSERT(p->shape[p->tp_dim] % ((int64_t)tp * p->tp_chunks) == 0);
+            p->local_shape[p->tp_dim] = p->shape[p->tp_dim] / tp;
+        }
+        if (p->local) {
+            p->offset = off;
+            /* keep every tensor 16-float aligned for vector loads */
+            off += (p->local_shape[0] * p->local_shape[1] + 15) / 16 * 16;
+        }
+    }
+    m->params = tb.p;
+    m->nparams = tb.n;
+    m->num_local = off;
+    return LOOM_OK;
+}
+
+const struct loom_param *loom_gpt_find_param(const struct loom_gpt *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+enum loom_status loom_gpt_init_weights(struct loom_gpt *m, uint64_t seed) {
+    const struct loom_gpt_config *c = &m->cfg;
+    int tp = loom_tp_size(m->par), tpr = loom_tp_rank(m->par);
+    double scaled = c->init_std / sqrt(2.0 * (double)c->num_layers);
+    for (int i = 0; i < m->nparams; i++) {
+        const struct loom_param *p = &m->params[i];
+        if (!p->local) continue;
+        int64_t n = p->local_shape[0] * p->local_shape[1];
+        float *host = malloc((size_t)n * sizeof(float));
+        if (!host) return loom_fail(LOOM_ERR_OOM, "out of memory initialising %s", p->name);
+        uint64_t purpose = loom_hash_str(p->name);
+        double std = p->init == LOOM_INIT_NORMAL_SCALED ? scaled : c->init_std;
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < n; k++) {
+            switch (p->init) {
+            case LOOM_INIT_ONES: host[k] = 1.0f; break;
+            case LOOM_INIT_ZEROS: host[k] = 0.0f; break;
+            default: {
+                int64_t g = loom_param_global_index(p, tpr, tp, k);
+                host[k] = (float)(std * loom_rng_normal(seed, purpose, (uint64_t)g));
+            }
+            }
+        }
+        m->be->ops->to_device(m->be, m->param_mem + p->offset, host, (size_t)n * sizeof(float));
+        free(host);
+    }
+    return LOOM_OK;
+}
