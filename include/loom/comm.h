@@ -4,6 +4,12 @@
  * and later "nccl" (device memory). Layers and the trainer only ever see struct loom_comm.
  * Buffers live where the backend expects them (host for self/mpi, device for nccl).
  * Every call counts the bytes it sends (for the analytic communication-volume checks).
+ *
+ * Arguments are checked before anything moves: a negative count, a NULL buffer with a non-zero
+ * count, a peer or root outside the group or an unsupported dtype/op pair is a recorded error
+ * (loom_fail), never a crash. Reductions on BF16, F16 and the FP8 types are LOOM_ERR_UNSUPPORTED on
+ * the host backends (convert to F32 first); moving them (gather, broadcast, send...) is fine.
+ * An all-reduce gives bit-identical results on every rank of the group.
  */
 #ifndef LOOM_COMM_H
 #define LOOM_COMM_H
@@ -33,15 +39,27 @@ int loom_comm_rank(const struct loom_comm *c);
 int loom_comm_size(const struct loom_comm *c);
 const char *loom_comm_backend_name(const struct loom_comm *c);
 
-/* The world group. "self" gives a 1-rank world without MPI; "mpi" calls MPI_Init (once). */
+/* The world group. "self" gives a 1-rank world without MPI; "mpi" calls MPI_Init_thread (once,
+ * FUNNELED) and installs a loom_abort hook that ends every rank. "auto" (or NULL) picks "mpi"
+ * when the process was started by a launcher (mpirun, srun) and "self" otherwise. */
 enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, int *argc,
                                  char ***argv);
-/* Sub-group of `parent` made of the ranks with the same `color`, ordered by `key`. */
+/* Sub-group of `parent` made of the ranks with the same `color`, ordered by `key` (ties by
+ * parent rank). Collective over `parent`. A negative color joins no group: *out is NULL. */
 enum loom_status loom_comm_split(struct loom_comm **out, struct loom_comm *parent, int color,
                                  int key);
 void loom_comm_free(struct loom_comm *c);
 /* Finalise the transport (MPI_Finalize) after every group is freed. */
 void loom_comm_finalize(void);
+
+/* End the whole job at once with exit status `code`: MPI_Abort(MPI_COMM_WORLD, code) under MPI,
+ * exit(code) otherwise. For a rank that fails alone, so that no other rank is left waiting. */
+_Noreturn void loom_comm_abort_job(int code);
+/* Print the last recorded error (loom_print_error) and end the job with status `code`.
+ * collective != 0 promises that every rank met the same error (e.g. a layout check that all ranks
+ * make alike): rank 0 alone prints it, then every rank finalises MPI and exits normally.
+ * collective == 0: this rank prints its message and aborts the job (loom_comm_abort_job). */
+_Noreturn void loom_comm_exit_error(int code, int collective);
 
 /* Blocking collectives. count is in elements of dt. */
 enum loom_status loom_comm_allreduce(struct loom_comm *c, void *buf, int64_t count,
@@ -80,8 +98,21 @@ enum loom_status loom_comm_irecv(struct loom_comm *c, void *buf, int64_t count,
                                  struct loom_comm_req **req);
 enum loom_status loom_comm_wait(struct loom_comm_req *req);
 
-/* Bytes this rank has sent through `c`, by collective kind, since the last reset (ring-algorithm
- * accounting is not attempted: the counter records the logical payload each call moves). */
+/* Bytes this rank has sent through `c`, by collective kind, since the last reset.
+ *
+ * The convention is the per-rank volume of the bandwidth-optimal ring algorithms, whatever the
+ * transport really does, so that it can be checked against the analytic formulas. With n the
+ * group size, e the element size and S = count * e (integer arithmetic, division last):
+ *   allreduce (and iallreduce)  2 * (n-1) * S / n       (reduce-scatter + all-gather of S)
+ *   reduce_scatter              (n-1) * S               (S = the received block, count * e)
+ *   allgather                   (n-1) * S               (S = this rank's block)
+ *   alltoall                    (n-1) * S               (S = one block; the own block stays)
+ *   alltoallv                   e * sum of send_counts[r] over r != own rank
+ *   broadcast                   S on every rank but the last of the chain root, root+1, ...,
+ *                               i.e. rank (root-1) mod n counts 0 (a pipelined chain broadcast)
+ *   send / isend (SENDRECV)     S; recv and irecv count 0
+ *   barrier                     0
+ * A group of one counts 0 for everything. Failed calls count nothing. */
 int64_t loom_comm_bytes(const struct loom_comm *c, enum loom_coll kind);
 void loom_comm_reset_counters(struct loom_comm *c);
 

@@ -1,0 +1,84 @@
+/* Backend side of the collective interface (include/loom/comm.h).
+ *
+ * A process group is a struct loom_comm: the backend's table of operations, this rank's place in
+ * the group, the volume counters and the backend's own state (impl). comm.c checks arguments,
+ * keeps the counters and dispatches; a backend only moves bytes. Every entry receives arguments
+ * that comm.c has already validated (counts >= 0, dtype and op in range, peers and roots inside
+ * the group, no NULL buffer with a non-zero count).
+ */
+#ifndef LOOM_COMM_IMPL_H
+#define LOOM_COMM_IMPL_H
+
+#include <stdint.h>
+
+#include "loom/comm.h"
+
+struct loom_comm_ops {
+    const char *name;
+    /* color < 0: this rank joins no group and *out is set to NULL. */
+    enum loom_status (*split)(struct loom_comm **out, struct loom_comm *parent, int color,
+                              int key);
+    void (*free)(struct loom_comm *c); /* frees c->impl only; comm.c frees c */
+
+    enum loom_status (*allreduce)(struct loom_comm *c, void *buf, int64_t count,
+                                  enum loom_dtype dt, enum loom_redop op);
+    enum loom_status (*reduce_scatter)(struct loom_comm *c, void *recv, const void *send,
+                                       int64_t count, enum loom_dtype dt, enum loom_redop op);
+    enum loom_status (*allgather)(struct loom_comm *c, void *recv, const void *send,
+                                  int64_t count, enum loom_dtype dt);
+    enum loom_status (*alltoall)(struct loom_comm *c, void *recv, const void *send,
+                                 int64_t count, enum loom_dtype dt);
+    enum loom_status (*alltoallv)(struct loom_comm *c, void *recv, const int64_t *recv_counts,
+                                  const int64_t *recv_displs, const void *send,
+                                  const int64_t *send_counts, const int64_t *send_displs,
+                                  enum loom_dtype dt);
+    enum loom_status (*broadcast)(struct loom_comm *c, void *buf, int64_t count,
+                                  enum loom_dtype dt, int root);
+    enum loom_status (*send)(struct loom_comm *c, const void *buf, int64_t count,
+                             enum loom_dtype dt, int peer, int tag);
+    enum loom_status (*recv)(struct loom_comm *c, void *buf, int64_t count, enum loom_dtype dt,
+                             int peer, int tag);
+    enum loom_status (*barrier)(struct loom_comm *c);
+
+    /* Non-blocking: the backend allocates *req (with req->ops set); wait completes and frees. */
+    enum loom_status (*iallreduce)(struct loom_comm *c, void *buf, int64_t count,
+                                   enum loom_dtype dt, enum loom_redop op,
+                                   struct loom_comm_req **req);
+    enum loom_status (*isend)(struct loom_comm *c, const void *buf, int64_t count,
+                              enum loom_dtype dt, int peer, int tag, struct loom_comm_req **req);
+    enum loom_status (*irecv)(struct loom_comm *c, void *buf, int64_t count, enum loom_dtype dt,
+                              int peer, int tag, struct loom_comm_req **req);
+    enum loom_status (*wait)(struct loom_comm_req *req);
+};
+
+struct loom_comm {
+    const struct loom_comm_ops *ops;
+    int rank, size;
+    int64_t bytes[LOOM_COLL_COUNT]; /* see the convention in comm.h */
+    void *impl;
+};
+
+/* Backends embed this as the first member of their request type. */
+struct loom_comm_req {
+    const struct loom_comm_ops *ops;
+};
+
+/* Allocate a comm with its counters cleared (comm.c). Returns NULL when out of memory. */
+struct loom_comm *loom_comm_alloc(const struct loom_comm_ops *ops, int rank, int size,
+                                  void *impl);
+
+/* Backends. */
+enum loom_status loom_comm_self_world(struct loom_comm **out);
+#ifdef LOOM_HAVE_MPI
+enum loom_status loom_comm_mpi_world(struct loom_comm **out, int *argc, char ***argv);
+void loom_comm_mpi_finalize(void);
+/* MPI_Abort(MPI_COMM_WORLD, code) when MPI is running; returns otherwise. */
+void loom_comm_mpi_abort(int code);
+/* Non-zero while MPI is initialised and not finalised. */
+int loom_comm_mpi_active(void);
+/* Largest element count handed to one MPI call; longer buffers go in pieces. For tests only
+ * (the default is 1 << 30); n <= 0 restores the default. */
+void loom_comm_mpi_set_max_chunk(int64_t n);
+#endif
+
+#endif
