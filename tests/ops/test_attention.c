@@ -1,0 +1,601 @@
+/* Tests of the CPU attention and rotary-embedding ops (src/backend/cpu/attention.c).
+ *
+ * Oracles, all written here independently of the implementation:
+ *  - a naive double-precision attention (full T x T softmax, explicit dropout mask from
+ *    loom_rng_keep) for forward (out, lse) and backward (dqkv, with sum_j P_ij dP_ij computed
+ *    directly rather than through dout . out);
+ *  - central finite differences of the op's own forward for the backward;
+ *  - a naive rotary embedding (angle computed per element with pow in double), inverse(rope(x))
+ *    == x, and finite differences for the rope backward;
+ *  - dropout-mask consistency across tensor-parallel head slices and data-parallel samples;
+ *  - bit-identical results run to run and across thread counts.
+ *
+ * Modes (used by test_attention_torch.sh and for timing):
+ *   test_attention                 run the tests
+ *   test_attention dump DIR        write cases for the PyTorch cross-check into DIR
+ *   test_attention bench B T NH NKV HS causal [iters]   time forward + backward
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "loom/backend.h"
+#include "loom/rng.h"
+
+static int g_failures;
+static struct loom_backend *g_be;
+
+#define EXPECT(cond)                                                                          \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);    \
+            g_failures++;                                                                     \
+        }                                                                                     \
+    } while (0)
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+#define ALLOCF(n) ((float *)xmalloc((size_t)(n) * sizeof(float)))
+#define ALLOCD(n) ((double *)xmalloc((size_t)(n) * sizeof(double)))
+
+static void fill_normal(float *x, int64_t n, uint64_t purpose, float sd) {
+    for (int64_t i = 0; i < n; i++) x[i] = sd * loom_rng_normal(1234, purpose, (uint64_t)i);
+}
+static void fill_nan(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = NAN;
+}
+
+/* Every |got - ref| <= atol + rtol |ref| (NaN fails). Prints the worst element. */
+static int check_close(const char *what, const float *got, const double *ref, int64_t n,
+                       double atol, double rtol) {
+    double worst = -1.0, wg = 0, wr = 0;
+    int64_t wi = -1, bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        double lim = atol + rtol * fabs(ref[i]);
+        double r = d / lim;
+        if (!(d <= lim)) bad++;
+        if (!(r <= worst)) {
+            worst = r;
+            wi = i;
+            wg = got[i];
+            wr = ref[i];
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "  %s: %lld of %lld elements off; worst [%lld] got %.9g want %.9g\n", what,
+                (long long)bad, (long long)n, (long long)wi, wg, wr);
+        g_failures++;
+        return 0;
+    }
+    return 1;
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) m = d;
+    }
+    return m;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* naive reference                                                                            */
+
+static int64_t row_len(const struct loom_attn *a) { return (a->NH + 2 * a->NKV) * a->HS; }
+static int64_t col_q(const struct loom_attn *a, int64_t h) {
+    int64_t Q = a->NH / a->NKV;
+    return ((h / Q) * (Q + 2) + h % Q) * a->HS;
+}
+static int64_t col_k(const struct loom_attn *a, int64_t h) {
+    int64_t Q = a->NH / a->NKV;
+    return ((h / Q) * (Q + 2) + Q) * a->HS;
+}
+static int64_t col_v(const struct loom_attn *a, int64_t h) { return col_k(a, h) + a->HS; }
+
+/* dropout multiplier M/(1-p) of one probability */
+static double ref_mask(const struct loom_attn *a, int64_t b, int64_t h, int64_t tq, int64_t tk) {
+    if (!(a->dropout_p > 0.0f)) return 1.0;
+    uint64_t idx = (uint64_t)((((a->sample0 + b) * a->NH_global + a->head0 + h) * a->T + tq) *
+                                  a->T + tk);
+    return loom_rng_keep(a->seed, a->key, idx, a->dropout_p) ? 1.0 / (1.0 - (double)a->dropout_p)
+                                                              : 0.0;
+}
+
+/* P[tq][tk] (softmax of the masked scaled scores) for one (b, h); returns lse per row */
+static void ref_probs(double *P, double *lse, const float *qkv, const struct loom_attn *a,
+                      int64_t b, int64_t h) {
+    const int64_t T = a->T, R = row_len(a), HS = a->HS;
+    for (int64_t i = 0; i < T; i++) {
+        const float *q = qkv + (b * T + i) * R + col_q(a, h);
+        double m = -INFINITY;
+        for (int64_t j = 0; j < T; j++) {
+            double s = -INFINITY;
+            if (!a->causal || j <= i) {
+                const float *k = qkv + (b * T + j) * R + col_k(a, h);
+                s = 0;
+                for (int64_t d = 0; d < HS; d++) s += (double)q[d] * (double)k[d];
+                s *= (double)a->scale;
+            }
+            P[i * T + j] = s;
+            if (s > m) m = s;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < T; j++) sum += exp(P[i * T + j] - m);
+        for (int64_t j = 0; j < T; j++) P[i * T + j] = exp(P[i * T + j] - m) / sum;
+        lse[i] = m + log(sum);
+    }
+}
+
+static void ref_forward(double *out, double *lse, const float *qkv, const struct loom_attn *a) {
+    const int64_t B = a->B, T = a->T, NH = a->NH, HS = a->HS, R = row_len(a);
+    double *P = ALLOCD(T * T);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < NH; h++) {
+            ref_probs(P, lse + (b * NH + h) * T, qkv, a, b, h);
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t d = 0; d < HS; d++) {
+                    double s = 0;
+                    for (int64_t j = 0; j < T; j++)
+                        s += P[i * T + j] * ref_mask(a, b, h, i, j) *
+                             (double)qkv[(b * T + j) * R + col_v(a, h) + d];
+                    out[(b * T + i) * NH * HS + h * HS + d] = s;
+                }
+        }
+    free(P);
+}
+
+static void ref_backward(double *dqkv, const float *dout, const float *qkv,
+                         const struct loom_attn *a) {
+    const int64_t B = a->B, T = a->T, NH = a->NH, HS = a->HS, R = row_len(a), C = NH * HS;
+    double *P = ALLOCD(T * T), *dS = ALLOCD(T * T), *lse = ALLOCD(T);
+    memset(dqkv, 0, (size_t)(B * T * R) * sizeof(double));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < NH; h++) {
+            ref_probs(P, lse, qkv, a, b, h);
+            for (int64_t i = 0; i < T; i++) {
+                const float *dO = dout + (b * T + i) * C + h * HS;
+                double rowdot = 0;
+                for (int64_t j = 0; j < T; j++) {
+                    const float *v = qkv + (b * T + j) * R + col_v(a, h);
+                    double dPd = 0;
+                    for (int64_t d = 0; d < HS; d++) dPd += (double)dO[d] * (double)v[d];
+                    double mk = ref_mask(a, b, h, i, j);
+                    dS[i * T + j] = dPd * mk; /* dP for now */
+                    rowdot += P[i * T + j] * dS[i * T + j];
+                    /* dv_j += Pd_ij dO_i */
+                    double *dv = dqkv + (b * T + j) * R + col_v(a, h);
+                    for (int64_t d = 0; d < HS; d++) dv[d] += P[i * T + j] * mk * (double)dO[d];
+                }
+                for (int64_t j = 0; j < T; j++) dS[i * T + j] = P[i * T + j] * (dS[i * T + j] - rowdot);
+            }
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t j = 0; j < T; j++) {
+                    double s = dS[i * T + j] * (double)a->scale;
+                    if (s == 0.0) continue;
+                    const float *q = qkv + (b * T + i) * R + col_q(a, h);
+                    const float *k = qkv + (b * T + j) * R + col_k(a, h);
+                    double *dq = dqkv + (b * T + i) * R + col_q(a, h);
+                    double *dk = dqkv + (b * T + j) * R + col_k(a, h);
+                    for (int64_t d = 0; d < HS; d++) {
+                        dq[d] += s * (double)k[d];
+                        dk[d] += s * (double)q[d];
+                    }
+                }
+        }
+    free(P);
+    free(dS);
+    free(lse);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* attention against the reference                                                            */
+
+static struct loom_attn make_attn(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                  int causal, float p) {
+    struct loom_attn a = {0};
+    a.B = B;
+    a.T = T;
+    a.NH = NH;
+    a.NKV = NKV;
+    a.HS = HS;
+    a.causal = causal;
+    a.scale = 1.0f / sqrtf((float)HS);
+    a.dropout_p = p;
+    a.seed = 42;
+    a.key = loom_hash_mix(7, 3);
+    a.sample0 = 0;
+    a.head0 = 0;
+    a.NH_global = NH;
+    return a;
+}
+
+static void run_fwd_bwd(const struct loom_attn *a, float *out, float *lse, float *dqkv,
+                        const float *qkv, const float *dout) {
+    loom_op(g_be, attention_forward, out, lse, qkv, a);
+    loom_op(g_be, attention_backward, dqkv, dout, out, lse, qkv, a);
+}
+
+static void test_vs_reference(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                              int causal, float p) {
+    struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, p);
+    const int64_t R = row_len(&a), C = NH * HS;
+    const int f0 = g_failures;
+    float *qkv = ALLOCF(B * T * R), *dout = ALLOCF(B * T * C);
+    float *out = ALLOCF(B * T * C), *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(B * T * R);
+    double *rout = ALLOCD(B * T * C), *rlse = ALLOCD(B * NH * T), *rdqkv = ALLOCD(B * T * R);
+    fill_normal(qkv, B * T * R, 1, 1.0f);
+    fill_normal(dout, B * T * C, 2, 1.0f);
+    fill_nan(out, B * T * C);
+    fill_nan(lse, B * NH * T);
+    fill_nan(dqkv, B * T * R); /* dqkv is assigned: nothing may leak through */
+    run_fwd_bwd(&a, out, lse, dqkv, qkv, dout);
+    ref_forward(rout, rlse, qkv, &a);
+    ref_backward(rdqkv, dout, qkv, &a);
+    check_close("out", out, rout, B * T * C, 2e-5, 1e-4);
+    check_close("lse", lse, rlse, B * NH * T, 2e-5, 1e-5);
+    check_close("dqkv", dqkv, rdqkv, B * T * R, 5e-5, 5e-4);
+
+    /* run to run, and with a different thread count: bit-identical */
+    float *out2 = ALLOCF(B * T * C), *lse2 = ALLOCF(B * NH * T), *dqkv2 = ALLOCF(B * T * R);
+    run_fwd_bwd(&a, out2, lse2, dqkv2, qkv, dout);
+    EXPECT(memcmp(out, out2, (size_t)(B * T * C) * sizeof(float)) == 0);
+    EXPECT(memcmp(lse, lse2, (size_t)(B * NH * T) * sizeof(float)) == 0);
+    EXPECT(memcmp(dqkv, dqkv2, (size_t)(B * T * R) * sizeof(float)) == 0);
+    int saved = g_be->num_threads;
+    g_be->num_threads = saved == 1 ? 2 : 1;
+    run_fwd_bwd(&a, out2, lse2, dqkv2, qkv, dout);
+    g_be->num_threads = saved;
+    EXPECT(memcmp(out, out2, (size_t)(B * T * C) * sizeof(float)) == 0);
+    EXPECT(memcmp(dqkv, dqkv2, (size_t)(B * T * R) * sizeof(float)) == 0);
+
+    printf("%-4s attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f\n",
+           g_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
+           (long long)NKV, (long long)HS, causal ? "causal" : "bidirectional", (double)p);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(out2), free(lse2), free(dqkv2);
+    free(rout), free(rlse), free(rdqkv);
+}
+
+/* L = sum(W * out); compare the backward's dL/dqkv with central differences of the forward. */
+static void test_finite_differences(int causal, float p, int64_t NH, int64_t NKV) {
+    const int64_t B = 2, T = 6, HS = 4;
+    struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, p);
+    const int64_t R = row_len(&a), C = NH * HS, N = B * T * R;
+    const int f0 = g_failures;
+    float *qkv = ALLOCF(N), *W = ALLOCF(B * T * C), *out = ALLOCF(B * T * C);
+    float *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(N);
+    double *fd = ALLOCD(N);
+    fill_normal(qkv, N, 3, 1.0f);
+    fill_normal(W, B * T * C, 4, 1.0f);
+    run_fwd_bwd(&a, out, lse, dqkv, qkv, W);
+    const float eps = 1e-2f;
+    for (int64_t i = 0; i < N; i++) {
+        float x0 = qkv[i];
+        double lp = 0, lm = 0;
+        qkv[i] = x0 + eps;
+        loom_op(g_be, attention_forward, out, lse, qkv, &a);
+        for (int64_t j = 0; j < B * T * C; j++) lp += (double)W[j] * out[j];
+        qkv[i] = x0 - eps;
+        loom_op(g_be, attention_forward, out, lse, qkv, &a);
+        for (int64_t j = 0; j < B * T * C; j++) lm += (double)W[j] * out[j];
+        qkv[i] = x0;
+        fd[i] = (lp - lm) / (2.0 * (double)eps);
+    }
+    check_close("dqkv vs finite differences", dqkv, fd, N, 2e-3, 1e-2);
+    printf("%-4s attention finite differences %s p=%.2f NH=%lld NKV=%lld\n",
+           g_failures == f0 ? "ok" : "FAIL", causal ? "causal" : "bidirectional", (double)p,
+           (long long)NH, (long long)NKV);
+    free(qkv), free(W), free(out), free(lse), free(dqkv), free(fd);
+}
+
+/* Tensor parallelism: heads [2,4) of a 4-head call computed by a 2-head call with head0 = 2
+ * (its own slice of qkv, the group holding those heads) give the same out, lse and dqkv, dropout
+ * mask included. Data parallelism likewise: sample 1 alone with sample0 = 1. */
+static void test_dropout_layout(void) {
+    const int64_t B = 2, T = 70, NH = 4, NKV = 2, HS = 16;
+    const int f0 = g_failures;
+    struct loom_attn a = make_attn(B, T, NH, NKV, HS, 1, 0.25f);
+    const int64_t R = row_len(&a), C = NH * HS;
+    float *qkv = ALLOCF(B * T * R), *dout = ALLOCF(B * T * C), *out = ALLOCF(B * T * C);
+    float *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(B * T * R);
+    fill_normal(qkv, B * T * R, 5, 1.0f);
+    fill_normal(dout, B * T * C, 6, 1.0f);
+    run_fwd_bwd(&a, out, lse, dqkv, qkv, dout);
+
+    /* the local call: group 1 = query heads 2, 3 with its key and value head */
+    struct loom_attn l = a;
+    l.NH = 2;
+    l.NKV = 1;
+    l.head0 = 2;
+    l.NH_global = 4;
+    const int64_t Rl = row_len(&l), Cl = 2 * HS, G = Rl; /* one group's columns */
+    float *qkvl = ALLOCF(B * T * Rl), *doutl = ALLOCF(B * T * Cl), *outl = ALLOCF(B * T * Cl);
+    float *lsel = ALLOCF(B * 2 * T), *dqkvl = ALLOCF(B * T * Rl);
+    float *want_out = ALLOCF(B * T * Cl), *want_lse = ALLOCF(B * 2 * T), *want_d = ALLOCF(B * T * Rl);
+    for (int64_t r = 0; r < B * T; r++) {
+        memcpy(qkvl + r * Rl, qkv + r * R + G, (size_t)G * sizeof(float));
+        memcpy(doutl + r * Cl, dout + r * C + 2 * HS, (size_t)Cl * sizeof(float));
+        memcpy(want_out + r * Cl, out + r * C + 2 * HS, (size_t)Cl * sizeof(float));
+        memcpy(want_d + r * Rl, dqkv + r * R + G, (size_t)G * sizeof(float));
+    }
+    for (int64_t b = 0; b < B; b++)
+        memcpy(want_lse + b * 2 * T, lse + (b * NH + 2) * T, (size_t)(2 * T) * sizeof(float));
+    run_fwd_bwd(&l, outl, lsel, dqkvl, qkvl, doutl);
+    double e_out = max_abs_diff(outl, want_out, B * T * Cl);
+    double e_lse = max_abs_diff(lsel, want_lse, B * 2 * T);
+    double e_d = max_abs_diff(dqkvl, want_d, B * T * Rl);
+    EXPECT(e_out <= 1e-6 && e_lse <= 1e-6 && e_d <= 1e-6);
+    if (!(e_out <= 1e-6 && e_lse <= 1e-6 && e_d <= 1e-6))
+        fprintf(stderr, "  TP slice differs: out %g lse %g dqkv %g\n", e_out, e_lse, e_d);
+
+    /* control: the same local call keyed as heads [0,2) must see a different mask */
+    l.head0 = 0;
+    loom_op(g_be, attention_forward, outl, lsel, qkvl, &l);
+    EXPECT(max_abs_diff(outl, want_out, B * T * Cl) > 1e-3);
+
+    /* data parallelism: sample 1 alone */
+    struct loom_attn d = a;
+    d.B = 1;
+    d.sample0 = 1;
+    float *out1 = ALLOCF(T * C), *lse1 = ALLOCF(NH * T), *dqkv1 = ALLOCF(T * R);
+    run_fwd_bwd(&d, out1, lse1, dqkv1, qkv + T * R, dout + T * C);
+    EXPECT(max_abs_diff(out1, out + T * C, T * C) <= 1e-6);
+    EXPECT(max_abs_diff(dqkv1, dqkv + T * R, T * R) <= 1e-6);
+    d.sample0 = 0;
+    loom_op(g_be, attention_forward, out1, lse1, qkv + T * R, &d);
+    EXPECT(max_abs_diff(out1, out + T * C, T * C) > 1e-3);
+
+    /* the mask drops about p of the probabilities: count through the reference mask */
+    int64_t kept = 0, total = 0;
+    for (int64_t h = 0; h < NH; h++)
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j <= i; j++, total++) kept += ref_mask(&a, 0, h, i, j) != 0.0;
+    double frac = (double)kept / (double)total;
+    EXPECT(fabs(frac - 0.75) < 0.02);
+
+    printf("%-4s attention dropout mask across head slices and samples (kept %.3f)\n",
+           g_failures == f0 ? "ok" : "FAIL", frac);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(qkvl), free(doutl), free(outl);
+    free(lsel), free(dqkvl), free(want_out), free(want_lse), free(want_d), free(out1), free(lse1);
+    free(dqkv1);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* rotary embedding                                                                           */
+
+static void ref_rope(double *y, const float *x, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                     int64_t HS, int64_t pos0, float theta) {
+    const int64_t Q = NH / NKV, R = (NH + 2 * NKV) * HS, half = HS / 2;
+    for (int64_t bt = 0; bt < B * T; bt++)
+        for (int64_t c = 0; c < R; c++) {
+            int64_t head = c / HS, i = c % HS, slot = head % (Q + 2);
+            double xv = x[bt * R + c];
+            if (slot > Q) { /* value head: untouched */
+                y[bt * R + c] = xv;
+                continue;
+            }
+            int64_t ii = i < half ? i : i - half;
+            double ang = (double)(pos0 + bt % T) * pow((double)theta, -2.0 * (double)ii / (double)HS);
+            if (i < half) {
+                double x2 = x[bt * R + c + half];
+                y[bt * R + c] = xv * cos(ang) - x2 * sin(ang);
+            } else {
+                double x1 = x[bt * R + c - half];
+                y[bt * R + c] = xv * cos(ang) + x1 * sin(ang);
+            }
+        }
+}
+
+static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
+    const float theta = 10000.0f;
+    const int64_t R = (NH + 2 * NKV) * HS, N = B * T * R, Q = NH / NKV;
+    const int f0 = g_failures;
+    float *x = ALLOCF(N), *y = ALLOCF(N);
+    double *ry = ALLOCD(N);
+    fill_normal(x, N, 7, 1.0f);
+    memcpy(y, x, (size_t)N * sizeof(float));
+    loom_op(g_be, rope, y, B, T, NH, NKV, HS, pos0, theta, 0);
+    ref_rope(ry, x, B, T, NH, NKV, HS, pos0, theta);
+    check_close("rope", y, ry, N, 2e-6, 2e-6);
+    /* value heads bit-identical */
+    for (int64_t bt = 0; bt < B * T; bt++)
+        for (int64_t g = 0; g < NKV; g++) {
+            int64_t c = (g * (Q + 2) + Q + 1) * HS;
+            EXPECT(memcmp(y + bt * R + c, x + bt * R + c, (size_t)HS * sizeof(float)) == 0);
+        }
+    /* inverse(rope(x)) == x */
+    loom_op(g_be, rope, y, B, T, NH, NKV, HS, pos0, theta, 1);
+    double e = max_abs_diff(y, x, N);
+    EXPECT(e <= 1e-6);
+    if (!(e <= 1e-6)) fprintf(stderr, "  rope inverse error %g\n", e);
+
+    /* backward: L = sum(W * rope(x)); dL/dx = rope_inverse(W); check with central differences
+     * on a few elements (rope is linear, so the difference quotient is exact up to rounding) */
+    float *W = ALLOCF(N);
+    fill_normal(W, N, 8, 1.0f);
+    memcpy(y, W, (size_t)N * sizeof(float));
+    loom_op(g_be, rope, y, B, T, NH, NKV, HS, pos0, theta, 1);
+    const int64_t nprobe = N < 200 ? N : 200;
+    double *fd = ALLOCD(nprobe);
+    float *gp = ALLOCF(nprobe), *xp = ALLOCF(N);
+    for (int64_t s = 0; s < nprobe; s++) {
+        int64_t i = (s * 7919) % N;
+        double l[2];
+        for (int k = 0; k < 2; k++) {
+            memcpy(xp, x, (size_t)N * sizeof(float));
+            xp[i] += k == 0 ? 0.5f : -0.5f;
+            loom_op(g_be, rope, xp, B, T, NH, NKV, HS, pos0, theta, 0);
+            l[k] = 0;
+            for (int64_t j = 0; j < N; j++) l[k] += (double)W[j] * xp[j];
+        }
+        fd[s] = l[0] - l[1];
+        gp[s] = y[i];
+    }
+    check_close("rope backward vs finite differences", gp, fd, nprobe, 1e-4, 1e-4);
+    printf("%-4s rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld\n",
+           g_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
+           (long long)NKV, (long long)HS, (long long)pos0);
+    free(x), free(y), free(ry), free(W), free(fd), free(gp), free(xp);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* modes: dump cases for the PyTorch cross-check; timing                                      */
+
+static int write_f32(const char *dir, const char *name, int idx, const float *x, int64_t n) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s_%d.f32", dir, name, idx);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(x, sizeof(float), (size_t)n, f) != (size_t)n || fclose(f) != 0) {
+        perror(path);
+        return 0;
+    }
+    return 1;
+}
+
+/* Writes DIR/cases.txt (one line per case) and the tensors of each case as raw float32. */
+static int dump_cases(const char *dir) {
+    static const struct {
+        int64_t B, T, NH, NKV, HS;
+        int causal;
+        float p;
+        int64_t sample0, head0, NH_global, pos0;
+    } cases[] = {
+        {2, 37, 4, 4, 16, 1, 0.0f, 0, 0, 4, 0},   {2, 70, 4, 2, 16, 0, 0.0f, 0, 0, 4, 3},
+        {2, 70, 4, 1, 16, 1, 0.0f, 0, 0, 4, 0},   {1, 130, 6, 2, 64, 1, 0.0f, 0, 0, 6, 17},
+        {2, 45, 4, 2, 32, 1, 0.2f, 3, 2, 8, 0},   {1, 64, 2, 1, 16, 0, 0.5f, 0, 0, 2, 0},
+    };
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cases.txt", dir);
+    FILE *list = fopen(path, "w");
+    if (!list) {
+        perror(path);
+        return 1;
+    }
+    const float theta = 10000.0f;
+    for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        struct loom_attn a = make_attn(cases[c].B, cases[c].T, cases[c].NH, cases[c].NKV,
+                                       cases[c].HS, cases[c].causal, cases[c].p);
+        a.sample0 = cases[c].sample0;
+        a.head0 = cases[c].head0;
+        a.NH_global = cases[c].NH_global;
+        const int64_t B = a.B, T = a.T, NH = a.NH, R = row_len(&a), C = NH * a.HS;
+        float *x = ALLOCF(B * T * R), *qkv = ALLOCF(B * T * R), *dout = ALLOCF(B * T * C);
+        float *out = ALLOCF(B * T * C), *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(B * T * R);
+        fill_normal(x, B * T * R, 100 + (uint64_t)c, 1.0f);
+        fill_normal(dout, B * T * C, 200 + (uint64_t)c, 1.0f);
+        /* rope, then attention on the rotated qkv; the backward of the pair is attention
+         * backward followed by the inverse rotation of dqkv */
+        memcpy(qkv, x, (size_t)(B * T * R) * sizeof(float));
+        loom_op(g_be, rope, qkv, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta, 0);
+        run_fwd_bwd(&a, out, lse, dqkv, qkv, dout);
+        loom_op(g_be, rope, dqkv, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta, 1);
+        fprintf(list, "%d %lld %lld %lld %lld %lld %d %.9g %.9g %llu %llu %lld %lld %lld %lld %.9g\n",
+                c, (long long)B, (long long)T, (long long)NH, (long long)a.NKV, (long long)a.HS,
+                a.causal, (double)a.scale, (double)a.dropout_p, (unsigned long long)a.seed,
+                (unsigned long long)a.key, (long long)a.sample0, (long long)a.head0,
+                (long long)a.NH_global, (long long)cases[c].pos0, (double)theta);
+        int ok = write_f32(dir, "x", c, x, B * T * R) && write_f32(dir, "rope", c, qkv, B * T * R) &&
+                 write_f32(dir, "dout", c, dout, B * T * C) &&
+                 write_f32(dir, "out", c, out, B * T * C) &&
+                 write_f32(dir, "lse", c, lse, B * NH * T) && write_f32(dir, "dx", c, dqkv, B * T * R);
+        free(x), free(qkv), free(dout), free(out), free(lse), free(dqkv);
+        if (!ok) return 1;
+    }
+    return fclose(list) == 0 ? 0 : 1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int bench(int argc, char **argv) {
+    if (argc < 8) {
+        fprintf(stderr, "usage: test_attention bench B T NH NKV HS causal [iters] [dropout_p]\n");
+        return 2;
+    }
+    struct loom_attn a = make_attn(atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
+                                   atoll(argv[6]), atoi(argv[7]), argc > 9 ? (float)atof(argv[9]) : 0.0f);
+    int iters = argc > 8 ? atoi(argv[8]) : 10;
+    const int64_t B = a.B, T = a.T, NH = a.NH, R = row_len(&a), C = NH * a.HS;
+    float *qkv = ALLOCF(B * T * R), *dout = ALLOCF(B * T * C), *out = ALLOCF(B * T * C);
+    float *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(B * T * R);
+    fill_normal(qkv, B * T * R, 1, 1.0f);
+    fill_normal(dout, B * T * C, 2, 1.0f);
+    run_fwd_bwd(&a, out, lse, dqkv, qkv, dout); /* warm up */
+    double tf = 1e30, tb = 1e30;
+    for (int it = 0; it < iters; it++) {
+        double t0 = now_s();
+        loom_op(g_be, attention_forward, out, lse, qkv, &a);
+        double t1 = now_s();
+        loom_op(g_be, attention_backward, dqkv, dout, out, lse, qkv, &a);
+        double t2 = now_s();
+        if (t1 - t0 < tf) tf = t1 - t0;
+        if (t2 - t1 < tb) tb = t2 - t1;
+    }
+    double flops_f = 4.0 * (double)B * (double)NH * (double)T * (double)T * (double)a.HS;
+    if (a.causal) flops_f /= 2;
+    double flops_b = 2.5 * flops_f;
+    printf("threads %d  B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f (best of %d)\n",
+           g_be->num_threads, (long long)B, (long long)T, (long long)NH, (long long)a.NKV,
+           (long long)a.HS, a.causal ? "causal" : "bidirectional", (double)a.dropout_p, iters);
+    printf("forward   %8.2f ms  %7.1f GFLOP/s\n", tf * 1e3, flops_f / tf * 1e-9);
+    printf("backward  %8.2f ms  %7.1f GFLOP/s\n", tb * 1e3, flops_b / tb * 1e-9);
+    printf("fwd+bwd   %8.2f ms  %7.1f GFLOP/s\n", (tf + tb) * 1e3,
+           (flops_f + flops_b) / (tf + tb) * 1e-9);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (loom_backend_cpu_create(&g_be) != LOOM_OK) {
+        fprintf(stderr, "cannot create the cpu backend: %s\n", loom_last_error());
+        return 1;
+    }
+    int rc;
+    if (argc >= 3 && strcmp(argv[1], "dump") == 0) {
+        rc = dump_cases(argv[2]);
+    } else if (argc >= 2 && strcmp(argv[1], "bench") == 0) {
+        rc = bench(argc, argv);
+    } else if (argc >= 2) {
+        fprintf(stderr, "usage: test_attention [dump DIR | bench B T NH NKV HS causal [iters]]\n");
+        rc = 2;
+    } else {
+        /* layouts: MHA, GQA 2:1, MQA; awkward T (one partial block, several blocks), HS 16..64 */
+        test_vs_reference(2, 37, 4, 4, 16, 1, 0.0f);
+        test_vs_reference(2, 37, 4, 4, 16, 0, 0.0f);
+        test_vs_reference(2, 70, 4, 2, 16, 1, 0.0f);
+        test_vs_reference(2, 70, 4, 2, 16, 0, 0.0f);
+        test_vs_reference(2, 70, 4, 1, 16, 1, 0.0f);
+        test_vs_reference(1, 37, 4, 1, 16, 0, 0.0f);
+        test_vs_reference(1, 130, 2, 1, 64, 1, 0.0f);
+        test_vs_reference(1, 64, 3, 3, 12, 1, 0.0f);
+        test_vs_reference(2, 1, 2, 2, 8, 1, 0.0f);
+        test_vs_reference(1, 5, 2, 1, 8, 0, 0.0f);
+        /* dropout on the probabilities, against the reference with the same mask function */
+        test_vs_reference(2, 70, 4, 2, 16, 1, 0.3f);
+        test_vs_reference(1, 37, 2, 1, 16, 0, 0.5f);
+        test_finite_differences(1, 0.0f, 2, 1);
+        test_finite_differences(0, 0.0f, 2, 2);
+        test_finite_differences(1, 0.3f, 4, 2);
+        test_dropout_layout();
+        test_rope(2, 33, 4, 2, 16, 0);
+        test_rope(1, 20, 4, 1, 64, 1000);
+        test_rope(1, 9, 2, 2, 8, 5);
+        rc = g_failures ? 1 : 0;
+        if (g_failures) fprintf(stderr, "%d failure(s)\n", g_failures);
+    }
+    loom_backend_destroy(g_be);
+    return rc;
+}
