@@ -213,8 +213,8 @@ enum loom_status loom_atomic_rename_dir(const char *tmpdir, const char *destdir)
         goto done;
     }
     if (!S_ISDIR(st.st_mode)) {
-        s = loom_fail(LOOM_ERR_IO, "cannot replace %s with directory %s: %s is not a directory", dst,
-                      src, dst);
+        s = loom_fail(LOOM_ERR_IO, "cannot replace %s with directory %s: %s is not a directory",
+                      dst, src, dst);
         goto done;
     }
     /* destdir exists, so an aside copy with our name is a stale duplicate of an older one. */
@@ -284,7 +284,8 @@ static enum loom_status rm_at(int parent, const char *name, const char *path, in
         return loom_fail(LOOM_ERR_IO, "cannot remove %s: nested deeper than %d directories", path,
                          LOOM_RM_MAX_DEPTH);
     int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return loom_fail(LOOM_ERR_IO, "cannot open directory %s: %s", path, strerror(errno));
+    if (fd < 0)
+        return loom_fail(LOOM_ERR_IO, "cannot open directory %s: %s", path, strerror(errno));
     DIR *d = fdopendir(fd);
     if (!d) {
         int err = errno;
