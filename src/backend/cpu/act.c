@@ -1,14 +1,145 @@
-/* STUB: replaced by the real implementation. */
-#include "backend/cpu/cpu_ops.h"
+/* CPU activations: GELU (tanh approximation), SwiGLU, dropout.
+ *
+ * GELU:   y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+ *         written as y = x s with s = sigmoid(2u) (the same function, without the cancellation
+ *         of 1 + tanh(u) for negative x);  dy/dx = s + 2 x s (1 - s) du/dx,
+ *         du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+ * SwiGLU: inp row = [g (F) | u (F)], y = silu(g) u, silu(g) = g sigmoid(g)
+ *         dg = dy u sigmoid(g) (1 + g (1 - sigmoid(g))),  du = dy silu(g)
+ * Dropout: y = x keep / (1 - p); the keep decision of local element (b, t, c) is
+ *         loom_rng_keep(seed, key, ((sample0 + b) T_global + pos0 + t) C_global + feat0 + c, p),
+ *         so every parallel layout draws the same mask; backward applies the same mask to dy.
+ * Gradients of activations are assigned.
+ */
+#include <omp.h>
+#include <string.h>
 
-void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n) { (void)be; (void)out; (void)inp; (void)n; LOOM_ASSERT(!"not implemented"); }
+#include "backend/cpu/cpu_ops.h"
+#include "loom/rng.h"
+
+/* Below this many elements the ops run on one thread. */
+#define CPU_ACT_PAR_MIN 16384
+
+/* exp(x) in float, written so that loops over it vectorise (libm's expf does not without
+ * -ffast-math). x = k ln2 + r with |r| <= ln2/2; exp(r) by its Taylor series to degree 7
+ * (truncation below 1e-8 relative); 2^k through the exponent bits. 0 below -87.33 (where the
+ * result would be subnormal); the argument is clamped at 88.37 (just below FLT_MAX). */
+static inline float cpu_act_expf(float x) {
+    const float lo = -87.33f;
+    float xc = x < lo ? lo : x;
+    xc = xc > 88.37f ? 88.37f : xc;
+    const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float k = (xc * 1.44269504088896341f + shift) - shift;
+    float r = xc - k * 0.693145751953125f; /* ln2 split in a short high part and the rest */
+    r = r - k * 1.42860682030941723e-6f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)k + 127) << 23;
+    float s;
+    memcpy(&s, &bits, sizeof s);
+    return x < lo ? 0.0f : p * s;
+}
+
+#define CPU_GELU_A 0.7978845608028654f /* sqrt(2/pi) */
+#define CPU_GELU_B 0.044715f
+
+void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n) {
+    (void)be;
+#pragma omp parallel for simd schedule(static) if (n >= CPU_ACT_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = CPU_GELU_A * (x + CPU_GELU_B * x * x * x);
+        out[i] = x / (1.0f + cpu_act_expf(-2.0f * u));
+    }
+}
+
 void loom_cpu_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
-                            const float *inp, int64_t n) { (void)be; (void)dinp; (void)dout; (void)inp; (void)n; LOOM_ASSERT(!"not implemented"); }
+                            const float *inp, int64_t n) {
+    (void)be;
+#pragma omp parallel for simd schedule(static) if (n >= CPU_ACT_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = CPU_GELU_A * (x + CPU_GELU_B * x * x * x);
+        float du = CPU_GELU_A * (1.0f + 3.0f * CPU_GELU_B * x * x);
+        float s = 1.0f / (1.0f + cpu_act_expf(-2.0f * u));
+        dinp[i] = dout[i] * (s + 2.0f * x * s * (1.0f - s) * du);
+    }
+}
+
 void loom_cpu_swiglu_forward(struct loom_backend *be, float *out, const float *inp, int64_t N,
-                             int64_t F) { (void)be; (void)out; (void)inp; (void)N; (void)F; LOOM_ASSERT(!"not implemented"); }
+                             int64_t F) {
+    (void)be;
+#pragma omp parallel for schedule(static) if (N * F >= CPU_ACT_PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        const float *restrict g = inp + i * 2 * F;
+        const float *restrict u = g + F;
+        float *restrict o = out + i * F;
+#pragma omp simd
+        for (int64_t j = 0; j < F; j++) o[j] = g[j] / (1.0f + cpu_act_expf(-g[j])) * u[j];
+    }
+}
+
 void loom_cpu_swiglu_backward(struct loom_backend *be, float *dinp, const float *dout,
-                              const float *inp, int64_t N, int64_t F) { (void)be; (void)dinp; (void)dout; (void)inp; (void)N; (void)F; LOOM_ASSERT(!"not implemented"); }
+                              const float *inp, int64_t N, int64_t F) {
+    (void)be;
+#pragma omp parallel for schedule(static) if (N * F >= CPU_ACT_PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        const float *restrict g = inp + i * 2 * F;
+        const float *restrict u = g + F;
+        const float *restrict dy = dout + i * F;
+        float *restrict dg = dinp + i * 2 * F;
+        float *restrict du = dg + F;
+#pragma omp simd
+        for (int64_t j = 0; j < F; j++) {
+            float s = 1.0f / (1.0f + cpu_act_expf(-g[j]));
+            float silu = g[j] * s;
+            dg[j] = dy[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
+            du[j] = dy[j] * silu;
+        }
+    }
+}
+
+/* y = x * mask / (1 - p) over a local [B,T,C] block; y may alias x. */
+static void cpu_dropout_apply(float *y, const float *x, int64_t B, int64_t T, int64_t C,
+                              const struct loom_dropout *d) {
+    const int64_t N = B * T;
+    if (d->p <= 0.0f) {
+        if (y != x) memmove(y, x, (size_t)(N * C) * sizeof *y);
+        return;
+    }
+    if (d->p >= 1.0f) {
+        memset(y, 0, (size_t)(N * C) * sizeof *y);
+        return;
+    }
+    const float p = d->p, scale = 1.0f / (1.0f - p);
+    const uint64_t seed = d->seed, key = d->key;
+#pragma omp parallel for schedule(static) if (N * C >= 4096)
+    for (int64_t i = 0; i < N; i++) {
+        const int64_t bi = i / T, t = i % T;
+        const uint64_t base =
+            (uint64_t)(((d->sample0 + bi) * d->T_global + d->pos0 + t) * d->C_global + d->feat0);
+        const float *xr = x + i * C;
+        float *yr = y + i * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++)
+            yr[c] = loom_rng_keep(seed, key, base + (uint64_t)c, p) ? xr[c] * scale : 0.0f;
+    }
+}
+
 void loom_cpu_dropout_forward(struct loom_backend *be, float *out, const float *inp, int64_t B,
-                              int64_t T, int64_t C, const struct loom_dropout *d) { (void)be; (void)out; (void)inp; (void)B; (void)T; (void)C; (void)d; LOOM_ASSERT(!"not implemented"); }
+                              int64_t T, int64_t C, const struct loom_dropout *d) {
+    (void)be;
+    cpu_dropout_apply(out, inp, B, T, C, d);
+}
+
 void loom_cpu_dropout_backward(struct loom_backend *be, float *dinp, const float *dout, int64_t B,
-                               int64_t T, int64_t C, const struct loom_dropout *d) { (void)be; (void)dinp; (void)dout; (void)B; (void)T; (void)C; (void)d; LOOM_ASSERT(!"not implemented"); }
+                               int64_t T, int64_t C, const struct loom_dropout *d) {
+    (void)be;
+    cpu_dropout_apply(dinp, dout, B, T, C, d);
+}

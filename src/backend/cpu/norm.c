@@ -1,14 +1,166 @@
-/* STUB: replaced by the real implementation. */
+/* CPU LayerNorm and RMSNorm over the last dimension: N rows of C.
+ *
+ * LayerNorm: xhat = (x - mean) * rstd, rstd = 1/sqrt(var + eps), out = xhat * w + b
+ *   dxhat = dout * w
+ *   dx   += rstd * (dxhat - mean_c(dxhat) - xhat * mean_c(dxhat * xhat))
+ *   dw   += sum_rows dout * xhat;  db += sum_rows dout
+ * RMSNorm: xhat = x * rstd, rstd = 1/sqrt(mean_c(x^2) + eps), out = xhat * w
+ *   dx   += rstd * (dxhat - xhat * mean_c(dxhat * xhat));  dw += sum_rows dout * xhat
+ * dx accumulates because a norm's input is the residual stream, whose gradient also flows
+ * around the norm.
+ *
+ * Row statistics are summed in double (a residual stream can carry a large mean next to a small
+ * spread). Rows are split over threads in static contiguous ranges; dw/db are summed per thread
+ * in double and the thread sums are added in thread order, so results are bit-identical run to
+ * run for a given thread count.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
 #include "backend/cpu/cpu_ops.h"
+
+/* Below this many elements the ops run on one thread. */
+#define CPU_NORM_PAR_MIN 16384
 
 void loom_cpu_layernorm_forward(struct loom_backend *be, float *out, float *mean, float *rstd,
                                 const float *inp, const float *w, const float *b, int64_t N,
-                                int64_t C, float eps) { (void)be; (void)out; (void)mean; (void)rstd; (void)inp; (void)w; (void)b; (void)N; (void)C; (void)eps; LOOM_ASSERT(!"not implemented"); }
+                                int64_t C, float eps) {
+    (void)be;
+#pragma omp parallel for schedule(static) if (N * C >= CPU_NORM_PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        const float *restrict x = inp + i * C;
+        float *restrict o = out + i * C;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t c = 0; c < C; c++) s += x[c];
+        const double md = s / (double)C;
+        const float m = (float)md;
+        double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < C; c++) {
+            double d = (double)x[c] - md;
+            ss += d * d;
+        }
+        const float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+        if (b) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c];
+        }
+        if (mean) mean[i] = m;
+        if (rstd) rstd[i] = r;
+    }
+}
+
+/* Adds the per-thread sums part[t][0..len) (t < nt, rows of stride `stride`) to dst, in thread
+ * order, in parallel over the columns. */
+static void cpu_norm_reduce(float *dst, const double *part, int nt, int64_t stride, int64_t len) {
+#pragma omp parallel for schedule(static) if (len * nt >= CPU_NORM_PAR_MIN)
+    for (int64_t c = 0; c < len; c++) {
+        double s = 0.0;
+        for (int t = 0; t < nt; t++) s += part[t * stride + c];
+        dst[c] += (float)s;
+    }
+}
+
 void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
                                  const float *dout, const float *inp, const float *w,
-                                 const float *mean, const float *rstd, int64_t N, int64_t C) { (void)be; (void)dinp; (void)dw; (void)db; (void)dout; (void)inp; (void)w; (void)mean; (void)rstd; (void)N; (void)C; LOOM_ASSERT(!"not implemented"); }
+                                 const float *mean, const float *rstd, int64_t N, int64_t C) {
+    (void)be;
+    if (N <= 0 || C <= 0) return;
+    const int maxt = N * C >= CPU_NORM_PAR_MIN ? omp_get_max_threads() : 1;
+    /* per thread: dw sums [C] then db sums [C] */
+    double *part = calloc((size_t)maxt * 2 * (size_t)C, sizeof *part);
+    LOOM_ASSERT(part != NULL);
+    int used = 1;
+#pragma omp parallel num_threads(maxt)
+    {
+        const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#pragma omp single
+        used = nt;
+        const int64_t r0 = N * id / nt, r1 = N * (id + 1) / nt;
+        double *restrict pw = part + (size_t)id * 2 * (size_t)C;
+        double *restrict pb = pw + C;
+        for (int64_t i = r0; i < r1; i++) {
+            const float *restrict x = inp + i * C;
+            const float *restrict g = dout + i * C;
+            float *restrict dx = dinp + i * C;
+            const float m = mean[i], r = rstd[i];
+            double sg = 0.0, sgx = 0.0;
+#pragma omp simd reduction(+ : sg, sgx)
+            for (int64_t c = 0; c < C; c++) {
+                float gw = g[c] * w[c];
+                sg += gw;
+                sgx += gw * ((x[c] - m) * r);
+            }
+            const float a = (float)(sg / (double)C), bx = (float)(sgx / (double)C);
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) {
+                float xh = (x[c] - m) * r;
+                dx[c] += r * (g[c] * w[c] - a - xh * bx);
+                pw[c] += (double)(g[c] * xh);
+                pb[c] += (double)g[c];
+            }
+        }
+    }
+    cpu_norm_reduce(dw, part, used, 2 * C, C);
+    if (db) cpu_norm_reduce(db, part + C, used, 2 * C, C);
+    free(part);
+}
+
 void loom_cpu_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, const float *inp,
-                              const float *w, int64_t N, int64_t C, float eps) { (void)be; (void)out; (void)rstd; (void)inp; (void)w; (void)N; (void)C; (void)eps; LOOM_ASSERT(!"not implemented"); }
+                              const float *w, int64_t N, int64_t C, float eps) {
+    (void)be;
+#pragma omp parallel for schedule(static) if (N * C >= CPU_NORM_PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        const float *restrict x = inp + i * C;
+        float *restrict o = out + i * C;
+        double ss = 0.0;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < C; c++) ss += (double)x[c] * (double)x[c];
+        const float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+        if (rstd) rstd[i] = r;
+    }
+}
+
 void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const float *dout,
                                const float *inp, const float *w, const float *rstd, int64_t N,
-                               int64_t C) { (void)be; (void)dinp; (void)dw; (void)dout; (void)inp; (void)w; (void)rstd; (void)N; (void)C; LOOM_ASSERT(!"not implemented"); }
+                               int64_t C) {
+    (void)be;
+    if (N <= 0 || C <= 0) return;
+    const int maxt = N * C >= CPU_NORM_PAR_MIN ? omp_get_max_threads() : 1;
+    double *part = calloc((size_t)maxt * (size_t)C, sizeof *part);
+    LOOM_ASSERT(part != NULL);
+    int used = 1;
+#pragma omp parallel num_threads(maxt)
+    {
+        const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#pragma omp single
+        used = nt;
+        const int64_t r0 = N * id / nt, r1 = N * (id + 1) / nt;
+        double *restrict pw = part + (size_t)id * (size_t)C;
+        for (int64_t i = r0; i < r1; i++) {
+            const float *restrict x = inp + i * C;
+            const float *restrict g = dout + i * C;
+            float *restrict dx = dinp + i * C;
+            const float r = rstd[i];
+            double sgx = 0.0;
+#pragma omp simd reduction(+ : sgx)
+            for (int64_t c = 0; c < C; c++) sgx += (g[c] * w[c]) * (x[c] * r);
+            const float bx = (float)(sgx / (double)C);
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) {
+                float xh = x[c] * r;
+                dx[c] += r * (g[c] * w[c] - xh * bx);
+                pw[c] += (double)(g[c] * xh);
+            }
+        }
+    }
+    cpu_norm_reduce(dw, part, used, C, C);
+    free(part);
+}
