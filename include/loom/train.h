@@ -47,6 +47,12 @@ struct loom_sample_source {
 enum loom_status loom_mock_source(struct loom_sample_source *s, int64_t vocab, int64_t T,
                                   uint64_t seed, int split);
 
+/* Samples of one split of --data-path (Megatron GPT dataset semantics, see loom/data.h).
+ * `split` is an enum loom_split; tokens outside [0, vocab) are an error naming the dataset. */
+enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *data_path,
+                                      const char *split_weights, int split, int64_t T,
+                                      int64_t num_samples, uint64_t seed, int64_t vocab);
+
 /* Run training; returns LOOM_OK or an error with its message recorded. */
 enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char ***argv);
 

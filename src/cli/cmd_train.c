@@ -1,4 +1,261 @@
-/* STUB: replaced by the real implementation. */
+/* `loom train`: Megatron-LM flag names -> struct loom_train_config -> loom_train_run. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/commands.h"
-int loom_cmd_train(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "loom: error: train is not implemented yet\n"); return 1; }
+#include "loom/args.h"
+#include "loom/ckpt.h"
+#include "loom/comm.h"
+#include "loom/log.h"
+#include "loom/train.h"
+
+struct train_flags {
+    int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
+    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel;
+    const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
+        *metrics, *comm, *tokenizer_type, *vocab_file, *merge_file;
+    double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
+        clip, init_std, peak;
+    int64_t micro, global, iters, warmup, decay_iters, seed, save_interval, eval_interval,
+        eval_iters, log_interval, tp, pp, vpp_layers;
+};
+
+#define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Architecture flags that a checkpoint fixes. */
+struct arch_check {
+    const char *flag;
+    int64_t *flag_value;
+    int64_t ckpt_value;
+};
+
+static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflags,
+                                              struct train_flags *f, const char *load) {
+    struct loom_gpt_config saved;
+    struct loom_train_state st;
+    int has_optim;
+    LOOM_CHECK(loom_ckpt_read_meta(load, &saved, &st, &has_optim));
+    int64_t gqa = saved.query_groups != saved.heads;
+    struct arch_check ints[] = {
+        {"--num-layers", &f->num_layers, saved.num_layers},
+        {"--hidden-size", &f->hidden, saved.hidden},
+        {"--num-attention-heads", &f->heads, saved.heads},
+        {"--num-query-groups", &f->query_groups, gqa ? saved.query_groups : 0},
+        {"--ffn-hidden-size", &f->ffn, saved.ffn_hidden},
+        {"--max-position-embeddings", &f->max_pos, saved.max_positions},
+        {"--vocab-size", &f->vocab, saved.vocab_size},
+        {"--make-vocab-size-divisible-by", &f->divisible, saved.divisible_by},
+    };
+    for (int i = 0; i < NFLAGS(ints); i++) {
+        struct loom_flag *fl = loom_flags_find(flags, nflags, ints[i].flag);
+        if (fl->given && *ints[i].flag_value != ints[i].ckpt_value)
+            return loom_fail(LOOM_ERR_INVALID_ARG, "%s %lld contradicts the checkpoint %s (%lld); "
+                             "leave it out to use the checkpoint's value", ints[i].flag,
+                             (long long)*ints[i].flag_value, load, (long long)ints[i].ckpt_value);
+        *ints[i].flag_value = ints[i].ckpt_value;
+    }
+    struct {
+        const char *flag;
+        int *value;
+        int ckpt;
+    } bools[] = {
+        {"--swiglu", &f->swiglu, saved.swiglu},
+        {"--disable-bias-linear", &f->disable_bias, !saved.bias},
+        {"--untie-embeddings-and-output-weights", &f->untie, saved.untie},
+    };
+    for (int i = 0; i < NFLAGS(bools); i++) {
+        struct loom_flag *fl = loom_flags_find(flags, nflags, bools[i].flag);
+        if (fl->given && *bools[i].value != bools[i].ckpt)
+            return loom_fail(LOOM_ERR_INVALID_ARG, "%s contradicts the checkpoint %s, which was "
+                             "trained without it", bools[i].flag, load);
+        *bools[i].value = bools[i].ckpt;
+    }
+    const char *norm = saved.norm == LOOM_NORM_RMSNORM ? "RMSNorm" : "LayerNorm";
+    const char *pos = saved.posemb == LOOM_POSEMB_ROPE ? "rope"
+                      : saved.posemb == LOOM_POSEMB_NONE ? "none" : "learned_absolute";
+    struct loom_flag *fn = loom_flags_find(flags, nflags, "--normalization");
+    if (fn->given && strcmp(f->normalization, norm) != 0)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--normalization %s contradicts the checkpoint %s "
+                         "(%s)", f->normalization, load, norm);
+    struct loom_flag *fp = loom_flags_find(flags, nflags, "--position-embedding-type");
+    if (fp->given && strcmp(f->posemb, pos) != 0)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--position-embedding-type %s contradicts the "
+                         "checkpoint %s (%s)", f->posemb, load, pos);
+    f->normalization = norm;
+    f->posemb = pos;
+    f->gqa = gqa;
+    f->norm_eps = saved.norm_eps;
+    f->rope_base = saved.rope_theta;
+    /* --seq-length may change (fine-tuning at another length) but learned positions must cover it */
+    return LOOM_OK;
+}
+
+int loom_cmd_train(int argc, char **argv) {
+    struct train_flags f = {
+        .num_layers = 12, .hidden = 768, .heads = 12, .query_groups = 0, .ffn = 0, .seq = 1024,
+        .max_pos = 0, .vocab = 0, .divisible = 128,
+        .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear",
+        .device = "cpu", .split = "969,30,1", .comm = "auto", .tokenizer_type = "GPT2BPETokenizer",
+        .norm_eps = 1e-5, .rope_base = 10000, .hidden_dropout = 0.1, .attention_dropout = 0.1,
+        .lr = 1e-4, .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0,
+        .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
+        .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
+        .log_interval = 100, .tp = 1, .pp = 1,
+    };
+    struct loom_flag flags[] = {
+        {"--num-layers", LOOM_FLAG_INT, &f.num_layers, "decoder layers", NULL, 0},
+        {"--hidden-size", LOOM_FLAG_INT, &f.hidden, "hidden size", NULL, 0},
+        {"--num-attention-heads", LOOM_FLAG_INT, &f.heads, "attention heads", NULL, 0},
+        {"--group-query-attention", LOOM_FLAG_BOOL, &f.gqa, "grouped-query attention", NULL, 0},
+        {"--num-query-groups", LOOM_FLAG_INT, &f.query_groups, "key/value groups with --group-query-attention (0 = heads)", NULL, 0},
+        {"--ffn-hidden-size", LOOM_FLAG_INT, &f.ffn, "MLP hidden size (0 = 4 x hidden)", NULL, 0},
+        {"--seq-length", LOOM_FLAG_INT, &f.seq, "sequence length", NULL, 0},
+        {"--max-position-embeddings", LOOM_FLAG_INT, &f.max_pos, "learned position rows (0 = seq length)", NULL, 0},
+        {"--vocab-size", LOOM_FLAG_INT, &f.vocab, "vocabulary size (0 = from --vocab-file, or 50257)", NULL, 0},
+        {"--make-vocab-size-divisible-by", LOOM_FLAG_INT, &f.divisible, "pad the vocabulary to a multiple of this x TP", NULL, 0},
+        {"--normalization", LOOM_FLAG_CHOICE, &f.normalization, "norm layer", "LayerNorm|RMSNorm", 0},
+        {"--norm-epsilon", LOOM_FLAG_FLOAT, &f.norm_eps, "norm epsilon", NULL, 0},
+        {"--swiglu", LOOM_FLAG_BOOL, &f.swiglu, "SwiGLU MLP instead of GELU", NULL, 0},
+        {"--position-embedding-type", LOOM_FLAG_CHOICE, &f.posemb, "position embedding", "learned_absolute|rope|none", 0},
+        {"--rotary-base", LOOM_FLAG_FLOAT, &f.rope_base, "rotary base theta", NULL, 0},
+        {"--disable-bias-linear", LOOM_FLAG_BOOL, &f.disable_bias, "no biases in linear layers", NULL, 0},
+        {"--untie-embeddings-and-output-weights", LOOM_FLAG_BOOL, &f.untie, "separate output layer", NULL, 0},
+        {"--hidden-dropout", LOOM_FLAG_FLOAT, &f.hidden_dropout, "dropout on hidden states", NULL, 0},
+        {"--attention-dropout", LOOM_FLAG_FLOAT, &f.attention_dropout, "dropout on attention probabilities", NULL, 0},
+        {"--init-method-std", LOOM_FLAG_FLOAT, &f.init_std, "std of the normal initialisation", NULL, 0},
+        {"--micro-batch-size", LOOM_FLAG_INT, &f.micro, "samples per micro-batch", NULL, 0},
+        {"--global-batch-size", LOOM_FLAG_INT, &f.global, "samples per iteration (0 = micro x DP)", NULL, 0},
+        {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (required)", NULL, 0},
+        {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
+        {"--min-lr", LOOM_FLAG_FLOAT, &f.min_lr, "final learning rate", NULL, 0},
+        {"--lr-decay-style", LOOM_FLAG_CHOICE, &f.decay_style, "decay after warmup", "constant|linear|cosine", 0},
+        {"--lr-warmup-iters", LOOM_FLAG_INT, &f.warmup, "linear warmup iterations", NULL, 0},
+        {"--lr-decay-iters", LOOM_FLAG_INT, &f.decay_iters, "decay ends here (0 = --train-iters)", NULL, 0},
+        {"--weight-decay", LOOM_FLAG_FLOAT, &f.wd, "AdamW weight decay (matrices only)", NULL, 0},
+        {"--adam-beta1", LOOM_FLAG_FLOAT, &f.b1, "AdamW beta1", NULL, 0},
+        {"--adam-beta2", LOOM_FLAG_FLOAT, &f.b2, "AdamW beta2", NULL, 0},
+        {"--adam-eps", LOOM_FLAG_FLOAT, &f.eps, "AdamW epsilon", NULL, 0},
+        {"--clip-grad", LOOM_FLAG_FLOAT, &f.clip, "global gradient-norm clip (0 = off)", NULL, 0},
+        {"--seed", LOOM_FLAG_INT, &f.seed, "seed of every random number", NULL, 0},
+        {"--mock-data", LOOM_FLAG_BOOL, &f.mock, "synthetic data", NULL, 0},
+        {"--data-path", LOOM_FLAG_LIST, &f.data_path, "PREFIX or W1 PREFIX1 W2 PREFIX2 ...", NULL, 0},
+        {"--split", LOOM_FLAG_STR, &f.split, "train,valid,test document weights", NULL, 0},
+        {"--tokenizer-type", LOOM_FLAG_CHOICE, &f.tokenizer_type, "tokenizer (for the vocabulary size)", "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase", 0},
+        {"--vocab-file", LOOM_FLAG_STR, &f.vocab_file, "tokenizer vocabulary", NULL, 0},
+        {"--merge-file", LOOM_FLAG_STR, &f.merge_file, "GPT-2 merges", NULL, 0},
+        {"--save", LOOM_FLAG_STR, &f.save, "checkpoint directory to save to", NULL, 0},
+        {"--load", LOOM_FLAG_STR, &f.load, "checkpoint directory to resume from", NULL, 0},
+        {"--save-interval", LOOM_FLAG_INT, &f.save_interval, "save every N iterations (0 = at the end only)", NULL, 0},
+        {"--finetune", LOOM_FLAG_BOOL, &f.finetune, "load weights only; reset iteration and optimizer", NULL, 0},
+        {"--no-load-optim", LOOM_FLAG_BOOL, &f.no_load_optim, "do not load the optimizer state", NULL, 0},
+        {"--eval-interval", LOOM_FLAG_INT, &f.eval_interval, "validate every N iterations", NULL, 0},
+        {"--eval-iters", LOOM_FLAG_INT, &f.eval_iters, "validation batches", NULL, 0},
+        {"--log-interval", LOOM_FLAG_INT, &f.log_interval, "log every N iterations", NULL, 0},
+        {"--metrics-file", LOOM_FLAG_STR, &f.metrics, "JSON lines, one object per logged iteration", NULL, 0},
+        {"--tensor-model-parallel-size", LOOM_FLAG_INT, &f.tp, "tensor-parallel ranks", NULL, 0},
+        {"--pipeline-model-parallel-size", LOOM_FLAG_INT, &f.pp, "pipeline stages", NULL, 0},
+        {"--num-layers-per-virtual-pipeline-stage", LOOM_FLAG_INT, &f.vpp_layers, "interleaved schedule (0 = off)", NULL, 0},
+        {"--sequence-parallel", LOOM_FLAG_BOOL, &f.sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
+        {"--device", LOOM_FLAG_CHOICE, &f.device, "compute device", "cpu|cuda", 0},
+        {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun)", "auto|self|mpi", 0},
+        {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
+    };
+    int help;
+    enum loom_status s = loom_flags_parse(flags, NFLAGS(flags), argc, argv, 2, &help);
+    if (s == LOOM_OK && help) {
+        loom_flags_print_help("usage: loom train [flags]", flags, NFLAGS(flags));
+        return 0;
+    }
+#define FAIL(...) do { s = loom_fail(LOOM_ERR_INVALID_ARG, __VA_ARGS__); goto out; } while (0)
+    if (s != LOOM_OK) goto out;
+    if (f.iters <= 0) FAIL("--train-iters must be given and positive");
+    if (f.load && (s = apply_checkpoint_arch(flags, NFLAGS(flags), &f, f.load)) != LOOM_OK) goto out;
+    /* VOCAB_FROM_TOKENIZER */
+    if (f.vocab == 0) f.vocab = 50257;
+    if (!f.mock && !f.data_path) FAIL("give --data-path PREFIX or --mock-data");
+    if (f.mock && f.data_path) FAIL("--mock-data and --data-path exclude each other");
+    if (f.query_groups && !f.gqa) FAIL("--num-query-groups needs --group-query-attention");
+    if (f.log_interval < 1) FAIL("--log-interval must be at least 1");
+    if (f.eval_iters < 0 || f.eval_interval < 0) FAIL("--eval-iters and --eval-interval must be >= 0");
+    if (f.save_interval < 0) FAIL("--save-interval must be >= 0");
+    if (!(f.lr >= 0) || !(f.min_lr >= 0) || f.min_lr > f.lr) FAIL("need 0 <= --min-lr <= --lr");
+    if (f.warmup < 0) FAIL("--lr-warmup-iters must be >= 0");
+    if (f.b1 < 0 || f.b1 >= 1 || f.b2 < 0 || f.b2 >= 1) FAIL("--adam-beta1/--adam-beta2 must be in [0, 1)");
+    if (!(f.eps > 0)) FAIL("--adam-eps must be positive");
+    if (f.clip < 0) FAIL("--clip-grad must be >= 0");
+    if (f.tp < 1 || f.pp < 1) FAIL("parallel sizes must be at least 1");
+
+    struct loom_train_config c;
+    memset(&c, 0, sizeof c);
+    loom_gpt_config_default(&c.model);
+    c.model.num_layers = f.num_layers;
+    c.model.hidden = f.hidden;
+    c.model.heads = f.heads;
+    c.model.query_groups = f.gqa ? f.query_groups : 0;
+    c.model.ffn_hidden = f.ffn;
+    c.model.seq_length = f.seq;
+    c.model.max_positions = f.max_pos;
+    c.model.vocab_size = f.vocab;
+    c.model.divisible_by = f.divisible;
+    c.model.norm = strcmp(f.normalization, "RMSNorm") == 0 ? LOOM_NORM_RMSNORM : LOOM_NORM_LAYERNORM;
+    c.model.norm_eps = f.norm_eps;
+    c.model.swiglu = f.swiglu;
+    c.model.posemb = strcmp(f.posemb, "rope") == 0   ? LOOM_POSEMB_ROPE
+                     : strcmp(f.posemb, "none") == 0 ? LOOM_POSEMB_NONE
+                                                     : LOOM_POSEMB_LEARNED;
+    c.model.rope_theta = f.rope_base;
+    c.model.bias = !f.disable_bias;
+    c.model.untie = f.untie;
+    c.model.hidden_dropout = f.hidden_dropout;
+    c.model.attention_dropout = f.attention_dropout;
+    c.model.init_std = f.init_std;
+    c.tp = f.tp;
+    c.pp = f.pp;
+    c.vpp_layers = f.vpp_layers;
+    c.sequence_parallel = f.sequence_parallel;
+    c.micro_batch = f.micro;
+    c.global_batch = f.global;
+    c.train_iters = f.iters;
+    c.lr.max_lr = f.lr;
+    c.lr.min_lr = f.min_lr;
+    c.lr.warmup_iters = f.warmup;
+    c.lr.decay_iters = f.decay_iters;
+    c.lr.style = strcmp(f.decay_style, "constant") == 0 ? LOOM_LR_CONSTANT
+                 : strcmp(f.decay_style, "cosine") == 0 ? LOOM_LR_COSINE
+                                                        : LOOM_LR_LINEAR;
+    c.weight_decay = f.wd;
+    c.beta1 = f.b1;
+    c.beta2 = f.b2;
+    c.adam_eps = f.eps;
+    c.clip_grad = f.clip;
+    c.seed = (uint64_t)f.seed;
+    c.mock_data = f.mock;
+    c.data_path = f.data_path;
+    c.split = f.split;
+    c.eval_interval = f.eval_interval;
+    c.eval_iters = f.eval_iters;
+    c.log_interval = f.log_interval;
+    c.metrics_file = f.metrics;
+    c.peak_tflops = f.peak;
+    c.save = f.save;
+    c.load = f.load;
+    c.save_interval = f.save_interval;
+    c.finetune = f.finetune;
+    c.no_load_optim = f.no_load_optim;
+    c.device = f.device;
+    c.comm = f.comm;
+    /* validate the model before any work (the trainer re-checks against the layout) */
+    {
+        struct loom_gpt_config probe = c.model;
+        if ((s = loom_gpt_config_finalize(&probe, (int)c.tp, (int)c.pp)) != LOOM_OK) goto out;
+    }
+    s = loom_train_run(&c, &argc, &argv);
+out:
+    /* a user's mistake is found alike by every rank: rank 0 reports it, all exit 1; any other
+     * failure may be one rank's alone: it reports and ends the whole job */
+    if (s != LOOM_OK) loom_comm_exit_error(1, s == LOOM_ERR_INVALID_ARG);
+    loom_comm_finalize();
+    return 0;
+#undef FAIL
+}

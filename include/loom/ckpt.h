@@ -1,0 +1,33 @@
+/* Checkpoints: a directory holding model.safetensors (parameters, full logical tensors, so any
+ * parallel layout can load them), optim.safetensors (AdamW moments, same names) and meta.json
+ * (model configuration, iteration, consumed samples, seed, optimizer step). Written to a
+ * temporary directory and renamed into place; `latest` names the newest complete checkpoint. */
+#ifndef LOOM_CKPT_H
+#define LOOM_CKPT_H
+
+#include <stdint.h>
+
+#include "loom/model.h"
+#include "loom/optim.h"
+
+struct loom_train_state {
+    int64_t iteration;        /* completed iterations */
+    int64_t consumed_samples; /* training samples consumed */
+    uint64_t seed;
+};
+
+/* Save under ROOT/iter_NNNNNNN and point ROOT/latest at it. Collective over the world. */
+enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, const struct loom_adamw *opt,
+                                const struct loom_train_state *st);
+/* Read the model configuration and state stored under ROOT (latest, or ROOT itself if it holds
+ * meta.json). */
+enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,
+                                     struct loom_train_state *st, int *has_optim);
+/* Load parameters (and the optimizer state when opt is non-NULL). Collective over the world. */
+enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loom_adamw *opt);
+
+/* meta.json for a model (st may be NULL: a converted checkpoint with no training state). */
+enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom_gpt_config *c,
+                                             const struct loom_train_state *st, int64_t optim_step);
+
+#endif

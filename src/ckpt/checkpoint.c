@@ -1,0 +1,396 @@
+/* Layout-independent checkpoints.
+ *
+ *   ROOT/latest_checkpointed_iteration.txt   "N" (Megatron's name), written last, atomically
+ *   ROOT/iter_NNNNNNN/model.safetensors       every parameter as its full logical tensor
+ *   ROOT/iter_NNNNNNN/optim.safetensors       AdamW moments: exp_avg.<name>, exp_avg_sq.<name>
+ *   ROOT/iter_NNNNNNN/meta.json               model configuration and training state
+ *
+ * Saving: world rank 0 assembles each full tensor from the tensor-parallel slices of the ranks
+ * that hold it (data-parallel rank 0 of the owning pipeline stage) and writes the files into a
+ * temporary directory that is renamed into place; the pointer file is updated only then.
+ * Loading: every rank reads the files and keeps its own slice, so a checkpoint saved under one
+ * (TP, PP, DP) loads under any other.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "loom/ckpt.h"
+#include "loom/comm.h"
+#include "loom/fileio.h"
+#include "loom/safetensors.h"
+#include "models/gpt_internal.h"
+
+#define LATEST_FILE "latest_checkpointed_iteration.txt"
+#define FORMAT_VERSION 1
+
+/* ---- which ranks hold a parameter ---- */
+static int param_stage(const struct loom_gpt *m, const struct loom_param *p) {
+    int pp = loom_pp_size(m->par);
+    if (p->layer >= 0) {
+        int vpp = m->par->vpp > 0 ? m->par->vpp : 1;
+        int64_t chunk_layers = m->cfg.num_layers / ((int64_t)pp * vpp);
+        return (int)((p->layer / chunk_layers) % pp);
+    }
+    return strncmp(p->name, "embedding.", 10) == 0 ? 0 : pp - 1;
+}
+
+static int holder_rank(const struct loom_gpt *m, const struct loom_param *p, int tp_rank) {
+    int coords[LOOM_PDIM_COUNT] = {0};
+    coords[LOOM_PDIM_TP] = tp_rank;
+    coords[LOOM_PDIM_PP] = param_stage(m, p);
+    return loom_coords_to_rank(coords, m->par->size);
+}
+
+/* Assemble the full tensor of `p` from `src` (a flat device buffer laid out like the parameters)
+ * on world rank 0 (into full, which only rank 0 needs). */
+static enum loom_status gather_full(struct loom_gpt *m, const struct loom_param *p,
+                                    const float *src, float *full, float *slice) {
+    struct loom_parallel *par = m->par;
+    int tp = loom_tp_size(par);
+    int64_t ln = p->local_shape[0] * p->local_shape[1];
+    for (int t = 0; t < tp; t++) {
+        int holder = holder_rank(m, p, t);
+        if (par->rank == holder && holder != 0) {
+            m->be->ops->to_host(m->be, slice, src + p->offset, (size_t)ln * sizeof(float));
+            LOOM_CHECK(loom_comm_send(par->world, slice, ln, LOOM_DTYPE_F32, 0, 7001));
+        }
+        if (par->rank == 0) {
+            if (holder == 0)
+                m->be->ops->to_host(m->be, slice, src + p->offset, (size_t)ln * sizeof(float));
+            else
+                LOOM_CHECK(loom_comm_recv(par->world, slice, ln, LOOM_DTYPE_F32, holder, 7001));
+            for (int64_t i = 0; i < ln; i++) full[loom_param_global_index(p, t, tp, i)] = slice[i];
+        }
+    }
+    return LOOM_OK;
+}
+
+static char *config_json(const struct loom_gpt_config *c, const struct loom_train_state *st,
+                         int64_t optim_step) {
+    json_t *o = json_object();
+    json_object_set_new(o, "format", json_string("loom-gpt"));
+    json_object_set_new(o, "format_version", json_integer(FORMAT_VERSION));
+    json_t *mc = json_object();
+    json_object_set_new(mc, "num_layers", json_integer(c->num_layers));
+    json_object_set_new(mc, "hidden_size", json_integer(c->hidden));
+    json_object_set_new(mc, "num_attention_heads", json_integer(c->heads));
+    json_object_set_new(mc, "num_query_groups", json_integer(c->query_groups));
+    json_object_set_new(mc, "ffn_hidden_size", json_integer(c->ffn_hidden));
+    json_object_set_new(mc, "seq_length", json_integer(c->seq_length));
+    json_object_set_new(mc, "max_position_embeddings", json_integer(c->max_positions));
+    json_object_set_new(mc, "vocab_size", json_integer(c->vocab_size));
+    json_object_set_new(mc, "padded_vocab_size", json_integer(c->padded_vocab));
+    json_object_set_new(mc, "make_vocab_size_divisible_by", json_integer(c->divisible_by));
+    json_object_set_new(mc, "normalization",
+                        json_string(c->norm == LOOM_NORM_RMSNORM ? "RMSNorm" : "LayerNorm"));
+    json_object_set_new(mc, "norm_epsilon", json_real(c->norm_eps));
+    json_object_set_new(mc, "swiglu", json_boolean(c->swiglu));
+    json_object_set_new(mc, "position_embedding_type",
+                        json_string(c->posemb == LOOM_POSEMB_ROPE   ? "rope"
+                                    : c->posemb == LOOM_POSEMB_NONE ? "none"
+                                                                    : "learned_absolute"));
+    json_object_set_new(mc, "rotary_base", json_real(c->rope_theta));
+    json_object_set_new(mc, "add_bias_linear", json_boolean(c->bias));
+    json_object_set_new(mc, "untie_embeddings_and_output_weights", json_boolean(c->untie));
+    json_object_set_new(mc, "hidden_dropout", json_real(c->hidden_dropout));
+    json_object_set_new(mc, "attention_dropout", json_real(c->attention_dropout));
+    json_object_set_new(mc, "init_method_std", json_real(c->init_std));
+    json_object_set_new(o, "model", mc);
+    if (st) {
+        json_object_set_new(o, "iteration", json_integer(st->iteration));
+        json_object_set_new(o, "consumed_samples", json_integer(st->consumed_samples));
+        json_object_set_new(o, "seed", json_integer((json_int_t)st->seed));
+        json_object_set_new(o, "optimizer_step", json_integer(optim_step));
+    }
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(o);
+    return s;
+}
+
+enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom_gpt_config *c,
+                                             const struct loom_train_state *st, int64_t optim_step) {
+    char *s = config_json(c, st, optim_step);
+    if (!s) return loom_fail(LOOM_ERR_OOM, "out of memory writing %s", path);
+    enum loom_status r = loom_atomic_write_file(path, s, strlen(s));
+    free(s);
+    return r;
+}
+
+static enum loom_status add_param_tensors(struct loom_gpt *m, struct loom_safetensors_writer *w,
+                                          const float *src, const char *prefix, float **bufs) {
+    float *slice = NULL;
+    int64_t max_local = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        int64_t n = m->params[i].local_shape[0] * m->params[i].local_shape[1];
+        if (n > max_local) max_local = n;
+    }
+    slice = malloc((size_t)max_local * sizeof(float));
+    if (!slice) return loom_fail(LOOM_ERR_OOM, "out of memory saving a checkpoint");
+    for (int i = 0; i < m->nparams; i++) {
+        const struct loom_param *p = &m->params[i];
+        int64_t n = p->shape[0] * p->shape[1];
+        float *full = NULL;
+        if (m->par->rank == 0) {
+            full = malloc((size_t)n * sizeof(float));
+            if (!full) {
+                free(slice);
+                return loom_fail(LOOM_ERR_OOM, "out of memory saving %s", p->name);
+            }
+            bufs[i] = full;
+        }
+        enum loom_status s = gather_full(m, p, src, full, slice);
+        if (s != LOOM_OK) {
+            free(slice);
+            return s;
+        }
+        if (m->par->rank == 0) {
+            char name[160];
+            snprintf(name, sizeof name, "%s%s", prefix, p->name);
+            LOOM_CHECK(loom_safetensors_writer_add(w, name, LOOM_DTYPE_F32, p->ndim, p->shape, full));
+        }
+    }
+    free(slice);
+    return LOOM_OK;
+}
+
+/* Write model (and optimizer) tensors of `m` to `path` (optim: NULL for the model file). */
+static enum loom_status save_tensors(struct loom_gpt *m, const char *path, const float *src_a,
+                                     const char *prefix_a, const float *src_b,
+                                     const char *prefix_b) {
+    struct loom_safetensors_writer *w = NULL;
+    float **bufs = calloc((size_t)m->nparams * 2, sizeof(float *));
+    if (!bufs) return loom_fail(LOOM_ERR_OOM, "out of memory saving a checkpoint");
+    enum loom_status s = LOOM_OK;
+    if (m->par->rank == 0) s = loom_safetensors_writer_init(&w);
+    if (s == LOOM_OK) s = add_param_tensors(m, w, src_a, prefix_a, bufs);
+    if (s == LOOM_OK && src_b) s = add_param_tensors(m, w, src_b, prefix_b, bufs + m->nparams);
+    if (s == LOOM_OK && m->par->rank == 0) {
+        loom_safetensors_writer_set_metadata(w, "format", "loom");
+        s = loom_safetensors_writer_save(w, path);
+    }
+    if (w) loom_safetensors_writer_free(w);
+    for (int i = 0; i < m->nparams * 2; i++) free(bufs[i]);
+    free(bufs);
+    return s;
+}
+
+enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, const struct loom_adamw *opt,
+                                const struct loom_train_state *st) {
+    int rank0 = m->par->rank == 0;
+    char dir[4096], tmp[4200], path[4400];
+    snprintf(dir, sizeof dir, "%s/iter_%07lld", root, (long long)st->iteration);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
+    enum loom_status s = LOOM_OK;
+    if (rank0) {
+        s = loom_mkdir_p(root);
+        if (s == LOOM_OK) {
+            loom_rm_rf(tmp);
+            s = loom_mkdir_p(tmp);
+        }
+    }
+    /* every rank takes part in the gathers even if rank 0 failed to make the directory */
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    enum loom_status s2 = save_tensors(m, path, m->param_mem, "", NULL, NULL);
+    if (s == LOOM_OK) s = s2;
+    if (opt) {
+        snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
+        s2 = save_tensors(m, path, opt->m, "exp_avg.", opt->v, "exp_avg_sq.");
+        if (s == LOOM_OK) s = s2;
+    }
+    if (rank0 && s == LOOM_OK) {
+        snprintf(path, sizeof path, "%s/meta.json", tmp);
+        s = loom_ckpt_write_config_json(path, &m->cfg, st, opt ? opt->step : 0);
+        if (s == LOOM_OK) s = loom_atomic_rename_dir(tmp, dir);
+        if (s == LOOM_OK) {
+            char latest[4200], text[32];
+            snprintf(latest, sizeof latest, "%s/" LATEST_FILE, root);
+            int n = snprintf(text, sizeof text, "%lld\n", (long long)st->iteration);
+            s = loom_atomic_write_file(latest, text, (size_t)n);
+        }
+        if (s != LOOM_OK) loom_rm_rf(tmp);
+    }
+    if (m->par->world_size > 1) {
+        int ok = s == LOOM_OK;
+        LOOM_CHECK(loom_comm_broadcast(m->par->world, &ok, 1, LOOM_DTYPE_I32, 0));
+        if (!ok && s == LOOM_OK) return loom_fail(LOOM_ERR_IO, "saving the checkpoint failed on rank 0");
+    }
+    return s;
+}
+
+/* Resolve ROOT to the checkpoint directory: ROOT itself if it holds meta.json, else
+ * ROOT/iter_N from the pointer file. */
+static enum loom_status resolve_dir(const char *root, char *dir, size_t cap) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/meta.json", root);
+    if (loom_file_exists(path)) {
+        snprintf(dir, cap, "%s", root);
+        return LOOM_OK;
+    }
+    snprintf(path, sizeof path, "%s/" LATEST_FILE, root);
+    char *text = NULL;
+    size_t len = 0;
+    if (loom_read_file(path, 64, &text, &len) != LOOM_OK)
+        return loom_fail(LOOM_ERR_IO, "--load %s: not a loom checkpoint (no meta.json and no %s)",
+                         root, LATEST_FILE);
+    char *end = NULL;
+    long long it = strtoll(text, &end, 10);
+    int bad = end == text || it < 0;
+    free(text);
+    if (bad) return loom_fail(LOOM_ERR_FORMAT, "%s: expected an iteration number", path);
+    snprintf(dir, cap, "%s/iter_%07lld", root, it);
+    return LOOM_OK;
+}
+
+static enum loom_status get_int(json_t *o, const char *key, const char *file, int64_t *out) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" missing or not an integer", file, key);
+    *out = (int64_t)json_integer_value(v);
+    return LOOM_OK;
+}
+static enum loom_status get_num(json_t *o, const char *key, const char *file, double *out) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" missing or not a number", file, key);
+    *out = json_number_value(v);
+    return LOOM_OK;
+}
+static enum loom_status get_bool(json_t *o, const char *key, const char *file, int *out) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_boolean(v))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" missing or not a boolean", file, key);
+    *out = json_is_true(v);
+    return LOOM_OK;
+}
+
+static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_config *c,
+                                   struct loom_train_state *st, int64_t *optim_step) {
+    json_t *mc = json_object_get(o, "model");
+    if (!json_is_object(mc)) return loom_fail(LOOM_ERR_FORMAT, "%s: no \"model\" object", file);
+    loom_gpt_config_default(c);
+    LOOM_CHECK(get_int(mc, "num_layers", file, &c->num_layers));
+    LOOM_CHECK(get_int(mc, "hidden_size", file, &c->hidden));
+    LOOM_CHECK(get_int(mc, "num_attention_heads", file, &c->heads));
+    LOOM_CHECK(get_int(mc, "num_query_groups", file, &c->query_groups));
+    LOOM_CHECK(get_int(mc, "ffn_hidden_size", file, &c->ffn_hidden));
+    LOOM_CHECK(get_int(mc, "seq_length", file, &c->seq_length));
+    LOOM_CHECK(get_int(mc, "max_position_embeddings", file, &c->max_positions));
+    LOOM_CHECK(get_int(mc, "vocab_size", file, &c->vocab_size));
+    LOOM_CHECK(get_int(mc, "make_vocab_size_divisible_by", file, &c->divisible_by));
+    LOOM_CHECK(get_num(mc, "norm_epsilon", file, &c->norm_eps));
+    LOOM_CHECK(get_num(mc, "rotary_base", file, &c->rope_theta));
+    LOOM_CHECK(get_bool(mc, "swiglu", file, &c->swiglu));
+    LOOM_CHECK(get_bool(mc, "add_bias_linear", file, &c->bias));
+    LOOM_CHECK(get_bool(mc, "untie_embeddings_and_output_weights", file, &c->untie));
+    LOOM_CHECK(get_num(mc, "hidden_dropout", file, &c->hidden_dropout));
+    LOOM_CHECK(get_num(mc, "attention_dropout", file, &c->attention_dropout));
+    LOOM_CHECK(get_num(mc, "init_method_std", file, &c->init_std));
+    const char *norm = json_string_value(json_object_get(mc, "normalization"));
+    const char *pos = json_string_value(json_object_get(mc, "position_embedding_type"));
+    if (!norm || (strcmp(norm, "LayerNorm") && strcmp(norm, "RMSNorm")))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"normalization\" must be LayerNorm or RMSNorm", file);
+    if (!pos || (strcmp(pos, "learned_absolute") && strcmp(pos, "rope") && strcmp(pos, "none")))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: bad \"position_embedding_type\"", file);
+    c->norm = strcmp(norm, "RMSNorm") == 0 ? LOOM_NORM_RMSNORM : LOOM_NORM_LAYERNORM;
+    c->posemb = strcmp(pos, "rope") == 0   ? LOOM_POSEMB_ROPE
+                : strcmp(pos, "none") == 0 ? LOOM_POSEMB_NONE
+                                           : LOOM_POSEMB_LEARNED;
+    memset(st, 0, sizeof *st);
+    *optim_step = 0;
+    int64_t v;
+    if (get_int(o, "iteration", file, &v) == LOOM_OK) st->iteration = v;
+    if (get_int(o, "consumed_samples", file, &v) == LOOM_OK) st->consumed_samples = v;
+    if (get_int(o, "seed", file, &v) == LOOM_OK) st->seed = (uint64_t)v;
+    if (get_int(o, "optimizer_step", file, &v) == LOOM_OK) *optim_step = v;
+    loom_clear_error();
+    return LOOM_OK;
+}
+
+static enum loom_status read_meta_dir(const char *dir, struct loom_gpt_config *cfg,
+                                      struct loom_train_state *st, int64_t *optim_step) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    json_error_t err;
+    json_t *o = json_load_file(path, 0, &err);
+    if (!o)
+        return loom_fail(LOOM_ERR_FORMAT, "%s: cannot read checkpoint metadata (%s, line %d)", path,
+                         err.text, err.line);
+    enum loom_status s = parse_meta(o, path, cfg, st, optim_step);
+    json_decref(o);
+    return s;
+}
+
+enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,
+                                     struct loom_train_state *st, int *has_optim) {
+    char dir[4096], path[4200];
+    LOOM_CHECK(resolve_dir(root, dir, sizeof dir));
+    int64_t step;
+    LOOM_CHECK(read_meta_dir(dir, cfg, st, &step));
+    snprintf(path, sizeof path, "%s/optim.safetensors", dir);
+    *has_optim = loom_file_exists(path);
+    return LOOM_OK;
+}
+
+/* Keep this rank's slice of every local parameter from `st` (names prefixed) into dst. */
+static enum loom_status load_slices(struct loom_gpt *m, const struct loom_safetensors *st,
+                                    const char *prefix, float *dst) {
+    int tp = loom_tp_size(m->par), tpr = loom_tp_rank(m->par);
+    for (int i = 0; i < m->nparams; i++) {
+        const struct loom_param *p = &m->params[i];
+        if (!p->local) continue;
+        char name[160];
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        LOOM_CHECK(loom_safetensors_expect_shape(st, name, p->ndim, p->shape));
+        int64_t n = p->shape[0] * p->shape[1], ln = p->local_shape[0] * p->local_shape[1];
+        float *full = malloc((size_t)n * sizeof(float)), *slice = malloc((size_t)ln * sizeof(float));
+        if (!full || !slice) {
+            free(full);
+            free(slice);
+            return loom_fail(LOOM_ERR_OOM, "out of memory loading %s", p->name);
+        }
+        enum loom_status s = loom_safetensors_read_f32(st, name, full, n);
+        if (s == LOOM_OK) {
+            for (int64_t k = 0; k < ln; k++) slice[k] = full[loom_param_global_index(p, tpr, tp, k)];
+            m->be->ops->to_device(m->be, dst + p->offset, slice, (size_t)ln * sizeof(float));
+        }
+        free(full);
+        free(slice);
+        if (s != LOOM_OK) return s;
+    }
+    return LOOM_OK;
+}
+
+enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loom_adamw *opt) {
+    char dir[4096], path[4200];
+    LOOM_CHECK(resolve_dir(root, dir, sizeof dir));
+    struct loom_gpt_config saved;
+    struct loom_train_state st;
+    int64_t step;
+    LOOM_CHECK(read_meta_dir(dir, &saved, &st, &step));
+    if (saved.vocab_size != m->cfg.vocab_size || saved.hidden != m->cfg.hidden ||
+        saved.num_layers != m->cfg.num_layers)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--load %s: the checkpoint's model (%lld layers, "
+                         "hidden %lld, vocab %lld) differs from the configured one", root,
+                         (long long)saved.num_layers, (long long)saved.hidden,
+                         (long long)saved.vocab_size);
+    struct loom_safetensors *sf;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    LOOM_CHECK(loom_safetensors_open(&sf, path));
+    enum loom_status s = load_slices(m, sf, "", m->param_mem);
+    loom_safetensors_close(sf);
+    LOOM_CHECK(s);
+    if (opt) {
+        snprintf(path, sizeof path, "%s/optim.safetensors", dir);
+        LOOM_CHECK(loom_safetensors_open(&sf, path));
+        s = load_slices(m, sf, "exp_avg.", opt->m);
+        if (s == LOOM_OK) s = load_slices(m, sf, "exp_avg_sq.", opt->v);
+        loom_safetensors_close(sf);
+        LOOM_CHECK(s);
+        opt->step = step;
+    }
+    return LOOM_OK;
+}

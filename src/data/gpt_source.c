@@ -1,0 +1,60 @@
+/* The trainer's view of a GPT dataset split: sample index -> T+1 tokens, checked against the
+ * model's vocabulary. */
+#include <stdlib.h>
+
+#include "loom/data.h"
+#include "loom/train.h"
+
+struct gpt_source {
+    struct loom_gpt_dataset *ds;
+    int64_t T, vocab, len;
+    const char *path;
+};
+
+static enum loom_status gpt_get(void *ctx, int64_t index, int32_t *tokens) {
+    struct gpt_source *g = ctx;
+    if (g->len == 0)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path %s: the split has no samples", g->path);
+    LOOM_CHECK(loom_gpt_dataset_get(g->ds, index % g->len, tokens));
+    for (int64_t t = 0; t <= g->T; t++)
+        if (tokens[t] < 0 || tokens[t] >= g->vocab)
+            return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path %s: token id %d is outside the "
+                             "vocabulary [0, %lld) (check --vocab-size / --vocab-file)",
+                             g->path, tokens[t], (long long)g->vocab);
+    return LOOM_OK;
+}
+
+static void gpt_free(void *ctx) {
+    struct gpt_source *g = ctx;
+    loom_gpt_dataset_free(g->ds);
+    free(g);
+}
+
+enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *data_path,
+                                      const char *split_weights, int split, int64_t T,
+                                      int64_t num_samples, uint64_t seed, int64_t vocab) {
+    struct gpt_source *g = calloc(1, sizeof *g);
+    if (!g) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    struct loom_gpt_dataset_config dc = {
+        .data_path = data_path,
+        .split = split_weights,
+        .which = (enum loom_split)split,
+        .num_samples = num_samples,
+        .seq_length = T,
+        .seed = seed,
+    };
+    enum loom_status st = loom_gpt_dataset_open(&g->ds, &dc);
+    if (st != LOOM_OK) {
+        free(g);
+        return st;
+    }
+    g->T = T;
+    g->vocab = vocab;
+    g->path = data_path;
+    g->len = loom_gpt_dataset_len(g->ds);
+    s->ctx = g;
+    s->num_samples = g->len;
+    s->get = gpt_get;
+    s->free = gpt_free;
+    return LOOM_OK;
+}

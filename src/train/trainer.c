@@ -1,0 +1,341 @@
+/* The training loop. One iteration:
+ *   for each micro-batch of this data-parallel rank: forward, backward (gradients accumulate)
+ *   -> data-parallel gradient all-reduce -> global gradient norm -> clipping -> AdamW
+ * The loss of an iteration is the mean over every token of the global batch, whatever the
+ * micro-batch and data-parallel split: each token's loss is scaled by 1/(tokens in the global
+ * batch) before backward, and the per-rank sums are added. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cblas.h>
+
+#include "loom/ckpt.h"
+#include "loom/comm.h"
+#include "loom/data.h"
+#include "loom/log.h"
+#include "loom/train.h"
+
+struct trainer {
+    struct loom_train_config *cfg;
+    struct loom_parallel par;
+    struct loom_backend *be;
+    struct loom_gpt *model;
+    struct loom_adamw opt;
+    struct loom_sample_source train_src, valid_src;
+    int have_valid;
+    struct loom_train_state st;
+    int64_t num_micro; /* micro-batches per rank per iteration */
+    int32_t *tokens, *targets, *sample; /* host [B*T], [B*T], [T+1] */
+    FILE *metrics;
+    double flops_per_token, peak_tflops;
+};
+
+/* Fill tokens/targets for micro-batch k of this DP rank in the global batch starting at `base`. */
+static enum loom_status fetch_micro(struct trainer *t, struct loom_sample_source *src,
+                                    int64_t base, int64_t k) {
+    int64_t B = t->cfg->micro_batch, T = t->cfg->model.seq_length;
+    int64_t dp = loom_dp_size(&t->par), dpr = loom_dp_rank(&t->par);
+    for (int64_t b = 0; b < B; b++) {
+        int64_t index = base + (k * dp + dpr) * B + b;
+        LOOM_CHECK(src->get(src->ctx, index, t->sample));
+        memcpy(t->tokens + b * T, t->sample, (size_t)T * sizeof(int32_t));
+        memcpy(t->targets + b * T, t->sample + 1, (size_t)T * sizeof(int32_t));
+    }
+    return LOOM_OK;
+}
+
+/* Forward (and backward when training) over this rank's micro-batches of one global batch;
+ * returns the global mean loss. */
+static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *src, int64_t base,
+                                  int64_t iteration, int training, double *mean_loss) {
+    struct loom_train_config *c = t->cfg;
+    double loss_sum = 0;
+    int64_t count = 0;
+    struct loom_step_ctx ctx = {
+        .seed = c->seed,
+        .iteration = iteration,
+        .training = training,
+        .dloss = (float)(1.0 / ((double)c->global_batch * (double)c->model.seq_length)),
+    };
+    for (int64_t k = 0; k < t->num_micro; k++) {
+        LOOM_CHECK(fetch_micro(t, src, base, k));
+        ctx.sample0 = (k * loom_dp_size(&t->par) + loom_dp_rank(&t->par)) * c->micro_batch;
+        double ls;
+        int64_t n;
+        LOOM_CHECK(loom_gpt_forward(t->model, t->tokens, t->targets, &ctx, &ls, &n));
+        if (training) LOOM_CHECK(loom_gpt_backward(t->model, &ctx));
+        loss_sum += ls;
+        count += n;
+    }
+    double buf[2] = {loss_sum, (double)count};
+    if (t->par.world_size > 1) {
+        struct loom_comm *dp = t->par.group[LOOM_PDIM_DP];
+        if (loom_dp_size(&t->par) > 1)
+            LOOM_CHECK(loom_comm_allreduce(dp, buf, 2, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
+    }
+    *mean_loss = buf[1] > 0 ? buf[0] / buf[1] : 0.0;
+    return LOOM_OK;
+}
+
+static enum loom_status sync_grads(struct trainer *t) {
+    if (loom_dp_size(&t->par) == 1) return LOOM_OK;
+    return loom_comm_allreduce(t->par.group[LOOM_PDIM_DP], t->model->grad_mem,
+                               t->model->num_local, LOOM_DTYPE_F32, LOOM_REDOP_SUM);
+}
+
+static enum loom_status evaluate(struct trainer *t, int64_t iteration, double *loss) {
+    double sum = 0;
+    for (int64_t i = 0; i < t->cfg->eval_iters; i++) {
+        double l;
+        LOOM_CHECK(run_batch(t, &t->valid_src, i * t->cfg->global_batch, iteration, 0, &l));
+        sum += l;
+    }
+    *loss = t->cfg->eval_iters > 0 ? sum / (double)t->cfg->eval_iters : 0.0;
+    return LOOM_OK;
+}
+
+/* A rough achievable fp32 peak of this CPU, from a 1024^3 sgemm, to give MFU a denominator. */
+static double measure_cpu_peak_tflops(void) {
+    const int n = 1024;
+    float *a = calloc((size_t)n * n, sizeof(float)), *b = calloc((size_t)n * n, sizeof(float)),
+          *cc = calloc((size_t)n * n, sizeof(float));
+    if (!a || !b || !cc) return 0;
+    for (int i = 0; i < n * n; i++) a[i] = b[i] = 1.0f / (float)(1 + i % 7);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, cc, n);
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t0 = loom_time_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, cc, n);
+        double dt = loom_time_s() - t0;
+        if (dt < best) best = dt;
+    }
+    free(a);
+    free(b);
+    free(cc);
+    return 2.0 * n * n * (double)n / best / 1e12;
+}
+
+static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, double loss,
+                          double gnorm, int have_val, double val_loss) {
+    struct loom_train_config *c = t->cfg;
+    double tokens = (double)c->global_batch * (double)c->model.seq_length;
+    double tps = tokens / (ms / 1000.0);
+    double tflops = tps * t->flops_per_token / 1e12 / t->par.world_size;
+    double mfu = t->peak_tflops > 0 ? 100.0 * tflops / t->peak_tflops : 0.0;
+    time_t now = time(NULL);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+    loom_log_info(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
+                  "iteration (ms): %.1f | learning rate: %.6E | global batch size: %5lld | lm loss: "
+                  "%.6E | grad norm: %.3f | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
+                  stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples,
+                  ms, lr, (long long)c->global_batch, loss, gnorm, tps, tflops, mfu);
+    if (have_val)
+        loom_log_info(" validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.6E",
+                      (long long)it, val_loss, exp(val_loss));
+    if (t->metrics) {
+        fprintf(t->metrics,
+                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lr\": %.9g, \"loss\": %.9g, "
+                "\"grad_norm\": %.9g, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.2f, "
+                "\"tflops_per_rank\": %.6g, \"mfu\": %.6g",
+                (long long)it, (long long)t->st.consumed_samples, lr, loss, gnorm, ms, tps, tflops,
+                mfu / 100.0);
+        if (have_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
+        fprintf(t->metrics, "}\n");
+        fflush(t->metrics);
+    }
+}
+
+static enum loom_status open_sources(struct trainer *t) {
+    struct loom_train_config *c = t->cfg;
+    int64_t T = c->model.seq_length;
+    if (c->mock_data || !c->data_path) {
+        LOOM_CHECK(loom_mock_source(&t->train_src, c->model.vocab_size, T, c->seed, 0));
+        LOOM_CHECK(loom_mock_source(&t->valid_src, c->model.vocab_size, T, c->seed, 1));
+        t->have_valid = 1;
+        return LOOM_OK;
+    }
+    int64_t n_train = c->train_iters * c->global_batch;
+    int64_t n_valid = (c->train_iters / (c->eval_interval > 0 ? c->eval_interval : c->train_iters) + 1) *
+                      c->eval_iters * c->global_batch;
+    LOOM_CHECK(loom_gpt_data_source(&t->train_src, c->data_path, c->split, LOOM_SPLIT_TRAIN, T,
+                                    n_train, c->seed, c->model.vocab_size));
+    t->have_valid = c->eval_iters > 0;
+    if (t->have_valid) {
+        enum loom_status s = loom_gpt_data_source(&t->valid_src, c->data_path, c->split,
+                                                  LOOM_SPLIT_VALID, T, n_valid, c->seed,
+                                                  c->model.vocab_size);
+        if (s != LOOM_OK) return s;
+    }
+    return LOOM_OK;
+}
+
+static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
+    struct loom_train_config *c = t->cfg;
+    struct loom_comm *world;
+    const char *backend = c->comm;
+    if (strcmp(backend, "auto") == 0)
+        backend = (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK"))
+                      ? "mpi" : "self";
+    LOOM_CHECK(loom_comm_world(&world, backend, argc, argv));
+    int vpp = 1;
+    if (c->vpp_layers > 0) {
+        if (c->pp < 2)
+            return loom_fail(LOOM_ERR_INVALID_ARG, "--num-layers-per-virtual-pipeline-stage needs "
+                             "--pipeline-model-parallel-size > 1");
+        if (c->model.num_layers % (c->pp * c->vpp_layers))
+            return loom_fail(LOOM_ERR_INVALID_ARG, "--num-layers-per-virtual-pipeline-stage %lld x "
+                             "--pipeline-model-parallel-size %lld does not divide --num-layers %lld",
+                             (long long)c->vpp_layers, (long long)c->pp,
+                             (long long)c->model.num_layers);
+        vpp = (int)(c->model.num_layers / (c->pp * c->vpp_layers));
+    }
+    LOOM_CHECK(loom_parallel_init(&t->par, world, (int)c->tp, 1, 1, (int)c->pp, vpp,
+                                  c->sequence_parallel));
+    LOOM_CHECK(loom_gpt_config_finalize(&c->model, (int)c->tp, (int)c->pp));
+    int64_t dp = loom_dp_size(&t->par);
+    if (c->micro_batch < 1)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--micro-batch-size must be at least 1");
+    if (c->global_batch == 0) c->global_batch = c->micro_batch * dp;
+    if (c->global_batch % (c->micro_batch * dp))
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--global-batch-size %lld is not a multiple of "
+                         "--micro-batch-size %lld x data-parallel size %lld",
+                         (long long)c->global_batch, (long long)c->micro_batch, (long long)dp);
+    if (c->pp > 1)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--pipeline-model-parallel-size > 1 is not "
+                         "supported yet");
+    if (c->sequence_parallel && c->tp > 1)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--sequence-parallel is not supported yet");
+    t->num_micro = c->global_batch / (c->micro_batch * dp);
+    if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
+
+    LOOM_CHECK(loom_backend_create(&t->be, c->device, 0));
+    LOOM_CHECK(loom_gpt_create(&t->model, &c->model, &t->par, t->be, c->micro_batch, 1));
+    t->opt.beta1 = c->beta1;
+    t->opt.beta2 = c->beta2;
+    t->opt.eps = c->adam_eps;
+    t->opt.weight_decay = c->weight_decay;
+    LOOM_CHECK(loom_adamw_init(&t->opt, t->model));
+    t->st.seed = c->seed;
+    if (c->load) {
+        struct loom_gpt_config saved;
+        struct loom_train_state st;
+        int has_optim;
+        LOOM_CHECK(loom_ckpt_read_meta(c->load, &saved, &st, &has_optim));
+        int load_optim = !c->finetune && !c->no_load_optim && has_optim;
+        LOOM_CHECK(loom_ckpt_load(c->load, t->model, load_optim ? &t->opt : NULL));
+        if (!c->finetune) {
+            t->st.iteration = st.iteration;
+            t->st.consumed_samples = st.consumed_samples;
+        }
+        if (!load_optim) t->opt.step = 0;
+        loom_log_info("loaded checkpoint %s at iteration %lld%s", c->load, (long long)st.iteration,
+                      c->finetune ? " (finetune: iteration and optimizer reset)" : "");
+    } else {
+        LOOM_CHECK(loom_gpt_init_weights(t->model, c->seed));
+    }
+    LOOM_CHECK(open_sources(t));
+    int64_t BT = c->micro_batch * c->model.seq_length;
+    t->tokens = malloc((size_t)BT * sizeof(int32_t));
+    t->targets = malloc((size_t)BT * sizeof(int32_t));
+    t->sample = malloc((size_t)(c->model.seq_length + 1) * sizeof(int32_t));
+    if (!t->tokens || !t->targets || !t->sample) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    if (c->metrics_file && t->par.rank == 0) {
+        t->metrics = fopen(c->metrics_file, t->st.iteration > 0 ? "a" : "w");
+        if (!t->metrics)
+            return loom_fail(LOOM_ERR_IO, "--metrics-file: cannot open '%s' for writing",
+                             c->metrics_file);
+    }
+    int64_t N = loom_gpt_num_params(&c->model);
+    t->flops_per_token = 6.0 * (double)N + 12.0 * (double)c->model.num_layers *
+                                               (double)c->model.hidden * (double)c->model.seq_length;
+    t->peak_tflops = c->peak_tflops > 0 ? c->peak_tflops
+                     : t->be->device == LOOM_DEVICE_CUDA ? 989.0 : measure_cpu_peak_tflops();
+    loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
+                  "vocab %lld (padded %lld), seq %lld | world %d = TP %lld x PP %lld x DP %lld | "
+                  "%s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
+                  (long long)N, (long long)c->model.num_layers, (long long)c->model.hidden,
+                  (long long)c->model.heads, (long long)c->model.query_groups,
+                  (long long)c->model.vocab_size, (long long)c->model.padded_vocab,
+                  (long long)c->model.seq_length, t->par.world_size, (long long)c->tp,
+                  (long long)c->pp, (long long)dp, t->be->ops->name, (long long)t->num_micro,
+                  (long long)c->micro_batch, t->peak_tflops);
+    return LOOM_OK;
+}
+
+static enum loom_status train_loop(struct trainer *t) {
+    struct loom_train_config *c = t->cfg;
+    struct loom_backend *be = t->be;
+    double t_last = loom_time_s();
+    int64_t iters_since_log = 0;
+    while (t->st.iteration < c->train_iters) {
+        int64_t it = t->st.iteration + 1;
+        be->ops->zero(be, t->model->grad_mem, (size_t)t->model->num_local * sizeof(float));
+        double loss;
+        LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, it, 1, &loss));
+        LOOM_CHECK(sync_grads(t));
+        double gnorm;
+        LOOM_CHECK(loom_grad_norm(t->model, &gnorm));
+        if (!isfinite(loss) || !isfinite(gnorm))
+            return loom_fail(LOOM_ERR_INTERNAL, "iteration %lld: loss %g, grad norm %g is not "
+                             "finite (lower --lr?)", (long long)it, loss, gnorm);
+        double scale = 1.0;
+        if (c->clip_grad > 0) {
+            double coeff = c->clip_grad / (gnorm + 1e-6);
+            if (coeff < 1.0) scale = coeff;
+        }
+        double lr = loom_lr_at(&c->lr, t->st.iteration);
+        loom_adamw_step(&t->opt, t->model, lr, scale);
+        t->st.iteration = it;
+        t->st.consumed_samples += c->global_batch;
+        iters_since_log++;
+        int have_val = 0;
+        double val = 0;
+        if (t->have_valid && c->eval_interval > 0 && c->eval_iters > 0 &&
+            (it % c->eval_interval == 0 || it == c->train_iters)) {
+            LOOM_CHECK(evaluate(t, it, &val));
+            have_val = 1;
+        }
+        if (it % c->log_interval == 0 || it == c->train_iters || have_val) {
+            be->ops->synchronize(be);
+            double now = loom_time_s();
+            double ms = 1000.0 * (now - t_last) / (double)iters_since_log;
+            log_iteration(t, it, ms, lr, loss, gnorm, have_val, val);
+            t_last = loom_time_s();
+            iters_since_log = 0;
+        }
+        if (c->save && c->save_interval > 0 && it % c->save_interval == 0 && it < c->train_iters) {
+            LOOM_CHECK(loom_ckpt_save(c->save, t->model, &t->opt, &t->st));
+            loom_log_info("saved checkpoint at iteration %lld to %s", (long long)it, c->save);
+            t_last = loom_time_s();
+        }
+    }
+    if (c->save) {
+        LOOM_CHECK(loom_ckpt_save(c->save, t->model, &t->opt, &t->st));
+        loom_log_info("saved checkpoint at iteration %lld to %s", (long long)t->st.iteration, c->save);
+    }
+    return LOOM_OK;
+}
+
+enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char ***argv) {
+    struct trainer t;
+    memset(&t, 0, sizeof t);
+    t.cfg = cfg;
+    enum loom_status s = setup(&t, argc, argv);
+    if (s == LOOM_OK) s = train_loop(&t);
+    if (t.metrics) fclose(t.metrics);
+    if (t.train_src.free) t.train_src.free(t.train_src.ctx);
+    if (t.valid_src.free) t.valid_src.free(t.valid_src.ctx);
+    free(t.tokens);
+    free(t.targets);
+    free(t.sample);
+    if (t.model) {
+        loom_adamw_free(&t.opt, t.model);
+        loom_gpt_free(t.model);
+    }
+    if (t.be) loom_backend_destroy(t.be);
+    return s;
+}
