@@ -173,11 +173,15 @@ static enum loom_status validate_idx(struct loom_indexed *ds) {
     uint64_t S = ld_u64(m + 18), D = ld_u64(m + 26);
     const uint64_t lim = (uint64_t)1 << 58; /* keeps the size arithmetic below from overflowing */
     uint64_t rest = size - IDX_HEADER;
-    if (S >= lim || D >= lim || 12 * S + 8 * D > rest)
+    if (S >= lim || D >= lim)
         return loom_fail(LOOM_ERR_FORMAT, "%s: truncated .idx: %zu bytes, but its header "
-                         "(S=%llu sequences, D=%llu document-index entries) needs %s bytes", p,
-                         size, (unsigned long long)S, (unsigned long long)D,
-                         (S >= lim || D >= lim) ? "far more" : "more");
+                         "counts S=%llu sequences and D=%llu document-index entries, far more "
+                         "than fit", p, size, (unsigned long long)S, (unsigned long long)D);
+    if (12 * S + 8 * D > rest)
+        return loom_fail(LOOM_ERR_FORMAT, "%s: truncated .idx: %zu bytes, but its header "
+                         "(S=%llu sequences, D=%llu document-index entries) needs %llu", p, size,
+                         (unsigned long long)S, (unsigned long long)D,
+                         (unsigned long long)(IDX_HEADER + 12 * S + 8 * D));
     uint64_t need = 12 * S + 8 * D;
     int has_modes;
     if (rest == need) has_modes = 0;
