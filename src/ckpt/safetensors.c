@@ -487,8 +487,8 @@ static enum loom_status parse_header(struct loom_safetensors *st) {
         return loom_fail(LOOM_ERR_FORMAT, "%s: header length %llu is over the %u-byte limit",
                          st->path, (unsigned long long)hlen, LOOM_SAFETENSORS_MAX_HEADER);
     json_error_t jerr;
-    json_t *root = json_loadb((const char *)st->base + 8, (size_t)hlen, JSON_REJECT_DUPLICATES,
-                              &jerr);
+    json_t *root = json_loadb((const char *)st->base + 8, (size_t)hlen,
+                              JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root)
         return loom_fail(LOOM_ERR_FORMAT, "%s: header is not valid JSON: %s (at byte %d of %llu)",
                          st->path, jerr.text, jerr.position, (unsigned long long)hlen);
