@@ -6,6 +6,9 @@
  *   ops_max_rel_err(got, ref, n)          max_i |got_i - ref_i| / max(|ref_i|, 1e-3 max_j |ref_j|)
  *   ops_max_rel_err_f(got, ref, n)        the same with a float reference
  *   ops_max_abs_err(got, ref, n)          max_i |got_i - ref_i|
+ *   ops_max_norm_err(got, ref, n)         max_i |got_i - ref_i| / max_j |ref_j|  (for outputs
+ *                                         formed with cancellation, where elementwise relative
+ *                                         error says little)
  *   ops_grad_check(loss, ctx, x, n, grad, h)
  *       perturbs each x[i] (double, in place, then restored) by +-h, takes the central difference
  *       of loss(ctx) and returns ops_max_rel_err(grad, numeric gradient); ops_grad_check_some
@@ -77,6 +80,14 @@ static inline double ops_max_abs_err(const float *got, const double *ref, int64_
         if (e > worst) worst = e;
     }
     return worst;
+}
+
+static inline double ops_max_norm_err(const float *got, const double *ref, int64_t n) {
+    double scale = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    double e = ops_max_abs_err(got, ref, n);
+    return scale > 0.0 ? e / scale : e;
 }
 
 typedef double (*ops_loss_fn)(void *ctx);
