@@ -26,6 +26,11 @@ enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *c
 /* Load parameters (and the optimizer state when opt is non-NULL). Collective over the world. */
 enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loom_adamw *opt);
 
+/* Write `buf` (a device buffer laid out like the model's parameters, e.g. the gradients) as a
+ * checkpoint-shaped directory DIR/{model.safetensors, meta.json}, so the conversion tools read
+ * it like weights. Collective over the world. */
+enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_gpt *m, const float *buf);
+
 /* meta.json for a model (st may be NULL: a converted checkpoint with no training state). */
 enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom_gpt_config *c,
                                              const struct loom_train_state *st, int64_t optim_step);

@@ -30,6 +30,7 @@ struct loom_train_config {
     int64_t save_interval;
     int finetune, no_load_optim;
     /* device */
+    const char *save_grads; /* write the first iteration's reduced gradients here (testing) */
     const char *device;
     const char *comm;   /* "auto" | "self" | "mpi" */
 };

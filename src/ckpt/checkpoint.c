@@ -394,3 +394,17 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loo
     }
     return LOOM_OK;
 }
+
+enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_gpt *m, const float *buf) {
+    char path[4400];
+    enum loom_status s = LOOM_OK;
+    if (m->par->rank == 0) s = loom_mkdir_p(dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    enum loom_status s2 = save_tensors(m, path, buf, "", NULL, NULL);
+    if (s == LOOM_OK) s = s2;
+    if (s == LOOM_OK && m->par->rank == 0) {
+        snprintf(path, sizeof path, "%s/meta.json", dir);
+        s = loom_ckpt_write_config_json(path, &m->cfg, NULL, 0);
+    }
+    return s;
+}

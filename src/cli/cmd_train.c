@@ -14,7 +14,7 @@ struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel;
     const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
-        *metrics, *comm, *tokenizer_type, *vocab_file, *merge_file;
+        *metrics, *comm, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
     double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
         clip, init_std, peak;
     int64_t micro, global, iters, warmup, decay_iters, seed, save_interval, eval_interval,
@@ -157,6 +157,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--pipeline-model-parallel-size", LOOM_FLAG_INT, &f.pp, "pipeline stages", NULL, 0},
         {"--num-layers-per-virtual-pipeline-stage", LOOM_FLAG_INT, &f.vpp_layers, "interleaved schedule (0 = off)", NULL, 0},
         {"--sequence-parallel", LOOM_FLAG_BOOL, &f.sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
+        {"--save-grads", LOOM_FLAG_STR, &f.save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &f.device, "compute device", "cpu|cuda", 0},
         {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun)", "auto|self|mpi", 0},
         {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
@@ -243,6 +244,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.save_interval = f.save_interval;
     c.finetune = f.finetune;
     c.no_load_optim = f.no_load_optim;
+    c.save_grads = f.save_grads;
     c.device = f.device;
     c.comm = f.comm;
     /* validate the model before any work (the trainer re-checks against the layout) */

@@ -277,6 +277,7 @@ static enum loom_status train_loop(struct trainer *t) {
         double loss;
         LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, it, 1, &loss));
         LOOM_CHECK(sync_grads(t));
+        if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
         double gnorm;
         LOOM_CHECK(loom_grad_norm(t->model, &gnorm));
         if (!isfinite(loss) || !isfinite(gnorm))
@@ -292,6 +293,8 @@ static enum loom_status train_loop(struct trainer *t) {
         t->st.iteration = it;
         t->st.consumed_samples += c->global_batch;
         iters_since_log++;
+        be->ops->synchronize(be);
+        double t_step_end = loom_time_s();
         int have_val = 0;
         double val = 0;
         if (t->have_valid && c->eval_interval > 0 && c->eval_iters > 0 &&
@@ -300,9 +303,7 @@ static enum loom_status train_loop(struct trainer *t) {
             have_val = 1;
         }
         if (it % c->log_interval == 0 || it == c->train_iters || have_val) {
-            be->ops->synchronize(be);
-            double now = loom_time_s();
-            double ms = 1000.0 * (now - t_last) / (double)iters_since_log;
+            double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
             log_iteration(t, it, ms, lr, loss, gnorm, have_val, val);
             t_last = loom_time_s();
             iters_since_log = 0;

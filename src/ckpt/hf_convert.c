@@ -1,0 +1,550 @@
+/* Hugging Face <-> loom checkpoint conversion (see loom/convert.h).
+ *
+ * Every conversion is a per-parameter index map between a loom tensor and Hugging Face tensors:
+ * transposes for GPT-2's Conv1D weights, the qkv regrouping (loom keeps each key/value head next
+ * to the query heads that share it), SwiGLU's [gate | up] stacking, and the vocabulary padding
+ * (padded rows are zero on import and dropped on export). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loom/ckpt.h"
+#include "loom/convert.h"
+#include "loom/fileio.h"
+#include "loom/safetensors.h"
+#include "models/gpt_internal.h"
+
+enum arch { ARCH_GPT2, ARCH_LLAMA };
+
+/* ---- qkv row map ----
+ * loom row r of the qkv weight -> (part 0 q / 1 k / 2 v, head, d). */
+static void qkv_row(const struct loom_gpt_config *c, int64_t r, int *part, int64_t *head,
+                    int64_t *d) {
+    int64_t HS = loom_gpt_head_size(c), R = c->heads / c->query_groups;
+    int64_t g = r / ((R + 2) * HS), rem = r % ((R + 2) * HS);
+    int64_t slot = rem / HS;
+    *d = rem % HS;
+    if (slot < R) {
+        *part = 0;
+        *head = g * R + slot;
+    } else {
+        *part = slot == R ? 1 : 2;
+        *head = g;
+    }
+}
+
+/* ---- Hugging Face names ---- */
+struct hf_ctx {
+    enum arch arch;
+    const struct loom_gpt_config *cfg;
+    const char *prefix; /* "" or "transformer." (GPT-2 import) */
+};
+
+static void hf_name(const struct hf_ctx *h, char *out, size_t cap, int64_t layer, const char *suffix) {
+    if (layer >= 0)
+        snprintf(out, cap, "%s%s%lld.%s", h->prefix, h->arch == ARCH_GPT2 ? "h." : "model.layers.",
+                 (long long)layer, suffix);
+    else
+        snprintf(out, cap, "%s%s", h->prefix, suffix);
+}
+
+/* A loom parameter as a function of Hugging Face tensors: for element (row, col) of the loom
+ * tensor, the HF tensor name and flat index it corresponds to; returns 0 for "no source" (padded
+ * vocabulary rows). */
+struct src_map {
+    char name[3][160]; /* up to three sources (q, k, v for Llama) */
+    int64_t shape[3][2];
+    int nsrc;
+};
+
+/* Fill the element map for loom parameter `p`. Returns the source index and flat index of each
+ * loom element through `locate`. */
+static int locate(const struct hf_ctx *h, const struct loom_param *p, const char *local,
+                  int64_t row, int64_t col, struct src_map *sm, int64_t *flat) {
+    const struct loom_gpt_config *c = h->cfg;
+    int64_t C = c->hidden, HS = loom_gpt_head_size(c), F = c->ffn_hidden;
+    int gpt2 = h->arch == ARCH_GPT2;
+    (void)sm;
+    if (!strcmp(local, "embedding.word_embeddings.weight") || !strcmp(local, "output_layer.weight")) {
+        if (row >= c->vocab_size) return -1;
+        *flat = row * C + col;
+        return 0;
+    }
+    if (!strcmp(local, "self_attention.linear_qkv.weight") || !strcmp(local, "self_attention.linear_qkv.bias")) {
+        int part;
+        int64_t head, d;
+        qkv_row(c, row, &part, &head, &d);
+        int is_bias = p->ndim == 1;
+        if (gpt2) {
+            int64_t out = part * C + head * HS + d; /* c_attn output column */
+            *flat = is_bias ? out : col * 3 * C + out;
+            return 0;
+        }
+        int64_t r = head * HS + d;
+        *flat = is_bias ? r : r * C + col;
+        return part;
+    }
+    if (gpt2 && (!strcmp(local, "self_attention.linear_proj.weight") ||
+                 !strcmp(local, "mlp.linear_fc1.weight") || !strcmp(local, "mlp.linear_fc2.weight"))) {
+        /* Conv1D [in, out] = transpose of loom's [out, in] */
+        *flat = col * p->shape[0] + row;
+        return 0;
+    }
+    if (!gpt2 && !strcmp(local, "mlp.linear_fc1.weight")) {
+        /* [gate | up] */
+        *flat = (row % F) * C + col;
+        return row < F ? 0 : 1;
+    }
+    *flat = p->ndim == 1 ? row : row * p->shape[1] + col;
+    return 0;
+}
+
+/* Names and shapes of the HF tensors behind loom parameter `p`. */
+static enum loom_status sources(const struct hf_ctx *h, const struct loom_param *p,
+                                const char **local_out, struct src_map *sm) {
+    const struct loom_gpt_config *c = h->cfg;
+    int64_t C = c->hidden, HS = loom_gpt_head_size(c), NH = c->heads, NKV = c->query_groups;
+    int64_t F = c->ffn_hidden, V = c->vocab_size;
+    int gpt2 = h->arch == ARCH_GPT2;
+    memset(sm, 0, sizeof *sm);
+    sm->nsrc = 1;
+    const char *local = p->name;
+    int64_t layer = -1;
+    if (!strncmp(p->name, "decoder.layers.", 15)) {
+        layer = strtoll(p->name + 15, NULL, 10);
+        local = strchr(p->name + 15, '.') + 1;
+    }
+    *local_out = local;
+#define SRC(i, suffix, d0, d1)                                                                    \
+    do {                                                                                          \
+        hf_name(h, sm->name[i], sizeof sm->name[i], layer, suffix);                               \
+        sm->shape[i][0] = (d0);                                                                   \
+        sm->shape[i][1] = (d1);                                                                   \
+    } while (0)
+    if (!strcmp(p->name, "embedding.word_embeddings.weight"))
+        SRC(0, gpt2 ? "wte.weight" : "model.embed_tokens.weight", V, C);
+    else if (!strcmp(p->name, "embedding.position_embeddings.weight"))
+        SRC(0, "wpe.weight", c->max_positions, C);
+    else if (!strcmp(p->name, "decoder.final_layernorm.weight"))
+        SRC(0, gpt2 ? "ln_f.weight" : "model.norm.weight", C, 0);
+    else if (!strcmp(p->name, "decoder.final_layernorm.bias"))
+        SRC(0, "ln_f.bias", C, 0);
+    else if (!strcmp(p->name, "output_layer.weight"))
+        SRC(0, "lm_head.weight", V, C);
+    else if (!strcmp(local, "input_layernorm.weight"))
+        SRC(0, gpt2 ? "ln_1.weight" : "input_layernorm.weight", C, 0);
+    else if (!strcmp(local, "input_layernorm.bias"))
+        SRC(0, "ln_1.bias", C, 0);
+    else if (!strcmp(local, "pre_mlp_layernorm.weight"))
+        SRC(0, gpt2 ? "ln_2.weight" : "post_attention_layernorm.weight", C, 0);
+    else if (!strcmp(local, "pre_mlp_layernorm.bias"))
+        SRC(0, "ln_2.bias", C, 0);
+    else if (!strcmp(local, "self_attention.linear_qkv.weight")) {
+        if (gpt2)
+            SRC(0, "attn.c_attn.weight", C, 3 * C);
+        else {
+            SRC(0, "self_attn.q_proj.weight", NH * HS, C);
+            SRC(1, "self_attn.k_proj.weight", NKV * HS, C);
+            SRC(2, "self_attn.v_proj.weight", NKV * HS, C);
+            sm->nsrc = 3;
+        }
+    } else if (!strcmp(local, "self_attention.linear_qkv.bias")) {
+        if (gpt2)
+            SRC(0, "attn.c_attn.bias", 3 * C, 0);
+        else {
+            SRC(0, "self_attn.q_proj.bias", NH * HS, 0);
+            SRC(1, "self_attn.k_proj.bias", NKV * HS, 0);
+            SRC(2, "self_attn.v_proj.bias", NKV * HS, 0);
+            sm->nsrc = 3;
+        }
+    } else if (!strcmp(local, "self_attention.linear_proj.weight"))
+        { if (gpt2) SRC(0, "attn.c_proj.weight", NH * HS, C); else SRC(0, "self_attn.o_proj.weight", C, NH * HS); }
+    else if (!strcmp(local, "self_attention.linear_proj.bias"))
+        { if (gpt2) SRC(0, "attn.c_proj.bias", C, 0); else SRC(0, "self_attn.o_proj.bias", C, 0); }
+    else if (!strcmp(local, "mlp.linear_fc1.weight")) {
+        if (gpt2)
+            SRC(0, "mlp.c_fc.weight", C, F);
+        else {
+            SRC(0, "mlp.gate_proj.weight", F, C);
+            SRC(1, "mlp.up_proj.weight", F, C);
+            sm->nsrc = 2;
+        }
+    } else if (!strcmp(local, "mlp.linear_fc1.bias"))
+        SRC(0, "mlp.c_fc.bias", F, 0);
+    else if (!strcmp(local, "mlp.linear_fc2.weight"))
+        { if (gpt2) SRC(0, "mlp.c_proj.weight", F, C); else SRC(0, "mlp.down_proj.weight", C, F); }
+    else if (!strcmp(local, "mlp.linear_fc2.bias"))
+        SRC(0, "mlp.c_proj.bias", C, 0);
+    else
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "parameter %s has no Hugging Face counterpart",
+                         p->name);
+#undef SRC
+    return LOOM_OK;
+}
+
+/* ---- configurations ---- */
+static enum loom_status json_int(json_t *o, const char *key, int64_t *out, int64_t dflt,
+                                 const char *file) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (dflt < 0) return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" is missing", file, key);
+        *out = dflt;
+        return LOOM_OK;
+    }
+    if (!json_is_integer(v)) return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" is not an integer", file, key);
+    *out = (int64_t)json_integer_value(v);
+    return LOOM_OK;
+}
+static double json_num(json_t *o, const char *key, double dflt) {
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : dflt;
+}
+static int json_flag(json_t *o, const char *key, int dflt) {
+    json_t *v = json_object_get(o, key);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct loom_gpt_config *c) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t err;
+    json_t *o = json_load_file(path, 0, &err);
+    if (!o) return loom_fail(LOOM_ERR_FORMAT, "--load-dir: cannot read %s (%s)", path, err.text);
+    enum loom_status s = LOOM_OK;
+    const char *type = json_string_value(json_object_get(o, "model_type"));
+    loom_gpt_config_default(c);
+    c->hidden_dropout = c->attention_dropout = 0.0;
+    if (type && !strcmp(type, "gpt2")) {
+        *arch = ARCH_GPT2;
+        int64_t inner = 0;
+        if ((s = json_int(o, "n_layer", &c->num_layers, -1, path)) ||
+            (s = json_int(o, "n_embd", &c->hidden, -1, path)) ||
+            (s = json_int(o, "n_head", &c->heads, -1, path)) ||
+            (s = json_int(o, "n_positions", &c->max_positions, 1024, path)) ||
+            (s = json_int(o, "vocab_size", &c->vocab_size, -1, path)) ||
+            (s = json_int(o, "n_inner", &inner, 0, path)))
+            goto out;
+        c->ffn_hidden = inner ? inner : 4 * c->hidden;
+        c->query_groups = c->heads;
+        c->seq_length = c->max_positions;
+        c->norm_eps = json_num(o, "layer_norm_epsilon", 1e-5);
+        const char *act = json_string_value(json_object_get(o, "activation_function"));
+        if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh")) {
+            s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: activation_function \"%s\" is not supported "
+                          "(loom's GPT-2 uses the tanh GELU: gelu_new)", path, act);
+            goto out;
+        }
+        c->hidden_dropout = json_num(o, "resid_pdrop", 0.0);
+        c->attention_dropout = json_num(o, "attn_pdrop", 0.0);
+        c->init_std = json_num(o, "initializer_range", 0.02);
+        c->untie = !json_flag(o, "tie_word_embeddings", 1);
+        if (c->untie) {
+            s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: untied GPT-2 is not supported", path);
+            goto out;
+        }
+    } else if (type && !strcmp(type, "llama")) {
+        *arch = ARCH_LLAMA;
+        if ((s = json_int(o, "num_hidden_layers", &c->num_layers, -1, path)) ||
+            (s = json_int(o, "hidden_size", &c->hidden, -1, path)) ||
+            (s = json_int(o, "num_attention_heads", &c->heads, -1, path)) ||
+            (s = json_int(o, "num_key_value_heads", &c->query_groups, c->heads, path)) ||
+            (s = json_int(o, "intermediate_size", &c->ffn_hidden, -1, path)) ||
+            (s = json_int(o, "max_position_embeddings", &c->max_positions, 2048, path)) ||
+            (s = json_int(o, "vocab_size", &c->vocab_size, -1, path)))
+            goto out;
+        int64_t hd = 0;
+        if ((s = json_int(o, "head_dim", &hd, c->hidden / (c->heads ? c->heads : 1), path))) goto out;
+        if (hd * c->heads != c->hidden) {
+            s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: head_dim x heads != hidden_size is not supported", path);
+            goto out;
+        }
+        if (json_flag(o, "attention_bias", 0) || json_flag(o, "mlp_bias", 0)) {
+            s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: Llama with attention_bias/mlp_bias is not supported", path);
+            goto out;
+        }
+        if (json_object_get(o, "rope_scaling") && !json_is_null(json_object_get(o, "rope_scaling"))) {
+            s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: rope_scaling is not supported", path);
+            goto out;
+        }
+        c->seq_length = c->max_positions;
+        c->norm = LOOM_NORM_RMSNORM;
+        c->norm_eps = json_num(o, "rms_norm_eps", 1e-6);
+        c->swiglu = 1;
+        c->posemb = LOOM_POSEMB_ROPE;
+        c->rope_theta = json_num(o, "rope_theta", 10000.0);
+        c->bias = 0;
+        c->untie = !json_flag(o, "tie_word_embeddings", 0);
+        c->attention_dropout = json_num(o, "attention_dropout", 0.0);
+        c->hidden_dropout = 0.0;
+        c->init_std = json_num(o, "initializer_range", 0.02);
+    } else {
+        s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not supported (gpt2, llama)",
+                      path, type ? type : "(missing)");
+    }
+out:
+    json_decref(o);
+    if (s == LOOM_OK) s = loom_gpt_config_finalize(c, 1, 1);
+    return s;
+}
+
+static enum loom_status arch_of(const struct loom_gpt_config *c, enum arch *arch) {
+    int gpt2 = c->norm == LOOM_NORM_LAYERNORM && !c->swiglu && c->posemb == LOOM_POSEMB_LEARNED &&
+               c->bias && !c->untie && c->query_groups == c->heads;
+    int llama = c->norm == LOOM_NORM_RMSNORM && c->swiglu && c->posemb == LOOM_POSEMB_ROPE && !c->bias;
+    if (gpt2) *arch = ARCH_GPT2;
+    else if (llama) *arch = ARCH_LLAMA;
+    else
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "this model has no Hugging Face equivalent: gpt2 "
+                         "needs LayerNorm, GELU, learned positions, biases, tied embeddings and no "
+                         "GQA; llama needs RMSNorm, SwiGLU, rope and no biases");
+    return LOOM_OK;
+}
+
+static enum loom_status write_hf_config(const char *path, enum arch arch, const struct loom_gpt_config *c) {
+    json_t *o = json_object();
+    if (arch == ARCH_GPT2) {
+        json_object_set_new(o, "model_type", json_string("gpt2"));
+        json_object_set_new(o, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
+        json_object_set_new(o, "n_layer", json_integer(c->num_layers));
+        json_object_set_new(o, "n_embd", json_integer(c->hidden));
+        json_object_set_new(o, "n_head", json_integer(c->heads));
+        json_object_set_new(o, "n_positions", json_integer(c->max_positions));
+        json_object_set_new(o, "n_ctx", json_integer(c->max_positions));
+        json_object_set_new(o, "n_inner", c->ffn_hidden == 4 * c->hidden ? json_null() : json_integer(c->ffn_hidden));
+        json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+        json_object_set_new(o, "layer_norm_epsilon", json_real(c->norm_eps));
+        json_object_set_new(o, "activation_function", json_string("gelu_new"));
+        json_object_set_new(o, "resid_pdrop", json_real(c->hidden_dropout));
+        json_object_set_new(o, "embd_pdrop", json_real(c->hidden_dropout));
+        json_object_set_new(o, "attn_pdrop", json_real(c->attention_dropout));
+        json_object_set_new(o, "tie_word_embeddings", json_true());
+    } else {
+        json_object_set_new(o, "model_type", json_string("llama"));
+        json_object_set_new(o, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+        json_object_set_new(o, "num_hidden_layers", json_integer(c->num_layers));
+        json_object_set_new(o, "hidden_size", json_integer(c->hidden));
+        json_object_set_new(o, "num_attention_heads", json_integer(c->heads));
+        json_object_set_new(o, "num_key_value_heads", json_integer(c->query_groups));
+        json_object_set_new(o, "intermediate_size", json_integer(c->ffn_hidden));
+        json_object_set_new(o, "max_position_embeddings", json_integer(c->max_positions));
+        json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+        json_object_set_new(o, "rms_norm_eps", json_real(c->norm_eps));
+        json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+        json_object_set_new(o, "hidden_act", json_string("silu"));
+        json_object_set_new(o, "attention_bias", json_false());
+        json_object_set_new(o, "mlp_bias", json_false());
+        json_object_set_new(o, "tie_word_embeddings", json_boolean(!c->untie));
+    }
+    json_object_set_new(o, "initializer_range", json_real(c->init_std));
+    json_object_set_new(o, "torch_dtype", json_string("float32"));
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(o);
+    if (!s) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    enum loom_status r = loom_atomic_write_file(path, s, strlen(s));
+    free(s);
+    return r;
+}
+
+/* A model table for `cfg` on one rank, without allocating anything. */
+static enum loom_status table_for(const struct loom_gpt_config *cfg, struct loom_parallel *par,
+                                  struct loom_gpt *m) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->par = par;
+    LOOM_CHECK(loom_parallel_init_single(par));
+    return loom_gpt_build_table(m);
+}
+
+/* Move every element between the loom tensors and the HF tensors. to_loom: HF -> loom. */
+static enum loom_status map_tensors(const struct hf_ctx *h, const struct loom_gpt *m,
+                                    float **loom_data, float ***hf_data, struct src_map *maps,
+                                    int to_loom) {
+    for (int i = 0; i < m->nparams; i++) {
+        const struct loom_param *p = &m->params[i];
+        const char *local;
+        LOOM_CHECK(sources(h, p, &local, &maps[i]));
+        int64_t rows = p->shape[0], cols = p->ndim > 1 ? p->shape[1] : 1;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t col = 0; col < cols; col++) {
+                int64_t flat;
+                int src = locate(h, p, local, r, col, &maps[i], &flat);
+                float *l = &loom_data[i][r * cols + col];
+                if (src < 0) {
+                    if (to_loom) *l = 0.0f;
+                    continue;
+                }
+                float *x = &hf_data[i][src][flat];
+                if (to_loom)
+                    *l = *x;
+                else
+                    *x = *l;
+            }
+    }
+    return LOOM_OK;
+}
+
+static float ***alloc_hf(const struct loom_gpt *m, struct src_map *maps) {
+    float ***hf = calloc((size_t)m->nparams, sizeof *hf);
+    if (!hf) return NULL;
+    for (int i = 0; i < m->nparams; i++) {
+        hf[i] = calloc(3, sizeof(float *));
+        if (!hf[i]) return NULL;
+        for (int s = 0; s < maps[i].nsrc; s++) {
+            int64_t n = maps[i].shape[s][0] * (maps[i].shape[s][1] ? maps[i].shape[s][1] : 1);
+            hf[i][s] = calloc((size_t)n, sizeof(float));
+            if (!hf[i][s]) return NULL;
+        }
+    }
+    return hf;
+}
+
+static void free_all(const struct loom_gpt *m, float **loom_data, float ***hf) {
+    for (int i = 0; i < m->nparams; i++) {
+        if (loom_data) free(loom_data[i]);
+        if (hf && hf[i]) {
+            for (int s = 0; s < 3; s++) free(hf[i][s]);
+            free(hf[i]);
+        }
+    }
+    free(loom_data);
+    free(hf);
+}
+
+static float **alloc_loom(const struct loom_gpt *m) {
+    float **d = calloc((size_t)m->nparams, sizeof *d);
+    if (!d) return NULL;
+    for (int i = 0; i < m->nparams; i++) {
+        d[i] = calloc((size_t)(m->params[i].shape[0] * m->params[i].shape[1]), sizeof(float));
+        if (!d[i]) return NULL;
+    }
+    return d;
+}
+
+enum loom_status loom_convert_hf_to_loom(const char *hf_dir, const char *loom_dir) {
+    struct loom_gpt_config cfg;
+    enum arch arch = ARCH_GPT2;
+    LOOM_CHECK(read_hf_config(hf_dir, &arch, &cfg));
+    struct loom_parallel par;
+    struct loom_gpt m;
+    LOOM_CHECK(table_for(&cfg, &par, &m));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
+    struct loom_safetensors *st;
+    enum loom_status s = loom_safetensors_open(&st, path);
+    if (s != LOOM_OK) {
+        free(m.params);
+        return s;
+    }
+    struct hf_ctx h = {arch, &cfg, ""};
+    if (arch == ARCH_GPT2 && !loom_safetensors_find(st, "wte.weight") &&
+        loom_safetensors_find(st, "transformer.wte.weight"))
+        h.prefix = "transformer.";
+    struct src_map *maps = calloc((size_t)m.nparams, sizeof *maps);
+    float **ld = alloc_loom(&m);
+    float ***hd = NULL;
+    const char *dummy;
+    for (int i = 0; i < m.nparams && s == LOOM_OK; i++) s = sources(&h, &m.params[i], &dummy, &maps[i]);
+    if (s == LOOM_OK && (!maps || !ld || !(hd = alloc_hf(&m, maps))))
+        s = loom_fail(LOOM_ERR_OOM, "out of memory converting %s", hf_dir);
+    for (int i = 0; i < m.nparams && s == LOOM_OK; i++)
+        for (int k = 0; k < maps[i].nsrc && s == LOOM_OK; k++) {
+            int64_t shp[2] = {maps[i].shape[k][0], maps[i].shape[k][1]};
+            int nd = shp[1] ? 2 : 1;
+            s = loom_safetensors_expect_shape(st, maps[i].name[k], nd, shp);
+            if (s == LOOM_OK)
+                s = loom_safetensors_read_f32(st, maps[i].name[k], hd[i][k], shp[0] * (nd > 1 ? shp[1] : 1));
+        }
+    if (s == LOOM_OK) s = map_tensors(&h, &m, ld, hd, maps, 1);
+    loom_safetensors_close(st);
+    /* write the loom checkpoint directory */
+    struct loom_safetensors_writer *w = NULL;
+    if (s == LOOM_OK) s = loom_mkdir_p(loom_dir);
+    if (s == LOOM_OK) s = loom_safetensors_writer_init(&w);
+    for (int i = 0; i < m.nparams && s == LOOM_OK; i++)
+        s = loom_safetensors_writer_add(w, m.params[i].name, LOOM_DTYPE_F32, m.params[i].ndim,
+                                        m.params[i].shape, ld[i]);
+    if (s == LOOM_OK) {
+        loom_safetensors_writer_set_metadata(w, "format", "loom");
+        snprintf(path, sizeof path, "%s/model.safetensors", loom_dir);
+        s = loom_safetensors_writer_save(w, path);
+    }
+    if (s == LOOM_OK) {
+        snprintf(path, sizeof path, "%s/meta.json", loom_dir);
+        s = loom_ckpt_write_config_json(path, &cfg, NULL, 0);
+    }
+    if (w) loom_safetensors_writer_free(w);
+    free_all(&m, ld, hd);
+    free(maps);
+    free(m.params);
+    loom_parallel_free(&par);
+    return s;
+}
+
+enum loom_status loom_convert_loom_to_hf(const char *loom_dir, const char *hf_dir) {
+    struct loom_gpt_config cfg;
+    struct loom_train_state tst;
+    int has_optim;
+    LOOM_CHECK(loom_ckpt_read_meta(loom_dir, &cfg, &tst, &has_optim));
+    LOOM_CHECK(loom_gpt_config_finalize(&cfg, 1, 1));
+    enum arch arch = ARCH_GPT2;
+    LOOM_CHECK(arch_of(&cfg, &arch));
+    struct loom_parallel par;
+    struct loom_gpt m;
+    LOOM_CHECK(table_for(&cfg, &par, &m));
+    /* the model file of the resolved checkpoint directory */
+    char path[4400], dir[4200];
+    snprintf(path, sizeof path, "%s/meta.json", loom_dir);
+    if (loom_file_exists(path)) {
+        snprintf(dir, sizeof dir, "%s", loom_dir);
+    } else {
+        snprintf(dir, sizeof dir, "%s/iter_%07lld", loom_dir, (long long)tst.iteration);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    struct loom_safetensors *st;
+    enum loom_status s = loom_safetensors_open(&st, path);
+    if (s != LOOM_OK) {
+        free(m.params);
+        return s;
+    }
+    struct hf_ctx h = {arch, &cfg, ""};
+    struct src_map *maps = calloc((size_t)m.nparams, sizeof *maps);
+    float **ld = alloc_loom(&m);
+    float ***hd = NULL;
+    const char *dummy;
+    for (int i = 0; i < m.nparams && s == LOOM_OK; i++) s = sources(&h, &m.params[i], &dummy, &maps[i]);
+    if (s == LOOM_OK && (!maps || !ld || !(hd = alloc_hf(&m, maps))))
+        s = loom_fail(LOOM_ERR_OOM, "out of memory converting %s", loom_dir);
+    for (int i = 0; i < m.nparams && s == LOOM_OK; i++) {
+        s = loom_safetensors_expect_shape(st, m.params[i].name, m.params[i].ndim, m.params[i].shape);
+        if (s == LOOM_OK)
+            s = loom_safetensors_read_f32(st, m.params[i].name, ld[i],
+                                          m.params[i].shape[0] * m.params[i].shape[1]);
+    }
+    if (s == LOOM_OK) s = map_tensors(&h, &m, ld, hd, maps, 0);
+    loom_safetensors_close(st);
+    struct loom_safetensors_writer *w = NULL;
+    if (s == LOOM_OK) s = loom_mkdir_p(hf_dir);
+    if (s == LOOM_OK) s = loom_safetensors_writer_init(&w);
+    for (int i = 0; i < m.nparams && s == LOOM_OK; i++)
+        for (int k = 0; k < maps[i].nsrc && s == LOOM_OK; k++) {
+            int64_t shp[2] = {maps[i].shape[k][0], maps[i].shape[k][1]};
+            s = loom_safetensors_writer_add(w, maps[i].name[k], LOOM_DTYPE_F32, shp[1] ? 2 : 1, shp,
+                                            hd[i][k]);
+        }
+    if (s == LOOM_OK) {
+        loom_safetensors_writer_set_metadata(w, "format", "pt");
+        snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
+        s = loom_safetensors_writer_save(w, path);
+    }
+    if (s == LOOM_OK) {
+        snprintf(path, sizeof path, "%s/config.json", hf_dir);
+        s = write_hf_config(path, arch, &cfg);
+    }
+    if (w) loom_safetensors_writer_free(w);
+    free_all(&m, ld, hd);
+    free(maps);
+    free(m.params);
+    loom_parallel_free(&par);
+    return s;
+}
