@@ -110,7 +110,7 @@ enum loom_status loom_comm_wait(struct loom_comm_req *req);
  *   alltoallv                   e * sum of send_counts[r] over r != own rank
  *   broadcast                   S on every rank but the last of the chain root, root+1, ...,
  *                               i.e. rank (root-1) mod n counts 0 (a pipelined chain broadcast)
- *   send / isend (SENDRECV)     S; recv and irecv count 0
+ *   send / isend (SENDRECV)     S to another rank, 0 to itself; recv and irecv count 0
  *   barrier                     0
  * A group of one counts 0 for everything. Failed calls count nothing. */
 int64_t loom_comm_bytes(const struct loom_comm *c, enum loom_coll kind);

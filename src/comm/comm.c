@@ -26,6 +26,7 @@ int loom_comm_rank(const struct loom_comm *c) { return c->rank; }
 int loom_comm_size(const struct loom_comm *c) { return c->size; }
 const char *loom_comm_backend_name(const struct loom_comm *c) { return c->ops->name; }
 
+#ifdef LOOM_HAVE_MPI
 static int launched_by_mpi(void) {
     static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
                                  "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS"};
@@ -33,6 +34,7 @@ static int launched_by_mpi(void) {
         if (getenv(vars[i])) return 1;
     return 0;
 }
+#endif
 
 enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, int *argc,
                                  char ***argv) {
@@ -300,7 +302,7 @@ enum loom_status loom_comm_send(struct loom_comm *c, const void *buf, int64_t co
     LOOM_CHECK(check_peer(w, c, peer, "peer"));
     LOOM_CHECK(check_tag(w, tag));
     LOOM_CHECK(c->ops->send(c, buf, count, dt, peer, tag));
-    c->bytes[LOOM_COLL_SENDRECV] += nbytes(count, dt);
+    if (peer != c->rank) c->bytes[LOOM_COLL_SENDRECV] += nbytes(count, dt);
     return LOOM_OK;
 }
 
@@ -344,7 +346,7 @@ enum loom_status loom_comm_isend(struct loom_comm *c, const void *buf, int64_t c
     LOOM_CHECK(check_peer(w, c, peer, "peer"));
     LOOM_CHECK(check_tag(w, tag));
     LOOM_CHECK(c->ops->isend(c, buf, count, dt, peer, tag, req));
-    c->bytes[LOOM_COLL_SENDRECV] += nbytes(count, dt);
+    if (peer != c->rank) c->bytes[LOOM_COLL_SENDRECV] += nbytes(count, dt);
     return LOOM_OK;
 }
 
