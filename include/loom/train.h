@@ -15,6 +15,7 @@ struct loom_train_config {
     int sequence_parallel;
     /* batch and schedule */
     int64_t micro_batch, global_batch, train_iters;
+    int64_t exit_interval; /* stop (after saving) when the iteration is a multiple; 0 = off */
     struct loom_lr_schedule lr;
     double weight_decay, beta1, beta2, adam_eps, clip_grad;
     uint64_t seed;

@@ -18,7 +18,7 @@ struct train_flags {
     double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
         clip, init_std, peak;
     int64_t micro, global, iters, warmup, decay_iters, seed, save_interval, eval_interval,
-        eval_iters, log_interval, tp, pp, vpp_layers;
+        eval_iters, log_interval, tp, pp, vpp_layers, exit_interval;
 };
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -127,6 +127,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--micro-batch-size", LOOM_FLAG_INT, &f.micro, "samples per micro-batch", NULL, 0},
         {"--global-batch-size", LOOM_FLAG_INT, &f.global, "samples per iteration (0 = micro x DP)", NULL, 0},
         {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (required)", NULL, 0},
+        {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
         {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
         {"--min-lr", LOOM_FLAG_FLOAT, &f.min_lr, "final learning rate", NULL, 0},
         {"--lr-decay-style", LOOM_FLAG_CHOICE, &f.decay_style, "decay after warmup", "constant|linear|cosine", 0},
@@ -179,6 +180,7 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.query_groups && !f.gqa) FAIL("--num-query-groups needs --group-query-attention");
     if (f.log_interval < 1) FAIL("--log-interval must be at least 1");
     if (f.eval_iters < 0 || f.eval_interval < 0) FAIL("--eval-iters and --eval-interval must be >= 0");
+    if (f.exit_interval < 0) FAIL("--exit-interval must be >= 0");
     if (f.save_interval < 0) FAIL("--save-interval must be >= 0");
     if (!(f.lr >= 0) || !(f.min_lr >= 0) || f.min_lr > f.lr) FAIL("need 0 <= --min-lr <= --lr");
     if (f.warmup < 0) FAIL("--lr-warmup-iters must be >= 0");
@@ -218,6 +220,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.micro_batch = f.micro;
     c.global_batch = f.global;
     c.train_iters = f.iters;
+    c.exit_interval = f.exit_interval;
     c.lr.max_lr = f.lr;
     c.lr.min_lr = f.min_lr;
     c.lr.warmup_iters = f.warmup;

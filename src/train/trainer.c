@@ -138,12 +138,12 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
                       (long long)it, val_loss, exp(val_loss));
     if (t->metrics) {
         fprintf(t->metrics,
-                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lr\": %.9g, \"loss\": %.9g, "
-                "\"grad_norm\": %.9g, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.2f, "
+                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lr\": %.17g, \"loss\": %.17g, "
+                "\"grad_norm\": %.17g, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.2f, "
                 "\"tflops_per_rank\": %.6g, \"mfu\": %.6g",
                 (long long)it, (long long)t->st.consumed_samples, lr, loss, gnorm, ms, tps, tflops,
                 mfu / 100.0);
-        if (have_val) fprintf(t->metrics, ", \"val_loss\": %.9g", val_loss);
+        if (have_val) fprintf(t->metrics, ", \"val_loss\": %.17g", val_loss);
         fprintf(t->metrics, "}\n");
         fflush(t->metrics);
     }
@@ -307,6 +307,11 @@ static enum loom_status train_loop(struct trainer *t) {
             log_iteration(t, it, ms, lr, loss, gnorm, have_val, val);
             t_last = loom_time_s();
             iters_since_log = 0;
+        }
+        if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < c->train_iters) {
+            loom_log_info("exiting at iteration %lld (--exit-interval %lld)", (long long)it,
+                          (long long)c->exit_interval);
+            break;
         }
         if (c->save && c->save_interval > 0 && it % c->save_interval == 0 && it < c->train_iters) {
             LOOM_CHECK(loom_ckpt_save(c->save, t->model, &t->opt, &t->st));
