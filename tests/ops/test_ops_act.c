@@ -51,7 +51,7 @@ static void test_gelu(int64_t n) {
     loom_op(be, gelu_backward, dx, R, x, n);
     struct gelu_ctx k = {n, ops_to_double(x, n), ops_to_double(R, n)};
     snprintf(name, sizeof name, "gelu backward n=%lld against central differences", (long long)n);
-    ops_check(name, ops_grad_check_some(gelu_loss, &k, k.x, n, dx, 1e-4, 400), 1e-5);
+    ops_check(name, ops_grad_check_some(gelu_loss, &k, k.x, n, dx, 1e-4, 100), 1e-5);
     free(x), free(y), free(R), free(dx), free(ref), free(k.x), free(k.R);
 }
 
@@ -97,7 +97,7 @@ static void test_swiglu(int64_t N, int64_t F) {
     loom_op(be, swiglu_backward, dx, R, x, N, F);
     snprintf(name, sizeof name, "swiglu backward N=%lld F=%lld against central differences",
              (long long)N, (long long)F);
-    ops_check(name, ops_grad_check_some(swiglu_loss, &k, k.x, 2 * n, dx, 1e-4, 300), 1e-5);
+    ops_check(name, ops_grad_check_some(swiglu_loss, &k, k.x, 2 * n, dx, 1e-4, 100), 1e-5);
     free(x), free(y), free(R), free(dx), free(k.x), free(k.R), free(k.out);
 }
 
