@@ -115,6 +115,13 @@ struct loom_backend_ops {
                                const float *out, const float *lse, const float *qkv,
                                const struct loom_attn *a);
 
+    /* One query position against a key/value cache (generation): q[NH*HS] (one token's query
+     * heads), kcache/vcache [L, NKV, HS] holding positions 0..L-1 (the query attends to all of
+     * them); out[NH*HS] = softmax(scale q k^T) v per head, head h using group h / (NH/NKV). */
+    void (*attention_decode)(struct loom_backend *be, float *out, const float *q,
+                             const float *kcache, const float *vcache, int64_t L, int64_t NH,
+                             int64_t NKV, int64_t HS, float scale);
+
     /* ---- activations ---- */
     /* GELU, tanh approximation */
     void (*gelu_forward)(struct loom_backend *be, float *out, const float *inp, int64_t n);

@@ -147,4 +147,15 @@ enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
                                   double *loss_sum, int64_t *count);
 /* Backward of the last forward; gradients accumulate into m->grad_mem. */
 enum loom_status loom_gpt_backward(struct loom_gpt *m, const struct loom_step_ctx *ctx);
+/* Incremental decoding for generation (one rank): each step feeds one token at the next position,
+ * appends its keys and values to a per-layer cache and returns the next-token logits, so a new
+ * token costs one position's work. */
+struct loom_gpt_decoder;
+enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct loom_gpt *m,
+                                         int64_t max_len);
+void loom_gpt_decoder_free(struct loom_gpt_decoder *d);
+/* Feed `token` at the next position; logits[vocab_size] (host) for the position after it. */
+enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token, float *logits);
+int64_t loom_gpt_decoder_position(const struct loom_gpt_decoder *d);
+
 #endif

@@ -8,6 +8,7 @@
 #include "loom/ckpt.h"
 #include "loom/comm.h"
 #include "loom/log.h"
+#include "loom/tokenizer.h"
 #include "loom/train.h"
 
 struct train_flags {
@@ -173,7 +174,13 @@ int loom_cmd_train(int argc, char **argv) {
     if (s != LOOM_OK) goto out;
     if (f.iters <= 0) FAIL("--train-iters must be given and positive");
     if (f.load && (s = apply_checkpoint_arch(flags, NFLAGS(flags), &f, f.load)) != LOOM_OK) goto out;
-    /* VOCAB_FROM_TOKENIZER */
+    if (f.vocab == 0 && f.vocab_file) {
+        struct loom_tokenizer *tok;
+        if ((s = loom_tokenizer_load(&tok, f.tokenizer_type, f.vocab_file, f.merge_file)) != LOOM_OK)
+            goto out;
+        f.vocab = loom_tokenizer_vocab_size(tok);
+        loom_tokenizer_free(tok);
+    }
     if (f.vocab == 0) f.vocab = 50257;
     if (!f.mock && !f.data_path) FAIL("give --data-path PREFIX or --mock-data");
     if (f.mock && f.data_path) FAIL("--mock-data and --data-path exclude each other");

@@ -51,6 +51,7 @@ static const struct loom_backend_ops g_cpu_ops = {
     .rope = loom_cpu_rope,
     .attention_forward = loom_cpu_attention_forward,
     .attention_backward = loom_cpu_attention_backward,
+    .attention_decode = loom_cpu_attention_decode,
     .gelu_forward = loom_cpu_gelu_forward,
     .gelu_backward = loom_cpu_gelu_backward,
     .swiglu_forward = loom_cpu_swiglu_forward,

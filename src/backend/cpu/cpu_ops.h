@@ -48,6 +48,11 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
                                  const float *out, const float *lse, const float *qkv,
                                  const struct loom_attn *a);
 
+/* decode.c */
+void loom_cpu_attention_decode(struct loom_backend *be, float *out, const float *q,
+                               const float *kcache, const float *vcache, int64_t L, int64_t NH,
+                               int64_t NKV, int64_t HS, float scale);
+
 /* act.c */
 void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n);
 void loom_cpu_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
