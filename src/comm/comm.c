@@ -61,8 +61,8 @@ enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, in
                          "-DLOOM_MPI=ON); valid here: self");
 #endif
     }
-    return loom_fail(LOOM_ERR_INVALID_ARG, "unknown communication backend '%s'; valid: self%s, auto",
-                     backend,
+    return loom_fail(LOOM_ERR_INVALID_ARG,
+                     "unknown communication backend '%s'; valid: self%s, auto", backend,
 #ifdef LOOM_HAVE_MPI
                      ", mpi"
 #else

@@ -211,11 +211,8 @@ static enum loom_status mpi_allgather(struct loom_comm *c, void *recv, const voi
     LOOM_CHECK(fits_int("allgather", count));
     MPI_Datatype t = mpi_dtype(dt);
     /* send may already sit at its place in recv (the in-place form) */
-    const void *sb = (const char *)send == (const char *)recv + (size_t)c->rank *
-                                                                   (size_t)count *
-                                                                   loom_dtype_size(dt)
-                         ? MPI_IN_PLACE
-                         : send;
+    size_t own = (size_t)c->rank * (size_t)count * loom_dtype_size(dt);
+    const void *sb = (const char *)send == (const char *)recv + own ? MPI_IN_PLACE : send;
     MPI_TRY("allgather", MPI_Allgather(sb, (int)count, t, recv, (int)count, t, comm_of(c)));
     return LOOM_OK;
 }
@@ -224,7 +221,8 @@ static enum loom_status mpi_alltoall(struct loom_comm *c, void *recv, const void
                                      int64_t count, enum loom_dtype dt) {
     LOOM_CHECK(fits_int("alltoall", count));
     MPI_Datatype t = mpi_dtype(dt);
-    MPI_TRY("alltoall", MPI_Alltoall(send == recv ? MPI_IN_PLACE : send, (int)count, t, recv, (int)count, t, comm_of(c)));
+    const void *sb = send == recv ? MPI_IN_PLACE : send;
+    MPI_TRY("alltoall", MPI_Alltoall(sb, (int)count, t, recv, (int)count, t, comm_of(c)));
     return LOOM_OK;
 }
 
