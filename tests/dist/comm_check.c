@@ -379,6 +379,7 @@ static void test_counters(void) {
 
 /* Long buffers go to MPI in pieces; shrink the piece to 7 elements to exercise that path. */
 static void test_chunks(void) {
+#ifdef LOOM_HAVE_MPI
     enum { n = 50 };
     loom_comm_mpi_set_max_chunk(7);
     float a[n], b[n], in[n];
@@ -409,6 +410,7 @@ static void test_chunks(void) {
         }
     }
     loom_comm_mpi_set_max_chunk(0);
+#endif
 }
 
 static void test_arg_errors(void) {

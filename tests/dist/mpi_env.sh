@@ -10,6 +10,18 @@ export OMP_NUM_THREADS=1
 LOOM_BUILD=${LOOM_BUILD:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../build" && pwd)}
 LOOM_TESTBIN=$LOOM_BUILD/tests
 
+# Exit the calling script with success (a skip) when this build has no MPI backend or no mpirun.
+loom_require_mpi() {
+    if ! command -v mpirun >/dev/null; then
+        echo "skipped: no mpirun"
+        exit 0
+    fi
+    if grep -q '^LOOM_MPI:BOOL=OFF' "$LOOM_BUILD/CMakeCache.txt" 2>/dev/null; then
+        echo "skipped: built with -DLOOM_MPI=OFF"
+        exit 0
+    fi
+}
+
 # loom_mpirun N program args...
 loom_mpirun() {
     local n=$1

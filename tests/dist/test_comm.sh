@@ -4,6 +4,7 @@
 # 4 and 8 ranks.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
+loom_require_mpi
 for n in 2 3 8; do
     loom_mpirun "$n" "$LOOM_TESTBIN/comm_check"
 done

@@ -2,6 +2,7 @@
 # A failing rank ends the whole job promptly and non-zero; a layout error is printed once.
 set -uo pipefail
 source "$(dirname "$0")/mpi_env.sh"
+loom_require_mpi
 prog=$LOOM_TESTBIN/comm_abort_check
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
