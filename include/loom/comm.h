@@ -64,13 +64,15 @@ _Noreturn void loom_comm_exit_error(int code, int collective);
 /* Blocking collectives. count is in elements of dt. */
 enum loom_status loom_comm_allreduce(struct loom_comm *c, void *buf, int64_t count,
                                      enum loom_dtype dt, enum loom_redop op);
-/* recv[count] = reduction of this rank's block of send[count * size] */
+/* recv[count] = reduction of this rank's block of send[count * size]; recv must not be send */
 enum loom_status loom_comm_reduce_scatter(struct loom_comm *c, void *recv, const void *send,
                                           int64_t count, enum loom_dtype dt, enum loom_redop op);
-/* recv[count * size] = concatenation of every rank's send[count] in rank order */
+/* recv[count * size] = concatenation of every rank's send[count] in rank order; send may be this
+ * rank's own block of recv (in place) */
 enum loom_status loom_comm_allgather(struct loom_comm *c, void *recv, const void *send,
                                      int64_t count, enum loom_dtype dt);
-/* Equal blocks: send[count * size] block r goes to rank r; recv block r came from rank r */
+/* Equal blocks: send[count * size] block r goes to rank r; recv block r came from rank r;
+ * send == recv works in place */
 enum loom_status loom_comm_alltoall(struct loom_comm *c, void *recv, const void *send,
                                     int64_t count, enum loom_dtype dt);
 /* Variable blocks (counts and displacements in elements) */
