@@ -184,6 +184,10 @@ static void test_alltoall(void) {
     EXPECT_OK(loom_comm_alltoall(W, recv, send, n, LOOM_DTYPE_I32));
     for (int r = 0; r < N; r++)
         for (int64_t i = 0; i < n; i++) EXPECT(recv[r * n + i] == r * 1000 + R * 10 + i);
+    EXPECT_OK(loom_comm_alltoall(W, send, send, n, LOOM_DTYPE_I32)); /* in place */
+    EXPECT(memcmp(send, recv, (size_t)(n * N) * sizeof *send) == 0);
+    EXPECT_FAIL(loom_comm_reduce_scatter(W, send, send, 1, LOOM_DTYPE_I32, LOOM_REDOP_SUM),
+                LOOM_ERR_INVALID_ARG, "must not be the same buffer");
     free(send), free(recv);
 }
 
