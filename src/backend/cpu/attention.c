@@ -223,18 +223,198 @@ static void row_dropout(float *x, int64_t n, uint64_t seed, uint64_t purpose, ui
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* geometry and BLAS threading                                                                */
+/* block products                                                                             */
+
+/* Two products cover the whole op, on a block of at most QBLK query rows:
+ *   scores: C[i][j] = alpha * A_i . B_j     (A_i a query-side row, B_j a key-side row, j < ncols)
+ *   mix:    C_i (=|+=) alpha * r_i * sum_k A(i,k) B_k  (B_k a row of HS, A(i,k) = A[i*ars+k*acs])
+ * scores is q k^T and dout v^T; mix is P v, dS k (dq), dS^T q (dk) and Pd^T dout (dv).
+ * With AVX-512 and HS % 16 == 0 both run on register-tiled kernels, the key-side rows of scores
+ * packed once per (b, kv group) as 16-key panels [HS][16]; otherwise they go to sgemm.
+ *
+ * Causal limits let both skip work that only produces masked (zero) entries:
+ *   scores, hi >= 0: row i needs columns j < hi + i + 1 only;
+ *   mix, hi >= 0: row i needs k < hi + i + 1 only; mix, lo >= 0: row i needs k >= i - lo only.
+ * Entries skipped by scores are left unwritten; the caller zeroes each row past its limit. */
+
+#if defined(__AVX512F__)
+#define ATTN_TILED 1
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* C[0:mr][0:16*nj] = alpha * A[0:mr] . panels, K = HS */
+ALWAYS_INLINE void scores_tile(int mr, int nj, float *C, int64_t ldc, const float *A, int64_t lda,
+                               const float *Bt, int64_t K, float alpha) {
+    __m512 acc[8][2];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nj; j++) acc[i][j] = _mm512_setzero_ps();
+    const int64_t ps = 16 * K; /* floats per panel */
+    for (int64_t d = 0; d < K; d++) {
+        __m512 b[2];
+        for (int j = 0; j < nj; j++) b[j] = _mm512_load_ps(Bt + j * ps + d * 16);
+        for (int i = 0; i < mr; i++) {
+            __m512 a = _mm512_set1_ps(A[i * lda + d]);
+            for (int j = 0; j < nj; j++) acc[i][j] = _mm512_fmadd_ps(a, b[j], acc[i][j]);
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha);
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nj; j++) _mm512_storeu_ps(C + i * ldc + 16 * j, _mm512_mul_ps(acc[i][j], va));
+}
+
+/* C[0:mr][0:16*nv] (=|+=) alpha * r_i * sum_{k0<=k<k1} A(i,k) B_k[0:16*nv] */
+ALWAYS_INLINE void mix_tile(int mr, int nv, float *C, int64_t ldc, int accumulate, float alpha,
+                            const float *r, const float *A, int64_t ars, int64_t acs, int64_t k0,
+                            int64_t k1, const float *B, int64_t ldb) {
+    __m512 acc[6][4];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) acc[i][v] = _mm512_setzero_ps();
+    for (int64_t k = k0; k < k1; k++) {
+        const float *b = B + k * ldb;
+        __m512 bv[4];
+        for (int v = 0; v < nv; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
+        for (int i = 0; i < mr; i++) {
+            __m512 a = _mm512_set1_ps(A[i * ars + k * acs]);
+            for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(a, bv[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        const __m512 f = _mm512_set1_ps(r ? alpha * r[i] : alpha);
+        for (int v = 0; v < nv; v++) {
+            __m512 x = _mm512_mul_ps(acc[i][v], f);
+            if (accumulate) x = _mm512_add_ps(x, _mm512_loadu_ps(C + i * ldc + 16 * v));
+            _mm512_storeu_ps(C + i * ldc + 16 * v, x);
+        }
+    }
+}
+
+/* specialisations with constant tile sizes, so the accumulators live in registers */
+#define SCORES_CASE(MR)                                                                        \
+    case MR:                                                                                   \
+        if (nj == 2) scores_tile(MR, 2, C, ldc, A, lda, Bt, K, alpha);                         \
+        else scores_tile(MR, 1, C, ldc, A, lda, Bt, K, alpha);                                 \
+        break;
+static void scores_tile_any(int mr, int nj, float *C, int64_t ldc, const float *A, int64_t lda,
+                            const float *Bt, int64_t K, float alpha) {
+    switch (mr) {
+        SCORES_CASE(1) SCORES_CASE(2) SCORES_CASE(3) SCORES_CASE(4)
+        SCORES_CASE(5) SCORES_CASE(6) SCORES_CASE(7) SCORES_CASE(8)
+    }
+}
+#define MIX_CASE(MR)                                                                           \
+    case MR:                                                                                   \
+        switch (nv) {                                                                          \
+        case 4: mix_tile(MR, 4, C, ldc, accumulate, alpha, r, A, ars, acs, k0, k1, B, ldb); break; \
+        case 3: mix_tile(MR, 3, C, ldc, accumulate, alpha, r, A, ars, acs, k0, k1, B, ldb); break; \
+        case 2: mix_tile(MR, 2, C, ldc, accumulate, alpha, r, A, ars, acs, k0, k1, B, ldb); break; \
+        default: mix_tile(MR, 1, C, ldc, accumulate, alpha, r, A, ars, acs, k0, k1, B, ldb); break; \
+        }                                                                                      \
+        break;
+static void mix_tile_any(int mr, int nv, float *C, int64_t ldc, int accumulate, float alpha,
+                         const float *r, const float *A, int64_t ars, int64_t acs, int64_t k0,
+                         int64_t k1, const float *B, int64_t ldb) {
+    switch (mr) { MIX_CASE(1) MIX_CASE(2) MIX_CASE(3) MIX_CASE(4) MIX_CASE(5) MIX_CASE(6) }
+}
+#else
+#define ATTN_TILED 0
+#endif
+
+/* Key-side rows src[n][ld] -> panels dst[ceil(n/16)][HS][16], zero-padded to 16 keys. */
+static void pack_panels(float *dst, const float *src, int64_t ld, int64_t n, int64_t HS) {
+    for (int64_t p = 0; p * 16 < n; p++) {
+        float *pan = dst + p * 16 * HS;
+        for (int64_t jj = 0; jj < 16; jj++) {
+            const int64_t j = p * 16 + jj;
+            if (j < n)
+                for (int64_t d = 0; d < HS; d++) pan[d * 16 + jj] = src[j * ld + d];
+            else
+                for (int64_t d = 0; d < HS; d++) pan[d * 16 + jj] = 0.0f;
+        }
+    }
+}
+
+/* key-side operand of scores: rows (for sgemm) and, on the tiled path, their panels */
+struct keys {
+    const float *rows;
+    int64_t ld;
+    const float *panels;
+};
+
+/* C[m x ncols] (ldc) = alpha * A[m x HS] (lda) . keys^T */
+static void scores(float *C, int64_t ldc, const float *A, int64_t lda, int64_t m, struct keys k,
+                   int64_t ncols, int64_t HS, float alpha, int64_t hi) {
+#if ATTN_TILED
+    if (k.panels) {
+        const int64_t ncv = (ncols + 15) / 16;
+        for (int64_t jv = 0; jv < ncv; jv += 2) {
+            const int nj = ncv - jv >= 2 ? 2 : 1;
+            for (int64_t i0 = 0; i0 < m; i0 += 8) {
+                const int mr = m - i0 >= 8 ? 8 : (int)(m - i0);
+                if (hi >= 0 && 16 * jv >= hi + i0 + mr) continue; /* all masked */
+                scores_tile_any(mr, nj, C + i0 * ldc + 16 * jv, ldc, A + i0 * lda, lda,
+                                k.panels + jv * 16 * HS, HS, alpha);
+            }
+        }
+        return;
+    }
+#endif
+    (void)hi;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)ncols, (int)HS, alpha, A,
+                (int)lda, k.rows, (int)k.ld, 0.0f, C, (int)ldc);
+}
+
+/* C[m x HS] (ldc) (=|+=) alpha * r_i * sum_{k<K} A(i,k) B[k] (ldb); A(i,k) = A[i*ars + k*acs],
+ * one of ars, acs being 1. r may be NULL (all ones); with r the product is assigned. */
+static void mix(float *C, int64_t ldc, int accumulate, float alpha, const float *r, const float *A,
+                int64_t ars, int64_t acs, int64_t m, int64_t K, const float *B, int64_t ldb,
+                int64_t HS, int64_t lo, int64_t hi, int tiled) {
+#if ATTN_TILED
+    if (tiled) {
+        for (int64_t d0 = 0; d0 < HS; d0 += 64) {
+            const int nv = HS - d0 >= 64 ? 4 : (int)((HS - d0) / 16);
+            for (int64_t i0 = 0; i0 < m; i0 += 6) {
+                const int mr = m - i0 >= 6 ? 6 : (int)(m - i0);
+                int64_t k0 = 0, k1 = K;
+                if (lo >= 0 && i0 - lo > k0) k0 = i0 - lo;
+                if (hi >= 0 && hi + i0 + mr < k1) k1 = hi + i0 + mr;
+                if (k1 < k0) k1 = k0;
+                mix_tile_any(mr, nv, C + i0 * ldc + d0, ldc, accumulate, alpha, r ? r + i0 : NULL,
+                             A + i0 * ars, ars, acs, k0, k1, B + d0, ldb);
+            }
+        }
+        return;
+    }
+#endif
+    (void)lo, (void)hi, (void)tiled;
+    LOOM_ASSERT(!(r && accumulate));
+    if (acs == 1)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)HS, (int)K, alpha, A,
+                    (int)ars, B, (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)HS, (int)K, alpha, A,
+                    (int)acs, B, (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+    if (r)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t d = 0; d < HS; d++) C[i * ldc + d] *= r[i];
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* geometry, threads, scratch                                                                 */
 
 struct geom {
     int64_t B, T, NH, NKV, HS, Q, R, C; /* Q query heads per group, R qkv row, C out row */
+    int64_t ldS, npan;                  /* score-row stride (T rounded to 16), key panels */
+    int tiled;
 };
 
 static struct geom geom_of(const struct loom_attn *a) {
-    struct geom g = {a->B, a->T, a->NH, a->NKV, a->HS, 0, 0, 0};
+    struct geom g = {a->B, a->T, a->NH, a->NKV, a->HS, 0, 0, 0, 0, 0, 0};
     LOOM_ASSERT(a->NKV > 0 && a->NH % a->NKV == 0 && a->HS > 0);
     g.Q = a->NH / a->NKV;
     g.R = (a->NH + 2 * a->NKV) * a->HS;
     g.C = a->NH * a->HS;
+    g.npan = (a->T + 15) / 16;
+    g.ldS = 16 * g.npan;
+    g.tiled = ATTN_TILED && a->HS % 16 == 0;
     return g;
 }
 /* column offsets within a qkv row */
@@ -250,8 +430,8 @@ static int num_threads(const struct loom_backend *be) {
     return n > 0 ? n : 1;
 }
 
-/* The tasks call sgemm from inside OpenMP threads: BLAS must not spawn its own threads there
- * (oversubscription, and its pool would serialise the concurrent calls). */
+/* The sgemm fallback is called from inside OpenMP threads: BLAS must not spawn its own threads
+ * there (oversubscription, and its pool would serialise the concurrent calls). */
 static int blas_single_begin(void) {
     int n = openblas_get_num_threads();
     if (n != 1) openblas_set_num_threads(1);
@@ -261,14 +441,13 @@ static void blas_single_end(int n) {
     if (n != 1) openblas_set_num_threads(n);
 }
 
-static float *scratch_alloc(int64_t nthreads, int64_t per_thread) {
-    per_thread = (per_thread + 15) & ~(int64_t)15; /* keep each slice 64-byte aligned */
+static inline int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+static float *falloc(int64_t n) {
     void *p = NULL;
-    size_t bytes = (size_t)(nthreads * per_thread) * sizeof(float);
-    LOOM_ASSERT(posix_memalign(&p, 64, bytes ? bytes : 64) == 0);
+    LOOM_ASSERT(posix_memalign(&p, 64, (size_t)(n > 0 ? n : 16) * sizeof(float)) == 0);
     return p;
 }
-static inline int64_t scratch_stride(int64_t per_thread) { return (per_thread + 15) & ~(int64_t)15; }
 
 /* ------------------------------------------------------------------------------------------ */
 /* rotary embedding                                                                           */
@@ -278,36 +457,38 @@ void loom_cpu_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, in
     LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && HS % 2 == 0);
     if (B <= 0 || T <= 0 || HS == 0) return;
     const int64_t half = HS / 2, Q = NH / NKV, R = (NH + 2 * NKV) * HS;
-    /* cos/sin table [T, half], angles in double */
-    float *tab = malloc((size_t)(2 * T * half) * sizeof(float));
-    LOOM_ASSERT(tab);
+    /* cos/sin table [T][2][half], angles in double */
+    float *tab = falloc(2 * T * half);
     double *inv_freq = malloc((size_t)half * sizeof(double));
     LOOM_ASSERT(inv_freq);
     for (int64_t i = 0; i < half; i++) inv_freq[i] = pow((double)theta, -2.0 * (double)i / (double)HS);
     const double sgn = inverse ? -1.0 : 1.0;
     const int nt = num_threads(be);
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t t = 0; t < T; t++) {
-        double pos = (double)(pos0 + t);
-        for (int64_t i = 0; i < half; i++) {
-            double ang = pos * inv_freq[i];
-            tab[(2 * t) * half + i] = (float)cos(ang);
-            tab[(2 * t + 1) * half + i] = (float)(sgn * sin(ang));
+#pragma omp parallel num_threads(nt)
+    {
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < T; t++) {
+            const double pos = (double)(pos0 + t);
+            for (int64_t i = 0; i < half; i++) {
+                const double ang = pos * inv_freq[i];
+                tab[(2 * t) * half + i] = (float)cos(ang);
+                tab[(2 * t + 1) * half + i] = (float)(sgn * sin(ang));
+            }
         }
-    }
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t bt = 0; bt < B * T; bt++) {
-        const int64_t t = bt % T;
-        const float *cs = tab + (2 * t) * half, *sn = tab + (2 * t + 1) * half;
-        float *row = qkv + bt * R;
-        for (int64_t g = 0; g < NKV; g++) {
-            /* the group's Q query heads and its key head are contiguous */
-            for (int64_t j = 0; j <= Q; j++) {
-                float *x1 = row + (g * (Q + 2) + j) * HS, *x2 = x1 + half;
-                for (int64_t i = 0; i < half; i++) {
-                    float a = x1[i], b = x2[i];
-                    x1[i] = a * cs[i] - b * sn[i];
-                    x2[i] = b * cs[i] + a * sn[i];
+#pragma omp for schedule(static)
+        for (int64_t bt = 0; bt < B * T; bt++) {
+            const int64_t t = bt % T;
+            const float *cs = tab + (2 * t) * half, *sn = tab + (2 * t + 1) * half;
+            float *row = qkv + bt * R;
+            for (int64_t g = 0; g < NKV; g++) {
+                /* the group's Q query heads and its key head are contiguous */
+                for (int64_t j = 0; j <= Q; j++) {
+                    float *x1 = row + (g * (Q + 2) + j) * HS, *x2 = x1 + half;
+                    for (int64_t i = 0; i < half; i++) {
+                        const float a = x1[i], b = x2[i];
+                        x1[i] = a * cs[i] - b * sn[i];
+                        x2[i] = b * cs[i] + a * sn[i];
+                    }
                 }
             }
         }
@@ -322,60 +503,66 @@ void loom_cpu_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, in
 void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse, const float *qkv,
                                 const struct loom_attn *a) {
     const struct geom g = geom_of(a);
-    const int64_t B = g.B, T = g.T, NH = g.NH, HS = g.HS, R = g.R, C = g.C;
+    const int64_t B = g.B, T = g.T, NH = g.NH, NKV = g.NKV, HS = g.HS, R = g.R, C = g.C;
     if (B <= 0 || T <= 0) return;
     const int64_t nqb = (T + QBLK - 1) / QBLK;
     const int64_t ntask = B * NH * nqb;
     const int nt = num_threads(be);
-    const int64_t per = QBLK * T + QBLK;
-    const int64_t stride = scratch_stride(per);
-    float *scratch = scratch_alloc(nt, per);
+    const int64_t ldS = g.ldS, per = round16(QBLK * ldS + QBLK);
+    float *scratch = falloc(nt * per);
+    /* key panels of every (b, kv group), packed once and shared by all query blocks and heads */
+    const int64_t pan_sz = g.npan * 16 * HS;
+    float *panels = g.tiled ? falloc(B * NKV * pan_sz) : NULL;
     const float drop = a->dropout_p > 0.0f ? a->dropout_p : 0.0f;
     const float keep_mult = drop > 0.0f ? 1.0f / (1.0f - drop) : 1.0f;
+    const int64_t hi_q0 = a->causal ? 0 : -1; /* hi = q0 under the causal mask, else none */
     const int blas_nt = blas_single_begin();
 
 #pragma omp parallel num_threads(nt)
     {
-        float *S = scratch + (int64_t)omp_get_thread_num() * stride;
-        float *inv = S + QBLK * T;
+        if (panels) {
+#pragma omp for schedule(static)
+            for (int64_t bk = 0; bk < B * NKV; bk++)
+                pack_panels(panels + bk * pan_sz, qkv + (bk / NKV) * T * R + k_col(&g, bk % NKV), R,
+                            T, HS);
+        }
+        float *S = scratch + (int64_t)omp_get_thread_num() * per;
+        float *inv = S + QBLK * ldS;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < ntask; task++) {
             /* largest (latest) query blocks first: under the causal mask they cost the most */
             const int64_t qb = nqb - 1 - task / (B * NH);
-            const int64_t bh = task % (B * NH), b = bh / NH, h = bh % NH;
+            const int64_t bh = task % (B * NH), b = bh / NH, h = bh % NH, kv = h / g.Q;
             const int64_t q0 = qb * QBLK, n = (T - q0 < QBLK) ? T - q0 : QBLK;
             const int64_t kmax = a->causal ? q0 + n : T;
+            const int64_t hi = hi_q0 < 0 ? -1 : q0;
             const float *q = qkv + (b * T + q0) * R + q_col(&g, h);
-            const float *k = qkv + b * T * R + k_col(&g, h / g.Q);
+            const float *k = qkv + b * T * R + k_col(&g, kv);
             const float *v = k + HS;
+            const struct keys keys = {k, R, panels ? panels + (b * NKV + kv) * pan_sz : NULL};
             float *o = out + (b * T + q0) * C + h * HS;
 
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)kmax, (int)HS,
-                        a->scale, q, (int)R, k, (int)R, 0.0f, S, (int)kmax);
+            scores(S, ldS, q, R, n, keys, kmax, HS, a->scale, hi);
             for (int64_t i = 0; i < n; i++) {
-                float *s = S + i * kmax;
+                float *s = S + i * ldS;
                 const int64_t lim = a->causal ? q0 + i + 1 : T;
                 const float m = row_max(s, lim);
                 const float sum = row_exp(s, lim, m);
                 if (lim < kmax) memset(s + lim, 0, (size_t)(kmax - lim) * sizeof(float));
                 if (drop > 0.0f) {
-                    uint64_t idx0 = (uint64_t)((((a->sample0 + b) * a->NH_global + a->head0 + h) *
-                                                    T + q0 + i) * T);
+                    const uint64_t idx0 = (uint64_t)(
+                        (((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i) * T);
                     row_dropout(s, lim, a->seed, a->key, idx0, drop, keep_mult);
                 }
                 inv[i] = 1.0f / sum;
                 lse[(b * NH + h) * T + q0 + i] = m + logf(sum);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)HS, (int)kmax,
-                        1.0f, S, (int)kmax, v, (int)R, 0.0f, o, (int)C);
-            for (int64_t i = 0; i < n; i++) {
-                float *oi = o + i * C;
-                const float f = inv[i];
-                for (int64_t d = 0; d < HS; d++) oi[d] *= f;
-            }
+            /* out = (exp(S - m) * mask) v / sum */
+            mix(o, C, 0, 1.0f, inv, S, ldS, 1, n, kmax, v, R, HS, -1, hi, g.tiled);
         }
     }
     blas_single_end(blas_nt);
+    free(panels);
     free(scratch);
 }
 
@@ -393,19 +580,19 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
     const int nt = num_threads(be);
     const float drop = a->dropout_p > 0.0f ? a->dropout_p : 0.0f;
     const float keep_mult = drop > 0.0f ? 1.0f / (1.0f - drop) : 1.0f;
-    /* P, dP (then dS), Pd (dropout only), D */
-    const int64_t blk = QBLK * T;
-    const int64_t per = (drop > 0.0f ? 3 : 2) * blk + QBLK;
-    const int64_t stride = scratch_stride(per);
-    float *scratch = scratch_alloc(nt, per);
+    /* per thread: P, dP (then dS), Pd (dropout only), D, and the k and v panels */
+    const int64_t ldS = g.ldS, blk = QBLK * ldS, pan_sz = g.tiled ? g.npan * 16 * HS : 0;
+    const int64_t per = round16((drop > 0.0f ? 3 : 2) * blk + QBLK) + 2 * pan_sz;
+    float *scratch = falloc(nt * per);
     const int blas_nt = blas_single_begin();
 
 #pragma omp parallel num_threads(nt)
     {
-        float *P = scratch + (int64_t)omp_get_thread_num() * stride;
+        float *P = scratch + (int64_t)omp_get_thread_num() * per;
         float *dP = P + blk;
         float *Pd = drop > 0.0f ? dP + blk : P;
         float *D = (drop > 0.0f ? Pd : dP) + blk;
+        float *kpan = P + round16((drop > 0.0f ? 3 : 2) * blk + QBLK), *vpan = kpan + pan_sz;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < ntask; task++) {
             const int64_t b = task / NKV, kv = task % NKV;
@@ -413,6 +600,12 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
             const float *v = k + HS;
             float *dk = dqkv + b * T * R + k_col(&g, kv);
             float *dv = dk + HS;
+            if (g.tiled) {
+                pack_panels(kpan, k, R, T, HS);
+                pack_panels(vpan, v, R, T, HS);
+            }
+            const struct keys kk = {k, R, g.tiled ? kpan : NULL};
+            const struct keys vk = {v, R, g.tiled ? vpan : NULL};
             for (int64_t t = 0; t < T; t++) memset(dk + t * R, 0, (size_t)(2 * HS) * sizeof(float));
 
             for (int64_t h = kv * g.Q; h < (kv + 1) * g.Q; h++) {
@@ -420,52 +613,42 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
                 for (int64_t qb = 0; qb < nqb; qb++) {
                     const int64_t q0 = qb * QBLK, n = (T - q0 < QBLK) ? T - q0 : QBLK;
                     const int64_t kmax = a->causal ? q0 + n : T;
+                    const int64_t hi = a->causal ? q0 : -1;
                     const float *q = qkv + (b * T + q0) * R + q_col(&g, h);
                     float *dq = dqkv + (b * T + q0) * R + q_col(&g, h);
                     const float *o = out + (b * T + q0) * C + h * HS;
                     const float *dO = dout + (b * T + q0) * C + h * HS;
 
-                    /* P = exp(scale q k^T - lse), zero above the diagonal */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)kmax,
-                                (int)HS, a->scale, q, (int)R, k, (int)R, 0.0f, P, (int)kmax);
-                    /* dPd = dout v^T */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)kmax,
-                                (int)HS, 1.0f, dO, (int)C, v, (int)R, 0.0f, dP, (int)kmax);
+                    scores(P, ldS, q, R, n, kk, kmax, HS, a->scale, hi); /* scale q k^T */
+                    scores(dP, ldS, dO, C, n, vk, kmax, HS, 1.0f, hi);   /* dPd = dout v^T */
                     for (int64_t i = 0; i < n; i++) {
-                        float *p = P + i * kmax, *dp = dP + i * kmax;
+                        float *p = P + i * ldS, *dp = dP + i * ldS;
                         const int64_t lim = a->causal ? q0 + i + 1 : T;
-                        row_exp(p, lim, lse_h[q0 + i]);
+                        row_exp(p, lim, lse_h[q0 + i]); /* P = exp(S - lse) */
                         if (lim < kmax) {
                             memset(p + lim, 0, (size_t)(kmax - lim) * sizeof(float));
                             memset(dp + lim, 0, (size_t)(kmax - lim) * sizeof(float));
                         }
-                        D[i] = dot(dO + i * C, o + i * C, HS);
+                        const float Di = dot(dO + i * C, o + i * C, HS);
+                        D[i] = Di;
                         if (drop > 0.0f) {
-                            float *pd = Pd + i * kmax;
+                            float *pd = Pd + i * ldS;
                             memcpy(pd, p, (size_t)kmax * sizeof(float));
-                            uint64_t idx0 =
-                                (uint64_t)((((a->sample0 + b) * a->NH_global + a->head0 + h) * T +
-                                            q0 + i) * T);
+                            const uint64_t idx0 = (uint64_t)(
+                                (((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i) * T);
                             row_dropout(pd, lim, a->seed, a->key, idx0, drop, keep_mult);
                             /* dS = P (dPd M/(1-p) - D); Pd == 0 marks a dropped entry (or
                              * P == 0, where dS is 0 anyway) */
-                            const float Di = D[i];
                             for (int64_t j = 0; j < lim; j++)
                                 dp[j] = p[j] * ((pd[j] != 0.0f ? dp[j] * keep_mult : 0.0f) - Di);
                         } else {
-                            const float Di = D[i];
                             for (int64_t j = 0; j < lim; j++) dp[j] = p[j] * (dp[j] - Di);
                         }
                     }
-                    /* dv += Pd^T dout */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kmax, (int)HS,
-                                (int)n, 1.0f, Pd, (int)kmax, dO, (int)C, 1.0f, dv, (int)R);
-                    /* dq = scale dS k (assigned) */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)HS,
-                                (int)kmax, a->scale, dP, (int)kmax, k, (int)R, 0.0f, dq, (int)R);
-                    /* dk += scale dS^T q */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kmax, (int)HS,
-                                (int)n, a->scale, dP, (int)kmax, q, (int)R, 1.0f, dk, (int)R);
+                    /* dv += Pd^T dout;  dq = scale dS k;  dk += scale dS^T q */
+                    mix(dv, R, 1, 1.0f, NULL, Pd, 1, ldS, kmax, n, dO, C, HS, hi, -1, g.tiled);
+                    mix(dq, R, 0, a->scale, NULL, dP, ldS, 1, n, kmax, k, R, HS, -1, hi, g.tiled);
+                    mix(dk, R, 1, a->scale, NULL, dP, 1, ldS, kmax, n, q, R, HS, hi, -1, g.tiled);
                 }
             }
         }
