@@ -15,12 +15,14 @@
  */
 #include <cblas.h>
 #include <omp.h>
-#include <pthread.h>
 
 #include "backend/cpu/cpu_ops.h"
 
-static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
-static void cpu_blas_single_thread(void) { openblas_set_num_threads(1); }
+/* Called outside parallel regions, before the threads call sgemm. Checked on every call, as
+ * other code may have changed the setting in between. */
+static void cpu_blas_single_thread(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
 
 /* Block [lo, hi) of a dimension of size n for thread id of nt, in multiples of 16 so that column
  * blocks start on 64-byte boundaries. */
@@ -40,7 +42,7 @@ void loom_cpu_linear_forward(struct loom_backend *be, float *out, const float *i
                              const float *b, int64_t N, int64_t C, int64_t OC) {
     (void)be;
     if (N <= 0 || OC <= 0) return;
-    pthread_once(&g_blas_once, cpu_blas_single_thread);
+    cpu_blas_single_thread();
     /* Cutting N makes every thread read all of w; cutting OC, all of inp. */
     const int split_rows = OC <= N ? 1 : 0;
 #pragma omp parallel num_threads(cpu_gemm_threads(N, OC, C))
@@ -101,7 +103,7 @@ void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, f
         if (db && N > 0) cpu_bias_grad(db, dout, N, OC);
         return;
     }
-    pthread_once(&g_blas_once, cpu_blas_single_thread);
+    cpu_blas_single_thread();
     if (dinp) {
         if (OC <= 0) {
             for (int64_t i = 0; i < N * C; i++) dinp[i] = 0.0f;
