@@ -1,0 +1,70 @@
+/* Tokenizers: GPT-2 byte-level BPE and BERT WordPiece, under Megatron's names.
+ *
+ *   type                      files                                  Megatron flag
+ *   "GPT2BPETokenizer"        vocab.json + merges.txt                --tokenizer-type GPT2BPETokenizer
+ *   "BertWordPieceLowerCase"  vocab.txt (merge_file NULL)            --tokenizer-type BertWordPieceLowerCase
+ *   "BertWordPieceCase"       vocab.txt (merge_file NULL)            --tokenizer-type BertWordPieceCase
+ *
+ * GPT-2 gives exactly the ids of OpenAI's encoder (and of the gpt-3-encoder npm package, which the
+ * tests run as the oracle). Pre-tokenization uses the GPT-2 pattern with JavaScript's meaning of
+ * \s (the oracle's), which differs from Python's only on U+0085, U+180E and U+FEFF. The text
+ * "<|endoftext|>" inside a document is NOT the special token: it is encoded as ordinary text
+ * (<|, endoftext, |>), as Megatron's GPT2Tokenizer and the oracle do; the end-of-document id is
+ * appended by the caller (preprocess --append-eod) from loom_tokenizer_eod().
+ *
+ * WordPiece follows the original BERT tokenizer that Megatron ships: clean-up (NUL, U+FFFD and
+ * control characters removed, whitespace made a space), CJK ideographs split off, for the
+ * LowerCase variant Python's str.lower() then NFD with nonspacing marks (Mn) removed,
+ * punctuation split off, then greedy longest-match-first with "##" continuations; a word that
+ * matches nowhere, or is longer than LOOM_WORDPIECE_MAX_WORD_CHARS code points, becomes [UNK].
+ * Unicode properties are those of Python 3.11's unicodedata (Unicode 14.0).
+ *
+ * Thread safety: a loaded tokenizer is read-only; any number of threads may call encode/decode
+ * on it at once (GPT-2 keeps a per-thread word cache, freed when the thread exits).
+ */
+#ifndef LOOM_TOKENIZER_H
+#define LOOM_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loom/status.h"
+
+/* Words longer than this many code points become [UNK] (the original BERT tokenizer's and
+ * Megatron's max_input_chars_per_word; Hugging Face's BertTokenizer uses 100). */
+#define LOOM_WORDPIECE_MAX_WORD_CHARS 200
+
+struct loom_tokenizer;
+
+/* Load a tokenizer. type: one of the names above (anything else is LOOM_ERR_INVALID_ARG listing
+ * the valid names). merge_file: the GPT-2 merges file; must be NULL or is ignored for WordPiece.
+ * A missing, unreadable or malformed file is a one-line error naming the file and the problem. */
+enum loom_status loom_tokenizer_load(struct loom_tokenizer **out, const char *type,
+                                     const char *vocab_file, const char *merge_file);
+void loom_tokenizer_free(struct loom_tokenizer *t);
+
+/* Append the ids of text[0..len) to the growable array (*ids, *n, *cap): *ids is realloc'd as
+ * needed (it may start as NULL with *n = *cap = 0). Invalid UTF-8 -> LOOM_ERR_FORMAT whose
+ * message gives the byte offset of the first bad byte; nothing is appended then. */
+enum loom_status loom_tokenizer_encode(const struct loom_tokenizer *t, const char *text,
+                                       size_t len, int32_t **ids, size_t *n, size_t *cap);
+
+/* Decode ids to a malloc'd NUL-terminated string (*len excludes the NUL; len may be NULL).
+ * GPT-2: the exact bytes of the tokens, so decode(encode(x)) == x for every valid UTF-8 x (ids
+ * that split a character may give invalid UTF-8, which is returned as is). WordPiece: tokens
+ * joined by spaces with "##" continuations glued to the previous token (lossy, as in BERT).
+ * An id outside [0, vocab size) is LOOM_ERR_INVALID_ARG. */
+enum loom_status loom_tokenizer_decode(const struct loom_tokenizer *t, const int32_t *ids,
+                                       size_t n, char **text, size_t *len);
+
+/* Number of ids (largest id + 1): 50257 for GPT-2, 30522 for bert-base vocab.txt. */
+int64_t loom_tokenizer_vocab_size(const struct loom_tokenizer *t);
+/* End-of-document id: <|endoftext|> for GPT-2, [SEP] for BERT; -1 if the vocabulary lacks it. */
+int32_t loom_tokenizer_eod(const struct loom_tokenizer *t);
+/* BERT special ids by name: "[CLS]" "[SEP]" "[MASK]" "[PAD]" "[UNK]" (also accepted without the
+ * brackets, any case); -1 for GPT-2 or an unknown name. */
+int32_t loom_tokenizer_special(const struct loom_tokenizer *t, const char *name);
+/* The type name the tokenizer was loaded with. */
+const char *loom_tokenizer_type(const struct loom_tokenizer *t);
+
+#endif
