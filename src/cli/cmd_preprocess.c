@@ -1,4 +1,157 @@
-/* STUB: replaced by the real implementation. */
+/* loom preprocess: JSON lines -> Megatron indexed datasets, with the flags of Megatron-LM's
+ * tools/preprocess_data.py. Outputs PREFIX_{key}_document.bin/.idx for each --json-keys key. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/commands.h"
-int loom_cmd_preprocess(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "loom: error: preprocess is not implemented yet\n"); return 1; }
+#include "loom/args.h"
+#include "loom/data.h"
+#include "loom/log.h"
+#include "loom/tokenizer.h"
+
+static enum loom_status encode_with_tokenizer(const void *ctx, const char *text, size_t len,
+                                              int32_t **ids, size_t *n, size_t *cap) {
+    return loom_tokenizer_encode(ctx, text, len, ids, n, cap);
+}
+
+static int fail(void) {
+    loom_print_error();
+    return 1;
+}
+
+/* Split the space-joined --json-keys value into words (modifies `s`). */
+static int split_words(char *s, const char **out, int max) {
+    int n = 0;
+    for (char *tok = strtok(s, " \t"); tok && n < max; tok = strtok(NULL, " \t")) out[n++] = tok;
+    return n;
+}
+
+int loom_cmd_preprocess(int argc, char **argv) {
+    const char *input = NULL, *json_keys = "text", *output_prefix = NULL, *tokenizer_type = NULL;
+    const char *vocab_file = NULL, *merge_file = NULL, *dataset_impl = "mmap";
+    int append_eod = 0, split_sentences = 0, keep_newlines = 0;
+    int64_t workers = 1, log_interval = 1000;
+    struct loom_flag flags[] = {
+        {"--input", LOOM_FLAG_STR, &input, "JSON lines file to read (required)", NULL, 0},
+        {"--json-keys", LOOM_FLAG_LIST, &json_keys,
+         "keys to extract, space-separated; one output dataset per key", NULL, 0},
+        {"--output-prefix", LOOM_FLAG_STR, &output_prefix,
+         "outputs PREFIX_{key}_document.bin/.idx (required)", NULL, 0},
+        {"--tokenizer-type", LOOM_FLAG_CHOICE, &tokenizer_type, "tokenizer (required)",
+         "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase", 0},
+        {"--vocab-file", LOOM_FLAG_STR, &vocab_file,
+         "vocabulary: vocab.json (GPT-2) or vocab.txt (BERT) (required)", NULL, 0},
+        {"--merge-file", LOOM_FLAG_STR, &merge_file, "BPE merges.txt (GPT-2 only)", NULL, 0},
+        {"--append-eod", LOOM_FLAG_BOOL, &append_eod,
+         "append the end-of-document token to every non-empty document", NULL, 0},
+        {"--workers", LOOM_FLAG_INT, &workers,
+         "threads tokenizing in parallel (output identical for any count)", NULL, 0},
+        {"--log-interval", LOOM_FLAG_INT, &log_interval,
+         "print progress every N documents (0: quiet)", NULL, 0},
+        {"--dataset-impl", LOOM_FLAG_CHOICE, &dataset_impl,
+         "output format (older Megatron flag; only mmap exists)", "mmap", 0},
+        {"--split-sentences", LOOM_FLAG_BOOL, &split_sentences,
+         "not supported (Megatron uses NLTK punkt for it)", NULL, 0},
+        {"--keep-newlines", LOOM_FLAG_BOOL, &keep_newlines,
+         "only meaningful with --split-sentences (accepted, no effect)", NULL, 0},
+    };
+    const int nflags = (int)(sizeof flags / sizeof flags[0]);
+    int help = 0;
+    if (loom_flags_parse(flags, nflags, argc, argv, 2, &help) != LOOM_OK) return fail();
+    if (help) {
+        loom_flags_print_help(
+            "usage: loom preprocess --input FILE.jsonl --output-prefix PREFIX --tokenizer-type "
+            "TYPE --vocab-file FILE [--merge-file FILE] [--json-keys text ...] [--append-eod] "
+            "[--workers N]\n\nTokenizes JSON lines into Megatron indexed datasets "
+            "PREFIX_{key}_document.bin/.idx (one document per line).",
+            flags, nflags);
+        return 0;
+    }
+    if (!input) {
+        loom_fail(LOOM_ERR_INVALID_ARG, "--input: required (a JSON lines file)");
+        return fail();
+    }
+    if (!output_prefix) {
+        loom_fail(LOOM_ERR_INVALID_ARG, "--output-prefix: required");
+        return fail();
+    }
+    if (!tokenizer_type) {
+        loom_fail(LOOM_ERR_INVALID_ARG, "--tokenizer-type: required; one of GPT2BPETokenizer, "
+                  "BertWordPieceLowerCase, BertWordPieceCase");
+        return fail();
+    }
+    if (!vocab_file) {
+        loom_fail(LOOM_ERR_INVALID_ARG, "--vocab-file: required");
+        return fail();
+    }
+    int gpt2 = strcmp(tokenizer_type, "GPT2BPETokenizer") == 0;
+    if (gpt2 && !merge_file) {
+        loom_fail(LOOM_ERR_INVALID_ARG, "--merge-file: required with --tokenizer-type "
+                  "GPT2BPETokenizer (merges.txt)");
+        return fail();
+    }
+    if (split_sentences) {
+        loom_fail(LOOM_ERR_UNSUPPORTED, "--split-sentences: not supported; preprocess without it "
+                  "(one sequence per document), or give each line's text as a list of sentences");
+        return fail();
+    }
+    if (workers < 1 || workers > 1024) {
+        loom_fail(LOOM_ERR_INVALID_ARG, "--workers: %lld; must be between 1 and 1024",
+                  (long long)workers);
+        return fail();
+    }
+    if (log_interval < 0) {
+        loom_fail(LOOM_ERR_INVALID_ARG, "--log-interval: %lld; must be >= 0",
+                  (long long)log_interval);
+        return fail();
+    }
+
+    char *keys_buf = strdup(json_keys);
+    const char **keys = calloc(strlen(json_keys) / 2 + 2, sizeof *keys);
+    if (!keys_buf || !keys) {
+        free(keys_buf);
+        free(keys);
+        loom_fail(LOOM_ERR_OOM, "out of memory");
+        return fail();
+    }
+    int nkeys = split_words(keys_buf, keys, (int)(strlen(json_keys) / 2 + 2));
+
+    struct loom_tokenizer *tok = NULL;
+    int rc = 0;
+    if (loom_tokenizer_load(&tok, tokenizer_type, vocab_file, gpt2 ? merge_file : NULL) !=
+        LOOM_OK) {
+        rc = fail();
+        goto out;
+    }
+    struct loom_preprocess_config cfg = {
+        .input = input,
+        .json_keys = keys,
+        .num_keys = nkeys,
+        .output_prefix = output_prefix,
+        .encode = encode_with_tokenizer,
+        .encode_ctx = tok,
+        .vocab_size = loom_tokenizer_vocab_size(tok),
+        .eod = loom_tokenizer_eod(tok),
+        .append_eod = append_eod,
+        .workers = (int)workers,
+        .log_interval = log_interval,
+    };
+    struct loom_preprocess_stats st;
+    if (loom_preprocess_jsonl(&cfg, &st) != LOOM_OK) {
+        rc = fail();
+        goto out;
+    }
+    enum loom_idx_dtype dt = loom_idx_dtype_for_vocab(cfg.vocab_size);
+    for (int k = 0; k < nkeys; k++)
+        loom_log_info("wrote %s_%s_document.bin/.idx (dtype %s)", output_prefix, keys[k],
+                      loom_idx_dtype_name(dt));
+    loom_log_info("%lld documents, %lld tokens, %.1f MB of input in %.2f s with %d worker%s",
+                  (long long)st.documents, (long long)st.tokens, (double)st.bytes / 1e6,
+                  st.seconds, (int)workers, workers == 1 ? "" : "s");
+out:
+    loom_tokenizer_free(tok);
+    free(keys_buf);
+    free(keys);
+    return rc;
+}
