@@ -1,0 +1,134 @@
+/* Activations and dropout.
+ *
+ * GELU (tanh):  y = x/2 (1 + tanh(u)),  u = k (x + 0.044715 x^3),  k = sqrt(2/pi),
+ *   computed as y = x s, s = sigmoid(2u) (the same function without the cancellation of
+ *   1 + tanh(u) for negative x);  dy/dx = s + 2 x s (1 - s) k (1 + 3 * 0.044715 x^2)
+ * SwiGLU: inp[N, 2F] = [gate | up], out[N, F] = silu(gate) * up, silu(g) = g * sigmoid(g)
+ *   dgate = dout * up * s (1 + g (1 - s)),  dup = dout * silu(g),  s = sigmoid(g)
+ * Dropout over a local [B,T,C] block: element (b,t,c) is kept when
+ *   loom_rng_keep(seed, key, ((sample0 + b) * T_global + pos0 + t) * C_global + feat0 + c, p)
+ *   out = inp * keep / (1 - p),  dinp = dout * keep / (1 - p)
+ */
+#include "backend/cuda/common.cuh"
+
+#define LOOM_ACT_THREADS 256
+#define LOOM_GELU_K 0.7978845608028654f
+#define LOOM_GELU_A 0.044715f
+
+__global__ void gelu_forward_kernel(float *out, const float *inp, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float u = LOOM_GELU_K * (x + LOOM_GELU_A * x * x * x);
+        out[i] = x / (1.0f + expf(-2.0f * u));
+    }
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *dout, const float *inp,
+                                     int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float u = LOOM_GELU_K * (x + LOOM_GELU_A * x * x * x);
+        float du = LOOM_GELU_K * (1.0f + 3.0f * LOOM_GELU_A * x * x);
+        float s = 1.0f / (1.0f + expf(-2.0f * u));
+        dinp[i] = dout[i] * (s + 2.0f * x * s * (1.0f - s) * du);
+    }
+}
+
+void loom_cuda_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n) {
+    if (n <= 0) return;
+    gelu_forward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
+                          loom_cuda_stream(be)>>>(out, inp, n);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
+                             const float *inp, int64_t n) {
+    if (n <= 0) return;
+    gelu_backward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
+                           loom_cuda_stream(be)>>>(dinp, dout, inp, n);
+    LOOM_CUDA_LAUNCHED();
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__global__ void swiglu_forward_kernel(float *out, const float *inp, int64_t N, int64_t F) {
+    int64_t total = N * F;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / F, f = i - r * F;
+        float g = inp[r * 2 * F + f], u = inp[r * 2 * F + F + f];
+        out[i] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+__global__ void swiglu_backward_kernel(float *dinp, const float *dout, const float *inp,
+                                       int64_t N, int64_t F) {
+    int64_t total = N * F;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / F, f = i - r * F;
+        float g = inp[r * 2 * F + f], u = inp[r * 2 * F + F + f];
+        float s = sigmoidf_(g);
+        float dy = dout[i];
+        dinp[r * 2 * F + f] = dy * u * s * (1.0f + g * (1.0f - s));
+        dinp[r * 2 * F + F + f] = dy * g * s;
+    }
+}
+
+void loom_cuda_swiglu_forward(struct loom_backend *be, float *out, const float *inp, int64_t N,
+                              int64_t F) {
+    if (N <= 0 || F <= 0) return;
+    swiglu_forward_kernel<<<loom_cuda_grid(N * F, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
+                            loom_cuda_stream(be)>>>(out, inp, N, F);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_swiglu_backward(struct loom_backend *be, float *dinp, const float *dout,
+                               const float *inp, int64_t N, int64_t F) {
+    if (N <= 0 || F <= 0) return;
+    swiglu_backward_kernel<<<loom_cuda_grid(N * F, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
+                             loom_cuda_stream(be)>>>(dinp, dout, inp, N, F);
+    LOOM_CUDA_LAUNCHED();
+}
+
+/* y = x * keep / (1 - p) over [B,T,C]; the same kernel serves forward and backward. */
+__global__ void dropout_kernel(float *y, const float *x, int64_t B, int64_t T, int64_t C,
+                               struct loom_dropout d) {
+    int64_t total = B * T * C;
+    float inv = 1.0f / (1.0f - d.p);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i % C, bt = i / C;
+        int64_t t = bt % T, b = bt / T;
+        uint64_t g = (uint64_t)(((d.sample0 + b) * d.T_global + d.pos0 + t) * d.C_global +
+                                d.feat0 + c);
+        y[i] = loom_rng_keep(d.seed, d.key, g, d.p) ? x[i] * inv : 0.0f;
+    }
+}
+
+static void dropout(struct loom_backend *be, float *y, const float *x, int64_t B, int64_t T,
+                    int64_t C, const struct loom_dropout *d) {
+    int64_t n = B * T * C;
+    if (n <= 0) return;
+    if (d->p <= 0.0f) {
+        if (y != x)
+            LOOM_CUDA_CHECK(cudaMemcpyAsync(y, x, (size_t)n * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, loom_cuda_stream(be)));
+        return;
+    }
+    dropout_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
+                     loom_cuda_stream(be)>>>(y, x, B, T, C, *d);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_dropout_forward(struct loom_backend *be, float *out, const float *inp, int64_t B,
+                               int64_t T, int64_t C, const struct loom_dropout *d) {
+    dropout(be, out, inp, B, T, C, d);
+}
+
+void loom_cuda_dropout_backward(struct loom_backend *be, float *dinp, const float *dout,
+                                int64_t B, int64_t T, int64_t C, const struct loom_dropout *d) {
+    dropout(be, dinp, dout, B, T, C, d);
+}

@@ -1,0 +1,544 @@
+/* Attention (fp32, flash-style) and rotary embeddings.
+ *
+ * qkv[B,T,(NH+2*NKV)*HS]: a row holds NKV groups, each [G = NH/NKV query heads | k | v] of HS.
+ * out[B,T,NH*HS], lse[B,NH,T]. Query head h reads the k/v head of its group, h / G.
+ *
+ *   S = scale * q k^T (+ causal mask j <= i),  P = softmax(S) = exp(S - lse),
+ *   Pd = P * keep / (1 - p),  out = Pd v
+ * Dropout element (b, h, i, j) is kept when loom_rng_keep(seed, key,
+ *   (((sample0 + b) * NH_global + head0 + h) * T + i) * T + j, p); lse is of the undropped S.
+ * Backward (Dv_i = dout_i . out_i, which equals sum_j P_ij dP_ij also with dropout):
+ *   dPd = dout v^T,  dP = dPd * keep / (1 - p),  dS = P * (dP - Dv),
+ *   dq = scale dS k,  dk = scale dS^T q,  dv = Pd^T dout
+ *
+ * Forward: one block per (32 query rows, head, sample) streams 32-key tiles with an online
+ * softmax and saves lse. Backward recomputes P from lse in two kernels, so no gradient needs
+ * atomics: one per (32-key tile, kv head, sample) accumulates dk and dv over the G query heads
+ * of its group and all query tiles; one per (32 query rows, head, sample) accumulates dq.
+ * 128 threads: thread (r = tid/4, s = tid%4) owns row r of the tile and the float4 columns
+ * s, s+4, s+8, ... of the head dimension, padded to D (a template constant, 16..256).
+ */
+#include <math.h>
+
+#include "backend/cuda/common.cuh"
+
+#define AT_TILE 32
+#define AT_THREADS 128
+#define AT_PLD (AT_TILE + 1) /* row stride of the 32x32 probability tiles */
+
+/* Column offsets in a qkv row. */
+__device__ __forceinline__ int64_t at_q_col(int64_t h, int64_t G, int64_t HS) {
+    return ((h / G) * (G + 2) + h % G) * HS;
+}
+__device__ __forceinline__ int64_t at_k_col(int64_t kvh, int64_t G, int64_t HS) {
+    return (kvh * (G + 2) + G) * HS;
+}
+
+/* dst[32][D+4] = rows row0.. of src (row stride `stride`, columns col..col+HS), zero padded. */
+template <int D>
+__device__ __forceinline__ void at_load_tile(float *dst, const float *src, int64_t row0, int64_t T,
+                                             int64_t stride, int64_t col, int64_t HS) {
+    const int LD = D + 4;
+    for (int e = threadIdx.x; e < AT_TILE * D; e += AT_THREADS) {
+        int r = e / D, c = e % D;
+        int64_t row = row0 + r;
+        dst[r * LD + c] = (row < T && c < HS) ? src[row * stride + col + c] : 0.0f;
+    }
+}
+
+__device__ __forceinline__ float4 at_ld4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float at_dot4(float4 a, float4 b) {
+    return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+__device__ __forceinline__ void at_fma4(float4 &acc, float w, float4 v) {
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
+}
+
+__device__ __forceinline__ uint64_t at_drop_index(const struct loom_attn &a, int64_t b, int64_t h,
+                                                  int64_t i, int64_t j) {
+    return (uint64_t)((((a.sample0 + b) * a.NH_global + a.head0 + h) * a.T + i) * a.T + j);
+}
+
+template <int D>
+static size_t at_fwd_smem() {
+    return (size_t)(3 * AT_TILE * (D + 4) + AT_TILE * AT_PLD) * sizeof(float);
+}
+
+template <int D>
+__global__ void __launch_bounds__(AT_THREADS)
+    attention_forward_kernel(float *out, float *lse, const float *qkv, struct loom_attn a) {
+    constexpr int LD = D + 4, NC = D / 16;
+    extern __shared__ float4 at_smem4[];
+    float *Qs = (float *)at_smem4, *Ks = Qs + AT_TILE * LD, *Vs = Ks + AT_TILE * LD,
+          *Ps = Vs + AT_TILE * LD;
+    const int64_t T = a.T, HS = a.HS, G = a.NH / a.NKV, stride = (a.NH + 2 * a.NKV) * a.HS;
+    const int64_t h = blockIdx.y, b = blockIdx.z, i0 = (int64_t)blockIdx.x * AT_TILE;
+    const int r = threadIdx.x >> 2, s = threadIdx.x & 3;
+    const int64_t i = i0 + r;
+    const int64_t qc = at_q_col(h, G, HS), kc = at_k_col(h / G, G, HS), vc = kc + HS;
+    const float *base = qkv + b * T * stride;
+    const bool drop = a.dropout_p > 0.0f;
+    const float inv_keep = drop ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+
+    at_load_tile<D>(Qs, base, i0, T, stride, qc, HS);
+    float m = -INFINITY, l = 0.0f;
+    float4 acc[NC];
+#pragma unroll
+    for (int k = 0; k < NC; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+    int64_t kend = a.causal ? (i0 + AT_TILE < T ? i0 + AT_TILE : T) : T;
+    for (int64_t k0 = 0; k0 < kend; k0 += AT_TILE) {
+        __syncthreads();
+        at_load_tile<D>(Ks, base, k0, T, stride, kc, HS);
+        at_load_tile<D>(Vs, base, k0, T, stride, vc, HS);
+        __syncthreads();
+        float sc[8];
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) sc[jj] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < D; d += 4) {
+            float4 q = at_ld4(Qs + r * LD + d);
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++) sc[jj] += at_dot4(q, at_ld4(Ks + (s + 4 * jj) * LD + d));
+        }
+        float mt = -INFINITY;
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            int64_t j = k0 + s + 4 * jj;
+            bool valid = i < T && j < T && (!a.causal || j <= i);
+            sc[jj] = valid ? sc[jj] * a.scale : -INFINITY;
+            mt = fmaxf(mt, sc[jj]);
+        }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        float mnew = fmaxf(m, mt);
+        float ref = mnew == -INFINITY ? 0.0f : mnew;
+        float alpha = expf(m - ref);
+        float ps = 0.0f;
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            float p = expf(sc[jj] - ref);
+            ps += p;
+            if (drop && p != 0.0f)
+                p = loom_rng_keep(a.seed, a.key, at_drop_index(a, b, h, i, k0 + s + 4 * jj),
+                                  a.dropout_p)
+                        ? p * inv_keep
+                        : 0.0f;
+            Ps[r * AT_PLD + s + 4 * jj] = p;
+        }
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+        ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+        l = l * alpha + ps;
+        m = mnew;
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            acc[k].x *= alpha;
+            acc[k].y *= alpha;
+            acc[k].z *= alpha;
+            acc[k].w *= alpha;
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int j = 0; j < AT_TILE; j++) {
+            float p = Ps[r * AT_PLD + j];
+#pragma unroll
+            for (int k = 0; k < NC; k++) at_fma4(acc[k], p, at_ld4(Vs + j * LD + 4 * (s + 4 * k)));
+        }
+    }
+    if (i < T) {
+        float *o = out + (b * T + i) * a.NH * HS + h * HS;
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            int d = 4 * (s + 4 * k);
+            float v[4] = {acc[k].x / l, acc[k].y / l, acc[k].z / l, acc[k].w / l};
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (d + e < HS) o[d + e] = v[e];
+        }
+        if (s == 0) lse[(b * a.NH + h) * T + i] = m + logf(l);
+    }
+}
+
+/* Dv[b, h, i] = dout[b, i, h, :] . out[b, i, h, :]; one warp per (b, i, h). */
+__global__ void attention_dot_kernel(float *Dv, const float *dout, const float *out, int64_t B,
+                                     int64_t T, int64_t NH, int64_t HS) {
+    int64_t w = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (w >= B * T * NH) return;
+    int64_t h = w % NH, bt = w / NH;
+    int64_t b = bt / T, t = bt % T;
+    const float *x = dout + w * HS, *y = out + w * HS;
+    float acc = 0.0f;
+    for (int64_t d = lane; d < HS; d += 32) acc += x[d] * y[d];
+    acc = loom_warp_sum(acc);
+    if (lane == 0) Dv[(b * NH + h) * T + t] = acc;
+}
+
+template <int D>
+static size_t at_dkdv_smem() {
+    return (size_t)(4 * AT_TILE * (D + 4) + 2 * AT_TILE * AT_PLD + 2 * AT_TILE) * sizeof(float);
+}
+
+template <int D>
+__global__ void __launch_bounds__(AT_THREADS)
+    attention_backward_dkdv_kernel(float *dqkv, const float *dout, const float *lse,
+                                   const float *Dv, const float *qkv, struct loom_attn a) {
+    constexpr int LD = D + 4, NC = D / 16;
+    extern __shared__ float4 at_smem4[];
+    float *Ks = (float *)at_smem4, *Vs = Ks + AT_TILE * LD, *Qs = Vs + AT_TILE * LD,
+          *dOs = Qs + AT_TILE * LD, *Ps = dOs + AT_TILE * LD, *dSs = Ps + AT_TILE * AT_PLD,
+          *ls = dSs + AT_TILE * AT_PLD, *ds = ls + AT_TILE;
+    const int64_t T = a.T, HS = a.HS, NH = a.NH, G = a.NH / a.NKV;
+    const int64_t stride = (a.NH + 2 * a.NKV) * a.HS, ostride = a.NH * a.HS;
+    const int64_t kvh = blockIdx.y, b = blockIdx.z, k0 = (int64_t)blockIdx.x * AT_TILE;
+    const int c = threadIdx.x >> 2, s = threadIdx.x & 3;
+    const int64_t j = k0 + c;
+    const int64_t kc = at_k_col(kvh, G, HS), vc = kc + HS;
+    const float *base = qkv + b * T * stride;
+    const float *obase = dout + b * T * ostride;
+    const bool drop = a.dropout_p > 0.0f;
+    const float inv_keep = drop ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+
+    at_load_tile<D>(Ks, base, k0, T, stride, kc, HS);
+    at_load_tile<D>(Vs, base, k0, T, stride, vc, HS);
+    float4 dk[NC], dv[NC];
+#pragma unroll
+    for (int k = 0; k < NC; k++) {
+        dk[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        dv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int64_t g = 0; g < G; g++) {
+        const int64_t h = kvh * G + g, qc = at_q_col(h, G, HS);
+        for (int64_t i0 = a.causal ? k0 : 0; i0 < T; i0 += AT_TILE) {
+            __syncthreads();
+            at_load_tile<D>(Qs, base, i0, T, stride, qc, HS);
+            at_load_tile<D>(dOs, obase, i0, T, ostride, h * HS, HS);
+            if (threadIdx.x < AT_TILE) {
+                int64_t iq = i0 + threadIdx.x;
+                ls[threadIdx.x] = iq < T ? lse[(b * NH + h) * T + iq] : 0.0f;
+                ds[threadIdx.x] = iq < T ? Dv[(b * NH + h) * T + iq] : 0.0f;
+            }
+            __syncthreads();
+            float sc[8], dp[8];
+#pragma unroll
+            for (int ii = 0; ii < 8; ii++) sc[ii] = dp[ii] = 0.0f;
+#pragma unroll 2
+            for (int d = 0; d < D; d += 4) {
+                float4 kd = at_ld4(Ks + c * LD + d), vd = at_ld4(Vs + c * LD + d);
+#pragma unroll
+                for (int ii = 0; ii < 8; ii++) {
+                    sc[ii] += at_dot4(at_ld4(Qs + (s + 4 * ii) * LD + d), kd);
+                    dp[ii] += at_dot4(at_ld4(dOs + (s + 4 * ii) * LD + d), vd);
+                }
+            }
+#pragma unroll
+            for (int ii = 0; ii < 8; ii++) {
+                int q = s + 4 * ii;
+                int64_t iq = i0 + q;
+                bool valid = iq < T && j < T && (!a.causal || j <= iq);
+                float p = 0.0f, pd = 0.0f, dS = 0.0f;
+                if (valid) {
+                    p = expf(sc[ii] * a.scale - ls[q]);
+                    float dpp = dp[ii];
+                    pd = p;
+                    if (drop) {
+                        bool keep = loom_rng_keep(a.seed, a.key, at_drop_index(a, b, h, iq, j),
+                                                  a.dropout_p);
+                        pd = keep ? p * inv_keep : 0.0f;
+                        dpp = keep ? dpp * inv_keep : 0.0f;
+                    }
+                    dS = p * (dpp - ds[q]);
+                }
+                Ps[c * AT_PLD + q] = pd;
+                dSs[c * AT_PLD + q] = dS;
+            }
+            __syncthreads();
+#pragma unroll 4
+            for (int q = 0; q < AT_TILE; q++) {
+                float pq = Ps[c * AT_PLD + q], sq = dSs[c * AT_PLD + q];
+#pragma unroll
+                for (int k = 0; k < NC; k++) {
+                    int d = 4 * (s + 4 * k);
+                    at_fma4(dv[k], pq, at_ld4(dOs + q * LD + d));
+                    at_fma4(dk[k], sq, at_ld4(Qs + q * LD + d));
+                }
+            }
+        }
+    }
+    if (j < T) {
+        float *row = dqkv + (b * T + j) * stride;
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            int d = 4 * (s + 4 * k);
+            float kv[4] = {dk[k].x, dk[k].y, dk[k].z, dk[k].w};
+            float vv[4] = {dv[k].x, dv[k].y, dv[k].z, dv[k].w};
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (d + e < HS) {
+                    row[kc + d + e] = kv[e] * a.scale;
+                    row[vc + d + e] = vv[e];
+                }
+        }
+    }
+}
+
+template <int D>
+static size_t at_dq_smem() {
+    return (size_t)(4 * AT_TILE * (D + 4) + AT_TILE * AT_PLD) * sizeof(float);
+}
+
+template <int D>
+__global__ void __launch_bounds__(AT_THREADS)
+    attention_backward_dq_kernel(float *dqkv, const float *dout, const float *lse,
+                                 const float *Dv, const float *qkv, struct loom_attn a) {
+    constexpr int LD = D + 4, NC = D / 16;
+    extern __shared__ float4 at_smem4[];
+    float *Qs = (float *)at_smem4, *dOs = Qs + AT_TILE * LD, *Ks = dOs + AT_TILE * LD,
+          *Vs = Ks + AT_TILE * LD, *dSs = Vs + AT_TILE * LD;
+    const int64_t T = a.T, HS = a.HS, NH = a.NH, G = a.NH / a.NKV;
+    const int64_t stride = (a.NH + 2 * a.NKV) * a.HS, ostride = a.NH * a.HS;
+    const int64_t h = blockIdx.y, b = blockIdx.z, i0 = (int64_t)blockIdx.x * AT_TILE;
+    const int r = threadIdx.x >> 2, s = threadIdx.x & 3;
+    const int64_t i = i0 + r;
+    const int64_t qc = at_q_col(h, G, HS), kc = at_k_col(h / G, G, HS), vc = kc + HS;
+    const float *base = qkv + b * T * stride;
+    const bool drop = a.dropout_p > 0.0f;
+    const float inv_keep = drop ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+
+    at_load_tile<D>(Qs, base, i0, T, stride, qc, HS);
+    at_load_tile<D>(dOs, dout + b * T * ostride, i0, T, ostride, h * HS, HS);
+    const float lr = i < T ? lse[(b * NH + h) * T + i] : 0.0f;
+    const float dr = i < T ? Dv[(b * NH + h) * T + i] : 0.0f;
+    float4 dq[NC];
+#pragma unroll
+    for (int k = 0; k < NC; k++) dq[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+    int64_t kend = a.causal ? (i0 + AT_TILE < T ? i0 + AT_TILE : T) : T;
+    for (int64_t k0 = 0; k0 < kend; k0 += AT_TILE) {
+        __syncthreads();
+        at_load_tile<D>(Ks, base, k0, T, stride, kc, HS);
+        at_load_tile<D>(Vs, base, k0, T, stride, vc, HS);
+        __syncthreads();
+        float sc[8], dp[8];
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) sc[jj] = dp[jj] = 0.0f;
+#pragma unroll 2
+        for (int d = 0; d < D; d += 4) {
+            float4 q = at_ld4(Qs + r * LD + d), o = at_ld4(dOs + r * LD + d);
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++) {
+                sc[jj] += at_dot4(q, at_ld4(Ks + (s + 4 * jj) * LD + d));
+                dp[jj] += at_dot4(o, at_ld4(Vs + (s + 4 * jj) * LD + d));
+            }
+        }
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            int64_t j = k0 + s + 4 * jj;
+            bool valid = i < T && j < T && (!a.causal || j <= i);
+            float dS = 0.0f;
+            if (valid) {
+                float p = expf(sc[jj] * a.scale - lr);
+                float dpp = dp[jj];
+                if (drop)
+                    dpp = loom_rng_keep(a.seed, a.key, at_drop_index(a, b, h, i, j), a.dropout_p)
+                              ? dpp * inv_keep
+                              : 0.0f;
+                dS = p * (dpp - dr);
+            }
+            dSs[r * AT_PLD + s + 4 * jj] = dS;
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int jt = 0; jt < AT_TILE; jt++) {
+            float w = dSs[r * AT_PLD + jt];
+#pragma unroll
+            for (int k = 0; k < NC; k++) at_fma4(dq[k], w, at_ld4(Ks + jt * LD + 4 * (s + 4 * k)));
+        }
+    }
+    if (i < T) {
+        float *row = dqkv + (b * T + i) * stride + qc;
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            int d = 4 * (s + 4 * k);
+            float v[4] = {dq[k].x, dq[k].y, dq[k].z, dq[k].w};
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (d + e < HS) row[d + e] = v[e] * a.scale;
+        }
+    }
+}
+
+/* ---- dispatch on the padded head size ---- */
+
+template <int D>
+static void at_forward(struct loom_backend *be, float *out, float *lse, const float *qkv,
+                       const struct loom_attn *a) {
+    size_t smem = at_fwd_smem<D>();
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)((a->T + AT_TILE - 1) / AT_TILE), (unsigned)a->NH, (unsigned)a->B);
+    attention_forward_kernel<D><<<grid, AT_THREADS, smem, loom_cuda_stream(be)>>>(out, lse, qkv,
+                                                                                 *a);
+    LOOM_CUDA_LAUNCHED();
+}
+
+template <int D>
+static void at_backward(struct loom_backend *be, float *dqkv, const float *dout, const float *lse,
+                        const float *Dv, const float *qkv, const struct loom_attn *a) {
+    cudaStream_t st = loom_cuda_stream(be);
+    unsigned tiles = (unsigned)((a->T + AT_TILE - 1) / AT_TILE);
+    size_t smem = at_dkdv_smem<D>();
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_backward_dkdv_kernel<D><<<dim3(tiles, (unsigned)a->NKV, (unsigned)a->B), AT_THREADS,
+                                        smem, st>>>(dqkv, dout, lse, Dv, qkv, *a);
+    LOOM_CUDA_LAUNCHED();
+    smem = at_dq_smem<D>();
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_backward_dq_kernel<D><<<dim3(tiles, (unsigned)a->NH, (unsigned)a->B), AT_THREADS,
+                                      smem, st>>>(dqkv, dout, lse, Dv, qkv, *a);
+    LOOM_CUDA_LAUNCHED();
+}
+
+static void at_check(const struct loom_attn *a) {
+    LOOM_ASSERT(a->NKV > 0 && a->NH % a->NKV == 0);
+    LOOM_ASSERT(a->HS > 0 && a->HS <= 256);
+    LOOM_ASSERT(a->NH <= 65535 && a->B <= 65535 && a->NKV <= 65535);
+    LOOM_ASSERT(a->dropout_p >= 0.0f && a->dropout_p < 1.0f);
+}
+
+void loom_cuda_attention_forward(struct loom_backend *be, float *out, float *lse,
+                                 const float *qkv, const struct loom_attn *a) {
+    if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
+    at_check(a);
+    if (a->HS <= 16)
+        at_forward<16>(be, out, lse, qkv, a);
+    else if (a->HS <= 32)
+        at_forward<32>(be, out, lse, qkv, a);
+    else if (a->HS <= 64)
+        at_forward<64>(be, out, lse, qkv, a);
+    else if (a->HS <= 128)
+        at_forward<128>(be, out, lse, qkv, a);
+    else
+        at_forward<256>(be, out, lse, qkv, a);
+}
+
+void loom_cuda_attention_backward(struct loom_backend *be, float *dqkv, const float *dout,
+                                  const float *out, const float *lse, const float *qkv,
+                                  const struct loom_attn *a) {
+    if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
+    at_check(a);
+    int64_t rows = a->B * a->T * a->NH;
+    float *Dv = (float *)loom_cuda_scratch(be, (size_t)rows * sizeof(float));
+    attention_dot_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, loom_cuda_stream(be)>>>(
+        Dv, dout, out, a->B, a->T, a->NH, a->HS);
+    LOOM_CUDA_LAUNCHED();
+    if (a->HS <= 16)
+        at_backward<16>(be, dqkv, dout, lse, Dv, qkv, a);
+    else if (a->HS <= 32)
+        at_backward<32>(be, dqkv, dout, lse, Dv, qkv, a);
+    else if (a->HS <= 64)
+        at_backward<64>(be, dqkv, dout, lse, Dv, qkv, a);
+    else if (a->HS <= 128)
+        at_backward<128>(be, dqkv, dout, lse, Dv, qkv, a);
+    else
+        at_backward<256>(be, dqkv, dout, lse, Dv, qkv, a);
+}
+
+/* ---- one query position against a key/value cache (generation) ----
+ * q[NH*HS], kcache/vcache [L, NKV, HS]; out[h] = softmax_j(scale q[h] . k[j, h/G]) v[j, h/G].
+ * One block per head: scores into scratch, max, exp and sum (in double), then one thread per
+ * output column adds p_j v[j] in j order. */
+#define AT_DEC_THREADS 256
+
+__global__ void attention_decode_kernel(float *out, float *scores, const float *q,
+                                        const float *kcache, const float *vcache, int64_t L,
+                                        int64_t NH, int64_t NKV, int64_t HS, float scale) {
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    const int64_t h = blockIdx.x, g = h / (NH / NKV);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const float *qh = q + h * HS;
+    float *s = scores + h * L;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) {
+        const float *k = kcache + (j * NKV + g) * HS;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < HS; d++) dot += qh[d] * k[d];
+        s[j] = dot * scale;
+        mx = fmaxf(mx, s[j]);
+    }
+    mx = loom_warp_max(mx);
+    if (lane == 0) shf[warp] = mx;
+    __syncthreads();
+    mx = loom_warp_max(lane < nw ? shf[lane] : -INFINITY);
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j < L; j += blockDim.x) {
+        float e = expf(s[j] - mx);
+        s[j] = e;
+        sum += (double)e;
+    }
+    sum = loom_warp_sum_d(sum);
+    if (lane == 0) shd[warp] = sum;
+    __syncthreads();
+    sum = loom_warp_sum_d(lane < nw ? shd[lane] : 0.0);
+    for (int64_t d = threadIdx.x; d < HS; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < L; j++)
+            acc += (float)((double)s[j] / sum) * vcache[(j * NKV + g) * HS + d];
+        out[h * HS + d] = acc;
+    }
+}
+
+void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float *q,
+                                const float *kcache, const float *vcache, int64_t L, int64_t NH,
+                                int64_t NKV, int64_t HS, float scale) {
+    if (NH <= 0 || HS <= 0) return;
+    LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && L > 0);
+    float *scores = (float *)loom_cuda_scratch(be, (size_t)(NH * L) * sizeof(float));
+    attention_decode_kernel<<<(unsigned)NH, AT_DEC_THREADS, 0, loom_cuda_stream(be)>>>(
+        out, scores, q, kcache, vcache, L, NH, NKV, HS, scale);
+    LOOM_CUDA_LAUNCHED();
+}
+
+/* ---- rotary embeddings ----
+ * Pairs (i, i + HS/2) of every q and k head at position pos = pos0 + t rotate by
+ * angle = pos * theta^(-2i/HS): (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos); inverse rotates
+ * by -angle. The angle and its sine/cosine are computed in double. */
+__global__ void rope_kernel(float *qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                            int64_t pos0, float theta, int inverse) {
+    const int64_t half = HS / 2, heads = NH + NKV, G = NH / NKV;
+    const int64_t total = B * T * heads * half;
+    const int64_t stride = (NH + 2 * NKV) * HS;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = e % half, rest = e / half;
+        int64_t hh = rest % heads, bt = rest / heads;
+        int64_t t = bt % T;
+        int64_t col = hh < NH ? at_q_col(hh, G, HS) : at_k_col(hh - NH, G, HS);
+        double freq = pow((double)theta, -2.0 * (double)i / (double)HS);
+        double ang = (double)(pos0 + t) * freq;
+        double sd, cd;
+        sincos(ang, &sd, &cd);
+        float sn = (float)sd, cs = (float)cd;
+        if (inverse) sn = -sn;
+        float *x = qkv + bt * stride + col;
+        float x1 = x[i], x2 = x[i + half];
+        x[i] = x1 * cs - x2 * sn;
+        x[i + half] = x1 * sn + x2 * cs;
+    }
+}
+
+void loom_cuda_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
+                    int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse) {
+    if (B <= 0 || T <= 0 || HS < 2) return;
+    LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && HS % 2 == 0);
+    int64_t total = B * T * (NH + NKV) * (HS / 2);
+    rope_kernel<<<loom_cuda_grid(total, 256), 256, 0, loom_cuda_stream(be)>>>(
+        qkv, B, T, NH, NKV, HS, pos0, theta, inverse);
+    LOOM_CUDA_LAUNCHED();
+}

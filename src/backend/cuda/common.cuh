@@ -1,0 +1,178 @@
+/* CUDA backend: shared state, error checks and the op declarations behind the vtable in cuda.cu
+ * (one .cu file per op family, as on the CPU side). Compiled by nvcc as C++; the loom headers
+ * are C, so they are included with C linkage here. Only loom_backend_cuda_create is exported.
+ *
+ * Every op runs on the one stream held in be->impl and returns without waiting for it, except
+ * the ops whose contract hands data to the host (to_host, to_device, sumsq, synchronize).
+ * Nothing here uses floating-point atomics: every reduction runs in a fixed order, so a run
+ * repeats bit for bit.
+ */
+#ifndef LOOM_CUDA_COMMON_CUH
+#define LOOM_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* C11's _Noreturn is not C++; the loom headers use it on declarations only. */
+#define _Noreturn __attribute__((noreturn))
+extern "C" {
+#include "loom/backend.h"
+#include "loom/log.h"
+#include "loom/status.h"
+}
+#undef _Noreturn
+#include "loom/rng.h"
+
+/* Backend-private state (be->impl). */
+struct loom_cuda {
+    int device;
+    int num_sms;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *cublas_ws; /* fixed cuBLAS workspace: results do not depend on allocation luck */
+    size_t cublas_ws_bytes;
+    void *scratch; /* grows on demand; used by one op at a time on the stream */
+    size_t scratch_bytes;
+    double *host_double; /* pinned, for sumsq */
+};
+
+static inline struct loom_cuda *loom_cuda_impl(struct loom_backend *be) {
+    return (struct loom_cuda *)be->impl;
+}
+static inline cudaStream_t loom_cuda_stream(struct loom_backend *be) {
+    return loom_cuda_impl(be)->stream;
+}
+
+#define LOOM_CUDA_CHECK(expr)                                                                 \
+    do {                                                                                      \
+        cudaError_t loom_e_ = (expr);                                                         \
+        if (loom_e_ != cudaSuccess)                                                           \
+            loom_abort(__FILE__, __LINE__, "CUDA error %s: %s (%s)", cudaGetErrorName(loom_e_), \
+                       cudaGetErrorString(loom_e_), #expr);                                   \
+    } while (0)
+
+#define LOOM_CUBLAS_CHECK(expr)                                                               \
+    do {                                                                                      \
+        cublasStatus_t loom_b_ = (expr);                                                      \
+        if (loom_b_ != CUBLAS_STATUS_SUCCESS)                                                 \
+            loom_abort(__FILE__, __LINE__, "cuBLAS error %d (%s)", (int)loom_b_, #expr);      \
+    } while (0)
+
+/* After a kernel launch: catches bad launch configurations at once (asynchronous faults show at
+ * the next synchronising call). */
+#define LOOM_CUDA_LAUNCHED() LOOM_CUDA_CHECK(cudaGetLastError())
+
+/* Scratch device memory of at least `bytes`, valid until the next call of this function. */
+void *loom_cuda_scratch(struct loom_backend *be, size_t bytes);
+
+/* Blocks for a grid-stride kernel over n elements. */
+static inline unsigned loom_cuda_grid(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535LL * 32) b = 65535LL * 32;
+    return (unsigned)b;
+}
+
+/* Deterministic column sums over rows: out[c] += sum_{r<N} in[r*C + c], summed in double over
+ * chunks of rows whose partial sums are then added in chunk order (elementwise.cu). */
+void loom_cuda_colsum_accumulate(struct loom_backend *be, float *out, const float *in, int64_t N,
+                                 int64_t C);
+/* The number of row chunks the column reductions use for N rows (a function of N only). */
+int64_t loom_cuda_row_chunks(int64_t N);
+/* out[c] += (float) sum over chunks k of partial[k*C + c], in chunk order. */
+void loom_cuda_sum_partials(struct loom_backend *be, float *out, const double *partial,
+                            int64_t chunks, int64_t C);
+
+/* ---- ops (signatures of struct loom_backend_ops) ---- */
+
+/* elementwise.cu */
+void loom_cuda_add(struct loom_backend *be, float *y, const float *a, const float *b, int64_t n);
+void loom_cuda_axpy(struct loom_backend *be, float *y, float alpha, const float *x, int64_t n);
+void loom_cuda_scale(struct loom_backend *be, float *x, float alpha, int64_t n);
+double loom_cuda_sumsq(struct loom_backend *be, const float *x, int64_t n);
+
+/* embed.cu */
+void loom_cuda_embedding_forward(struct loom_backend *be, float *out, const int32_t *tokens,
+                                 const float *wte, const float *wpe, int64_t B, int64_t T,
+                                 int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
+void loom_cuda_embedding_backward(struct loom_backend *be, float *dwte, float *dwpe,
+                                  const float *dout, const int32_t *tokens, int64_t B, int64_t T,
+                                  int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
+
+/* norm.cu */
+void loom_cuda_layernorm_forward(struct loom_backend *be, float *out, float *mean, float *rstd,
+                                 const float *inp, const float *w, const float *b, int64_t N,
+                                 int64_t C, float eps);
+void loom_cuda_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                  const float *dout, const float *inp, const float *w,
+                                  const float *mean, const float *rstd, int64_t N, int64_t C);
+void loom_cuda_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, const float *inp,
+                               const float *w, int64_t N, int64_t C, float eps);
+void loom_cuda_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const float *dout,
+                                const float *inp, const float *w, const float *rstd, int64_t N,
+                                int64_t C);
+
+/* matmul.cu */
+void loom_cuda_linear_forward(struct loom_backend *be, float *out, const float *inp,
+                              const float *w, const float *b, int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *w, int64_t N,
+                               int64_t C, int64_t OC);
+
+/* attention.cu */
+void loom_cuda_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
+                    int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
+void loom_cuda_attention_forward(struct loom_backend *be, float *out, float *lse,
+                                 const float *qkv, const struct loom_attn *a);
+void loom_cuda_attention_backward(struct loom_backend *be, float *dqkv, const float *dout,
+                                  const float *out, const float *lse, const float *qkv,
+                                  const struct loom_attn *a);
+void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float *q,
+                                const float *kcache, const float *vcache, int64_t L, int64_t NH,
+                                int64_t NKV, int64_t HS, float scale);
+
+/* act.cu */
+void loom_cuda_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n);
+void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
+                             const float *inp, int64_t n);
+void loom_cuda_swiglu_forward(struct loom_backend *be, float *out, const float *inp, int64_t N,
+                              int64_t F);
+void loom_cuda_swiglu_backward(struct loom_backend *be, float *dinp, const float *dout,
+                               const float *inp, int64_t N, int64_t F);
+void loom_cuda_dropout_forward(struct loom_backend *be, float *out, const float *inp, int64_t B,
+                               int64_t T, int64_t C, const struct loom_dropout *d);
+void loom_cuda_dropout_backward(struct loom_backend *be, float *dinp, const float *dout,
+                                int64_t B, int64_t T, int64_t C, const struct loom_dropout *d);
+
+/* loss.cu */
+void loom_cuda_xent_forward(struct loom_backend *be, float *stats, const float *logits,
+                            const int32_t *targets, int64_t N, int64_t Vl, int64_t v0,
+                            int64_t Vvalid);
+void loom_cuda_xent_backward(struct loom_backend *be, float *dlogits, const float *logits,
+                             const int32_t *targets, const float *gstats, const float *dloss,
+                             int64_t N, int64_t Vl, int64_t v0, int64_t Vvalid);
+
+/* adamw.cu */
+void loom_cuda_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
+                     int64_t n, float lr, float beta1, float beta2, float eps, float wd,
+                     int64_t step, float grad_scale);
+
+/* ---- device helpers ---- */
+
+__device__ __forceinline__ float loom_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double loom_warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float loom_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#endif

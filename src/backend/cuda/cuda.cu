@@ -1,0 +1,196 @@
+/* CUDA backend: creation, device memory, the stream, and the vtable.
+ *
+ * One device, one stream (non-blocking), one cuBLAS handle bound to that stream with a fixed
+ * workspace and pedantic fp32 math (no TF32), so fp32 results match the CPU backend closely and
+ * repeat bit for bit run to run. Device memory comes from cudaMalloc (never managed memory).
+ */
+#include <stdlib.h>
+
+#include "backend/cuda/common.cuh"
+
+#define LOOM_CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20)
+
+void *loom_cuda_scratch(struct loom_backend *be, size_t bytes) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (bytes <= c->scratch_bytes) return c->scratch;
+    size_t want = bytes + bytes / 4;
+    want = (want + 255) & ~(size_t)255;
+    /* The old buffer may still be read by queued kernels: wait for them before freeing. */
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    if (c->scratch) LOOM_CUDA_CHECK(cudaFree(c->scratch));
+    c->scratch = NULL;
+    c->scratch_bytes = 0;
+    if (cudaMalloc(&c->scratch, want) != cudaSuccess)
+        loom_abort(__FILE__, __LINE__, "cuda: out of device memory for %zu bytes of scratch", want);
+    c->scratch_bytes = want;
+    return c->scratch;
+}
+
+static void cuda_destroy(struct loom_backend *be) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (c) {
+        cudaSetDevice(c->device);
+        if (c->stream) cudaStreamSynchronize(c->stream);
+        if (c->cublas) cublasDestroy(c->cublas);
+        if (c->cublas_ws) cudaFree(c->cublas_ws);
+        if (c->scratch) cudaFree(c->scratch);
+        if (c->host_double) cudaFreeHost(c->host_double);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    free(be);
+}
+
+static void *cuda_malloc(struct loom_backend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky-free error so later calls are not blamed */
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(struct loom_backend *be, void *p) {
+    (void)be;
+    if (p) LOOM_CUDA_CHECK(cudaFree(p));
+}
+
+/* Host <-> device copies complete before returning: the host buffer may be reused at once. */
+static void cuda_to_device(struct loom_backend *be, void *dst, const void *host_src,
+                           size_t bytes) {
+    if (!bytes) return;
+    cudaStream_t s = loom_cuda_stream(be);
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+static void cuda_to_host(struct loom_backend *be, void *host_dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    cudaStream_t s = loom_cuda_stream(be);
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+static void cuda_copy(struct loom_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    LOOM_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, loom_cuda_stream(be)));
+}
+
+static void cuda_zero(struct loom_backend *be, void *p, size_t bytes) {
+    if (!bytes) return;
+    LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, loom_cuda_stream(be)));
+}
+
+static void cuda_synchronize(struct loom_backend *be) {
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(loom_cuda_stream(be)));
+}
+
+static const struct loom_backend_ops g_cuda_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .malloc = cuda_malloc,
+    .free = cuda_free,
+    .to_device = cuda_to_device,
+    .to_host = cuda_to_host,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .synchronize = cuda_synchronize,
+    .add = loom_cuda_add,
+    .axpy = loom_cuda_axpy,
+    .scale = loom_cuda_scale,
+    .sumsq = loom_cuda_sumsq,
+    .embedding_forward = loom_cuda_embedding_forward,
+    .embedding_backward = loom_cuda_embedding_backward,
+    .layernorm_forward = loom_cuda_layernorm_forward,
+    .layernorm_backward = loom_cuda_layernorm_backward,
+    .rmsnorm_forward = loom_cuda_rmsnorm_forward,
+    .rmsnorm_backward = loom_cuda_rmsnorm_backward,
+    .linear_forward = loom_cuda_linear_forward,
+    .linear_backward = loom_cuda_linear_backward,
+    .rope = loom_cuda_rope,
+    .attention_forward = loom_cuda_attention_forward,
+    .attention_backward = loom_cuda_attention_backward,
+    .attention_decode = loom_cuda_attention_decode,
+    .gelu_forward = loom_cuda_gelu_forward,
+    .gelu_backward = loom_cuda_gelu_backward,
+    .swiglu_forward = loom_cuda_swiglu_forward,
+    .swiglu_backward = loom_cuda_swiglu_backward,
+    .dropout_forward = loom_cuda_dropout_forward,
+    .dropout_backward = loom_cuda_dropout_backward,
+    .xent_forward = loom_cuda_xent_forward,
+    .xent_backward = loom_cuda_xent_backward,
+    .adamw = loom_cuda_adamw,
+};
+
+/* Undo a half-finished creation and report why. */
+static enum loom_status cuda_create_failed(struct loom_backend *be, enum loom_status s,
+                                           const char *what, int device_index, const char *why) {
+    cuda_destroy(be);
+    return loom_fail(s, "--device cuda: %s on device %d failed: %s", what, device_index, why);
+}
+
+extern "C" enum loom_status loom_backend_cuda_create(struct loom_backend **out,
+                                                     int device_index) {
+    *out = NULL;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--device cuda: no CUDA device is visible (%s)",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    if (device_index < 0 || device_index >= count)
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--device cuda: device index %d is out of range; valid: 0..%d",
+                         device_index, count - 1);
+
+    struct loom_backend *be = (struct loom_backend *)calloc(1, sizeof *be);
+    struct loom_cuda *c = (struct loom_cuda *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return loom_fail(LOOM_ERR_OOM, "out of memory creating the cuda backend");
+    }
+    be->ops = &g_cuda_ops;
+    be->device = LOOM_DEVICE_CUDA;
+    be->num_threads = 1;
+    be->impl = c;
+    c->device = device_index;
+
+    if ((e = cudaSetDevice(device_index)) != cudaSuccess)
+        return cuda_create_failed(be, LOOM_ERR_UNSUPPORTED, "cudaSetDevice", device_index,
+                                  cudaGetErrorString(e));
+    if ((e = cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount,
+                                    device_index)) != cudaSuccess)
+        return cuda_create_failed(be, LOOM_ERR_UNSUPPORTED, "reading the device", device_index,
+                                  cudaGetErrorString(e));
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
+        return cuda_create_failed(be, LOOM_ERR_UNSUPPORTED, "creating a stream", device_index,
+                                  cudaGetErrorString(e));
+    if ((e = cudaMallocHost((void **)&c->host_double, sizeof(double))) != cudaSuccess)
+        return cuda_create_failed(be, LOOM_ERR_OOM, "pinned host allocation", device_index,
+                                  cudaGetErrorString(e));
+    c->cublas_ws_bytes = LOOM_CUDA_CUBLAS_WS_BYTES;
+    if ((e = cudaMalloc(&c->cublas_ws, c->cublas_ws_bytes)) != cudaSuccess)
+        return cuda_create_failed(be, LOOM_ERR_OOM, "cuBLAS workspace allocation", device_index,
+                                  cudaGetErrorString(e));
+
+    cublasStatus_t bs = cublasCreate(&c->cublas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        c->cublas = NULL;
+        return cuda_create_failed(be, LOOM_ERR_UNSUPPORTED, "cublasCreate", device_index,
+                                  cublasGetStatusString(bs));
+    }
+    if ((bs = cublasSetStream(c->cublas, c->stream)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cublasSetWorkspace(c->cublas, c->cublas_ws, c->cublas_ws_bytes)) !=
+            CUBLAS_STATUS_SUCCESS ||
+        (bs = cublasSetMathMode(c->cublas, CUBLAS_PEDANTIC_MATH)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = cublasSetAtomicsMode(c->cublas, CUBLAS_ATOMICS_NOT_ALLOWED)) !=
+            CUBLAS_STATUS_SUCCESS)
+        return cuda_create_failed(be, LOOM_ERR_UNSUPPORTED, "configuring cuBLAS", device_index,
+                                  cublasGetStatusString(bs));
+    *out = be;
+    return LOOM_OK;
+}

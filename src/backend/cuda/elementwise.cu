@@ -1,0 +1,154 @@
+/* Elementwise ops and the deterministic reductions the other families share.
+ *
+ * add:   y[n] = a + b          axpy: y[n] += alpha * x          scale: x[n] *= alpha
+ * sumsq: sum of x^2 in double, returned on the host (waits for the stream).
+ * Column sums over rows (bias and norm-weight gradients) run in fixed row chunks summed in
+ * double, the chunk sums added in chunk order: no atomics, the same bits every run.
+ */
+#include "backend/cuda/common.cuh"
+
+#define LOOM_EW_THREADS 256
+
+__global__ void add_kernel(float *y, const float *a, const float *b, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = a[i] + b[i];
+}
+
+__global__ void axpy_kernel(float *y, float alpha, const float *x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += alpha * x[i];
+}
+
+__global__ void scale_kernel(float *x, float alpha, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] *= alpha;
+}
+
+void loom_cuda_add(struct loom_backend *be, float *y, const float *a, const float *b, int64_t n) {
+    if (n <= 0) return;
+    add_kernel<<<loom_cuda_grid(n, LOOM_EW_THREADS), LOOM_EW_THREADS, 0, loom_cuda_stream(be)>>>(
+        y, a, b, n);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_axpy(struct loom_backend *be, float *y, float alpha, const float *x, int64_t n) {
+    if (n <= 0) return;
+    axpy_kernel<<<loom_cuda_grid(n, LOOM_EW_THREADS), LOOM_EW_THREADS, 0,
+                  loom_cuda_stream(be)>>>(y, alpha, x, n);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_scale(struct loom_backend *be, float *x, float alpha, int64_t n) {
+    if (n <= 0) return;
+    scale_kernel<<<loom_cuda_grid(n, LOOM_EW_THREADS), LOOM_EW_THREADS, 0,
+                   loom_cuda_stream(be)>>>(x, alpha, n);
+    LOOM_CUDA_LAUNCHED();
+}
+
+/* ---- sum of squares ---- */
+
+#define LOOM_SUMSQ_THREADS 256
+#define LOOM_SUMSQ_MAX_BLOCKS 1024
+
+/* Block sum in double; every thread gets the result. blockDim.x is a multiple of 32. */
+__device__ double block_sum_d(double v, double *shared32) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = loom_warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) shared32[warp] = v;
+    __syncthreads();
+    v = lane < nw ? shared32[lane] : 0.0;
+    return loom_warp_sum_d(v);
+}
+
+__global__ void sumsq_partial_kernel(double *partial, const float *x, int64_t n) {
+    __shared__ double sh[32];
+    double acc = 0.0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        double v = (double)x[i];
+        acc += v * v;
+    }
+    acc = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+__global__ void sum_doubles_kernel(double *out, const double *partial, int n) {
+    __shared__ double sh[32];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+    acc = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+double loom_cuda_sumsq(struct loom_backend *be, const float *x, int64_t n) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (n <= 0) return 0.0;
+    int64_t blocks = (n + LOOM_SUMSQ_THREADS * 8 - 1) / (LOOM_SUMSQ_THREADS * 8);
+    if (blocks > LOOM_SUMSQ_MAX_BLOCKS) blocks = LOOM_SUMSQ_MAX_BLOCKS;
+    double *d = (double *)loom_cuda_scratch(be, (size_t)(blocks + 1) * sizeof(double));
+    sumsq_partial_kernel<<<(unsigned)blocks, LOOM_SUMSQ_THREADS, 0, c->stream>>>(d + 1, x, n);
+    LOOM_CUDA_LAUNCHED();
+    sum_doubles_kernel<<<1, LOOM_SUMSQ_THREADS, 0, c->stream>>>(d, d + 1, (int)blocks);
+    LOOM_CUDA_LAUNCHED();
+    LOOM_CUDA_CHECK(
+        cudaMemcpyAsync(c->host_double, d, sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return *c->host_double;
+}
+
+/* ---- column sums ---- */
+
+#define LOOM_COLSUM_THREADS 128
+
+int64_t loom_cuda_row_chunks(int64_t N) {
+    int64_t rows = (N + 127) / 128;
+    if (rows < 64) rows = 64;
+    int64_t chunks = (N + rows - 1) / rows;
+    return chunks < 1 ? 1 : chunks;
+}
+
+/* partial[k, c] = sum of in[r, c] over rows r of chunk k (rows_per_chunk consecutive rows). */
+__global__ void colsum_partial_kernel(double *partial, const float *in, int64_t N, int64_t C,
+                                      int64_t rows_per_chunk) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t k = blockIdx.y;
+    if (c >= C) return;
+    int64_t r0 = k * rows_per_chunk, r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+    double acc = 0.0;
+    for (int64_t r = r0; r < r1; r++) acc += (double)in[r * C + c];
+    partial[k * C + c] = acc;
+}
+
+__global__ void sum_partials_kernel(float *out, const double *partial, int64_t chunks,
+                                    int64_t C) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double acc = 0.0;
+    for (int64_t k = 0; k < chunks; k++) acc += partial[k * C + c];
+    out[c] += (float)acc;
+}
+
+void loom_cuda_sum_partials(struct loom_backend *be, float *out, const double *partial,
+                            int64_t chunks, int64_t C) {
+    unsigned gx = (unsigned)((C + LOOM_COLSUM_THREADS - 1) / LOOM_COLSUM_THREADS);
+    sum_partials_kernel<<<gx, LOOM_COLSUM_THREADS, 0, loom_cuda_stream(be)>>>(out, partial,
+                                                                             chunks, C);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_colsum_accumulate(struct loom_backend *be, float *out, const float *in, int64_t N,
+                                 int64_t C) {
+    if (N <= 0 || C <= 0) return;
+    int64_t chunks = loom_cuda_row_chunks(N);
+    int64_t rows = (N + chunks - 1) / chunks;
+    double *partial = (double *)loom_cuda_scratch(be, (size_t)(chunks * C) * sizeof(double));
+    dim3 grid((unsigned)((C + LOOM_COLSUM_THREADS - 1) / LOOM_COLSUM_THREADS), (unsigned)chunks);
+    colsum_partial_kernel<<<grid, LOOM_COLSUM_THREADS, 0, loom_cuda_stream(be)>>>(partial, in, N,
+                                                                                 C, rows);
+    LOOM_CUDA_LAUNCHED();
+    loom_cuda_sum_partials(be, out, partial, chunks, C);
+}

@@ -1,0 +1,63 @@
+/* Linear layer through cuBLAS, fp32 with pedantic math (no TF32, no reduced-precision
+ * reductions), on the backend's stream.
+ *
+ *   forward:  out[N,OC] = inp[N,C] . w[OC,C]^T + b[OC]
+ *   backward: dinp[N,C] = dout[N,OC] . w[OC,C]        (assigned; skipped if dinp is NULL)
+ *             dw[OC,C] += dout^T . inp                 db[OC] += sum over rows of dout
+ *
+ * cuBLAS is column-major: a row-major [R,K] matrix is a column-major K x R one, so each product
+ * is written for the transposes: out^T = w . inp^T, dinp^T = w^T . dout^T, dw^T = inp^T . dout.
+ */
+#include <limits.h>
+
+#include "backend/cuda/common.cuh"
+
+static void gemm(struct loom_backend *be, cublasOperation_t ta, cublasOperation_t tb, int64_t m,
+                 int64_t n, int64_t k, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float beta, float *C, int64_t ldc) {
+    LOOM_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX &&
+                ldb <= INT_MAX && ldc <= INT_MAX);
+    const float alpha = 1.0f;
+    LOOM_CUBLAS_CHECK(cublasGemmEx(loom_cuda_impl(be)->cublas, ta, tb, (int)m, (int)n, (int)k,
+                                   &alpha, A, CUDA_R_32F, (int)lda, B, CUDA_R_32F, (int)ldb, &beta,
+                                   C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                   CUBLAS_GEMM_DEFAULT));
+}
+
+/* out[n, oc] = b[oc] (the product is then added with beta = 1, as b + sum) */
+__global__ void fill_bias_kernel(float *out, const float *b, int64_t N, int64_t OC) {
+    int64_t total = N * OC;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = b[i % OC];
+}
+
+void loom_cuda_linear_forward(struct loom_backend *be, float *out, const float *inp,
+                              const float *w, const float *b, int64_t N, int64_t C, int64_t OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (b) {
+        fill_bias_kernel<<<loom_cuda_grid(N * OC, 256), 256, 0, loom_cuda_stream(be)>>>(out, b, N,
+                                                                                       OC);
+        LOOM_CUDA_LAUNCHED();
+    } else if (C <= 0) {
+        LOOM_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(N * OC) * sizeof(float),
+                                        loom_cuda_stream(be)));
+    }
+    if (C > 0) gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, b ? 1.0f : 0.0f, out, OC);
+}
+
+void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp, const float *w, int64_t N,
+                               int64_t C, int64_t OC) {
+    if (N <= 0) return;
+    if (dinp && C > 0) {
+        if (OC <= 0)
+            LOOM_CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)(N * C) * sizeof(float),
+                                            loom_cuda_stream(be)));
+        else
+            gemm(be, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, OC, 0.0f, dinp, C);
+    }
+    if (OC <= 0) return;
+    if (dw && C > 0) gemm(be, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dw, C);
+    if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+}

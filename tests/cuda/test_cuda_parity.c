@@ -1,0 +1,756 @@
+/* Parity of the CUDA backend with the CPU backend, op by op, in fp32.
+ *
+ * Every op gets fresh random inputs (loom/rng.h), runs on the CPU backend and twice on the CUDA
+ * backend, and reports for each output:
+ *   rel  = max_i |gpu_i - cpu_i| / max(|cpu_i|, 1e-6 max_j |cpu_j|)   (elementwise)
+ *   norm = max_i |gpu_i - cpu_i| / max_j |cpu_j|                      (normwise)
+ * Pointwise ops are held to rel <= 1e-5. Ops that sum (matrix products, norms, attention,
+ * embedding and bias gradients, softmax sums) are held to norm <= 1e-5: their elements near
+ * zero carry the rounding of sums of much larger terms, which no summation order avoids.
+ * Dropout masks must agree exactly, and the two CUDA runs must agree bit for bit (no atomics).
+ *
+ * Exit status: 0 all passed, 1 a check failed, 77 skipped (built without CUDA, or no device;
+ * with LOOM_REQUIRE_CUDA=1 a missing device is a failure).
+ *   test_cuda_parity          the parity checks, small and large shapes
+ *   test_cuda_parity small    the small shapes only (quick; for compute-sanitizer)
+ *   test_cuda_parity bench    no checks: times linear and attention forward+backward at GPT-2
+ *                             124M shapes (B=16, T=1024, C=768, NH=12), for information
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef LOOM_HAVE_CUDA
+
+#include <math.h>
+#include <string.h>
+
+#include "loom/backend.h"
+#include "loom/log.h"
+#include "loom/rng.h"
+
+static struct loom_backend *g_cpu, *g_gpu;
+static int g_fail, g_pass;
+
+/* ---- buffers ---- */
+
+static float *hnew(int64_t n) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of host memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* n values sd * N(0,1) + mean, from stream `purpose` */
+static float *hrand(int64_t n, uint64_t purpose, float sd, float mean) {
+    float *p = hnew(n);
+    for (int64_t i = 0; i < n; i++) p[i] = mean + sd * loom_rng_normal(2024, purpose, (uint64_t)i);
+    return p;
+}
+
+static void *dput(struct loom_backend *be, const void *h, size_t bytes) {
+    void *d = be->ops->malloc(be, bytes);
+    if (!d) {
+        fprintf(stderr, "%s: allocation of %zu bytes failed\n", be->ops->name, bytes);
+        exit(2);
+    }
+    if (h)
+        be->ops->to_device(be, d, h, bytes);
+    else
+        be->ops->zero(be, d, bytes);
+    return d;
+}
+static float *dputf(struct loom_backend *be, const float *h, int64_t n) {
+    return dput(be, h, (size_t)n * sizeof(float));
+}
+/* copy device -> new host array, then free the device buffer */
+static float *dtake(struct loom_backend *be, void *d, int64_t n) {
+    float *h = hnew(n);
+    be->ops->to_host(be, h, d, (size_t)n * sizeof(float));
+    be->ops->free(be, d);
+    return h;
+}
+
+/* ---- comparisons ---- */
+
+enum gate { GATE_ELEM, GATE_NORM };
+
+static void compare(const char *what, const float *gpu, const float *cpu, const float *gpu2,
+                    int64_t n, enum gate gate, double tol) {
+    double maxref = 0.0, maxdiff = 0.0, rel = 0.0;
+    int finite = 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(gpu[i]) || !isfinite(cpu[i])) finite = 0;
+        double a = fabs((double)cpu[i]);
+        if (a > maxref) maxref = a;
+    }
+    double floor_ = maxref > 0.0 ? 1e-6 * maxref : 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)gpu[i] - (double)cpu[i]);
+        double a = fabs((double)cpu[i]);
+        if (d > maxdiff) maxdiff = d;
+        double r = d / (a > floor_ ? a : floor_);
+        if (r > rel) rel = r;
+    }
+    double norm = maxref > 0.0 ? maxdiff / maxref : maxdiff;
+    if (!finite) rel = norm = INFINITY;
+    int same = gpu2 ? memcmp(gpu, gpu2, (size_t)n * sizeof(float)) == 0 : 1;
+    double gated = gate == GATE_ELEM ? rel : norm;
+    int ok = gated <= tol && same;
+    printf("%-4s %-56s rel %.2e  norm %.2e  (%s <= %.0e)%s\n", ok ? "ok" : "FAIL", what, rel, norm,
+           gate == GATE_ELEM ? "rel" : "norm", tol, same ? "" : "  NOT DETERMINISTIC");
+    if (ok)
+        g_pass++;
+    else
+        g_fail++;
+}
+
+/* the zero pattern (dropped elements) of two outputs must agree */
+static void compare_mask(const char *what, const float *gpu, const float *cpu, int64_t n) {
+    int64_t bad = 0, zeros = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if ((gpu[i] == 0.0f) != (cpu[i] == 0.0f)) bad++;
+        if (cpu[i] == 0.0f) zeros++;
+    }
+    int ok = bad == 0;
+    printf("%-4s %-56s %lld of %lld dropped, %lld differ\n", ok ? "ok" : "FAIL", what,
+           (long long)zeros, (long long)n, (long long)bad);
+    if (ok)
+        g_pass++;
+    else
+        g_fail++;
+}
+
+static void check_true(const char *what, int cond) {
+    printf("%-4s %s\n", cond ? "ok" : "FAIL", what);
+    if (cond)
+        g_pass++;
+    else
+        g_fail++;
+}
+
+/* run index: 0 = CPU, 1 and 2 = CUDA */
+static struct loom_backend *backend_of(int r) { return r == 0 ? g_cpu : g_gpu; }
+
+/* ---- elementwise ---- */
+
+static void test_elementwise(int64_t n) {
+    float *a = hrand(n, 1, 1.0f, 0.0f), *b = hrand(n, 2, 1.0f, 0.0f);
+    float *res[3][3];
+    double ss[3];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *da = dputf(be, a, n), *db = dputf(be, b, n), *dy = dputf(be, NULL, n);
+        loom_op(be, add, dy, da, db, n);
+        loom_op(be, axpy, da, -0.75f, db, n);
+        loom_op(be, scale, db, 1.3f, n);
+        ss[r] = loom_op(be, sumsq, da, n);
+        res[r][0] = dtake(be, dy, n);
+        res[r][1] = dtake(be, da, n);
+        res[r][2] = dtake(be, db, n);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "add n=%lld", (long long)n);
+    compare(name, res[1][0], res[0][0], res[2][0], n, GATE_ELEM, 1e-5);
+    compare("axpy", res[1][1], res[0][1], res[2][1], n, GATE_ELEM, 1e-5);
+    compare("scale", res[1][2], res[0][2], res[2][2], n, GATE_ELEM, 1e-5);
+    double e = fabs(ss[1] - ss[0]) / ss[0];
+    printf("%-4s %-56s rel %.2e  (<= 1e-12)%s\n", e <= 1e-12 && ss[1] == ss[2] ? "ok" : "FAIL",
+           "sumsq (double)", e, ss[1] == ss[2] ? "" : "  NOT DETERMINISTIC");
+    if (e <= 1e-12 && ss[1] == ss[2])
+        g_pass++;
+    else
+        g_fail++;
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 3; k++) free(res[r][k]);
+    free(a);
+    free(b);
+}
+
+/* ---- embedding ---- */
+
+static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v0, int64_t Vl,
+                           int64_t pos0) {
+    int64_t N = B * T, Tmax = pos0 + T + 3;
+    int32_t *tok = malloc((size_t)N * sizeof(int32_t));
+    for (int64_t i = 0; i < N; i++) {
+        uint32_t w[4];
+        loom_rng_u32x4(7, 11, (uint64_t)i, w);
+        tok[i] = (int32_t)(w[0] % (uint32_t)V);
+        if (i % 7 == 3) tok[i] = (int32_t)(v0 + 1); /* a token repeated many times */
+    }
+    float *wte = hrand(Vl * C, 20, 0.1f, 0.0f), *wpe = hrand(Tmax * C, 21, 0.1f, 0.0f);
+    float *dout = hrand(N * C, 22, 1.0f, 0.0f);
+    float *dwte0 = hrand(Vl * C, 23, 0.1f, 0.0f), *dwpe0 = hrand(Tmax * C, 24, 0.1f, 0.0f);
+    float *res[3][3];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        int32_t *dtok = dput(be, tok, (size_t)N * sizeof(int32_t));
+        float *dwte = dputf(be, wte, Vl * C), *dwpe = dputf(be, wpe, Tmax * C);
+        float *dy = dputf(be, NULL, N * C), *ddout = dputf(be, dout, N * C);
+        float *gwte = dputf(be, dwte0, Vl * C), *gwpe = dputf(be, dwpe0, Tmax * C);
+        loom_op(be, embedding_forward, dy, dtok, dwte, dwpe, B, T, C, v0, Vl, pos0);
+        loom_op(be, embedding_backward, gwte, gwpe, ddout, dtok, B, T, C, v0, Vl, pos0);
+        res[r][0] = dtake(be, dy, N * C);
+        res[r][1] = dtake(be, gwte, Vl * C);
+        res[r][2] = dtake(be, gwpe, Tmax * C);
+        be->ops->free(be, dtok);
+        be->ops->free(be, dwte);
+        be->ops->free(be, dwpe);
+        be->ops->free(be, ddout);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "embedding fwd B=%lld T=%lld C=%lld shard %lld+%lld", (long long)B,
+             (long long)T, (long long)C, (long long)v0, (long long)Vl);
+    compare(name, res[1][0], res[0][0], res[2][0], N * C, GATE_ELEM, 1e-5);
+    compare("embedding bwd dwte", res[1][1], res[0][1], res[2][1], Vl * C, GATE_NORM, 1e-5);
+    compare("embedding bwd dwpe", res[1][2], res[0][2], res[2][2], Tmax * C, GATE_NORM, 1e-5);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 3; k++) free(res[r][k]);
+    free(tok);
+    free(wte);
+    free(wpe);
+    free(dout);
+    free(dwte0);
+    free(dwpe0);
+}
+
+/* ---- norms ---- */
+
+static void test_layernorm(int64_t N, int64_t C, int with_bias) {
+    float *x = hrand(N * C, 30, 2.0f, 3.0f), *w = hrand(C, 31, 0.5f, 1.0f);
+    float *bias = hrand(C, 32, 0.5f, 0.0f), *dout = hrand(N * C, 33, 1.0f, 0.0f);
+    float *dx0 = hrand(N * C, 34, 1.0f, 0.0f), *dw0 = hrand(C, 35, 1.0f, 0.0f);
+    float *db0 = hrand(C, 36, 1.0f, 0.0f);
+    float *res[3][6];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dx_ = dputf(be, x, N * C), *dw_ = dputf(be, w, C);
+        float *db_ = with_bias ? dputf(be, bias, C) : NULL;
+        float *out = dputf(be, NULL, N * C), *mean = dputf(be, NULL, N), *rstd = dputf(be, NULL, N);
+        float *ddout = dputf(be, dout, N * C), *gx = dputf(be, dx0, N * C);
+        float *gw = dputf(be, dw0, C), *gb = dputf(be, db0, C);
+        loom_op(be, layernorm_forward, out, mean, rstd, dx_, dw_, db_, N, C, 1e-5f);
+        loom_op(be, layernorm_backward, gx, gw, gb, ddout, dx_, dw_, mean, rstd, N, C);
+        res[r][0] = dtake(be, out, N * C);
+        res[r][1] = dtake(be, mean, N);
+        res[r][2] = dtake(be, rstd, N);
+        res[r][3] = dtake(be, gx, N * C);
+        res[r][4] = dtake(be, gw, C);
+        res[r][5] = dtake(be, gb, C);
+        be->ops->free(be, dx_);
+        be->ops->free(be, dw_);
+        if (db_) be->ops->free(be, db_);
+        be->ops->free(be, ddout);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "layernorm fwd N=%lld C=%lld%s", (long long)N, (long long)C,
+             with_bias ? "" : " (no bias)");
+    compare(name, res[1][0], res[0][0], res[2][0], N * C, GATE_NORM, 1e-5);
+    compare("layernorm fwd mean", res[1][1], res[0][1], res[2][1], N, GATE_ELEM, 1e-5);
+    compare("layernorm fwd rstd", res[1][2], res[0][2], res[2][2], N, GATE_ELEM, 1e-5);
+    compare("layernorm bwd dinp (accumulated)", res[1][3], res[0][3], res[2][3], N * C, GATE_NORM,
+            1e-5);
+    compare("layernorm bwd dw", res[1][4], res[0][4], res[2][4], C, GATE_NORM, 1e-5);
+    compare("layernorm bwd db", res[1][5], res[0][5], res[2][5], C, GATE_NORM, 1e-5);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 6; k++) free(res[r][k]);
+    free(x);
+    free(w);
+    free(bias);
+    free(dout);
+    free(dx0);
+    free(dw0);
+    free(db0);
+}
+
+static void test_rmsnorm(int64_t N, int64_t C) {
+    float *x = hrand(N * C, 40, 2.0f, 0.5f), *w = hrand(C, 41, 0.5f, 1.0f);
+    float *dout = hrand(N * C, 43, 1.0f, 0.0f), *dx0 = hrand(N * C, 44, 1.0f, 0.0f);
+    float *dw0 = hrand(C, 45, 1.0f, 0.0f);
+    float *res[3][4];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dx_ = dputf(be, x, N * C), *dw_ = dputf(be, w, C);
+        float *out = dputf(be, NULL, N * C), *rstd = dputf(be, NULL, N);
+        float *ddout = dputf(be, dout, N * C), *gx = dputf(be, dx0, N * C), *gw = dputf(be, dw0, C);
+        loom_op(be, rmsnorm_forward, out, rstd, dx_, dw_, N, C, 1e-6f);
+        loom_op(be, rmsnorm_backward, gx, gw, ddout, dx_, dw_, rstd, N, C);
+        res[r][0] = dtake(be, out, N * C);
+        res[r][1] = dtake(be, rstd, N);
+        res[r][2] = dtake(be, gx, N * C);
+        res[r][3] = dtake(be, gw, C);
+        be->ops->free(be, dx_);
+        be->ops->free(be, dw_);
+        be->ops->free(be, ddout);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "rmsnorm fwd N=%lld C=%lld", (long long)N, (long long)C);
+    compare(name, res[1][0], res[0][0], res[2][0], N * C, GATE_NORM, 1e-5);
+    compare("rmsnorm fwd rstd", res[1][1], res[0][1], res[2][1], N, GATE_ELEM, 1e-5);
+    compare("rmsnorm bwd dinp (accumulated)", res[1][2], res[0][2], res[2][2], N * C, GATE_NORM,
+            1e-5);
+    compare("rmsnorm bwd dw", res[1][3], res[0][3], res[2][3], C, GATE_NORM, 1e-5);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 4; k++) free(res[r][k]);
+    free(x);
+    free(w);
+    free(dout);
+    free(dx0);
+    free(dw0);
+}
+
+/* ---- linear ---- */
+
+static void test_linear(int64_t N, int64_t C, int64_t OC, int with_bias, int with_dinp) {
+    float *x = hrand(N * C, 50, 1.0f, 0.0f), *w = hrand(OC * C, 51, 0.05f, 0.0f);
+    float *bias = hrand(OC, 52, 0.5f, 0.0f), *dout = hrand(N * OC, 53, 1.0f, 0.0f);
+    float *dw0 = hrand(OC * C, 54, 1.0f, 0.0f), *db0 = hrand(OC, 55, 1.0f, 0.0f);
+    float *res[3][4] = {{0}};
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dx_ = dputf(be, x, N * C), *dw_ = dputf(be, w, OC * C);
+        float *db_ = with_bias ? dputf(be, bias, OC) : NULL;
+        float *out = dputf(be, NULL, N * OC), *ddout = dputf(be, dout, N * OC);
+        float *gx = with_dinp ? dputf(be, NULL, N * C) : NULL;
+        float *gw = dputf(be, dw0, OC * C), *gb = with_bias ? dputf(be, db0, OC) : NULL;
+        loom_op(be, linear_forward, out, dx_, dw_, db_, N, C, OC);
+        loom_op(be, linear_backward, gx, gw, gb, ddout, dx_, dw_, N, C, OC);
+        res[r][0] = dtake(be, out, N * OC);
+        if (gx) res[r][1] = dtake(be, gx, N * C);
+        res[r][2] = dtake(be, gw, OC * C);
+        if (gb) res[r][3] = dtake(be, gb, OC);
+        be->ops->free(be, dx_);
+        be->ops->free(be, dw_);
+        if (db_) be->ops->free(be, db_);
+        be->ops->free(be, ddout);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "linear fwd N=%lld C=%lld OC=%lld%s", (long long)N, (long long)C,
+             (long long)OC, with_bias ? "" : " (no bias)");
+    compare(name, res[1][0], res[0][0], res[2][0], N * OC, GATE_NORM, 1e-5);
+    if (with_dinp)
+        compare("linear bwd dinp", res[1][1], res[0][1], res[2][1], N * C, GATE_NORM, 1e-5);
+    compare("linear bwd dw (accumulated)", res[1][2], res[0][2], res[2][2], OC * C, GATE_NORM,
+            1e-5);
+    if (with_bias)
+        compare("linear bwd db (accumulated)", res[1][3], res[0][3], res[2][3], OC, GATE_NORM,
+                1e-5);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 4; k++) free(res[r][k]);
+    free(x);
+    free(w);
+    free(bias);
+    free(dout);
+    free(dw0);
+    free(db0);
+}
+
+/* ---- rotary embeddings and attention ---- */
+
+static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
+    int64_t n = B * T * (NH + 2 * NKV) * HS;
+    float *x = hrand(n, 60, 1.0f, 0.0f);
+    float *res[3][2];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *d = dputf(be, x, n);
+        loom_op(be, rope, d, B, T, NH, NKV, HS, pos0, 10000.0f, 0);
+        res[r][0] = hnew(n);
+        be->ops->to_host(be, res[r][0], d, (size_t)n * sizeof(float));
+        loom_op(be, rope, d, B, T, NH, NKV, HS, pos0, 10000.0f, 1);
+        res[r][1] = dtake(be, d, n);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld",
+             (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS,
+             (long long)pos0);
+    compare(name, res[1][0], res[0][0], res[2][0], n, GATE_NORM, 1e-5);
+    compare("rope inverse", res[1][1], res[0][1], res[2][1], n, GATE_NORM, 1e-5);
+    double back = 0.0;
+    for (int64_t i = 0; i < n; i++) back = fmax(back, fabs((double)res[1][1][i] - x[i]));
+    check_true("rope inverse(rope(x)) == x within 1e-5 on cuda", back <= 1e-5);
+    for (int r = 0; r < 3; r++) {
+        free(res[r][0]);
+        free(res[r][1]);
+    }
+    free(x);
+}
+
+static void test_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal,
+                           float dropout_p) {
+    struct loom_attn a = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS, .causal = causal,
+                          .scale = 1.0f / sqrtf((float)HS), .dropout_p = dropout_p,
+                          .seed = 99, .key = 0xa77e, .sample0 = 3, .head0 = 2,
+                          .NH_global = NH + 4};
+    int64_t R = (NH + 2 * NKV) * HS, nqkv = B * T * R, nout = B * T * NH * HS, nlse = B * NH * T;
+    float *qkv = hrand(nqkv, 70, 1.0f, 0.0f), *dout = hrand(nout, 71, 1.0f, 0.0f);
+    float *res[3][3];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dq = dputf(be, qkv, nqkv), *out = dputf(be, NULL, nout);
+        float *lse = dputf(be, NULL, nlse);
+        float *ddout = dputf(be, dout, nout), *dqkv = dputf(be, NULL, nqkv);
+        /* dqkv is assigned: poison it so that an element left unwritten shows */
+        float *poison = hnew(nqkv);
+        for (int64_t i = 0; i < nqkv; i++) poison[i] = NAN;
+        be->ops->to_device(be, dqkv, poison, (size_t)nqkv * sizeof(float));
+        free(poison);
+        loom_op(be, attention_forward, out, lse, dq, &a);
+        loom_op(be, attention_backward, dqkv, ddout, out, lse, dq, &a);
+        res[r][0] = dtake(be, out, nout);
+        res[r][1] = dtake(be, lse, nlse);
+        res[r][2] = dtake(be, dqkv, nqkv);
+        be->ops->free(be, dq);
+        be->ops->free(be, ddout);
+    }
+    char name[120];
+    snprintf(name, sizeof name, "attention fwd B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f",
+             (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS,
+             causal ? "causal" : "bidir", dropout_p);
+    compare(name, res[1][0], res[0][0], res[2][0], nout, GATE_NORM, 1e-5);
+    compare("attention fwd lse", res[1][1], res[0][1], res[2][1], nlse, GATE_ELEM, 1e-5);
+    compare("attention bwd dqkv", res[1][2], res[0][2], res[2][2], nqkv, GATE_NORM, 1e-5);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 3; k++) free(res[r][k]);
+    free(qkv);
+    free(dout);
+}
+
+static void test_decode(int64_t L, int64_t NH, int64_t NKV, int64_t HS) {
+    float *q = hrand(NH * HS, 130, 1.0f, 0.0f), *k = hrand(L * NKV * HS, 131, 1.0f, 0.0f);
+    float *v = hrand(L * NKV * HS, 132, 1.0f, 0.0f);
+    float *res[3];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dq = dputf(be, q, NH * HS), *dk = dputf(be, k, L * NKV * HS);
+        float *dv = dputf(be, v, L * NKV * HS), *out = dputf(be, NULL, NH * HS);
+        loom_op(be, attention_decode, out, dq, dk, dv, L, NH, NKV, HS, 1.0f / sqrtf((float)HS));
+        res[r] = dtake(be, out, NH * HS);
+        be->ops->free(be, dq);
+        be->ops->free(be, dk);
+        be->ops->free(be, dv);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "attention decode L=%lld NH=%lld NKV=%lld HS=%lld", (long long)L,
+             (long long)NH, (long long)NKV, (long long)HS);
+    compare(name, res[1], res[0], res[2], NH * HS, GATE_NORM, 1e-5);
+    for (int r = 0; r < 3; r++) free(res[r]);
+    free(q);
+    free(k);
+    free(v);
+}
+
+/* ---- activations and dropout ---- */
+
+static void test_activations(int64_t N, int64_t F) {
+    int64_t n = N * F;
+    float *x = hrand(2 * n, 80, 2.0f, 0.0f), *dout = hrand(2 * n, 81, 1.0f, 0.0f);
+    float *res[3][4];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dx_ = dputf(be, x, 2 * n), *ddout = dputf(be, dout, 2 * n);
+        float *y = dputf(be, NULL, 2 * n), *g = dputf(be, NULL, 2 * n);
+        float *ys = dputf(be, NULL, n), *gs = dputf(be, NULL, 2 * n);
+        loom_op(be, gelu_forward, y, dx_, 2 * n);
+        loom_op(be, gelu_backward, g, ddout, dx_, 2 * n);
+        loom_op(be, swiglu_forward, ys, dx_, N, F);
+        loom_op(be, swiglu_backward, gs, ddout, dx_, N, F);
+        res[r][0] = dtake(be, y, 2 * n);
+        res[r][1] = dtake(be, g, 2 * n);
+        res[r][2] = dtake(be, ys, n);
+        res[r][3] = dtake(be, gs, 2 * n);
+        be->ops->free(be, dx_);
+        be->ops->free(be, ddout);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "gelu fwd n=%lld", (long long)(2 * n));
+    compare(name, res[1][0], res[0][0], res[2][0], 2 * n, GATE_ELEM, 1e-5);
+    /* the derivative crosses zero near x = -0.75: measured normwise */
+    compare("gelu bwd", res[1][1], res[0][1], res[2][1], 2 * n, GATE_NORM, 1e-5);
+    snprintf(name, sizeof name, "swiglu fwd N=%lld F=%lld", (long long)N, (long long)F);
+    compare(name, res[1][2], res[0][2], res[2][2], n, GATE_ELEM, 1e-5);
+    compare("swiglu bwd", res[1][3], res[0][3], res[2][3], 2 * n, GATE_NORM, 1e-5);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 4; k++) free(res[r][k]);
+    free(x);
+    free(dout);
+}
+
+static void test_dropout(int64_t B, int64_t T, int64_t C, float p) {
+    struct loom_dropout d = {.p = p, .seed = 5, .key = 77, .sample0 = 4, .pos0 = 16,
+                             .T_global = T + 32, .feat0 = 64, .C_global = C + 128};
+    int64_t n = B * T * C;
+    float *x = hrand(n, 90, 1.0f, 0.0f), *dout = hrand(n, 91, 1.0f, 0.0f);
+    float *res[3][3];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dx_ = dputf(be, x, n), *ddout = dputf(be, dout, n), *y = dputf(be, NULL, n);
+        float *g = dputf(be, NULL, n);
+        loom_op(be, dropout_forward, y, dx_, B, T, C, &d);
+        loom_op(be, dropout_backward, g, ddout, B, T, C, &d);
+        loom_op(be, dropout_forward, dx_, dx_, B, T, C, &d); /* in place */
+        res[r][0] = dtake(be, y, n);
+        res[r][1] = dtake(be, g, n);
+        res[r][2] = dtake(be, dx_, n);
+        be->ops->free(be, ddout);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "dropout fwd B=%lld T=%lld C=%lld p=%.2f", (long long)B,
+             (long long)T, (long long)C, p);
+    compare(name, res[1][0], res[0][0], res[2][0], n, GATE_ELEM, 1e-5);
+    compare_mask("dropout fwd mask", res[1][0], res[0][0], n);
+    compare("dropout bwd", res[1][1], res[0][1], res[2][1], n, GATE_ELEM, 1e-5);
+    compare("dropout fwd in place", res[1][2], res[0][2], res[2][2], n, GATE_ELEM, 1e-5);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 3; k++) free(res[r][k]);
+    free(x);
+    free(dout);
+}
+
+/* ---- cross-entropy ---- */
+
+static void test_xent(int64_t N, int64_t Vl, int64_t Vvalid, int64_t v0, int64_t V) {
+    float *logits = hrand(N * Vl, 100, 3.0f, 0.0f), *dloss = hrand(N, 101, 0.1f, 0.05f);
+    int32_t *tgt = malloc((size_t)N * sizeof(int32_t));
+    for (int64_t i = 0; i < N; i++) {
+        uint32_t w[4];
+        loom_rng_u32x4(8, 12, (uint64_t)i, w);
+        tgt[i] = (int32_t)(w[0] % (uint32_t)V);
+        if (i % 5 == 0) tgt[i] = (int32_t)(v0 + w[1] % (uint32_t)Vvalid); /* in this shard */
+        if (i % 11 == 0) tgt[i] = -1;                                      /* ignored */
+    }
+    /* global (max, sumexp) as the caller would combine them, here from this shard alone */
+    float *gstats = hnew(2 * N);
+    for (int64_t i = 0; i < N; i++) {
+        double m = -INFINITY, s = 0.0;
+        for (int64_t j = 0; j < Vvalid; j++) m = fmax(m, logits[i * Vl + j]);
+        for (int64_t j = 0; j < Vvalid; j++) s += exp(logits[i * Vl + j] - m);
+        gstats[2 * i] = (float)m;
+        gstats[2 * i + 1] = (float)s;
+    }
+    float *res[3][3];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dl = dputf(be, logits, N * Vl), *dd = dputf(be, dloss, N);
+        int32_t *dt = dput(be, tgt, (size_t)N * sizeof(int32_t));
+        float *dg = dputf(be, gstats, 2 * N), *st = dputf(be, NULL, 3 * N);
+        float *grad = dputf(be, NULL, N * Vl);
+        loom_op(be, xent_forward, st, dl, dt, N, Vl, v0, Vvalid);
+        loom_op(be, xent_backward, grad, dl, dt, dg, dd, N, Vl, v0, Vvalid);
+        loom_op(be, xent_backward, dl, dl, dt, dg, dd, N, Vl, v0, Vvalid); /* in place */
+        res[r][0] = dtake(be, st, 3 * N);
+        res[r][1] = dtake(be, grad, N * Vl);
+        res[r][2] = dtake(be, dl, N * Vl);
+        be->ops->free(be, dd);
+        be->ops->free(be, dt);
+        be->ops->free(be, dg);
+    }
+    /* stats: the maxima and target logits are exact; the sums are compared elementwise */
+    char name[120];
+    snprintf(name, sizeof name, "xent fwd stats N=%lld Vl=%lld Vvalid=%lld v0=%lld", (long long)N,
+             (long long)Vl, (long long)Vvalid, (long long)v0);
+    compare(name, res[1][0], res[0][0], res[2][0], 3 * N, GATE_ELEM, 1e-5);
+    compare("xent bwd dlogits", res[1][1], res[0][1], res[2][1], N * Vl, GATE_NORM, 1e-5);
+    compare("xent bwd dlogits in place", res[1][2], res[0][2], res[2][2], N * Vl, GATE_NORM, 1e-5);
+    int pad_zero = 1;
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = Vvalid; j < Vl; j++)
+            if (res[1][1][i * Vl + j] != 0.0f) pad_zero = 0;
+    check_true("xent bwd padded columns are 0 on cuda", pad_zero);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 3; k++) free(res[r][k]);
+    free(logits);
+    free(dloss);
+    free(tgt);
+    free(gstats);
+}
+
+/* ---- AdamW ---- */
+
+static void test_adamw(int64_t n) {
+    float *p = hrand(n, 110, 0.5f, 0.0f), *g = hrand(n, 111, 1.0f, 0.0f);
+    float *m = hrand(n, 112, 0.1f, 0.0f), *v = hrand(n, 113, 0.1f, 0.0f);
+    for (int64_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+    float *res[3][3];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dp = dputf(be, p, n), *dg = dputf(be, g, n), *dm = dputf(be, m, n);
+        float *dv = dputf(be, v, n);
+        for (int64_t step = 3; step <= 5; step++)
+            loom_op(be, adamw, dp, dg, dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
+        res[r][0] = dtake(be, dp, n);
+        res[r][1] = dtake(be, dm, n);
+        res[r][2] = dtake(be, dv, n);
+        be->ops->free(be, dg);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "adamw param n=%lld (3 steps)", (long long)n);
+    compare(name, res[1][0], res[0][0], res[2][0], n, GATE_ELEM, 1e-5);
+    compare("adamw m", res[1][1], res[0][1], res[2][1], n, GATE_ELEM, 1e-5);
+    compare("adamw v", res[1][2], res[0][2], res[2][2], n, GATE_ELEM, 1e-5);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 3; k++) free(res[r][k]);
+    free(p);
+    free(g);
+    free(m);
+    free(v);
+}
+
+/* ---- timings (information only) ---- */
+
+static double time_ms(double t0) { return (loom_time_s() - t0) * 1e3; }
+
+static void bench(void) {
+    struct loom_backend *be = g_gpu;
+    const int64_t B = 16, T = 1024, C = 768, NH = 12, HS = 64, N = B * T;
+    const int iters = 10;
+    printf("\ntimings on cuda, GPT-2 124M shapes (B=%lld T=%lld C=%lld NH=%lld), mean of %d after "
+           "warm-up:\n",
+           (long long)B, (long long)T, (long long)C, (long long)NH, iters);
+    const int64_t shapes[3][2] = {{C, 3 * C}, {C, 4 * C}, {4 * C, C}};
+    const char *names[3] = {"qkv", "fc", "proj"};
+    for (int s = 0; s < 3; s++) {
+        int64_t IC = shapes[s][0], OC = shapes[s][1];
+        float *x = dputf(be, NULL, N * IC), *w = dputf(be, NULL, OC * IC), *b = dputf(be, NULL, OC);
+        float *y = dputf(be, NULL, N * OC), *dx = dputf(be, NULL, N * IC);
+        float *dw = dputf(be, NULL, OC * IC), *db = dputf(be, NULL, OC);
+        double f_ms = 0, b_ms = 0;
+        for (int it = -2; it < iters; it++) {
+            be->ops->synchronize(be);
+            double t0 = loom_time_s();
+            loom_op(be, linear_forward, y, x, w, b, N, IC, OC);
+            be->ops->synchronize(be);
+            double t1 = time_ms(t0);
+            t0 = loom_time_s();
+            loom_op(be, linear_backward, dx, dw, db, y, x, w, N, IC, OC);
+            be->ops->synchronize(be);
+            double t2 = time_ms(t0);
+            if (it >= 0) {
+                f_ms += t1 / iters;
+                b_ms += t2 / iters;
+            }
+        }
+        double fl = 2.0 * N * IC * OC;
+        printf("  linear %-4s %4lld -> %4lld: fwd %7.3f ms (%5.1f TFLOP/s)  bwd %7.3f ms (%5.1f "
+               "TFLOP/s)\n",
+               names[s], (long long)IC, (long long)OC, f_ms, fl / f_ms * 1e-9, b_ms,
+               2 * fl / b_ms * 1e-9);
+        void *bufs[] = {x, w, b, y, dx, dw, db};
+        for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) be->ops->free(be, bufs[k]);
+    }
+    for (int causal = 1; causal >= 0; causal--) {
+        struct loom_attn a = {.B = B, .T = T, .NH = NH, .NKV = NH, .HS = HS, .causal = causal,
+                              .scale = 0.125f, .NH_global = NH};
+        int64_t nqkv = N * 3 * C, nout = N * C;
+        float *qkv = hrand(nqkv, 120, 1.0f, 0.0f);
+        float *dq = dputf(be, qkv, nqkv), *out = dputf(be, NULL, nout);
+        float *lse = dputf(be, NULL, B * NH * T), *dqkv = dputf(be, NULL, nqkv);
+        free(qkv);
+        double f_ms = 0, b_ms = 0;
+        for (int it = -2; it < iters; it++) {
+            be->ops->synchronize(be);
+            double t0 = loom_time_s();
+            loom_op(be, attention_forward, out, lse, dq, &a);
+            be->ops->synchronize(be);
+            double t1 = time_ms(t0);
+            t0 = loom_time_s();
+            loom_op(be, attention_backward, dqkv, out, out, lse, dq, &a);
+            be->ops->synchronize(be);
+            double t2 = time_ms(t0);
+            if (it >= 0) {
+                f_ms += t1 / iters;
+                b_ms += t2 / iters;
+            }
+        }
+        /* useful FLOPs: 4 B NH T^2 HS forward (half under the causal mask), 2.5x that backward */
+        double fl = 4.0 * B * NH * (double)T * T * HS * (causal ? 0.5 : 1.0);
+        printf("  attention %-6s HS=%lld: fwd %7.3f ms (%5.1f TFLOP/s)  bwd %7.3f ms (%5.1f "
+               "TFLOP/s)\n",
+               causal ? "causal" : "bidir", (long long)HS, f_ms, fl / f_ms * 1e-9, b_ms,
+               2.5 * fl / b_ms * 1e-9);
+        be->ops->free(be, dq);
+        be->ops->free(be, out);
+        be->ops->free(be, lse);
+        be->ops->free(be, dqkv);
+    }
+}
+
+static int run(int argc, char **argv) {
+    enum loom_status s = loom_backend_cuda_create(&g_gpu, 0);
+    if (s != LOOM_OK) {
+        const char *req = getenv("LOOM_REQUIRE_CUDA");
+        int required = req && req[0] == '1';
+        printf("%s: no usable CUDA device: %s\n", required ? "error" : "skipped",
+               loom_last_error());
+        return required ? 1 : 77;
+    }
+    if (loom_backend_cpu_create(&g_cpu) != LOOM_OK) {
+        printf("error: cpu backend: %s\n", loom_last_error());
+        return 1;
+    }
+
+    const char *mode = argc > 1 ? argv[1] : "";
+    int bench_only = strcmp(mode, "bench") == 0, small_only = strcmp(mode, "small") == 0;
+    if (!bench_only) {
+        printf("-- small: B=2 T=64 C=96 NH=6 NKV=2 HS=16\n");
+        test_elementwise(2 * 64 * 96);
+        test_embedding(2, 64, 96, 500, 100, 300, 3);
+        test_layernorm(2 * 64, 96, 1);
+        test_layernorm(2 * 64, 96, 0);
+        test_rmsnorm(2 * 64, 96);
+        test_linear(2 * 64, 96, 3 * 96, 1, 1);
+        test_linear(2 * 64, 96, 96, 0, 0);
+        test_rope(2, 64, 6, 2, 16, 5);
+        test_attention(2, 64, 6, 2, 16, 1, 0.0f);
+        test_attention(2, 64, 6, 2, 16, 0, 0.0f);
+        test_attention(2, 64, 6, 2, 16, 1, 0.1f);
+        test_attention(2, 50, 6, 6, 16, 1, 0.0f);
+        test_attention(1, 70, 4, 1, 80, 0, 0.2f);
+        test_decode(37, 6, 2, 16);
+        test_activations(2 * 64, 2 * 96);
+        test_dropout(2, 64, 96, 0.1f);
+        test_xent(2 * 64, 1000, 990, 500, 2000);
+        test_adamw(10007);
+        if (!small_only) {
+            printf("-- large: B=4 T=256 C=768 NH=12 HS=64\n");
+            test_elementwise(4 * 256 * 768);
+            test_embedding(4, 256, 768, 16384, 4096, 8192, 0);
+            test_layernorm(4 * 256, 768, 1);
+            test_rmsnorm(4 * 256, 768);
+            test_linear(4 * 256, 768, 3 * 768, 1, 1);
+            test_linear(4 * 256, 3072, 768, 1, 1);
+            test_rope(4, 256, 12, 4, 64, 0);
+            test_attention(4, 256, 12, 12, 64, 1, 0.0f);
+            test_attention(4, 256, 12, 4, 64, 1, 0.1f);
+            test_attention(4, 256, 12, 12, 64, 0, 0.0f);
+            test_attention(2, 256, 8, 2, 128, 1, 0.0f);
+            test_decode(1000, 12, 4, 64);
+            test_activations(4 * 256, 4 * 768);
+            test_dropout(4, 256, 768, 0.1f);
+            test_xent(256, 50304, 50257, 0, 50257);
+            test_xent(256, 25152, 25152, 25152, 50257);
+            test_adamw(1 << 20);
+        }
+        printf("\n%d passed, %d failed\n", g_pass, g_fail);
+    } else {
+        bench();
+    }
+    loom_backend_destroy(g_cpu);
+    loom_backend_destroy(g_gpu);
+    return g_fail ? 1 : 0;
+}
+
+#endif /* LOOM_HAVE_CUDA */
+
+int main(int argc, char **argv) {
+#ifdef LOOM_HAVE_CUDA
+    return run(argc, argv);
+#else
+    (void)argc;
+    (void)argv;
+    printf("skipped: built without CUDA\n");
+    return 77;
+#endif
+}
