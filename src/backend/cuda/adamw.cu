@@ -18,12 +18,14 @@ __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v
                              float inv_sqrt_bc2, float grad_scale) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float g = grad[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        /* explicit roundings (no fused multiply-add): the same bits as the CPU backend */
+        float g = __fmul_rn(grad[i], grad_scale);
+        float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, g));
+        float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, g), g));
         m[i] = mi;
         v[i] = vi;
-        param[i] = param[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+        float den = __fadd_rn(__fmul_rn(sqrtf(vi), inv_sqrt_bc2), eps);
+        param[i] = __fsub_rn(__fmul_rn(param[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), den));
     }
 }
 

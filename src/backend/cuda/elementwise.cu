@@ -18,7 +18,7 @@ __global__ void add_kernel(float *y, const float *a, const float *b, int64_t n) 
 __global__ void axpy_kernel(float *y, float alpha, const float *x, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] += alpha * x[i];
+        y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i])); /* unfused, as the CPU backend */
 }
 
 __global__ void scale_kernel(float *x, float alpha, int64_t n) {
