@@ -42,6 +42,9 @@
 
 /* Query rows per task: a QBLK x T score block stays in L2 for T up to a few thousand. */
 #define QBLK 64
+/* Rows of a mix tile (see "block products"): a row of scores is read at most MIX_MR - 1 entries
+ * past its causal limit. */
+#define MIX_MR 6
 
 /* ------------------------------------------------------------------------------------------ */
 /* exp, max and sum over a row                                                                */
@@ -265,7 +268,7 @@ ALWAYS_INLINE void scores_tile(int mr, int nj, float *C, int64_t ldc, const floa
 ALWAYS_INLINE void mix_tile(int mr, int nv, float *C, int64_t ldc, int accumulate, float alpha,
                             const float *r, const float *A, int64_t ars, int64_t acs, int64_t k0,
                             int64_t k1, const float *B, int64_t ldb) {
-    __m512 acc[6][4];
+    __m512 acc[MIX_MR][4];
     for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++) acc[i][v] = _mm512_setzero_ps();
     for (int64_t k = k0; k < k1; k++) {
@@ -318,19 +321,57 @@ static void mix_tile_any(int mr, int nv, float *C, int64_t ldc, int accumulate, 
 #define ATTN_TILED 0
 #endif
 
-/* Key-side rows src[n][ld] -> panels dst[ceil(n/16)][HS][16], zero-padded to 16 keys. */
+#if ATTN_TILED
+/* r[j] <- column j of the 16 x 16 block whose rows are r[0..15] */
+ALWAYS_INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) { /* per 128-bit lane: columns (0,1) and (2,3) of row pairs */
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) { /* u[4g + c]: column c of each lane, rows 4g..4g+3 */
+        __m512d a0 = _mm512_castps_pd(t[4 * g]), a1 = _mm512_castps_pd(t[4 * g + 1]);
+        __m512d a2 = _mm512_castps_pd(t[4 * g + 2]), a3 = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+    }
+    for (int c = 0; c < 4; c++) { /* gather lane l of the four row groups: column c + 4l */
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[c + 8] = _mm512_shuffle_f32x4(v0, w0, 0xdd);
+        r[c + 4] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[c + 12] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
+    }
+}
+
+/* Key-side rows src[n][ld] -> panels dst[ceil(n/16)][HS][16], zero-padded to 16 keys
+ * (HS % 16 == 0, dst 64-byte aligned). */
 static void pack_panels(float *dst, const float *src, int64_t ld, int64_t n, int64_t HS) {
     for (int64_t p = 0; p * 16 < n; p++) {
         float *pan = dst + p * 16 * HS;
-        for (int64_t jj = 0; jj < 16; jj++) {
-            const int64_t j = p * 16 + jj;
-            if (j < n)
-                for (int64_t d = 0; d < HS; d++) pan[d * 16 + jj] = src[j * ld + d];
-            else
-                for (int64_t d = 0; d < HS; d++) pan[d * 16 + jj] = 0.0f;
+        const int64_t nr = n - p * 16 < 16 ? n - p * 16 : 16;
+        for (int64_t d0 = 0; d0 < HS; d0 += 16) {
+            __m512 r[16];
+            for (int jj = 0; jj < 16; jj++)
+                r[jj] = jj < nr ? _mm512_loadu_ps(src + (p * 16 + jj) * ld + d0) : _mm512_setzero_ps();
+            transpose16(r);
+            for (int c = 0; c < 16; c++) _mm512_store_ps(pan + (d0 + c) * 16, r[c]);
         }
     }
 }
+#else
+static void pack_panels(float *dst, const float *src, int64_t ld, int64_t n, int64_t HS) {
+    for (int64_t p = 0; p * 16 < n; p++)
+        for (int64_t jj = 0; jj < 16; jj++)
+            for (int64_t d = 0; d < HS; d++)
+                dst[(p * 16 + d) * 16 + jj] = p * 16 + jj < n ? src[(p * 16 + jj) * ld + d] : 0.0f;
+}
+#endif
 
 /* key-side operand of scores: rows (for sgemm) and, on the tiled path, their panels */
 struct keys {
@@ -371,8 +412,8 @@ static void mix(float *C, int64_t ldc, int accumulate, float alpha, const float 
     if (tiled) {
         for (int64_t d0 = 0; d0 < HS; d0 += 64) {
             const int nv = HS - d0 >= 64 ? 4 : (int)((HS - d0) / 16);
-            for (int64_t i0 = 0; i0 < m; i0 += 6) {
-                const int mr = m - i0 >= 6 ? 6 : (int)(m - i0);
+            for (int64_t i0 = 0; i0 < m; i0 += MIX_MR) {
+                const int mr = m - i0 >= MIX_MR ? MIX_MR : (int)(m - i0);
                 int64_t k0 = 0, k1 = K;
                 if (lo >= 0 && i0 - lo > k0) k0 = i0 - lo;
                 if (hi >= 0 && hi + i0 + mr < k1) k1 = hi + i0 + mr;
@@ -442,6 +483,20 @@ static void blas_single_end(int n) {
 }
 
 static inline int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+/* End of the part of a score row that products read, given its causal limit lim: up to kmax for
+ * sgemm, only MIX_MR - 1 entries past lim on the tiled path. Entries in [lim, end) must be 0. */
+static inline int64_t row_end(int64_t lim, int64_t kmax, int tiled) {
+#if ATTN_TILED
+    if (tiled && lim + MIX_MR - 1 < kmax) return lim + MIX_MR - 1;
+#else
+    (void)lim, (void)tiled;
+#endif
+    return kmax;
+}
+static inline void zero_range(float *s, int64_t from, int64_t to) {
+    for (int64_t j = from; j < to; j++) s[j] = 0.0f;
+}
 
 static float *falloc(int64_t n) {
     void *p = NULL;
@@ -548,7 +603,7 @@ void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse,
                 const int64_t lim = a->causal ? q0 + i + 1 : T;
                 const float m = row_max(s, lim);
                 const float sum = row_exp(s, lim, m);
-                if (lim < kmax) memset(s + lim, 0, (size_t)(kmax - lim) * sizeof(float));
+                zero_range(s, lim, row_end(lim, kmax, g.tiled));
                 if (drop > 0.0f) {
                     const uint64_t idx0 = (uint64_t)(
                         (((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i) * T);
@@ -619,21 +674,30 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
                     const float *o = out + (b * T + q0) * C + h * HS;
                     const float *dO = dout + (b * T + q0) * C + h * HS;
 
+                    {   /* out and dout rows of the next block (read first by the D dot) */
+                        const int64_t nq0 = qb + 1 < nqb ? q0 + QBLK : 0;
+                        const int64_t nh = qb + 1 < nqb ? h : h + 1;
+                        if (nh < (kv + 1) * g.Q)
+                            for (int64_t i = 0; i < QBLK && nq0 + i < T; i++)
+                                for (int64_t d = 0; d < HS; d += 16) {
+                                    __builtin_prefetch(out + (b * T + nq0 + i) * C + nh * HS + d);
+                                    __builtin_prefetch(dout + (b * T + nq0 + i) * C + nh * HS + d);
+                                }
+                    }
                     scores(P, ldS, q, R, n, kk, kmax, HS, a->scale, hi); /* scale q k^T */
                     scores(dP, ldS, dO, C, n, vk, kmax, HS, 1.0f, hi);   /* dPd = dout v^T */
                     for (int64_t i = 0; i < n; i++) {
                         float *p = P + i * ldS, *dp = dP + i * ldS;
                         const int64_t lim = a->causal ? q0 + i + 1 : T;
                         row_exp(p, lim, lse_h[q0 + i]); /* P = exp(S - lse) */
-                        if (lim < kmax) {
-                            memset(p + lim, 0, (size_t)(kmax - lim) * sizeof(float));
-                            memset(dp + lim, 0, (size_t)(kmax - lim) * sizeof(float));
-                        }
+                        const int64_t end = row_end(lim, kmax, g.tiled);
+                        zero_range(p, lim, end);
+                        zero_range(dp, lim, end);
                         const float Di = dot(dO + i * C, o + i * C, HS);
                         D[i] = Di;
                         if (drop > 0.0f) {
                             float *pd = Pd + i * ldS;
-                            memcpy(pd, p, (size_t)kmax * sizeof(float));
+                            memcpy(pd, p, (size_t)end * sizeof(float));
                             const uint64_t idx0 = (uint64_t)(
                                 (((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i) * T);
                             row_dropout(pd, lim, a->seed, a->key, idx0, drop, keep_mult);
