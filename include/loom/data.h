@@ -139,7 +139,7 @@ struct loom_gpt_dataset;
 
 struct loom_gpt_dataset_config {
     const char *data_path; /* --data-path: "PREFIX" or "W1 P1 W2 P2 ..." */
-    const char *split;     /* --split, e.g. "969,30,1" */
+    const char *split;     /* --split, e.g. "969,30,1" (NULL: "969,30,1", Megatron's default) */
     enum loom_split which; /* the split to build */
     int64_t num_samples;   /* samples the trainer will draw from this split (>= 0) */
     int64_t seq_length;    /* --seq-length T (> 0) */
