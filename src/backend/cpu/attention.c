@@ -30,6 +30,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -504,6 +505,32 @@ static float *falloc(int64_t n) {
     return p;
 }
 
+/* Workspace kept from call to call: fresh pages cost a fault each (dearly so in a VM), and the
+ * forward's key panels are as large as k itself. Grow-only; a call that finds it taken (two
+ * attention calls at once) allocates its own. */
+static atomic_flag g_ws_busy = ATOMIC_FLAG_INIT;
+static float *g_ws;
+static int64_t g_ws_cap;
+
+struct ws {
+    float *p;
+    int own; /* allocated for this call only */
+};
+static struct ws ws_get(int64_t n) {
+    if (atomic_flag_test_and_set_explicit(&g_ws_busy, memory_order_acquire))
+        return (struct ws){falloc(n), 1};
+    if (g_ws_cap < n) {
+        free(g_ws);
+        g_ws = falloc(n);
+        g_ws_cap = n;
+    }
+    return (struct ws){g_ws, 0};
+}
+static void ws_put(struct ws w) {
+    if (w.own) free(w.p);
+    else atomic_flag_clear_explicit(&g_ws_busy, memory_order_release);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* rotary embedding                                                                           */
 
@@ -564,10 +591,11 @@ void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse,
     const int64_t ntask = B * NH * nqb;
     const int nt = num_threads(be);
     const int64_t ldS = g.ldS, per = round16(QBLK * ldS + QBLK);
-    float *scratch = falloc(nt * per);
     /* key panels of every (b, kv group), packed once and shared by all query blocks and heads */
     const int64_t pan_sz = g.npan * 16 * HS;
-    float *panels = g.tiled ? falloc(B * NKV * pan_sz) : NULL;
+    const struct ws ws = ws_get(nt * per + (g.tiled ? B * NKV * pan_sz : 0));
+    float *scratch = ws.p;
+    float *panels = g.tiled ? scratch + nt * per : NULL;
     const float drop = a->dropout_p > 0.0f ? a->dropout_p : 0.0f;
     const float keep_mult = drop > 0.0f ? 1.0f / (1.0f - drop) : 1.0f;
     const int64_t hi_q0 = a->causal ? 0 : -1; /* hi = q0 under the causal mask, else none */
@@ -617,8 +645,7 @@ void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse,
         }
     }
     blas_single_end(blas_nt);
-    free(panels);
-    free(scratch);
+    ws_put(ws);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -638,7 +665,8 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
     /* per thread: P, dP (then dS), Pd (dropout only), D, and the k and v panels */
     const int64_t ldS = g.ldS, blk = QBLK * ldS, pan_sz = g.tiled ? g.npan * 16 * HS : 0;
     const int64_t per = round16((drop > 0.0f ? 3 : 2) * blk + QBLK) + 2 * pan_sz;
-    float *scratch = falloc(nt * per);
+    const struct ws ws = ws_get(nt * per);
+    float *scratch = ws.p;
     const int blas_nt = blas_single_begin();
 
 #pragma omp parallel num_threads(nt)
@@ -718,5 +746,5 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
         }
     }
     blas_single_end(blas_nt);
-    free(scratch);
+    ws_put(ws);
 }
