@@ -409,18 +409,22 @@ static void scores(float *C, int64_t ldc, const float *A, int64_t lda, int64_t m
 static void mix(float *C, int64_t ldc, int accumulate, float alpha, const float *r, const float *A,
                 int64_t ars, int64_t acs, int64_t m, int64_t K, const float *B, int64_t ldb,
                 int64_t HS, int64_t lo, int64_t hi, int tiled) {
+    if (m <= 0) return;
 #if ATTN_TILED
     if (tiled) {
         for (int64_t d0 = 0; d0 < HS; d0 += 64) {
             const int nv = HS - d0 >= 64 ? 4 : (int)((HS - d0) / 16);
-            for (int64_t i0 = 0; i0 < m; i0 += MIX_MR) {
-                const int mr = m - i0 >= MIX_MR ? MIX_MR : (int)(m - i0);
+            /* rows split evenly into tiles of MIX_MR or MIX_MR - 1 (a short last tile is slow) */
+            const int64_t ntile = (m + MIX_MR - 1) / MIX_MR, base = m / ntile, extra = m % ntile;
+            for (int64_t t = 0, i0 = 0; t < ntile; t++) {
+                const int mr = (int)(base + (t < extra));
                 int64_t k0 = 0, k1 = K;
                 if (lo >= 0 && i0 - lo > k0) k0 = i0 - lo;
                 if (hi >= 0 && hi + i0 + mr < k1) k1 = hi + i0 + mr;
                 if (k1 < k0) k1 = k0;
                 mix_tile_any(mr, nv, C + i0 * ldc + d0, ldc, accumulate, alpha, r ? r + i0 : NULL,
                              A + i0 * ars, ars, acs, k0, k1, B + d0, ldb);
+                i0 += mr;
             }
         }
         return;
