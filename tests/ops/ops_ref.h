@@ -3,6 +3,7 @@
  *
  *   ops_fill(x, n, seed, lo, hi)          x[i] uniform in (lo, hi], from loom/rng.h
  *   ops_to_double(x, n)                   malloc'd double copy of a float array
+ *   ops_alloc(bytes)                      malloc that exits on failure
  *   ops_max_rel_err(got, ref, n)          max_i |got_i - ref_i| / max(|ref_i|, 1e-3 max_j |ref_j|)
  *   ops_max_rel_err_f(got, ref, n)        the same with a float reference
  *   ops_max_abs_err(got, ref, n)          max_i |got_i - ref_i|
