@@ -228,9 +228,10 @@ static void run_fwd_bwd(const struct loom_attn *a, float *out, float *lse, float
     loom_op(g_be, attention_backward, dqkv, dout, out, lse, qkv, a);
 }
 
-static void test_vs_reference(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                              int causal, float p) {
+static void test_vs_reference_at(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                 int causal, float p, int64_t sample0) {
     struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, p);
+    a.sample0 = sample0;
     const int64_t R = row_len(&a), C = NH * HS;
     const int f0 = g_failures;
     float *qkv = ALLOCF(B * T * R), *dout = ALLOCF(B * T * C);
@@ -261,11 +262,17 @@ static void test_vs_reference(int64_t B, int64_t T, int64_t NH, int64_t NKV, int
     EXPECT(memcmp(out, out2, (size_t)(B * T * C) * sizeof(float)) == 0);
     EXPECT(memcmp(dqkv, dqkv2, (size_t)(B * T * R) * sizeof(float)) == 0);
 
-    printf("%-4s attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f\n",
+    printf("%-4s attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f sample0=%lld\n",
            g_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
-           (long long)NKV, (long long)HS, causal ? "causal" : "bidirectional", (double)p);
+           (long long)NKV, (long long)HS, causal ? "causal" : "bidirectional", (double)p,
+           (long long)sample0);
     free(qkv), free(dout), free(out), free(lse), free(dqkv), free(out2), free(lse2), free(dqkv2);
     free(rout), free(rlse), free(rdqkv);
+}
+
+static void test_vs_reference(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                              int causal, float p) {
+    test_vs_reference_at(B, T, NH, NKV, HS, causal, p, 0);
 }
 
 /* L = sum(W * out); compare the backward's dL/dqkv with central differences of the forward. */
@@ -603,6 +610,9 @@ int main(int argc, char **argv) {
         /* dropout on the probabilities, against the reference with the same mask function */
         test_vs_reference(2, 70, 4, 2, 16, 1, 0.3f);
         test_vs_reference(1, 37, 2, 1, 16, 0, 0.5f);
+        /* dropout indices of sample 219130 (4 heads of 70 x 70) straddle 2^32: the counter's
+         * high word must carry exactly where loom_rng_keep's does */
+        test_vs_reference_at(1, 70, 4, 2, 16, 1, 0.3f, 219130);
         test_finite_differences(1, 0.0f, 2, 1);
         test_finite_differences(0, 0.0f, 2, 2);
         test_finite_differences(1, 0.3f, 4, 2);

@@ -189,42 +189,60 @@ static float dot(const float *a, const float *b, int64_t n) {
 /* dropout mask on attention probabilities                                                    */
 
 /* x[j] = keep(idx0 + j) ? x[j] * mult : 0 for j < n, with keep = loom_rng_keep(seed, purpose,
- * idx, p). Philox is run on 16 counters at once in lane arrays the compiler vectorises; the
- * result is the same bit pattern loom_rng_keep computes one element at a time. */
+ * idx, p): the same Philox4x32-10 words, 16 counters at a time, so the mask is bit for bit the
+ * one loom_rng_keep draws element by element. */
+#if defined(__AVX512F__)
+/* 32 x 32 -> 64-bit products of every lane of a with m: high and low halves */
+static inline void mul_hilo16(__m512i a, __m512i m, __m512i *hi, __m512i *lo) {
+    const __m512i pe = _mm512_mul_epu32(a, m);                      /* even lanes */
+    const __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m); /* odd lanes */
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
+    *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+}
+
 static void row_dropout(float *x, int64_t n, uint64_t seed, uint64_t purpose, uint64_t idx0,
                         float p, float mult) {
-    enum { L = 16 };
-    for (int64_t j0 = 0; j0 < n; j0 += L) {
-        uint32_t c0[L], c1[L], c2[L], c3[L];
-        for (int l = 0; l < L; l++) {
-            uint64_t idx = idx0 + (uint64_t)j0 + (uint64_t)l;
-            c0[l] = (uint32_t)idx;
-            c1[l] = (uint32_t)(idx >> 32);
-            c2[l] = (uint32_t)purpose;
-            c3[l] = (uint32_t)(purpose >> 32);
-        }
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i M0 = _mm512_set1_epi32((int)0xD2511F53u), M1 = _mm512_set1_epi32((int)0xCD9E8D57u);
+    const __m512 vp = _mm512_set1_ps(p), vmult = _mm512_set1_ps(mult);
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const uint64_t base = idx0 + (uint64_t)j0;
+        const __m512i blo = _mm512_set1_epi32((int)(uint32_t)base);
+        __m512i c0 = _mm512_add_epi32(blo, iota);
+        const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, blo);
+        const __m512i bhi = _mm512_set1_epi32((int)(uint32_t)(base >> 32));
+        __m512i c1 = _mm512_mask_add_epi32(bhi, carry, bhi, _mm512_set1_epi32(1));
+        __m512i c2 = _mm512_set1_epi32((int)(uint32_t)purpose);
+        __m512i c3 = _mm512_set1_epi32((int)(uint32_t)(purpose >> 32));
         uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
         for (int r = 0; r < 10; r++) {
-            for (int l = 0; l < L; l++) {
-                uint64_t p0 = (uint64_t)0xD2511F53u * c0[l];
-                uint64_t p1 = (uint64_t)0xCD9E8D57u * c2[l];
-                uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ k0;
-                uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[l] ^ k1;
-                c1[l] = (uint32_t)p1;
-                c3[l] = (uint32_t)p0;
-                c0[l] = n0;
-                c2[l] = n2;
-            }
+            __m512i hi0, lo0, hi1, lo1;
+            mul_hilo16(c0, M0, &hi0, &lo0);
+            mul_hilo16(c2, M1, &hi1, &lo1);
+            c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
+            c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
+            c1 = lo1;
+            c3 = lo0;
             k0 += 0x9E3779B9u;
             k1 += 0xBB67AE85u;
         }
-        int64_t m = n - j0 < L ? n - j0 : L;
-        for (int64_t l = 0; l < m; l++) {
-            int keep = loom_u32_to_unit(c0[l]) > p;
-            x[j0 + l] = keep ? x[j0 + l] * mult : 0.0f;
-        }
+        /* uniform = ((w >> 8) + 1) / 2^24 exactly as loom_u32_to_unit computes it */
+        const __m512 u = _mm512_mul_ps(
+            _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c0, 8)), _mm512_set1_ps(1.0f)),
+            _mm512_set1_ps(1.0f / 16777216.0f));
+        const __mmask16 in = n - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j0)) - 1u);
+        const __mmask16 keep = _mm512_mask_cmp_ps_mask(in, u, vp, _CMP_GT_OQ);
+        const __m512 xv = _mm512_maskz_loadu_ps(in, x + j0);
+        _mm512_mask_storeu_ps(x + j0, in, _mm512_maskz_mul_ps(keep, xv, vmult));
     }
 }
+#else
+static void row_dropout(float *x, int64_t n, uint64_t seed, uint64_t purpose, uint64_t idx0,
+                        float p, float mult) {
+    for (int64_t j = 0; j < n; j++)
+        x[j] = loom_rng_keep(seed, purpose, idx0 + (uint64_t)j, p) ? x[j] * mult : 0.0f;
+}
+#endif
 
 /* ------------------------------------------------------------------------------------------ */
 /* block products                                                                             */
