@@ -29,7 +29,7 @@
 #include "loom/fileio.h"
 
 #define VOCAB_MAX_BYTES ((size_t)1 << 30)
-#define MAX_VOCAB_ID ((int64_t)1 << 30)
+#define MAX_VOCAB_ID ((int64_t)1 << 24) /* ids are dense; real vocabularies stay far below */
 
 /* JavaScript's \s, as a PCRE2 class body */
 #define WS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}" \
@@ -104,7 +104,7 @@ static void pair_put(struct gpt2 *g, int32_t a, int32_t b, int32_t rank, int32_t
 
 /* ---- per-thread piece cache ----------------------------------------------------------------- */
 
-#define CACHE_SLOTS 16384 /* power of two */
+#define CACHE_SLOTS 65536 /* power of two */
 #define CACHE_KEY_MAX 22
 #define CACHE_IDS_MAX 7
 
@@ -156,8 +156,12 @@ static inline uint32_t piece_hash(const unsigned char *p, size_t n) {
     }
     uint64_t v = 0;
     memcpy(&v, p, n);
-    h = (h ^ v) * 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 29;
+    h ^= v;
+    h ^= h >> 33; /* final avalanche: every input bit reaches the low (index) bits */
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return (uint32_t)h;
 }
 
@@ -583,8 +587,8 @@ enum loom_status loom_tokenizer_gpt2_load(struct loom_tokenizer *t, const char *
         gpt2_free(g);
         return s;
     }
-    g->serial = atomic_fetch_add(&g_serial, 1) + 1;
-    if (g->serial == 0) g->serial = atomic_fetch_add(&g_serial, 1) + 1;
+    do g->serial = atomic_fetch_add(&g_serial, 1) + 1; /* 0 marks an empty cache slot */
+    while (g->serial == 0);
     t->ops = &GPT2_OPS;
     t->impl = g;
     t->vocab_size = g->vocab_size;
