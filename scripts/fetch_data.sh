@@ -63,6 +63,11 @@ PINNED_SHAKESPEARE=c47a38d33b713e591482c18e705909b792a7adda976a7ae3468023b3cd29b
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
+# one run at a time (tests may call this script concurrently)
+mkdir -p "$(dirname "$NPM_DIR")"
+exec 9>"$(dirname "$NPM_DIR")/fetch_data.lock"
+flock 9
+
 # verify [quiet]: 0 when every pinned file is present with its checksum
 verify() {
   local quiet=${1:-} bad=0 sum file
