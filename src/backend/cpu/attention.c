@@ -185,6 +185,24 @@ static float dot(const float *a, const float *b, int64_t n) {
     return s;
 }
 
+/* p[j] = exp(p[j] - lse) (the probabilities), dp[j] = p[j] * (dp[j] - D) (dS), for j < n */
+static void row_softmax_grad(float *p, float *dp, int64_t n, float lse, float D) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    const __m512 vl = _mm512_set1_ps(lse), vd = _mm512_set1_ps(D);
+    for (; j < n; j += 16) {
+        const __mmask16 k = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), vl));
+        _mm512_mask_storeu_ps(p + j, k, e);
+        const __m512 g = _mm512_mul_ps(e, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + j), vd));
+        _mm512_mask_storeu_ps(dp + j, k, g);
+    }
+#else
+    row_exp(p, n, lse);
+#endif
+    for (; j < n; j++) dp[j] = p[j] * (dp[j] - D);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* dropout mask on attention probabilities                                                    */
 
@@ -684,9 +702,9 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
     const int nt = num_threads(be);
     const float drop = a->dropout_p > 0.0f ? a->dropout_p : 0.0f;
     const float keep_mult = drop > 0.0f ? 1.0f / (1.0f - drop) : 1.0f;
-    /* per thread: P, dP (then dS), Pd (dropout only), D, and the k and v panels */
+    /* per thread: P, dP (then dS), Pd (dropout only), and the k and v panels */
     const int64_t ldS = g.ldS, blk = QBLK * ldS, pan_sz = g.tiled ? g.npan * 16 * HS : 0;
-    const int64_t per = round16((drop > 0.0f ? 3 : 2) * blk + QBLK) + 2 * pan_sz;
+    const int64_t per = (drop > 0.0f ? 3 : 2) * blk + 2 * pan_sz; /* blk, pan_sz: multiples of 16 */
     const struct ws ws = ws_get(nt * per);
     float *scratch = ws.p;
     const int blas_nt = blas_single_begin();
@@ -696,8 +714,7 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
         float *P = scratch + (int64_t)omp_get_thread_num() * per;
         float *dP = P + blk;
         float *Pd = drop > 0.0f ? dP + blk : P;
-        float *D = (drop > 0.0f ? Pd : dP) + blk;
-        float *kpan = P + round16((drop > 0.0f ? 3 : 2) * blk + QBLK), *vpan = kpan + pan_sz;
+        float *kpan = P + (drop > 0.0f ? 3 : 2) * blk, *vpan = kpan + pan_sz;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < ntask; task++) {
             const int64_t b = task / NKV, kv = task % NKV;
@@ -739,13 +756,12 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
                     for (int64_t i = 0; i < n; i++) {
                         float *p = P + i * ldS, *dp = dP + i * ldS;
                         const int64_t lim = a->causal ? q0 + i + 1 : T;
-                        row_exp(p, lim, lse_h[q0 + i]); /* P = exp(S - lse) */
                         const int64_t end = row_end(lim, kmax, g.tiled);
-                        zero_range(p, lim, end);
-                        zero_range(dp, lim, end);
                         const float Di = dot(dO + i * C, o + i * C, HS);
-                        D[i] = Di;
                         if (drop > 0.0f) {
+                            row_exp(p, lim, lse_h[q0 + i]); /* P = exp(S - lse) */
+                            zero_range(p, lim, end);
+                            zero_range(dp, lim, end);
                             float *pd = Pd + i * ldS;
                             memcpy(pd, p, (size_t)end * sizeof(float));
                             const uint64_t idx0 = (uint64_t)(
@@ -756,7 +772,9 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
                             for (int64_t j = 0; j < lim; j++)
                                 dp[j] = p[j] * ((pd[j] != 0.0f ? dp[j] * keep_mult : 0.0f) - Di);
                         } else {
-                            for (int64_t j = 0; j < lim; j++) dp[j] = p[j] * (dp[j] - Di);
+                            row_softmax_grad(p, dp, lim, lse_h[q0 + i], Di); /* P, dS */
+                            zero_range(p, lim, end);
+                            zero_range(dp, lim, end);
                         }
                     }
                     /* dv += Pd^T dout;  dq = scale dS k;  dk += scale dS^T q */
