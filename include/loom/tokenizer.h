@@ -7,7 +7,8 @@
  *
  * GPT-2 gives exactly the ids of OpenAI's encoder (and of the gpt-3-encoder npm package, which the
  * tests run as the oracle). Pre-tokenization uses the GPT-2 pattern with JavaScript's meaning of
- * \s (the oracle's), which differs from Python's only on U+0085, U+180E and U+FEFF. The text
+ * \s (the oracle's: TAB..CR, Zs, U+2028, U+2029, U+FEFF); OpenAI's Python encoder (regex
+ * module, White_Space) differs on exactly two characters: U+0085 is a space there, U+FEFF not. The text
  * "<|endoftext|>" inside a document is NOT the special token: it is encoded as ordinary text
  * (<|, endoftext, |>), as Megatron's GPT2Tokenizer and the oracle do; the end-of-document id is
  * appended by the caller (preprocess --append-eod) from loom_tokenizer_eod().
@@ -20,7 +21,8 @@
  * Unicode properties are those of Python 3.11's unicodedata (Unicode 14.0).
  *
  * Thread safety: a loaded tokenizer is read-only; any number of threads may call encode/decode
- * on it at once (GPT-2 keeps a per-thread word cache, freed when the thread exits).
+ * on it at once (GPT-2 keeps a per-thread cache of pieces, 4 MB per thread, freed when the thread
+ * exits).
  */
 #ifndef LOOM_TOKENIZER_H
 #define LOOM_TOKENIZER_H
