@@ -99,6 +99,9 @@ enum loom_status loom_comm_irecv(struct loom_comm *c, void *buf, int64_t count,
                                  enum loom_dtype dt, int peer, int tag,
                                  struct loom_comm_req **req);
 enum loom_status loom_comm_wait(struct loom_comm_req *req);
+/* Has the operation completed? When *done is set the request is finished and freed, as by wait;
+ * otherwise it stays outstanding. Never blocks. */
+enum loom_status loom_comm_test(struct loom_comm_req *req, int *done);
 
 /* Bytes this rank has sent through `c`, by collective kind, since the last reset.
  *

@@ -362,6 +362,11 @@ enum loom_status loom_comm_irecv(struct loom_comm *c, void *buf, int64_t count,
     return c->ops->irecv(c, buf, count, dt, peer, tag, req);
 }
 
+enum loom_status loom_comm_test(struct loom_comm_req *req, int *done) {
+    if (!req) return loom_fail(LOOM_ERR_INVALID_ARG, "test: req is NULL");
+    return req->ops->test(req, done);
+}
+
 enum loom_status loom_comm_wait(struct loom_comm_req *req) {
     if (!req) return loom_fail(LOOM_ERR_INVALID_ARG, "wait: req is NULL");
     return req->ops->wait(req);

@@ -49,6 +49,8 @@ struct loom_comm_ops {
     enum loom_status (*irecv)(struct loom_comm *c, void *buf, int64_t count, enum loom_dtype dt,
                               int peer, int tag, struct loom_comm_req **req);
     enum loom_status (*wait)(struct loom_comm_req *req);
+    /* Non-blocking completion check; frees the request when it reports done. */
+    enum loom_status (*test)(struct loom_comm_req *req, int *done);
 };
 
 struct loom_comm {

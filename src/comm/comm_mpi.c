@@ -355,6 +355,16 @@ static enum loom_status mpi_wait(struct loom_comm_req *req) {
     return LOOM_OK;
 }
 
+static enum loom_status mpi_test(struct loom_comm_req *req, int *done) {
+    struct mpi_req *r = (struct mpi_req *)req;
+    int flag = 0;
+    int rc = MPI_Testall(r->n, r->reqs, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_err("test", rc);
+    *done = flag;
+    if (flag) free(r);
+    return LOOM_OK;
+}
+
 static const struct loom_comm_ops g_mpi_ops = {
     .name = "mpi",
     .split = mpi_split,
@@ -372,4 +382,5 @@ static const struct loom_comm_ops g_mpi_ops = {
     .isend = mpi_isend,
     .irecv = mpi_irecv,
     .wait = mpi_wait,
+    .test = mpi_test,
 };

@@ -16,6 +16,7 @@
 #include "loom/comm.h"
 #include "loom/data.h"
 #include "loom/log.h"
+#include "loom/pipeline.h"
 #include "loom/train.h"
 
 struct trainer {
@@ -31,53 +32,67 @@ struct trainer {
     int32_t *tokens, *targets, *sample; /* host [B*T], [B*T], [T+1] */
     FILE *metrics;
     double flops_per_token, peak_tflops;
+    struct loom_pipeline *pipe;
+    double pipe_busy_s, pipe_wait_s; /* pipeline compute and wait time since the last log */
 };
 
-/* Fill tokens/targets for micro-batch k of this DP rank in the global batch starting at `base`. */
-static enum loom_status fetch_micro(struct trainer *t, struct loom_sample_source *src,
-                                    int64_t base, int64_t k) {
+/* Micro-batch k of this DP rank in the global batch starting at `batch_base`: samples
+ * batch_base + (k*dp + dp_rank)*B + b, as Megatron's pretraining sampler. */
+struct fetch_ctx {
+    struct trainer *t;
+    struct loom_sample_source *src;
+    int64_t base;
+};
+
+static enum loom_status fetch_micro(void *vctx, int64_t k, int32_t *tokens, int32_t *targets,
+                                    int64_t *sample0) {
+    struct fetch_ctx *f = vctx;
+    struct trainer *t = f->t;
     int64_t B = t->cfg->micro_batch, T = t->cfg->model.seq_length;
     int64_t dp = loom_dp_size(&t->par), dpr = loom_dp_rank(&t->par);
+    *sample0 = (k * dp + dpr) * B;
     for (int64_t b = 0; b < B; b++) {
-        int64_t index = base + (k * dp + dpr) * B + b;
-        LOOM_CHECK(src->get(src->ctx, index, t->sample));
-        memcpy(t->tokens + b * T, t->sample, (size_t)T * sizeof(int32_t));
-        memcpy(t->targets + b * T, t->sample + 1, (size_t)T * sizeof(int32_t));
+        LOOM_CHECK(f->src->get(f->src->ctx, f->base + *sample0 + b, t->sample));
+        memcpy(tokens + b * T, t->sample, (size_t)T * sizeof(int32_t));
+        memcpy(targets + b * T, t->sample + 1, (size_t)T * sizeof(int32_t));
     }
     return LOOM_OK;
 }
 
-/* Forward (and backward when training) over this rank's micro-batches of one global batch;
- * returns the global mean loss. */
+/* Forward (and backward when training) over this rank's micro-batches of one global batch,
+ * through the pipeline schedule; returns the global mean loss. */
 static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *src, int64_t base,
                                   int64_t iteration, int training, double *mean_loss) {
     struct loom_train_config *c = t->cfg;
-    double loss_sum = 0;
-    int64_t count = 0;
     struct loom_step_ctx ctx = {
         .seed = c->seed,
         .iteration = iteration,
         .training = training,
         .dloss = (float)(1.0 / ((double)c->global_batch * (double)c->model.seq_length)),
     };
-    for (int64_t k = 0; k < t->num_micro; k++) {
-        LOOM_CHECK(fetch_micro(t, src, base, k));
-        ctx.sample0 = (k * loom_dp_size(&t->par) + loom_dp_rank(&t->par)) * c->micro_batch;
-        double ls;
-        int64_t n;
-        LOOM_CHECK(loom_gpt_forward(t->model, t->tokens, t->targets, &ctx, &ls, &n));
-        if (training) LOOM_CHECK(loom_gpt_backward(t->model, &ctx));
-        loss_sum += ls;
-        count += n;
-    }
-    double buf[2] = {loss_sum, (double)count};
-    if (t->par.world_size > 1) {
-        struct loom_comm *dp = t->par.group[LOOM_PDIM_DP];
-        if (loom_dp_size(&t->par) > 1)
-            LOOM_CHECK(loom_comm_allreduce(dp, buf, 2, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
-    }
+    struct fetch_ctx fc = {t, src, base};
+    struct loom_pipeline_stats ps;
+    LOOM_CHECK(loom_pipeline_run(t->pipe, t->model, t->num_micro, training, &ctx, fetch_micro, &fc,
+                                 t->tokens, t->targets, &ps));
+    t->pipe_busy_s += ps.busy_s;
+    t->pipe_wait_s += ps.wait_s;
+    double buf[2] = {ps.loss_sum, (double)ps.count};
+    /* the loss lives on the last stage; every data-parallel rank holds a share */
+    if (loom_pp_size(&t->par) > 1)
+        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_PP], buf, 2, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
+    if (loom_dp_size(&t->par) > 1)
+        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_DP], buf, 2, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
     *mean_loss = buf[1] > 0 ? buf[0] / buf[1] : 0.0;
     return LOOM_OK;
+}
+
+/* The first and last pipeline stages each hold the tied word embedding: sum their gradients. */
+static enum loom_status sync_tied_embedding(struct trainer *t) {
+    struct loom_gpt *m = t->model;
+    if (loom_pp_size(&t->par) == 1 || m->cfg.untie || !t->par.embedding) return LOOM_OK;
+    const struct loom_param *p = loom_gpt_find_param(m, "embedding.word_embeddings.weight");
+    return loom_comm_allreduce(t->par.embedding, m->grad_mem + p->offset,
+                               p->local_shape[0] * p->local_shape[1], LOOM_DTYPE_F32, LOOM_REDOP_SUM);
 }
 
 static enum loom_status sync_grads(struct trainer *t) {
@@ -97,9 +112,9 @@ static enum loom_status evaluate(struct trainer *t, int64_t iteration, double *l
     return LOOM_OK;
 }
 
-/* A rough achievable fp32 peak of this CPU, from a 1024^3 sgemm, to give MFU a denominator. */
+/* A rough achievable fp32 peak of this CPU, from a 512^3 sgemm, to give MFU a denominator. */
 static double measure_cpu_peak_tflops(void) {
-    const int n = 1024;
+    const int n = 512;
     float *a = calloc((size_t)n * n, sizeof(float)), *b = calloc((size_t)n * n, sizeof(float)),
           *cc = calloc((size_t)n * n, sizeof(float));
     if (!a || !b || !cc) return 0;
@@ -204,16 +219,22 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         return loom_fail(LOOM_ERR_INVALID_ARG, "--global-batch-size %lld is not a multiple of "
                          "--micro-batch-size %lld x data-parallel size %lld",
                          (long long)c->global_batch, (long long)c->micro_batch, (long long)dp);
-    if (c->pp > 1)
-        return loom_fail(LOOM_ERR_UNSUPPORTED, "--pipeline-model-parallel-size > 1 is not "
-                         "supported yet");
     if (c->sequence_parallel && c->tp > 1)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "--sequence-parallel is not supported yet");
     t->num_micro = c->global_batch / (c->micro_batch * dp);
     if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
 
     LOOM_CHECK(loom_backend_create(&t->be, c->device, 0));
-    LOOM_CHECK(loom_gpt_create(&t->model, &c->model, &t->par, t->be, c->micro_batch, 1));
+    {
+        struct loom_pipe_op *ops;
+        int64_t nops;
+        LOOM_CHECK(loom_pipeline_schedule((int)c->pp, loom_pp_rank(&t->par), vpp, t->num_micro, 0,
+                                          &ops, &nops));
+        int slots = loom_pipeline_max_in_flight(ops, nops, t->num_micro);
+        free(ops);
+        LOOM_CHECK(loom_gpt_create(&t->model, &c->model, &t->par, t->be, c->micro_batch, slots));
+        LOOM_CHECK(loom_pipeline_create(&t->pipe));
+    }
     t->opt.beta1 = c->beta1;
     t->opt.beta2 = c->beta2;
     t->opt.eps = c->adam_eps;
@@ -253,7 +274,9 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->flops_per_token = 6.0 * (double)N + 12.0 * (double)c->model.num_layers *
                                                (double)c->model.hidden * (double)c->model.seq_length;
     t->peak_tflops = c->peak_tflops > 0 ? c->peak_tflops
-                     : t->be->device == LOOM_DEVICE_CUDA ? 989.0 : measure_cpu_peak_tflops();
+                     : t->be->device == LOOM_DEVICE_CUDA ? 989.0
+                     : t->par.world_size == 1            ? measure_cpu_peak_tflops()
+                                                         : 0.0; /* ranks share the cores */
     loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
                   "vocab %lld (padded %lld), seq %lld | world %d = TP %lld x PP %lld x DP %lld | "
                   "%s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
@@ -277,6 +300,7 @@ static enum loom_status train_loop(struct trainer *t) {
         double loss;
         LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, it, 1, &loss));
         LOOM_CHECK(sync_grads(t));
+        LOOM_CHECK(sync_tied_embedding(t));
         if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
         double gnorm;
         LOOM_CHECK(loom_grad_norm(t->model, &gnorm));
@@ -338,6 +362,7 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
     free(t.tokens);
     free(t.targets);
     free(t.sample);
+    loom_pipeline_free(t.pipe);
     if (t.model) {
         loom_adamw_free(&t.opt, t.model);
         loom_gpt_free(t.model);
