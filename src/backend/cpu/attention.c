@@ -479,6 +479,21 @@ static void mix(float *C, int64_t ldc, int accumulate, float alpha, const float 
             for (int64_t d = 0; d < HS; d++) C[i * ldc + d] *= r[i];
 }
 
+/* Key-side gradient rows C[j] for j < m: C[j] (+)= alpha * sum_i S[i][j] B[i] over the query
+ * rows i < K of a block (S with row stride ldS), accumulating into rows j < done and assigning
+ * rows j >= done. lo as in mix (a causal block starting at query lo). */
+static void mix_keys(float *C, int64_t ldc, int64_t done, float alpha, const float *S,
+                     int64_t ldS, int64_t m, int64_t K, const float *B, int64_t ldb, int64_t HS,
+                     int64_t lo, int tiled) {
+    if (done > m) done = m;
+    mix(C, ldc, 1, alpha, NULL, S, 1, ldS, done, K, B, ldb, HS, lo, -1, tiled);
+    if (done < m) {
+        LOOM_ASSERT(lo < 0 || done <= lo);
+        mix(C + done * ldc, ldc, 0, alpha, NULL, S + done, 1, ldS, m - done, K, B, ldb, HS,
+            lo < 0 ? -1 : lo - done, -1, tiled);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* geometry, threads, scratch                                                                 */
 
@@ -728,7 +743,6 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
             }
             const struct keys kk = {k, R, g.tiled ? kpan : NULL};
             const struct keys vk = {v, R, g.tiled ? vpan : NULL};
-            for (int64_t t = 0; t < T; t++) memset(dk + t * R, 0, (size_t)(2 * HS) * sizeof(float));
 
             for (int64_t h = kv * g.Q; h < (kv + 1) * g.Q; h++) {
                 const float *lse_h = lse + (b * NH + h) * T;
@@ -778,9 +792,13 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
                         }
                     }
                     /* dv += Pd^T dout;  dq = scale dS k;  dk += scale dS^T q */
-                    mix(dv, R, 1, 1.0f, NULL, Pd, 1, ldS, kmax, n, dO, C, HS, hi, -1, g.tiled);
+                    /* key rows [0, done) already hold sums from earlier blocks or heads of the
+                     * group; the rest are written here for the first time (no zeroing pass) */
+                    const int64_t done =
+                        h > kv * g.Q ? kmax : a->causal ? q0 : qb > 0 ? T : 0;
+                    mix_keys(dv, R, done, 1.0f, Pd, ldS, kmax, n, dO, C, HS, hi, g.tiled);
                     mix(dq, R, 0, a->scale, NULL, dP, ldS, 1, n, kmax, k, R, HS, -1, hi, g.tiled);
-                    mix(dk, R, 1, a->scale, NULL, dP, 1, ldS, kmax, n, q, R, HS, hi, -1, g.tiled);
+                    mix_keys(dk, R, done, a->scale, dP, ldS, kmax, n, q, R, HS, hi, g.tiled);
                 }
             }
         }
