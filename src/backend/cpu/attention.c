@@ -643,8 +643,12 @@ void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse,
     const int64_t B = g.B, T = g.T, NH = g.NH, NKV = g.NKV, HS = g.HS, R = g.R, C = g.C;
     if (B <= 0 || T <= 0) return;
     const int64_t nqb = (T + QBLK - 1) / QBLK;
-    const int64_t ntask = B * NH * nqb;
     const int nt = num_threads(be);
+    /* A task is a run of query blocks of one (b, h): all of them (keys and values stay in cache
+     * from block to block) when there are heads enough to keep every thread busy, else single
+     * blocks, largest (latest, under the causal mask) first. */
+    const int64_t nchunk = B * NH >= 4 * (int64_t)nt ? 1 : nqb;
+    const int64_t ntask = B * NH * nchunk;
     const int64_t ldS = g.ldS, per = round16(QBLK * ldS + QBLK);
     /* key panels of every (b, kv group), packed once and shared by all query blocks and heads */
     const int64_t pan_sz = g.npan * 16 * HS;
@@ -668,35 +672,37 @@ void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse,
         float *inv = S + QBLK * ldS;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < ntask; task++) {
-            /* largest (latest) query blocks first: under the causal mask they cost the most */
-            const int64_t qb = nqb - 1 - task / (B * NH);
+            const int64_t chunk = nchunk - 1 - task / (B * NH);
             const int64_t bh = task % (B * NH), b = bh / NH, h = bh % NH, kv = h / g.Q;
-            const int64_t q0 = qb * QBLK, n = (T - q0 < QBLK) ? T - q0 : QBLK;
-            const int64_t kmax = a->causal ? q0 + n : T;
-            const int64_t hi = hi_q0 < 0 ? -1 : q0;
-            const float *q = qkv + (b * T + q0) * R + q_col(&g, h);
-            const float *k = qkv + b * T * R + k_col(&g, kv);
-            const float *v = k + HS;
-            const struct keys keys = {k, R, panels ? panels + (b * NKV + kv) * pan_sz : NULL};
-            float *o = out + (b * T + q0) * C + h * HS;
+            const int64_t qb0 = chunk * nqb / nchunk, qb1 = (chunk + 1) * nqb / nchunk;
+            for (int64_t qb = qb0; qb < qb1; qb++) {
+                const int64_t q0 = qb * QBLK, n = (T - q0 < QBLK) ? T - q0 : QBLK;
+                const int64_t kmax = a->causal ? q0 + n : T;
+                const int64_t hi = hi_q0 < 0 ? -1 : q0;
+                const float *q = qkv + (b * T + q0) * R + q_col(&g, h);
+                const float *k = qkv + b * T * R + k_col(&g, kv);
+                const float *v = k + HS;
+                const struct keys keys = {k, R, panels ? panels + (b * NKV + kv) * pan_sz : NULL};
+                float *o = out + (b * T + q0) * C + h * HS;
 
-            scores(S, ldS, q, R, n, keys, kmax, HS, a->scale, hi);
-            for (int64_t i = 0; i < n; i++) {
-                float *s = S + i * ldS;
-                const int64_t lim = a->causal ? q0 + i + 1 : T;
-                const float m = row_max(s, lim);
-                const float sum = row_exp(s, lim, m);
-                zero_range(s, lim, row_end(lim, kmax, g.tiled));
-                if (drop > 0.0f) {
-                    const uint64_t idx0 = (uint64_t)(
-                        (((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i) * T);
-                    row_dropout(s, lim, a->seed, a->key, idx0, drop, keep_mult);
+                scores(S, ldS, q, R, n, keys, kmax, HS, a->scale, hi);
+                for (int64_t i = 0; i < n; i++) {
+                    float *s = S + i * ldS;
+                    const int64_t lim = a->causal ? q0 + i + 1 : T;
+                    const float m = row_max(s, lim);
+                    const float sum = row_exp(s, lim, m);
+                    zero_range(s, lim, row_end(lim, kmax, g.tiled));
+                    if (drop > 0.0f) {
+                        const uint64_t idx0 = (uint64_t)(
+                            (((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i) * T);
+                        row_dropout(s, lim, a->seed, a->key, idx0, drop, keep_mult);
+                    }
+                    inv[i] = 1.0f / sum;
+                    lse[(b * NH + h) * T + q0 + i] = m + logf(sum);
                 }
-                inv[i] = 1.0f / sum;
-                lse[(b * NH + h) * T + q0 + i] = m + logf(sum);
+                /* out = (exp(S - m) * mask) v / sum */
+                mix(o, C, 0, 1.0f, inv, S, ldS, 1, n, kmax, v, R, HS, -1, hi, g.tiled);
             }
-            /* out = (exp(S - m) * mask) v / sum */
-            mix(o, C, 0, 1.0f, inv, S, ldS, 1, n, kmax, v, R, HS, -1, hi, g.tiled);
         }
     }
     blas_single_end(blas_nt);
