@@ -139,6 +139,13 @@ enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot, const str
 float *loom_gpt_layer_input(struct loom_gpt *m, int slot, int64_t l);
 float *loom_gpt_layer_output(struct loom_gpt *m, int slot, int64_t l);
 float *loom_gpt_dres(struct loom_gpt *m);
+/* Rows of the residual stream a stage holds for one micro-batch (B*T, or B*T/TP under sequence
+ * parallelism): the size, times hidden, of what travels between pipeline stages. */
+int64_t loom_gpt_residual_rows(const struct loom_gpt *m);
+
+/* Under sequence parallelism, sum the norm weights' gradients over the TP group (each rank saw
+ * only its sequence shard). Call once after the backward passes of a step. */
+enum loom_status loom_gpt_sync_sequence_parallel_grads(struct loom_gpt *m);
 
 /* Forward over the whole micro-batch (tokens/targets [B,T] on the host): returns the sum of the
  * per-token losses over non-ignored targets in *loss_sum (and their count in *count). */

@@ -19,12 +19,14 @@
 #include <string.h>
 
 #include "loom/comm.h"
+#include "loom/tp.h"
 #include "models/gpt_internal.h"
 
 /* ---- local sizes ---- */
 struct dims {
     int64_t B, T, N, C, HS, NHl, NKVl, QKVl, Fl, F1l, Vl, v0, Vvalid;
-    int tp, tpr;
+    int64_t Tl, Nr; /* residual-region rows: the sequence shard under sequence parallelism */
+    int tp, tpr, sp;
 };
 
 static struct dims dims_of(const struct loom_gpt *m) {
@@ -35,6 +37,9 @@ static struct dims dims_of(const struct loom_gpt *m) {
     d.B = m->B;
     d.T = c->seq_length;
     d.N = d.B * d.T;
+    d.sp = m->par->sequence_parallel && d.tp > 1;
+    d.Tl = d.sp ? d.T / d.tp : d.T;
+    d.Nr = d.B * d.Tl;
     d.C = c->hidden;
     d.HS = loom_gpt_head_size(c);
     d.NHl = c->heads / d.tp;
@@ -53,8 +58,32 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static enum loom_status tp_allreduce(struct loom_gpt *m, float *buf, int64_t n) {
     if (loom_tp_size(m->par) == 1) return LOOM_OK;
-    /* TODO(cuda+tp): device buffers need a device-capable comm backend */
     return loom_comm_allreduce(m->par->group[LOOM_PDIM_TP], buf, n, LOOM_DTYPE_F32, LOOM_REDOP_SUM);
+}
+
+/* Megatron's paired regions. Entering a tensor-parallel region (the input of a column-parallel
+ * linear): forward identity, or all-gather of the sequence shards; backward all-reduce, or
+ * reduce-scatter. Leaving one (the output of a row-parallel linear): forward all-reduce, or
+ * reduce-scatter; backward identity, or all-gather. */
+static enum loom_status region_enter(struct loom_gpt *m, float *full, const float *shard) {
+    struct dims d = dims_of(m);
+    if (!d.sp) return LOOM_OK; /* full == shard */
+    return loom_sp_allgather(m->par, full, shard, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
+}
+static enum loom_status region_enter_backward(struct loom_gpt *m, float *dshard, float *dfull) {
+    struct dims d = dims_of(m);
+    if (!d.sp) return tp_allreduce(m, dfull, d.N * d.C); /* dshard == dfull */
+    return loom_sp_reduce_scatter(m->par, dshard, dfull, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
+}
+static enum loom_status region_leave(struct loom_gpt *m, float *shard, float *full) {
+    struct dims d = dims_of(m);
+    if (!d.sp) return tp_allreduce(m, full, d.N * d.C); /* shard == full */
+    return loom_sp_reduce_scatter(m->par, shard, full, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
+}
+static enum loom_status region_leave_backward(struct loom_gpt *m, float *dfull, const float *dshard) {
+    struct dims d = dims_of(m);
+    if (!d.sp) return LOOM_OK;
+    return loom_sp_allgather(m->par, dfull, dshard, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 
 /* ---- pointers into the flat buffers ---- */
@@ -113,26 +142,29 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
     for (int64_t l = 0; l < c->num_layers; l++) {
         if (!loom_gpt_layer_is_local(c, m->par, l)) continue;
         struct loom_gpt_layer_acts *la = &a->layers[l];
-        la->x = CF(cv, d.N * d.C);
-        la->ln1 = CF(cv, d.N * d.C);
-        la->ln1_mean = ln ? CF(cv, d.N) : NULL;
-        la->ln1_rstd = CF(cv, d.N);
+        la->x = CF(cv, d.Nr * d.C);
+        la->ln1 = CF(cv, d.Nr * d.C);
+        la->ln1_full = d.sp ? CF(cv, d.N * d.C) : la->ln1;
+        la->ln1_mean = ln ? CF(cv, d.Nr) : NULL;
+        la->ln1_rstd = CF(cv, d.Nr);
         la->qkv = CF(cv, d.N * d.QKVl);
         la->att = CF(cv, d.N * d.NHl * d.HS);
         la->lse = CF(cv, d.B * d.NHl * d.T);
-        la->xmid = CF(cv, d.N * d.C);
-        la->ln2 = CF(cv, d.N * d.C);
-        la->ln2_mean = ln ? CF(cv, d.N) : NULL;
-        la->ln2_rstd = CF(cv, d.N);
+        la->xmid = CF(cv, d.Nr * d.C);
+        la->ln2 = CF(cv, d.Nr * d.C);
+        la->ln2_full = d.sp ? CF(cv, d.N * d.C) : la->ln2;
+        la->ln2_mean = ln ? CF(cv, d.Nr) : NULL;
+        la->ln2_rstd = CF(cv, d.Nr);
         la->fc1 = CF(cv, d.N * d.F1l);
         la->act = CF(cv, d.N * d.Fl);
     }
-    a->x_out = CF(cv, d.N * d.C);
+    a->x_out = CF(cv, d.Nr * d.C);
     a->tokens = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
     if (m->last_stage) {
-        a->lnf = CF(cv, d.N * d.C);
-        a->lnf_mean = ln ? CF(cv, d.N) : NULL;
-        a->lnf_rstd = CF(cv, d.N);
+        a->lnf = CF(cv, d.Nr * d.C);
+        a->lnf_full = d.sp ? CF(cv, d.N * d.C) : a->lnf;
+        a->lnf_mean = ln ? CF(cv, d.Nr) : NULL;
+        a->lnf_rstd = CF(cv, d.Nr);
         a->logits = CF(cv, d.N * d.Vl);
         a->stats = CF(cv, d.N * 3);
         a->gstats = CF(cv, d.N * 2);
@@ -143,8 +175,10 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
 
 static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct carver *cv) {
     struct dims d = dims_of(m);
-    a->dres = CF(cv, d.N * d.C);
+    a->dres = CF(cv, d.Nr * d.C);
     a->dc = CF(cv, d.N * d.C);
+    a->full = CF(cv, d.N * d.C);
+    a->sp_scratch = d.sp ? CF(cv, d.N * d.C) : NULL;
     a->dwide = CF(cv, d.N * max64(d.QKVl, d.F1l));
     a->dwide2 = CF(cv, d.N * max64(d.NHl * d.HS, d.Fl));
 }
@@ -209,6 +243,8 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
         m->acts[s].dc = m->acts[0].dc;
         m->acts[s].dwide = m->acts[0].dwide;
         m->acts[s].dwide2 = m->acts[0].dwide2;
+        m->acts[s].full = m->acts[0].full;
+        m->acts[s].sp_scratch = m->acts[0].sp_scratch;
     }
     struct dims d = dims_of(m);
     for (int s = 0; s < nslots; s++) {
@@ -269,12 +305,13 @@ static void norm_backward(struct loom_gpt *m, float *dx, float *dw, float *db, c
 
 static struct loom_dropout hidden_dropout(const struct loom_gpt *m, const struct loom_step_ctx *ctx,
                                           int64_t layer, int site) {
+    struct dims dm = dims_of(m);
     struct loom_dropout d = {0};
     d.p = ctx->training ? (float)m->cfg.hidden_dropout : 0.0f;
     d.seed = ctx->seed;
     d.key = loom_gpt_dropout_key(ctx->iteration, layer, site);
     d.sample0 = ctx->sample0;
-    d.pos0 = 0;
+    d.pos0 = dm.sp ? (int64_t)dm.tpr * dm.Tl : 0; /* the sequence shard's first position */
     d.T_global = m->cfg.seq_length;
     d.feat0 = 0;
     d.C_global = m->cfg.hidden;
@@ -301,13 +338,14 @@ static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom
     return a;
 }
 
-/* row-parallel linear: out = inp w^T (+ b once), all-reduced over TP */
+/* Row-parallel linear leaving the TP region: out (residual rows) = sum over TP of
+ * inp w^T, the replicated bias added once (by TP rank 0, before the sum). */
 static enum loom_status row_parallel_forward(struct loom_gpt *m, float *out, const float *inp,
-                                             const float *w, const float *b, int64_t N, int64_t K,
-                                             int64_t OC) {
+                                             const float *w, const float *b, int64_t K) {
     struct dims d = dims_of(m);
-    loom_op(m->be, linear_forward, out, inp, w, d.tpr == 0 ? b : NULL, N, K, OC);
-    return tp_allreduce(m, out, N * OC);
+    float *full = d.sp ? m->acts[0].full : out;
+    loom_op(m->be, linear_forward, full, inp, w, d.tpr == 0 ? b : NULL, d.N, K, d.C);
+    return region_leave(m, out, full);
 }
 
 enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int32_t *tokens,
@@ -316,12 +354,14 @@ enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int3
     struct loom_backend *be = m->be;
     struct loom_gpt_acts *a = &m->acts[slot];
     float *x0 = a->layers[0].x;
+    float *full = d.sp ? a->full : x0;
     be->ops->to_device(be, a->tokens, tokens, (size_t)d.N * sizeof(int32_t));
+    /* vocabulary-parallel: each rank embeds the tokens of its shard, the sum leaves the region */
     const float *wpe = (m->w.wpe && d.tpr == 0) ? m->w.wpe : NULL;
-    loom_op(be, embedding_forward, x0, a->tokens, m->w.wte, wpe, d.B, d.T, d.C, d.v0, d.Vl, 0);
-    LOOM_CHECK(tp_allreduce(m, x0, d.N * d.C));
+    loom_op(be, embedding_forward, full, a->tokens, m->w.wte, wpe, d.B, d.T, d.C, d.v0, d.Vl, 0);
+    LOOM_CHECK(region_leave(m, x0, full));
     struct loom_dropout dr = hidden_dropout(m, ctx, -1, LOOM_DROP_EMBED);
-    if (dr.p > 0) loom_op(be, dropout_forward, x0, x0, d.B, d.T, d.C, &dr);
+    if (dr.p > 0) loom_op(be, dropout_forward, x0, x0, d.B, d.Tl, d.C, &dr);
     return LOOM_OK;
 }
 
@@ -335,28 +375,30 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     float *y = loom_gpt_layer_output(m, slot, l);
 
     /* attention branch */
-    norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b, d.N);
-    loom_op(be, linear_forward, la->qkv, la->ln1, w->qkv_w, w->qkv_b, d.N, d.C, d.QKVl);
+    norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b, d.Nr);
+    LOOM_CHECK(region_enter(m, la->ln1_full, la->ln1));
+    loom_op(be, linear_forward, la->qkv, la->ln1_full, w->qkv_w, w->qkv_b, d.N, d.C, d.QKVl);
     if (c->posemb == LOOM_POSEMB_ROPE)
         loom_op(be, rope, la->qkv, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 0);
     struct loom_attn ap = attn_problem(m, ctx, l);
     loom_op(be, attention_forward, la->att, la->lse, la->qkv, &ap);
-    LOOM_CHECK(row_parallel_forward(m, la->xmid, la->att, w->proj_w, w->proj_b, d.N, d.NHl * d.HS, d.C));
+    LOOM_CHECK(row_parallel_forward(m, la->xmid, la->att, w->proj_w, w->proj_b, d.NHl * d.HS));
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
-    if (dr.p > 0) loom_op(be, dropout_forward, la->xmid, la->xmid, d.B, d.T, d.C, &dr);
-    loom_op(be, add, la->xmid, la->xmid, la->x, d.N * d.C);
+    if (dr.p > 0) loom_op(be, dropout_forward, la->xmid, la->xmid, d.B, d.Tl, d.C, &dr);
+    loom_op(be, add, la->xmid, la->xmid, la->x, d.Nr * d.C);
 
     /* MLP branch */
-    norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->xmid, w->ln2_w, w->ln2_b, d.N);
-    loom_op(be, linear_forward, la->fc1, la->ln2, w->fc1_w, w->fc1_b, d.N, d.C, d.F1l);
+    norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->xmid, w->ln2_w, w->ln2_b, d.Nr);
+    LOOM_CHECK(region_enter(m, la->ln2_full, la->ln2));
+    loom_op(be, linear_forward, la->fc1, la->ln2_full, w->fc1_w, w->fc1_b, d.N, d.C, d.F1l);
     if (c->swiglu)
         loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
     else
         loom_op(be, gelu_forward, la->act, la->fc1, d.N * d.Fl);
-    LOOM_CHECK(row_parallel_forward(m, y, la->act, w->fc2_w, w->fc2_b, d.N, d.Fl, d.C));
+    LOOM_CHECK(row_parallel_forward(m, y, la->act, w->fc2_w, w->fc2_b, d.Fl));
     dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
-    if (dr.p > 0) loom_op(be, dropout_forward, y, y, d.B, d.T, d.C, &dr);
-    loom_op(be, add, y, y, la->xmid, d.N * d.C);
+    if (dr.p > 0) loom_op(be, dropout_forward, y, y, d.B, d.Tl, d.C, &dr);
+    loom_op(be, add, y, y, la->xmid, d.Nr * d.C);
     return LOOM_OK;
 }
 
@@ -367,8 +409,9 @@ enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32
     struct loom_backend *be = m->be;
     struct loom_gpt_acts *a = &m->acts[slot];
     float *x = a->x_out;
-    norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->w.lnf_w, m->w.lnf_b, d.N);
-    loom_op(be, linear_forward, a->logits, a->lnf, m->w.out_w, NULL, d.N, d.C, d.Vl);
+    norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->w.lnf_w, m->w.lnf_b, d.Nr);
+    LOOM_CHECK(region_enter(m, a->lnf_full, a->lnf));
+    loom_op(be, linear_forward, a->logits, a->lnf_full, m->w.out_w, NULL, d.N, d.C, d.Vl);
     be->ops->to_device(be, a->targets, targets, (size_t)d.N * sizeof(int32_t));
     memcpy(a->host_targets, targets, (size_t)d.N * sizeof(int32_t));
     loom_op(be, xent_forward, a->stats, a->logits, a->targets, d.N, d.Vl, d.v0, d.Vvalid);
@@ -424,12 +467,12 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
     loom_op(be, xent_backward, a->logits, a->logits, a->targets, a->gstats, a->dloss, d.N, d.Vl,
             d.v0, d.Vvalid);
     /* output layer (column-parallel over the vocabulary): d(lnf) all-reduced over TP */
-    loom_op(be, linear_backward, a->dc, m->g.out_w, NULL, a->logits, a->lnf, m->w.out_w, d.N, d.C,
-            d.Vl);
-    LOOM_CHECK(tp_allreduce(m, a->dc, d.N * d.C));
-    be->ops->zero(be, a->dres, (size_t)d.N * d.C * sizeof(float));
+    loom_op(be, linear_backward, a->dc, m->g.out_w, NULL, a->logits, a->lnf_full, m->w.out_w, d.N,
+            d.C, d.Vl);
+    LOOM_CHECK(region_enter_backward(m, a->dc, a->dc));
+    be->ops->zero(be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
     norm_backward(m, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc, a->x_out, m->w.lnf_w, a->lnf_mean,
-                  a->lnf_rstd, d.N);
+                  a->lnf_rstd, d.Nr);
     return LOOM_OK;
 }
 
@@ -444,28 +487,37 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     const struct loom_gpt_layer_ptrs *g = &m->g.layers[l];
 
     /* MLP branch: dres is d(y) */
-    const float *dy = a->dres;
+    float *dy = a->dres;
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
     if (dr.p > 0) {
-        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.T, d.C, &dr);
+        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.Tl, d.C, &dr);
         dy = a->dc;
+    }
+    if (d.sp) {
+        LOOM_CHECK(region_leave_backward(m, a->full, dy));
+        dy = a->full;
     }
     loom_op(be, linear_backward, a->dwide2, g->fc2_w, g->fc2_b, dy, la->act, w->fc2_w, d.N, d.Fl, d.C);
     if (c->swiglu)
         loom_op(be, swiglu_backward, a->dwide, a->dwide2, la->fc1, d.N, d.Fl);
     else
         loom_op(be, gelu_backward, a->dwide, a->dwide2, la->fc1, d.N * d.Fl);
-    loom_op(be, linear_backward, a->dc, g->fc1_w, g->fc1_b, a->dwide, la->ln2, w->fc1_w, d.N, d.C, d.F1l);
-    LOOM_CHECK(tp_allreduce(m, a->dc, d.N * d.C));
-    norm_backward(m, a->dres, g->ln2_w, g->ln2_b, a->dc, la->xmid, w->ln2_w, la->ln2_mean,
-                  la->ln2_rstd, d.N);
+    loom_op(be, linear_backward, a->full, g->fc1_w, g->fc1_b, a->dwide, la->ln2_full, w->fc1_w, d.N,
+            d.C, d.F1l);
+    LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
+    norm_backward(m, a->dres, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, la->xmid, w->ln2_w,
+                  la->ln2_mean, la->ln2_rstd, d.Nr);
 
     /* attention branch: dres is now d(xmid) */
     dy = a->dres;
     dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
     if (dr.p > 0) {
-        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.T, d.C, &dr);
+        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.Tl, d.C, &dr);
         dy = a->dc;
+    }
+    if (d.sp) {
+        LOOM_CHECK(region_leave_backward(m, a->full, dy));
+        dy = a->full;
     }
     loom_op(be, linear_backward, a->dwide2, g->proj_w, g->proj_b, dy, la->att, w->proj_w, d.N,
             d.NHl * d.HS, d.C);
@@ -473,11 +525,11 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     loom_op(be, attention_backward, a->dwide, a->dwide2, la->att, la->lse, la->qkv, &ap);
     if (c->posemb == LOOM_POSEMB_ROPE)
         loom_op(be, rope, a->dwide, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 1);
-    loom_op(be, linear_backward, a->dc, g->qkv_w, g->qkv_b, a->dwide, la->ln1, w->qkv_w, d.N, d.C,
-            d.QKVl);
-    LOOM_CHECK(tp_allreduce(m, a->dc, d.N * d.C));
-    norm_backward(m, a->dres, g->ln1_w, g->ln1_b, a->dc, la->x, w->ln1_w, la->ln1_mean,
-                  la->ln1_rstd, d.N);
+    loom_op(be, linear_backward, a->full, g->qkv_w, g->qkv_b, a->dwide, la->ln1_full, w->qkv_w, d.N,
+            d.C, d.QKVl);
+    LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
+    norm_backward(m, a->dres, g->ln1_w, g->ln1_b, d.sp ? a->dc : a->full, la->x, w->ln1_w,
+                  la->ln1_mean, la->ln1_rstd, d.Nr);
     return LOOM_OK;
 }
 
@@ -486,11 +538,15 @@ enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot,
     struct dims d = dims_of(m);
     struct loom_backend *be = m->be;
     struct loom_gpt_acts *a = &m->acts[slot];
-    const float *dx = a->dres;
+    float *dx = a->dres;
     struct loom_dropout dr = hidden_dropout(m, ctx, -1, LOOM_DROP_EMBED);
     if (dr.p > 0) {
-        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.T, d.C, &dr);
+        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.Tl, d.C, &dr);
         dx = a->dc;
+    }
+    if (d.sp) {
+        LOOM_CHECK(region_leave_backward(m, a->full, dx));
+        dx = a->full;
     }
     loom_op(be, embedding_backward, m->g.wte, m->g.wpe, dx, a->tokens, d.B, d.T, d.C, d.v0, d.Vl, 0);
     return LOOM_OK;
@@ -512,3 +568,18 @@ enum loom_status loom_gpt_backward(struct loom_gpt *m, const struct loom_step_ct
         LOOM_CHECK(loom_gpt_layer_backward(m, 0, l, ctx));
     return loom_gpt_embed_backward(m, 0, ctx);
 }
+
+enum loom_status loom_gpt_sync_sequence_parallel_grads(struct loom_gpt *m) {
+    struct dims d = dims_of(m);
+    if (!d.sp) return LOOM_OK;
+    /* norm weights see only this rank's sequence shard: sum their gradients over TP (the
+     * row-parallel biases and position embeddings already see the gathered gradient) */
+    for (int i = 0; i < m->nparams; i++) {
+        const struct loom_param *p = &m->params[i];
+        if (!p->local || !strstr(p->name, "layernorm")) continue;
+        LOOM_CHECK(tp_allreduce(m, m->grad_mem + p->offset, p->local_shape[0] * p->local_shape[1]));
+    }
+    return LOOM_OK;
+}
+
+int64_t loom_gpt_residual_rows(const struct loom_gpt *m) { return dims_of(m).Nr; }

@@ -10,11 +10,13 @@
 /* Saved activations of one decoder layer for one micro-batch (N = B*T rows). */
 struct loom_gpt_layer_acts {
     float *x;                 /* [N,C] layer input (residual stream) */
-    float *ln1, *ln1_mean, *ln1_rstd;
+    float *ln1, *ln1_mean, *ln1_rstd; /* residual rows (the sequence shard under SP) */
+    float *ln1_full;          /* [N,C] ln1 gathered over the sequence (= ln1 without SP) */
     float *qkv;               /* [N, (NHl + 2 NKVl) HS], after rotary */
     float *att, *lse;         /* [N, NHl HS], [B, NHl, T] */
     float *xmid;              /* [N,C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
+    float *ln2_full;
     float *fc1;               /* [N, F1l] */
     float *act;               /* [N, Fl] */
 };
@@ -23,6 +25,7 @@ struct loom_gpt_acts {
     struct loom_gpt_layer_acts *layers; /* [L]; only local layers are allocated */
     float *x_out;             /* [N,C] output of the last local layer (input of the head) */
     float *lnf, *lnf_mean, *lnf_rstd;
+    float *lnf_full;
     float *logits;            /* [N, Vl] */
     float *stats;             /* [N,3] device */
     float *gstats;            /* [N,2] device */
@@ -35,6 +38,8 @@ struct loom_gpt_acts {
     /* backward scratch */
     float *dres;              /* [N,C] gradient of the residual stream */
     float *dc;                /* [N,C] */
+    float *full;              /* [N,C] a full-sequence buffer for region transitions */
+    float *sp_scratch;        /* [N,C] the sequence-parallel collectives' scratch */
     float *dwide;             /* [N, max(QKVl, F1l, Vl?)] */
     float *dwide2;            /* [N, max(NHl HS, Fl)] */
     void *mem;                /* the one allocation everything above lives in */

@@ -185,7 +185,7 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     e.r = loom_pp_rank(par);
     e.v = par->vpp > 0 ? par->vpp : 1;
     e.chunk_layers = m->cfg.num_layers / ((int64_t)e.p * e.v);
-    e.N = m->B * m->cfg.seq_length;
+    e.N = loom_gpt_residual_rows(m);
     e.C = m->cfg.hidden;
     struct loom_pipe_op *ops;
     int64_t nops;

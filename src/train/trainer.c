@@ -219,8 +219,10 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         return loom_fail(LOOM_ERR_INVALID_ARG, "--global-batch-size %lld is not a multiple of "
                          "--micro-batch-size %lld x data-parallel size %lld",
                          (long long)c->global_batch, (long long)c->micro_batch, (long long)dp);
-    if (c->sequence_parallel && c->tp > 1)
-        return loom_fail(LOOM_ERR_UNSUPPORTED, "--sequence-parallel is not supported yet");
+    if (c->sequence_parallel && c->tp > 1 && c->model.seq_length % c->tp)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--sequence-parallel needs --seq-length %lld to be "
+                         "a multiple of --tensor-model-parallel-size %lld",
+                         (long long)c->model.seq_length, (long long)c->tp);
     t->num_micro = c->global_batch / (c->micro_batch * dp);
     if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
 
@@ -299,6 +301,7 @@ static enum loom_status train_loop(struct trainer *t) {
         be->ops->zero(be, t->model->grad_mem, (size_t)t->model->num_local * sizeof(float));
         double loss;
         LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, it, 1, &loss));
+        LOOM_CHECK(loom_gpt_sync_sequence_parallel_grads(t->model));
         LOOM_CHECK(sync_grads(t));
         LOOM_CHECK(sync_tied_embedding(t));
         if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
