@@ -18,14 +18,17 @@
  * Rotary embedding is a rotation of each pair (x_i, x_{i+HS/2}); its gradient is the inverse
  * rotation, which is what inverse = 1 computes.
  *
- * Work split: the forward runs one task per (b, h, query block of QBLK rows); each task does
- * S = scale q k^T for its block against the keys up to the causal limit (fully masked key
- * blocks are never touched), the softmax in a per-thread scratch row block, and out = P v, with
- * single-threaded sgemm calls on the strided qkv rows (leading dimension R, no copies). The
- * backward runs one task per (b, kv group): the task owns the group's dk and dv rows and
- * accumulates them over its query heads and query blocks in a fixed order, so results are
- * bit-identical run to run and independent of the thread count (no atomics, no reductions
- * across threads).
+ * Work split. Queries go in blocks of QBLK rows; a block meets only the keys up to its causal
+ * limit (fully masked key blocks are never touched), its scores live in a per-thread scratch
+ * block, and the products run on the strided qkv rows in place (no copies but the key panels
+ * below). The forward's tasks are the query blocks of one (b, h), all of them in one task when
+ * there are heads enough for the threads. The backward runs one task per (b, kv group): the task
+ * owns the group's dk and dv rows and accumulates them over its query heads and blocks in a
+ * fixed order. So results are bit-identical run to run and for any thread count (no atomics, no
+ * reductions across threads); the backward uses at most B*NKV threads.
+ *
+ * Products: with AVX-512 and HS % 16 == 0, register-tiled kernels (see "block products"), else
+ * single-threaded sgemm (BLAS's own threads are held at 1 inside the parallel regions).
  */
 #include <cblas.h>
 #include <math.h>
