@@ -8,6 +8,10 @@
  * gradient into dres through the norm backward (which accumulates). Parameter gradients
  * accumulate across micro-batches.
  *
+ * The key bias only adds q.b_k to every score of a row, which the softmax ignores: its gradient
+ * is exactly zero, so it is set to zero rather than left as rounding noise (which Adam would
+ * otherwise amplify into steps of size lr that depend on the summation order).
+ *
  * Tensor parallelism (Megatron): qkv and fc1 are column-parallel (local heads / FFN columns);
  * proj and fc2 are row-parallel and their outputs are all-reduced over the TP group, the
  * replicated bias being added once (by TP rank 0) before the reduction; the inputs of the
@@ -527,6 +531,11 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
         loom_op(be, rope, a->dwide, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 1);
     loom_op(be, linear_backward, a->full, g->qkv_w, g->qkv_b, a->dwide, la->ln1_full, w->qkv_w, d.N,
             d.C, d.QKVl);
+    if (g->qkv_b) {
+        int64_t R = d.NHl / d.NKVl;
+        for (int64_t grp = 0; grp < d.NKVl; grp++)
+            be->ops->zero(be, g->qkv_b + (grp * (R + 2) + R) * d.HS, (size_t)d.HS * sizeof(float));
+    }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
     norm_backward(m, a->dres, g->ln1_w, g->ln1_b, d.sp ? a->dc : a->full, la->x, w->ln1_w,
                   la->ln1_mean, la->ln1_rstd, d.Nr);
