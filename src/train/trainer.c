@@ -33,6 +33,7 @@ struct trainer {
     FILE *metrics;
     double flops_per_token, peak_tflops;
     struct loom_pipeline *pipe;
+    int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
     double pipe_busy_s, pipe_wait_s; /* pipeline compute and wait time since the last log */
 };
 
@@ -133,6 +134,20 @@ static double measure_cpu_peak_tflops(void) {
     return 2.0 * n * n * (double)n / best / 1e12;
 }
 
+/* Bytes this rank sent through a group since its counters were reset (every collective kind). */
+static int64_t group_bytes(struct loom_comm *c) {
+    int64_t n = 0;
+    if (!c) return 0;
+    for (int k = 0; k < LOOM_COLL_COUNT; k++) n += loom_comm_bytes(c, (enum loom_coll)k);
+    return n;
+}
+
+static void reset_comm_counters(struct trainer *t) {
+    for (int d = 0; d < LOOM_PDIM_COUNT; d++)
+        if (t->par.group[d]) loom_comm_reset_counters(t->par.group[d]);
+    if (t->par.embedding) loom_comm_reset_counters(t->par.embedding);
+}
+
 static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, double loss,
                           double gnorm, int have_val, double val_loss) {
     struct loom_train_config *c = t->cfg;
@@ -159,6 +174,13 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
                 (long long)it, (long long)t->st.consumed_samples, lr, loss, gnorm, ms, tps, tflops,
                 mfu / 100.0);
         if (have_val) fprintf(t->metrics, ", \"val_loss\": %.17g", val_loss);
+        /* rank 0's traffic in this iteration (training step only; validation excluded) */
+        fprintf(t->metrics, ", \"comm_bytes\": {\"tp\": %lld, \"pp\": %lld, \"dp\": %lld, "
+                "\"embedding\": %lld}", (long long)t->step_bytes[0], (long long)t->step_bytes[1],
+                (long long)t->step_bytes[2], (long long)t->step_bytes[3]);
+        if (t->pipe_busy_s + t->pipe_wait_s > 0)
+            fprintf(t->metrics, ", \"pipeline_wait_fraction\": %.6g",
+                    t->pipe_wait_s / (t->pipe_busy_s + t->pipe_wait_s));
         fprintf(t->metrics, "}\n");
         fflush(t->metrics);
     }
@@ -299,6 +321,8 @@ static enum loom_status train_loop(struct trainer *t) {
     while (t->st.iteration < c->train_iters) {
         int64_t it = t->st.iteration + 1;
         be->ops->zero(be, t->model->grad_mem, (size_t)t->model->num_local * sizeof(float));
+        reset_comm_counters(t);
+        t->pipe_busy_s = t->pipe_wait_s = 0;
         double loss;
         LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, it, 1, &loss));
         LOOM_CHECK(loom_gpt_sync_sequence_parallel_grads(t->model));
@@ -315,6 +339,10 @@ static enum loom_status train_loop(struct trainer *t) {
             double coeff = c->clip_grad / (gnorm + 1e-6);
             if (coeff < 1.0) scale = coeff;
         }
+        t->step_bytes[0] = group_bytes(t->par.group[LOOM_PDIM_TP]);
+        t->step_bytes[1] = group_bytes(t->par.group[LOOM_PDIM_PP]);
+        t->step_bytes[2] = group_bytes(t->par.group[LOOM_PDIM_DP]);
+        t->step_bytes[3] = loom_pp_size(&t->par) > 1 ? group_bytes(t->par.embedding) : 0;
         double lr = loom_lr_at(&c->lr, t->st.iteration);
         loom_adamw_step(&t->opt, t->model, lr, scale);
         t->st.iteration = it;
