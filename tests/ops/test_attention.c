@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "loom/backend.h"
 #include "loom/rng.h"
@@ -46,6 +48,24 @@ static void *xmalloc(size_t bytes) {
 }
 #define ALLOCF(n) ((float *)xmalloc((size_t)(n) * sizeof(float)))
 #define ALLOCD(n) ((double *)xmalloc((size_t)(n) * sizeof(double)))
+
+/* n floats ending exactly where an inaccessible page begins: reading or writing past the end
+ * of a tensor faults instead of passing unnoticed. Free with guarded_free(p, n). */
+static float *guarded_alloc(int64_t n) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (size_t)n * sizeof(float);
+    const size_t span = (bytes + page - 1) / page * page;
+    char *base = mmap(NULL, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED || mprotect(base + span, page, PROT_NONE) != 0) {
+        perror("guarded_alloc");
+        exit(2);
+    }
+    return (float *)(base + span - bytes);
+}
+static void guarded_free(float *p, int64_t n) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (size_t)n * sizeof(float);
+    const size_t span = (bytes + page - 1) / page * page;
+    munmap((char *)p + bytes - span, span + page);
+}
 
 static void fill_normal(float *x, int64_t n, uint64_t purpose, float sd) {
     for (int64_t i = 0; i < n; i++) x[i] = sd * loom_rng_normal(1234, purpose, (uint64_t)i);
@@ -234,8 +254,10 @@ static void test_vs_reference_at(int64_t B, int64_t T, int64_t NH, int64_t NKV, 
     a.sample0 = sample0;
     const int64_t R = row_len(&a), C = NH * HS;
     const int f0 = g_failures;
-    float *qkv = ALLOCF(B * T * R), *dout = ALLOCF(B * T * C);
-    float *out = ALLOCF(B * T * C), *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(B * T * R);
+    /* every tensor the op reads or writes ends against a guard page */
+    float *qkv = guarded_alloc(B * T * R), *dout = guarded_alloc(B * T * C);
+    float *out = guarded_alloc(B * T * C), *lse = guarded_alloc(B * NH * T);
+    float *dqkv = guarded_alloc(B * T * R);
     double *rout = ALLOCD(B * T * C), *rlse = ALLOCD(B * NH * T), *rdqkv = ALLOCD(B * T * R);
     fill_normal(qkv, B * T * R, 1, 1.0f);
     fill_normal(dout, B * T * C, 2, 1.0f);
@@ -266,8 +288,9 @@ static void test_vs_reference_at(int64_t B, int64_t T, int64_t NH, int64_t NKV, 
            g_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
            (long long)NKV, (long long)HS, causal ? "causal" : "bidirectional", (double)p,
            (long long)sample0);
-    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(out2), free(lse2), free(dqkv2);
-    free(rout), free(rlse), free(rdqkv);
+    guarded_free(qkv, B * T * R), guarded_free(dout, B * T * C), guarded_free(out, B * T * C);
+    guarded_free(lse, B * NH * T), guarded_free(dqkv, B * T * R);
+    free(out2), free(lse2), free(dqkv2), free(rout), free(rlse), free(rdqkv);
 }
 
 static void test_vs_reference(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
