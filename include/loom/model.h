@@ -143,9 +143,10 @@ float *loom_gpt_dres(struct loom_gpt *m);
  * parallelism): the size, times hidden, of what travels between pipeline stages. */
 int64_t loom_gpt_residual_rows(const struct loom_gpt *m);
 
-/* Under sequence parallelism, sum the norm weights' gradients over the TP group (each rank saw
- * only its sequence shard). Call once after the backward passes of a step. */
-enum loom_status loom_gpt_sync_sequence_parallel_grads(struct loom_gpt *m);
+/* Under sequence parallelism, sum the norm weights' gradients of decoder layer `layer` (-1: the
+ * final norm) over the TP group (each rank saw only its sequence shard). Call once per step,
+ * after the layer's last backward. */
+enum loom_status loom_gpt_sync_sequence_parallel_grads(struct loom_gpt *m, int64_t layer);
 
 /* Forward over the whole micro-batch (tokens/targets [B,T] on the host): returns the sum of the
  * per-token losses over non-ignored targets in *loss_sum (and their count in *count). */

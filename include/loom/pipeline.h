@@ -48,10 +48,13 @@ enum loom_status loom_pipeline_create(struct loom_pipeline **out);
 void loom_pipeline_free(struct loom_pipeline *pl);
 
 /* Run micro-batches [0, m) through the model with the schedule of this rank. training = 0 runs
- * forwards only. Gradients accumulate into the model's gradient buffer; tied embeddings are NOT
- * synchronised here (the caller sums them over the embedding group after the step). */
+ * forwards only. Gradients accumulate into the model's gradient buffer. When a chunk's last
+ * backward of the step has run, each of its layers' sequence-parallel norm gradients are summed
+ * and the layer is handed to `gs` (data-parallel bucket reduction; may be NULL). Tied embeddings
+ * and the non-layer parameters are left to the caller. */
+struct loom_grad_sync;
 enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
-                                   int64_t num_micro, int training,
+                                   int64_t num_micro, int training, struct loom_grad_sync *gs,
                                    const struct loom_step_ctx *ctx, loom_micro_fetch_fn fetch,
                                    void *fetch_ctx, int32_t *tokens, int32_t *targets,
                                    struct loom_pipeline_stats *stats);

@@ -13,6 +13,7 @@ struct loom_train_config {
     /* parallel layout */
     int64_t tp, pp, vpp_layers; /* vpp_layers: --num-layers-per-virtual-pipeline-stage, 0 = off */
     int sequence_parallel;
+    int64_t dp_bucket_mb; /* data-parallel gradient bucket size (MiB) */
     /* batch and schedule */
     int64_t micro_batch, global_batch, train_iters;
     int64_t exit_interval; /* stop (after saving) when the iteration is a multiple; 0 = off */

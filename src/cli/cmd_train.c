@@ -19,7 +19,7 @@ struct train_flags {
     double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
         clip, init_std, peak;
     int64_t micro, global, iters, warmup, decay_iters, seed, save_interval, eval_interval,
-        eval_iters, log_interval, tp, pp, vpp_layers, exit_interval;
+        eval_iters, log_interval, tp, pp, vpp_layers, exit_interval, bucket_mb;
 };
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -102,7 +102,7 @@ int loom_cmd_train(int argc, char **argv) {
         .lr = 1e-4, .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0,
         .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
         .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
-        .log_interval = 100, .tp = 1, .pp = 1,
+        .log_interval = 100, .tp = 1, .pp = 1, .bucket_mb = 40,
     };
     struct loom_flag flags[] = {
         {"--num-layers", LOOM_FLAG_INT, &f.num_layers, "decoder layers", NULL, 0},
@@ -160,6 +160,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--num-layers-per-virtual-pipeline-stage", LOOM_FLAG_INT, &f.vpp_layers, "interleaved schedule (0 = off)", NULL, 0},
         {"--sequence-parallel", LOOM_FLAG_BOOL, &f.sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
         {"--save-grads", LOOM_FLAG_STR, &f.save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
+        {"--ddp-bucket-size-mb", LOOM_FLAG_INT, &f.bucket_mb, "data-parallel gradient bucket (MiB), reduced while the backward runs", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &f.device, "compute device", "cpu|cuda", 0},
         {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun)", "auto|self|mpi", 0},
         {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
@@ -195,6 +196,7 @@ int loom_cmd_train(int argc, char **argv) {
     if (!(f.eps > 0)) FAIL("--adam-eps must be positive");
     if (f.clip < 0) FAIL("--clip-grad must be >= 0");
     if (f.tp < 1 || f.pp < 1) FAIL("parallel sizes must be at least 1");
+    if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
 
     struct loom_train_config c;
     memset(&c, 0, sizeof c);
@@ -224,6 +226,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.pp = f.pp;
     c.vpp_layers = f.vpp_layers;
     c.sequence_parallel = f.sequence_parallel;
+    c.dp_bucket_mb = f.bucket_mb;
     c.micro_batch = f.micro;
     c.global_batch = f.global;
     c.train_iters = f.iters;

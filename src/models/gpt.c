@@ -578,14 +578,14 @@ enum loom_status loom_gpt_backward(struct loom_gpt *m, const struct loom_step_ct
     return loom_gpt_embed_backward(m, 0, ctx);
 }
 
-enum loom_status loom_gpt_sync_sequence_parallel_grads(struct loom_gpt *m) {
+enum loom_status loom_gpt_sync_sequence_parallel_grads(struct loom_gpt *m, int64_t layer) {
     struct dims d = dims_of(m);
     if (!d.sp) return LOOM_OK;
     /* norm weights see only this rank's sequence shard: sum their gradients over TP (the
      * row-parallel biases and position embeddings already see the gathered gradient) */
     for (int i = 0; i < m->nparams; i++) {
         const struct loom_param *p = &m->params[i];
-        if (!p->local || !strstr(p->name, "layernorm")) continue;
+        if (!p->local || p->layer != layer || !strstr(p->name, "layernorm")) continue;
         LOOM_CHECK(tp_allreduce(m, m->grad_mem + p->offset, p->local_shape[0] * p->local_shape[1]));
     }
     return LOOM_OK;

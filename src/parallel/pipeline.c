@@ -5,6 +5,7 @@
 
 #include "loom/comm.h"
 #include "loom/log.h"
+#include "loom/grad_sync.h"
 #include "loom/pipeline.h"
 #include "models/gpt_internal.h"
 
@@ -174,6 +175,7 @@ static int take_slot(struct exec *e, int64_t k) {
 }
 
 enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m, int64_t num_micro, int training,
+                                   struct loom_grad_sync *gs,
                                    const struct loom_step_ctx *ctx, loom_micro_fetch_fn fetch,
                                    void *fetch_ctx, int32_t *tokens, int32_t *targets,
                                    struct loom_pipeline_stats *stats) {
@@ -193,7 +195,8 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     e.slot_of = malloc((size_t)num_micro * sizeof(int));
     e.slot_free = malloc((size_t)m->nslots * sizeof(int));
     int64_t *last_op = malloc((size_t)num_micro * sizeof *last_op);
-    LOOM_ASSERT(e.slot_of && e.slot_free && last_op);
+    int64_t *backwards_done = calloc((size_t)e.v, sizeof *backwards_done); /* per chunk */
+    LOOM_ASSERT(e.slot_of && e.slot_free && last_op && backwards_done);
     for (int64_t k = 0; k < num_micro; k++) e.slot_of[k] = -1;
     for (int s = 0; s < m->nslots; s++) e.slot_free[s] = 1;
     for (int64_t i = 0; i < nops; i++) last_op[ops[i].micro] = i;
@@ -254,8 +257,13 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
                 if (st == LOOM_OK) st = loom_comm_wait(rq);
                 stats->wait_s += loom_time_s() - w0;
             }
-            for (int64_t l = l1 - 1; l >= l0 && st == LOOM_OK; l--)
+            /* the chunk's last backward of the step finalises its layers' gradients */
+            int final = ++backwards_done[c] == num_micro;
+            for (int64_t l = l1 - 1; l >= l0 && st == LOOM_OK; l--) {
                 st = loom_gpt_layer_backward(m, slot, l, &mc);
+                if (st == LOOM_OK && final) st = loom_gpt_sync_sequence_parallel_grads(m, l);
+                if (st == LOOM_OK && final && gs) st = loom_grad_sync_layer_ready(gs, l);
+            }
             if (st != LOOM_OK) break;
             if (is_first(&e, c)) {
                 st = loom_gpt_embed_backward(m, slot, &mc);
@@ -277,5 +285,6 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     free(e.slot_of);
     free(e.slot_free);
     free(last_op);
+    free(backwards_done);
     return st;
 }

@@ -16,6 +16,7 @@
 #include "loom/comm.h"
 #include "loom/data.h"
 #include "loom/log.h"
+#include "loom/grad_sync.h"
 #include "loom/pipeline.h"
 #include "loom/train.h"
 
@@ -33,6 +34,7 @@ struct trainer {
     FILE *metrics;
     double flops_per_token, peak_tflops;
     struct loom_pipeline *pipe;
+    struct loom_grad_sync *gsync;
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
     double pipe_busy_s, pipe_wait_s; /* pipeline compute and wait time since the last log */
 };
@@ -73,7 +75,9 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
     };
     struct fetch_ctx fc = {t, src, base};
     struct loom_pipeline_stats ps;
-    LOOM_CHECK(loom_pipeline_run(t->pipe, t->model, t->num_micro, training, &ctx, fetch_micro, &fc,
+    if (training) loom_grad_sync_begin(t->gsync);
+    LOOM_CHECK(loom_pipeline_run(t->pipe, t->model, t->num_micro, training,
+                                 training ? t->gsync : NULL, &ctx, fetch_micro, &fc,
                                  t->tokens, t->targets, &ps));
     t->pipe_busy_s += ps.busy_s;
     t->pipe_wait_s += ps.wait_s;
@@ -96,10 +100,11 @@ static enum loom_status sync_tied_embedding(struct trainer *t) {
                                p->local_shape[0] * p->local_shape[1], LOOM_DTYPE_F32, LOOM_REDOP_SUM);
 }
 
+/* Finish the data-parallel reduction the backward pass started (the final norm's sequence-
+ * parallel sum first: it is not part of any layer). */
 static enum loom_status sync_grads(struct trainer *t) {
-    if (loom_dp_size(&t->par) == 1) return LOOM_OK;
-    return loom_comm_allreduce(t->par.group[LOOM_PDIM_DP], t->model->grad_mem,
-                               t->model->num_local, LOOM_DTYPE_F32, LOOM_REDOP_SUM);
+    LOOM_CHECK(loom_gpt_sync_sequence_parallel_grads(t->model, -1));
+    return loom_grad_sync_finish(t->gsync);
 }
 
 static enum loom_status evaluate(struct trainer *t, int64_t iteration, double *loss) {
@@ -213,11 +218,7 @@ static enum loom_status open_sources(struct trainer *t) {
 static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     struct loom_train_config *c = t->cfg;
     struct loom_comm *world;
-    const char *backend = c->comm;
-    if (strcmp(backend, "auto") == 0)
-        backend = (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK"))
-                      ? "mpi" : "self";
-    LOOM_CHECK(loom_comm_world(&world, backend, argc, argv));
+    LOOM_CHECK(loom_comm_world(&world, c->comm, argc, argv)); /* "auto": mpi under mpirun */
     int vpp = 1;
     if (c->vpp_layers > 0) {
         if (c->pp < 2)
@@ -258,6 +259,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         free(ops);
         LOOM_CHECK(loom_gpt_create(&t->model, &c->model, &t->par, t->be, c->micro_batch, slots));
         LOOM_CHECK(loom_pipeline_create(&t->pipe));
+        LOOM_CHECK(loom_grad_sync_create(&t->gsync, t->model, (int64_t)c->dp_bucket_mb << 20));
     }
     t->opt.beta1 = c->beta1;
     t->opt.beta2 = c->beta2;
@@ -325,7 +327,6 @@ static enum loom_status train_loop(struct trainer *t) {
         t->pipe_busy_s = t->pipe_wait_s = 0;
         double loss;
         LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, it, 1, &loss));
-        LOOM_CHECK(loom_gpt_sync_sequence_parallel_grads(t->model));
         LOOM_CHECK(sync_grads(t));
         LOOM_CHECK(sync_tied_embedding(t));
         if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
@@ -394,6 +395,7 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
     free(t.targets);
     free(t.sample);
     loom_pipeline_free(t.pipe);
+    loom_grad_sync_free(t.gsync);
     if (t.model) {
         loom_adamw_free(&t.opt, t.model);
         loom_gpt_free(t.model);
