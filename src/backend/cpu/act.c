@@ -14,37 +14,12 @@
 #include <omp.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_ops.h"
 #include "loom/rng.h"
 
 /* Below this many elements the ops run on one thread. */
 #define CPU_ACT_PAR_MIN 16384
-
-/* exp(x) in float, written so that loops over it vectorise (libm's expf does not without
- * -ffast-math). x = k ln2 + r with |r| <= ln2/2; exp(r) by its Taylor series to degree 7
- * (truncation below 1e-8 relative); 2^k through the exponent bits. 0 below -87.33 (where the
- * result would be subnormal); the argument is clamped at 88.37 (just below FLT_MAX). */
-static inline float cpu_act_expf(float x) {
-    const float lo = -87.33f;
-    float xc = x < lo ? lo : x;
-    xc = xc > 88.37f ? 88.37f : xc;
-    const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float k = (xc * 1.44269504088896341f + shift) - shift;
-    float r = xc - k * 0.693145751953125f; /* ln2 split in a short high part and the rest */
-    r = r - k * 1.42860682030941723e-6f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t bits = ((int32_t)k + 127) << 23;
-    float s;
-    memcpy(&s, &bits, sizeof s);
-    return x < lo ? 0.0f : p * s;
-}
 
 #define CPU_GELU_A 0.7978845608028654f /* sqrt(2/pi) */
 #define CPU_GELU_B 0.044715f
@@ -55,7 +30,7 @@ void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = CPU_GELU_A * (x + CPU_GELU_B * x * x * x);
-        out[i] = x / (1.0f + cpu_act_expf(-2.0f * u));
+        out[i] = x / (1.0f + loom_cpu_expf(-2.0f * u));
     }
 }
 
@@ -67,7 +42,7 @@ void loom_cpu_gelu_backward(struct loom_backend *be, float *dinp, const float *d
         float x = inp[i];
         float u = CPU_GELU_A * (x + CPU_GELU_B * x * x * x);
         float du = CPU_GELU_A * (1.0f + 3.0f * CPU_GELU_B * x * x);
-        float s = 1.0f / (1.0f + cpu_act_expf(-2.0f * u));
+        float s = 1.0f / (1.0f + loom_cpu_expf(-2.0f * u));
         dinp[i] = dout[i] * (s + 2.0f * x * s * (1.0f - s) * du);
     }
 }
@@ -81,7 +56,7 @@ void loom_cpu_swiglu_forward(struct loom_backend *be, float *out, const float *i
         const float *restrict u = g + F;
         float *restrict o = out + i * F;
 #pragma omp simd
-        for (int64_t j = 0; j < F; j++) o[j] = g[j] / (1.0f + cpu_act_expf(-g[j])) * u[j];
+        for (int64_t j = 0; j < F; j++) o[j] = g[j] / (1.0f + loom_cpu_expf(-g[j])) * u[j];
     }
 }
 
@@ -97,7 +72,7 @@ void loom_cpu_swiglu_backward(struct loom_backend *be, float *dinp, const float 
         float *restrict du = dg + F;
 #pragma omp simd
         for (int64_t j = 0; j < F; j++) {
-            float s = 1.0f / (1.0f + cpu_act_expf(-g[j]));
+            float s = 1.0f / (1.0f + loom_cpu_expf(-g[j]));
             float silu = g[j] * s;
             dg[j] = dy[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
             du[j] = dy[j] * silu;
