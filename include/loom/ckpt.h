@@ -23,6 +23,9 @@ enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, const stru
  * meta.json). */
 enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,
                                      struct loom_train_state *st, int *has_optim);
+/* The checkpoint directory ROOT names: ROOT itself when it holds meta.json, else the iteration
+ * that ROOT/latest_checkpointed_iteration.txt points at. */
+enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap);
 /* Load parameters (and the optimizer state when opt is non-NULL). Collective over the world. */
 enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loom_adamw *opt);
 

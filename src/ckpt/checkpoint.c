@@ -223,7 +223,7 @@ enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, const stru
 
 /* Resolve ROOT to the checkpoint directory: ROOT itself if it holds meta.json, else
  * ROOT/iter_N from the pointer file. */
-static enum loom_status resolve_dir(const char *root, char *dir, size_t cap) {
+enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap) {
     char path[4200];
     snprintf(path, sizeof path, "%s/meta.json", root);
     if (loom_file_exists(path)) {
@@ -327,7 +327,7 @@ static enum loom_status read_meta_dir(const char *dir, struct loom_gpt_config *c
 enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,
                                      struct loom_train_state *st, int *has_optim) {
     char dir[4096], path[4200];
-    LOOM_CHECK(resolve_dir(root, dir, sizeof dir));
+    LOOM_CHECK(loom_ckpt_resolve(root, dir, sizeof dir));
     int64_t step;
     LOOM_CHECK(read_meta_dir(dir, cfg, st, &step));
     snprintf(path, sizeof path, "%s/optim.safetensors", dir);
@@ -366,7 +366,7 @@ static enum loom_status load_slices(struct loom_gpt *m, const struct loom_safete
 
 enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loom_adamw *opt) {
     char dir[4096], path[4200];
-    LOOM_CHECK(resolve_dir(root, dir, sizeof dir));
+    LOOM_CHECK(loom_ckpt_resolve(root, dir, sizeof dir));
     struct loom_gpt_config saved;
     struct loom_train_state st;
     int64_t step;

@@ -421,63 +421,142 @@ static float **alloc_loom(const struct loom_gpt *m) {
     return d;
 }
 
-enum loom_status loom_convert_hf_to_loom(const char *hf_dir, const char *loom_dir) {
+/* Everything one conversion holds: the table of the model, the per-parameter source maps, the
+ * loom tensors and the Hugging Face tensors (host, fp32). */
+struct conversion {
     struct loom_gpt_config cfg;
-    enum arch arch = ARCH_GPT2;
-    LOOM_CHECK(read_hf_config(hf_dir, &arch, &cfg));
     struct loom_parallel par;
     struct loom_gpt m;
-    LOOM_CHECK(table_for(&cfg, &par, &m));
+    struct hf_ctx h;
+    struct src_map *maps;
+    float **ld;
+    float ***hd;
+};
+
+static void conversion_free(struct conversion *cv) {
+    free_all(&cv->m, cv->ld, cv->hd);
+    free(cv->maps);
+    free(cv->m.params);
+    loom_parallel_free(&cv->par);
+}
+
+static enum loom_status conversion_init(struct conversion *cv, const struct loom_gpt_config *cfg,
+                                        enum arch arch, const char *what) {
+    memset(cv, 0, sizeof *cv);
+    cv->cfg = *cfg;
+    LOOM_CHECK(table_for(&cv->cfg, &cv->par, &cv->m));
+    cv->h = (struct hf_ctx){arch, &cv->cfg, ""};
+    cv->maps = calloc((size_t)cv->m.nparams, sizeof *cv->maps);
+    cv->ld = alloc_loom(&cv->m);
+    if (!cv->maps || !cv->ld)
+        return loom_fail(LOOM_ERR_OOM, "out of memory converting %s", what);
+    const char *local;
+    for (int i = 0; i < cv->m.nparams; i++)
+        LOOM_CHECK(sources(&cv->h, &cv->m.params[i], &local, &cv->maps[i]));
+    if (!(cv->hd = alloc_hf(&cv->m, cv->maps)))
+        return loom_fail(LOOM_ERR_OOM, "out of memory converting %s", what);
+    return LOOM_OK;
+}
+
+static enum loom_status import_hf(struct conversion *cv, const char *hf_dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
     struct loom_safetensors *st;
-    enum loom_status s = loom_safetensors_open(&st, path);
-    if (s != LOOM_OK) {
-        free(m.params);
-        return s;
+    LOOM_CHECK(loom_safetensors_open(&st, path));
+    if (cv->h.arch == ARCH_GPT2 && !loom_safetensors_find(st, "wte.weight") &&
+        loom_safetensors_find(st, "transformer.wte.weight")) {
+        cv->h.prefix = "transformer.";
+        const char *local;
+        for (int i = 0; i < cv->m.nparams; i++) sources(&cv->h, &cv->m.params[i], &local, &cv->maps[i]);
     }
-    struct hf_ctx h = {arch, &cfg, ""};
-    if (arch == ARCH_GPT2 && !loom_safetensors_find(st, "wte.weight") &&
-        loom_safetensors_find(st, "transformer.wte.weight"))
-        h.prefix = "transformer.";
-    struct src_map *maps = calloc((size_t)m.nparams, sizeof *maps);
-    float **ld = alloc_loom(&m);
-    float ***hd = NULL;
-    const char *dummy;
-    for (int i = 0; i < m.nparams && s == LOOM_OK; i++) s = sources(&h, &m.params[i], &dummy, &maps[i]);
-    if (s == LOOM_OK && (!maps || !ld || !(hd = alloc_hf(&m, maps))))
-        s = loom_fail(LOOM_ERR_OOM, "out of memory converting %s", hf_dir);
-    for (int i = 0; i < m.nparams && s == LOOM_OK; i++)
-        for (int k = 0; k < maps[i].nsrc && s == LOOM_OK; k++) {
-            int64_t shp[2] = {maps[i].shape[k][0], maps[i].shape[k][1]};
+    enum loom_status s = LOOM_OK;
+    for (int i = 0; i < cv->m.nparams && s == LOOM_OK; i++)
+        for (int k = 0; k < cv->maps[i].nsrc && s == LOOM_OK; k++) {
+            int64_t shp[2] = {cv->maps[i].shape[k][0], cv->maps[i].shape[k][1]};
             int nd = shp[1] ? 2 : 1;
-            s = loom_safetensors_expect_shape(st, maps[i].name[k], nd, shp);
+            s = loom_safetensors_expect_shape(st, cv->maps[i].name[k], nd, shp);
             if (s == LOOM_OK)
-                s = loom_safetensors_read_f32(st, maps[i].name[k], hd[i][k], shp[0] * (nd > 1 ? shp[1] : 1));
+                s = loom_safetensors_read_f32(st, cv->maps[i].name[k], cv->hd[i][k],
+                                              shp[0] * (nd > 1 ? shp[1] : 1));
         }
-    if (s == LOOM_OK) s = map_tensors(&h, &m, ld, hd, maps, 1);
     loom_safetensors_close(st);
-    /* write the loom checkpoint directory */
+    if (s == LOOM_OK) s = map_tensors(&cv->h, &cv->m, cv->ld, cv->hd, cv->maps, 1);
+    return s;
+}
+
+static enum loom_status save_loom(struct conversion *cv, const char *loom_dir) {
+    char path[4200];
     struct loom_safetensors_writer *w = NULL;
-    if (s == LOOM_OK) s = loom_mkdir_p(loom_dir);
-    if (s == LOOM_OK) s = loom_safetensors_writer_init(&w);
-    for (int i = 0; i < m.nparams && s == LOOM_OK; i++)
-        s = loom_safetensors_writer_add(w, m.params[i].name, LOOM_DTYPE_F32, m.params[i].ndim,
-                                        m.params[i].shape, ld[i]);
+    LOOM_CHECK(loom_mkdir_p(loom_dir));
+    LOOM_CHECK(loom_safetensors_writer_init(&w));
+    enum loom_status s = LOOM_OK;
+    for (int i = 0; i < cv->m.nparams && s == LOOM_OK; i++)
+        s = loom_safetensors_writer_add(w, cv->m.params[i].name, LOOM_DTYPE_F32, cv->m.params[i].ndim,
+                                        cv->m.params[i].shape, cv->ld[i]);
     if (s == LOOM_OK) {
         loom_safetensors_writer_set_metadata(w, "format", "loom");
         snprintf(path, sizeof path, "%s/model.safetensors", loom_dir);
         s = loom_safetensors_writer_save(w, path);
     }
+    loom_safetensors_writer_free(w);
     if (s == LOOM_OK) {
         snprintf(path, sizeof path, "%s/meta.json", loom_dir);
-        s = loom_ckpt_write_config_json(path, &cfg, NULL, 0);
+        s = loom_ckpt_write_config_json(path, &cv->cfg, NULL, 0);
     }
-    if (w) loom_safetensors_writer_free(w);
-    free_all(&m, ld, hd);
-    free(maps);
-    free(m.params);
-    loom_parallel_free(&par);
+    return s;
+}
+
+static enum loom_status load_loom(struct conversion *cv, const char *loom_dir) {
+    char dir[4096], path[4200];
+    LOOM_CHECK(loom_ckpt_resolve(loom_dir, dir, sizeof dir));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    struct loom_safetensors *st;
+    LOOM_CHECK(loom_safetensors_open(&st, path));
+    enum loom_status s = LOOM_OK;
+    for (int i = 0; i < cv->m.nparams && s == LOOM_OK; i++) {
+        const struct loom_param *p = &cv->m.params[i];
+        s = loom_safetensors_expect_shape(st, p->name, p->ndim, p->shape);
+        if (s == LOOM_OK) s = loom_safetensors_read_f32(st, p->name, cv->ld[i], p->shape[0] * p->shape[1]);
+    }
+    loom_safetensors_close(st);
+    if (s == LOOM_OK) s = map_tensors(&cv->h, &cv->m, cv->ld, cv->hd, cv->maps, 0);
+    return s;
+}
+
+static enum loom_status save_hf(struct conversion *cv, const char *hf_dir) {
+    char path[4200];
+    struct loom_safetensors_writer *w = NULL;
+    LOOM_CHECK(loom_mkdir_p(hf_dir));
+    LOOM_CHECK(loom_safetensors_writer_init(&w));
+    enum loom_status s = LOOM_OK;
+    for (int i = 0; i < cv->m.nparams && s == LOOM_OK; i++)
+        for (int k = 0; k < cv->maps[i].nsrc && s == LOOM_OK; k++) {
+            int64_t shp[2] = {cv->maps[i].shape[k][0], cv->maps[i].shape[k][1]};
+            s = loom_safetensors_writer_add(w, cv->maps[i].name[k], LOOM_DTYPE_F32, shp[1] ? 2 : 1,
+                                            shp, cv->hd[i][k]);
+        }
+    if (s == LOOM_OK) {
+        loom_safetensors_writer_set_metadata(w, "format", "pt");
+        snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
+        s = loom_safetensors_writer_save(w, path);
+    }
+    loom_safetensors_writer_free(w);
+    if (s == LOOM_OK) {
+        snprintf(path, sizeof path, "%s/config.json", hf_dir);
+        s = write_hf_config(path, cv->h.arch, &cv->cfg);
+    }
+    return s;
+}
+
+enum loom_status loom_convert_hf_to_loom(const char *hf_dir, const char *loom_dir) {
+    struct loom_gpt_config cfg;
+    enum arch arch = ARCH_GPT2;
+    LOOM_CHECK(read_hf_config(hf_dir, &arch, &cfg));
+    struct conversion cv;
+    enum loom_status s = conversion_init(&cv, &cfg, arch, hf_dir);
+    if (s == LOOM_OK) s = import_hf(&cv, hf_dir);
+    if (s == LOOM_OK) s = save_loom(&cv, loom_dir);
+    conversion_free(&cv);
     return s;
 }
 
@@ -489,62 +568,10 @@ enum loom_status loom_convert_loom_to_hf(const char *loom_dir, const char *hf_di
     LOOM_CHECK(loom_gpt_config_finalize(&cfg, 1, 1));
     enum arch arch = ARCH_GPT2;
     LOOM_CHECK(arch_of(&cfg, &arch));
-    struct loom_parallel par;
-    struct loom_gpt m;
-    LOOM_CHECK(table_for(&cfg, &par, &m));
-    /* the model file of the resolved checkpoint directory */
-    char path[4400], dir[4200];
-    snprintf(path, sizeof path, "%s/meta.json", loom_dir);
-    if (loom_file_exists(path)) {
-        snprintf(dir, sizeof dir, "%s", loom_dir);
-    } else {
-        snprintf(dir, sizeof dir, "%s/iter_%07lld", loom_dir, (long long)tst.iteration);
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    struct loom_safetensors *st;
-    enum loom_status s = loom_safetensors_open(&st, path);
-    if (s != LOOM_OK) {
-        free(m.params);
-        return s;
-    }
-    struct hf_ctx h = {arch, &cfg, ""};
-    struct src_map *maps = calloc((size_t)m.nparams, sizeof *maps);
-    float **ld = alloc_loom(&m);
-    float ***hd = NULL;
-    const char *dummy;
-    for (int i = 0; i < m.nparams && s == LOOM_OK; i++) s = sources(&h, &m.params[i], &dummy, &maps[i]);
-    if (s == LOOM_OK && (!maps || !ld || !(hd = alloc_hf(&m, maps))))
-        s = loom_fail(LOOM_ERR_OOM, "out of memory converting %s", loom_dir);
-    for (int i = 0; i < m.nparams && s == LOOM_OK; i++) {
-        s = loom_safetensors_expect_shape(st, m.params[i].name, m.params[i].ndim, m.params[i].shape);
-        if (s == LOOM_OK)
-            s = loom_safetensors_read_f32(st, m.params[i].name, ld[i],
-                                          m.params[i].shape[0] * m.params[i].shape[1]);
-    }
-    if (s == LOOM_OK) s = map_tensors(&h, &m, ld, hd, maps, 0);
-    loom_safetensors_close(st);
-    struct loom_safetensors_writer *w = NULL;
-    if (s == LOOM_OK) s = loom_mkdir_p(hf_dir);
-    if (s == LOOM_OK) s = loom_safetensors_writer_init(&w);
-    for (int i = 0; i < m.nparams && s == LOOM_OK; i++)
-        for (int k = 0; k < maps[i].nsrc && s == LOOM_OK; k++) {
-            int64_t shp[2] = {maps[i].shape[k][0], maps[i].shape[k][1]};
-            s = loom_safetensors_writer_add(w, maps[i].name[k], LOOM_DTYPE_F32, shp[1] ? 2 : 1, shp,
-                                            hd[i][k]);
-        }
-    if (s == LOOM_OK) {
-        loom_safetensors_writer_set_metadata(w, "format", "pt");
-        snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
-        s = loom_safetensors_writer_save(w, path);
-    }
-    if (s == LOOM_OK) {
-        snprintf(path, sizeof path, "%s/config.json", hf_dir);
-        s = write_hf_config(path, arch, &cfg);
-    }
-    if (w) loom_safetensors_writer_free(w);
-    free_all(&m, ld, hd);
-    free(maps);
-    free(m.params);
-    loom_parallel_free(&par);
+    struct conversion cv;
+    enum loom_status s = conversion_init(&cv, &cfg, arch, loom_dir);
+    if (s == LOOM_OK) s = load_loom(&cv, loom_dir);
+    if (s == LOOM_OK) s = save_hf(&cv, hf_dir);
+    conversion_free(&cv);
     return s;
 }
