@@ -88,7 +88,9 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
     f->gqa = gqa;
     f->norm_eps = saved.norm_eps;
     f->rope_base = saved.rope_theta;
-    /* --seq-length may change (fine-tuning at another length) but learned positions must cover it */
+    /* --seq-length may change (fine-tuning at another length; learned positions must cover it),
+     * and defaults to the checkpoint's */
+    if (!loom_flags_find(flags, nflags, "--seq-length")->given) f->seq = saved.seq_length;
     return LOOM_OK;
 }
 

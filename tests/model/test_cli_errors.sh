@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Bad input to train, convert and generate: each case exits non-zero, before any work, with one
+# line "loom: error: ..." that names the flag, file or value at fault.
+set -uo pipefail
+LOOM=${LOOM:-build/loom}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+# expect_error "what" "text the message must contain" command...
+expect_error() {
+  local what=$1 needle=$2
+  shift 2
+  local out rc
+  out=$(timeout 60 "$@" 2>&1 >/dev/null)
+  rc=$?
+  local lines
+  lines=$(printf '%s\n' "$out" | grep -c '^loom: error:')
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && printf '%s' "$out" | grep -qF -- "$needle"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL $what (exit $rc): $out"
+  fi
+}
+T=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+   --vocab-size 50 --train-iters 2 --eval-iters 0)
+expect_error "unknown flag" "--no-such-flag" "$LOOM" "${T[@]}" --no-such-flag 3
+expect_error "missing value" "--lr needs a value" "$LOOM" "${T[@]}" --lr
+expect_error "not a number" "--lr" "$LOOM" "${T[@]}" --lr fast
+expect_error "bad choice" "--normalization" "$LOOM" "${T[@]}" --normalization BatchNorm
+expect_error "heads vs hidden" "--num-attention-heads 5 does not divide --hidden-size 32" "$LOOM" train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 5 --train-iters 1
+expect_error "query groups" "--num-query-groups 3" "$LOOM" "${T[@]}" --group-query-attention --num-query-groups 3
+expect_error "groups without gqa" "--group-query-attention" "$LOOM" "${T[@]}" --num-query-groups 2
+expect_error "no data" "--data-path" "$LOOM" train --num-layers 2 --train-iters 1
+expect_error "no iterations" "--train-iters" "$LOOM" train --mock-data
+expect_error "batch split" "--global-batch-size 3" "$LOOM" "${T[@]}" --micro-batch-size 2 --global-batch-size 3
+expect_error "positions" "--max-position-embeddings 8" "$LOOM" "${T[@]}" --max-position-embeddings 8
+expect_error "dropout" "--hidden-dropout" "$LOOM" "${T[@]}" --hidden-dropout 1.5
+expect_error "tp vs world" "--tensor-model-parallel-size 2" "$LOOM" "${T[@]}" --tensor-model-parallel-size 2
+expect_error "layers vs pp" "--pipeline-model-parallel-size 3 does not divide --num-layers 2" "$LOOM" "${T[@]}" --pipeline-model-parallel-size 3
+expect_error "missing checkpoint" "$tmp/nothing" "$LOOM" "${T[@]}" --load "$tmp/nothing"
+expect_error "missing data file" "$tmp/missing" "$LOOM" train --data-path "$tmp/missing" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 50 --train-iters 1
+expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu
+# a checkpoint, then flags that contradict it
+"$LOOM" "${T[@]}" --save "$tmp/ck" > /dev/null 2>&1
+expect_error "contradicting checkpoint" "--hidden-size 64 contradicts the checkpoint" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --hidden-size 64
+expect_error "contradicting norm" "--normalization RMSNorm contradicts" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --normalization RMSNorm
+# and one that agrees loads fine
+if "$LOOM" train --mock-data --train-iters 4 --eval-iters 0 --load "$tmp/ck" --hidden-size 32 > /dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: resuming with agreeing flags"; fi
+# convert
+expect_error "convert pair" "--loader and --saver are both" "$LOOM" convert --loader hf --saver hf --load-dir a --save-dir b
+expect_error "convert missing" "config.json" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/none" --save-dir "$tmp/out"
+mkdir -p "$tmp/bad" && echo '{"model_type": "bert"}' > "$tmp/bad/config.json"
+expect_error "convert type" "model_type \"bert\"" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+echo '{"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "vocab_size": 10}' > "$tmp/bad/config.json"
+printf 'junk' > "$tmp/bad/model.safetensors"
+expect_error "convert weights" "model.safetensors" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+[ ! -e "$tmp/out/model.safetensors" ] || { fail=$((fail + 1)); echo "FAIL: a failed convert left a file"; }
+# generate
+expect_error "generate no load" "--load" "$LOOM" generate --vocab-file x
+expect_error "generate top-p" "--top-p" "$LOOM" generate --load "$tmp/ck" --vocab-file x --top-p 2
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
