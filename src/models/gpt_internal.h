@@ -40,7 +40,7 @@ struct loom_gpt_acts {
     float *dc;                /* [N,C] */
     float *full;              /* [N,C] a full-sequence buffer for region transitions */
     float *sp_scratch;        /* [N,C] the sequence-parallel collectives' scratch */
-    float *dwide;             /* [N, max(QKVl, F1l, Vl?)] */
+    float *dwide;             /* [N, max(QKVl, F1l)] */
     float *dwide2;            /* [N, max(NHl HS, Fl)] */
     void *mem;                /* the one allocation everything above lives in */
 };
