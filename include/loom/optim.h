@@ -37,4 +37,20 @@ void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, do
  * reduced gradients and are not summed). */
 enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm);
 
+/* Dynamic loss scaling for fp16 (Megatron's DynamicGradScaler rules): the loss is multiplied
+ * by `scale` before backward; a step whose gradients hold an inf/nan is skipped, and after
+ * `hysteresis` such steps in a row (counted since the last growth) the scale is halved, never
+ * below min_scale; after `window` clean steps in a row it doubles. A static scaler (window 0)
+ * never changes. */
+struct loom_loss_scaler {
+    double scale, min_scale;
+    int64_t window, hysteresis;
+    int64_t growth_tracker, hysteresis_tracker;
+};
+
+void loom_loss_scaler_init(struct loom_loss_scaler *s, double initial, double min_scale,
+                           int64_t window, int64_t hysteresis);
+/* Record the outcome of a step; returns 1 when the step must be skipped (found_inf). */
+int loom_loss_scaler_update(struct loom_loss_scaler *s, int found_inf);
+
 #endif
