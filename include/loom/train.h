@@ -56,7 +56,10 @@ enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *
                                       const char *split_weights, int split, int64_t T,
                                       int64_t num_samples, uint64_t seed, int64_t vocab);
 
-/* Run training; returns LOOM_OK or an error with its message recorded. */
-enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char ***argv);
+/* Run training; returns LOOM_OK or an error with its message recorded. *collective tells
+ * whether the error is one every rank met alike (configuration and layout checks) or may be this
+ * rank's alone (devices, files, memory, numerics). */
+enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char ***argv,
+                                int *collective);
 
 #endif

@@ -167,7 +167,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun)", "auto|self|mpi", 0},
         {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
     };
-    int help;
+    int help, collective = 1;
     enum loom_status s = loom_flags_parse(flags, NFLAGS(flags), argc, argv, 2, &help);
     if (s == LOOM_OK && help) {
         loom_flags_print_help("usage: loom train [flags]", flags, NFLAGS(flags));
@@ -267,11 +267,11 @@ int loom_cmd_train(int argc, char **argv) {
         struct loom_gpt_config probe = c.model;
         if ((s = loom_gpt_config_finalize(&probe, (int)c.tp, (int)c.pp)) != LOOM_OK) goto out;
     }
-    s = loom_train_run(&c, &argc, &argv);
+    s = loom_train_run(&c, &argc, &argv, &collective);
 out:
-    /* a user's mistake is found alike by every rank: rank 0 reports it, all exit 1; any other
-     * failure may be one rank's alone: it reports and ends the whole job */
-    if (s != LOOM_OK) loom_comm_exit_error(1, s == LOOM_ERR_INVALID_ARG);
+    /* flag and layout mistakes are found alike by every rank: rank 0 reports, all exit 1; any
+     * other failure may be one rank's alone: it reports and ends the whole job */
+    if (s != LOOM_OK) loom_comm_exit_error(1, collective);
     loom_comm_finalize();
     return 0;
 #undef FAIL

@@ -33,6 +33,7 @@ struct trainer {
     int32_t *tokens, *targets, *sample; /* host [B*T], [B*T], [T+1] */
     FILE *metrics;
     double flops_per_token, peak_tflops;
+    int errors_collective; /* a failure now is one every rank meets alike */
     struct loom_pipeline *pipe;
     struct loom_grad_sync *gsync;
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
@@ -249,6 +250,9 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->num_micro = c->global_batch / (c->micro_batch * dp);
     if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
 
+    /* everything above fails alike on every rank; what follows (devices, files, memory) may fail
+     * on one rank alone */
+    t->errors_collective = 0;
     LOOM_CHECK(loom_backend_create(&t->be, c->device, 0));
     {
         struct loom_pipe_op *ops;
@@ -382,10 +386,12 @@ static enum loom_status train_loop(struct trainer *t) {
     return LOOM_OK;
 }
 
-enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char ***argv) {
+enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char ***argv,
+                                int *collective) {
     struct trainer t;
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
+    t.errors_collective = 1;
     enum loom_status s = setup(&t, argc, argv);
     if (s == LOOM_OK) s = train_loop(&t);
     if (t.metrics) fclose(t.metrics);
@@ -401,5 +407,6 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
         loom_gpt_free(t.model);
     }
     if (t.be) loom_backend_destroy(t.be);
+    *collective = t.errors_collective;
     return s;
 }
