@@ -70,8 +70,9 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(torch.arange(T))
         for b in self.blocks:
             x = b(x)
-        logits = F.linear(self.lnf(x), self.wte.weight)  # tied output layer
-        logits = logits[..., :vocab]  # padded columns never enter the softmax (as in loom)
+        # tied output layer over the real rows only: padded columns never enter the softmax
+        # (as in loom), and the logits come out contiguous
+        logits = F.linear(self.lnf(x), self.wte.weight[:vocab])
         return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
 
 
