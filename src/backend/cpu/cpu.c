@@ -1,13 +1,30 @@
-/* CPU backend: host memory, OpenBLAS for matrix products, OpenMP for the rest. */
+/* CPU backend: host memory, OpenBLAS for matrix products, OpenMP for the rest.
+ *
+ * Memory: blocks of 2 MiB and more (parameters, gradients, optimizer state, activations) are
+ * aligned to 2 MiB, rounded up to a multiple of it and marked MADV_HUGEPAGE, so that where
+ * transparent huge pages are enabled (as "madvise", the common default) the kernel backs them
+ * with 2 MiB pages: first touch costs one page fault per 2 MiB instead of 512, and the matrix
+ * kernels' streams miss the TLB far less. Smaller blocks are 64-byte aligned. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+#define CPU_HUGE_PAGE ((size_t)2 << 20)
 
 #include "backend/cpu/cpu_ops.h"
 
 static void *cpu_malloc(struct loom_backend *be, size_t bytes) {
     (void)be;
     void *p = NULL;
+    if (bytes >= CPU_HUGE_PAGE && bytes <= SIZE_MAX - CPU_HUGE_PAGE) {
+        size_t rounded = (bytes + CPU_HUGE_PAGE - 1) & ~(CPU_HUGE_PAGE - 1);
+        if (posix_memalign(&p, CPU_HUGE_PAGE, rounded) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+        (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only: 4 KiB pages if refused */
+#endif
+        return p;
+    }
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
     return p;
 }
