@@ -22,6 +22,7 @@
 #include "loom/tensor.h"
 
 struct loom_backend;
+struct loom_mem_stats;
 
 /* Where a dropout mask element comes from: global indices, so every layout draws the same mask.
  * Element (b, t, c) of the local [B, T, C] block has global index
@@ -158,6 +159,28 @@ struct loom_backend_ops {
     void (*adamw)(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
                   int64_t n, float lr, float beta1, float beta2, float eps, float wd,
                   int64_t step, float grad_scale);
+
+    /* ---- precision, memory and ordering (optional: NULL where a backend has none) ----
+     * Element type of the inputs of the matrix products in linear_forward/linear_backward:
+     * LOOM_DTYPE_F32 (exact fp32, the default) or LOOM_DTYPE_BF16 (inputs rounded to bf16,
+     * products accumulated and written in fp32; parameters, activations and gradients stay
+     * fp32). Weights inside [params, params + n) get a bf16 copy that is refreshed once after
+     * they change (the backend notices its own writes there: to_device, copy, zero, add, axpy,
+     * scale, adamw); other operands are converted per call into a reusable workspace.
+     * Any other type is LOOM_ERR_UNSUPPORTED. */
+    enum loom_status (*set_matmul_dtype)(struct loom_backend *be, enum loom_dtype dt,
+                                         const float *params, int64_t n);
+    /* Device memory the backend holds (its own allocations and workspaces). */
+    void (*memory_stats)(struct loom_backend *be, struct loom_mem_stats *st);
+    /* The stream every op runs on, as an opaque handle (a cudaStream_t), so that communication
+     * can be ordered with compute (loom_comm_set_stream). */
+    void *(*stream)(struct loom_backend *be);
+};
+
+struct loom_mem_stats {
+    size_t in_use;       /* bytes allocated now */
+    size_t peak;         /* most bytes allocated at once so far */
+    int64_t allocations; /* allocation calls so far, workspaces included */
 };
 
 struct loom_backend {
@@ -168,7 +191,9 @@ struct loom_backend {
 };
 
 /* Create a backend by name ("cpu", "cuda"); an unknown or unavailable one is
- * LOOM_ERR_INVALID_ARG/UNSUPPORTED with a message naming the valid choices. */
+ * LOOM_ERR_INVALID_ARG/UNSUPPORTED with a message naming the valid choices. device_index < 0
+ * picks the device of this process's local rank (loom_comm_local_rank() modulo the device
+ * count), so that the ranks of one node spread over its GPUs. */
 enum loom_status loom_backend_create(struct loom_backend **out, const char *name, int device_index);
 void loom_backend_destroy(struct loom_backend *be);
 

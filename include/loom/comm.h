@@ -1,8 +1,10 @@
 /* One collective interface over process groups, independent of the transport.
  *
  * Backends: "self" (one rank, every collective is a copy or no-op), "mpi" (host memory, Open MPI)
- * and later "nccl" (device memory). Layers and the trainer only ever see struct loom_comm.
- * Buffers live where the backend expects them (host for self/mpi, device for nccl).
+ * and "nccl" (device memory through NCCL, host memory through MPI: see comm_nccl.c). Layers and
+ * the trainer only ever see struct loom_comm. Buffers live where the backend expects them (host
+ * for self/mpi; device for nccl, which also takes host buffers, e.g. a few loss or norm scalars,
+ * and moves those over MPI: both ends of a message must use the same kind of memory).
  * Every call counts the bytes it sends (for the analytic communication-volume checks).
  *
  * Arguments are checked before anything moves: a negative count, a NULL buffer with a non-zero
@@ -40,10 +42,26 @@ int loom_comm_size(const struct loom_comm *c);
 const char *loom_comm_backend_name(const struct loom_comm *c);
 
 /* The world group. "self" gives a 1-rank world without MPI; "mpi" calls MPI_Init_thread (once,
- * FUNNELED) and installs a loom_abort hook that ends every rank. "auto" (or NULL) picks "mpi"
- * when the process was started by a launcher (mpirun, srun) and "self" otherwise. */
+ * FUNNELED) and installs a loom_abort hook that ends every rank; "nccl" (built with CUDA, MPI
+ * and NCCL) first selects the GPU of the local rank (loom_comm_local_rank() modulo the device
+ * count), starts MPI as "mpi" does and builds an NCCL communicator over it. "auto" (or NULL)
+ * picks "mpi" when the process was started by a launcher (mpirun, srun) and "self" otherwise
+ * (the trainer picks "nccl" for --device cuda under a launcher). */
 enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, int *argc,
                                  char ***argv);
+/* This process's rank among the processes of its node, from the launcher's environment
+ * (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, LOCAL_RANK); 0 when none is set. */
+int loom_comm_local_rank(void);
+/* Non-zero when a launcher (mpirun, srun) started this process and MPI is built in: what "auto"
+ * uses to choose between one rank and MPI. */
+int loom_comm_launched(void);
+/* Device-memory backends (nccl) run their operations on a stream of their own, ordered after the
+ * work already queued on `stream` (a cudaStream_t; NULL: the legacy default stream), and make
+ * work queued there afterwards wait for their results: a blocking collective on device buffers
+ * returns once it is queued, not once it has finished. Process-wide (one device per process); no
+ * effect on the host backends. */
+void loom_comm_set_stream(void *stream);
+
 /* Sub-group of `parent` made of the ranks with the same `color`, ordered by `key` (ties by
  * parent rank). Collective over `parent`. A negative color joins no group: *out is NULL. */
 enum loom_status loom_comm_split(struct loom_comm **out, struct loom_comm *parent, int color,

@@ -36,6 +36,34 @@ static int launched_by_mpi(void) {
 }
 #endif
 
+int loom_comm_local_rank(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                                 "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        long r = v && *v ? strtol(v, &end, 10) : -1;
+        if (v && *v && *end == 0 && r >= 0 && r < 1 << 20) return (int)r;
+    }
+    return 0;
+}
+
+int loom_comm_launched(void) {
+#ifdef LOOM_HAVE_MPI
+    return launched_by_mpi();
+#else
+    return 0;
+#endif
+}
+
+void loom_comm_set_stream(void *stream) {
+#ifdef LOOM_HAVE_NCCL
+    loom_comm_nccl_set_stream(stream);
+#else
+    (void)stream;
+#endif
+}
+
 enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, int *argc,
                                  char ***argv) {
     if (!out) return loom_fail(LOOM_ERR_INVALID_ARG, "loom_comm_world: out is NULL");
@@ -61,10 +89,33 @@ enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, in
                          "-DLOOM_MPI=ON); valid here: self");
 #endif
     }
+    if (strcmp(backend, "nccl") == 0) {
+#ifdef LOOM_HAVE_NCCL
+        LOOM_CHECK(loom_comm_nccl_world(out, argc, argv));
+        loom_log_set_rank((*out)->rank, (*out)->size);
+        return LOOM_OK;
+#else
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "communication backend 'nccl' is not built in (it needs CUDA, MPI and "
+                         "nccl.h when configuring); valid here: self%s",
+#ifdef LOOM_HAVE_MPI
+                         ", mpi"
+#else
+                         ""
+#endif
+        );
+#endif
+    }
     return loom_fail(LOOM_ERR_INVALID_ARG,
-                     "unknown communication backend '%s'; valid: self%s, auto", backend,
+                     "unknown communication backend '%s'; valid: self%s%s, auto", backend,
 #ifdef LOOM_HAVE_MPI
                      ", mpi"
+#else
+                     ""
+#endif
+                     ,
+#ifdef LOOM_HAVE_NCCL
+                     ", nccl"
 #else
                      ""
 #endif

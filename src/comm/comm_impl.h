@@ -82,5 +82,10 @@ int loom_comm_mpi_active(void);
  * (the default is 1 << 30); n <= 0 restores the default. */
 void loom_comm_mpi_set_max_chunk(int64_t n);
 #endif
+#ifdef LOOM_HAVE_NCCL
+/* comm_nccl.c: the world over NCCL (device buffers) and MPI (host buffers). */
+enum loom_status loom_comm_nccl_world(struct loom_comm **out, int *argc, char ***argv);
+void loom_comm_nccl_set_stream(void *stream);
+#endif
 
 #endif

@@ -34,6 +34,7 @@ void loom_cuda_adamw(struct loom_backend *be, float *param, const float *grad, f
                      int64_t step, float grad_scale) {
     if (n <= 0) return;
     LOOM_ASSERT(step >= 1);
+    loom_cuda_wrote(be, param, (size_t)n * sizeof(float));
     const double bc1 = 1.0 - pow((double)beta1, (double)step);
     const double bc2 = 1.0 - pow((double)beta2, (double)step);
     const float step_size = (float)((double)lr / bc1);

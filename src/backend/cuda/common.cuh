@@ -20,11 +20,18 @@
 #define _Noreturn __attribute__((noreturn))
 extern "C" {
 #include "loom/backend.h"
+#include "loom/comm.h"
 #include "loom/log.h"
 #include "loom/status.h"
 }
 #undef _Noreturn
 #include "loom/rng.h"
+
+struct loom_cuda_alloc {
+    void *p;
+    size_t bytes;
+};
+struct loom_cuda_lt_plan; /* matmul_bf16.cu */
 
 /* Backend-private state (be->impl). */
 struct loom_cuda {
@@ -37,6 +44,22 @@ struct loom_cuda {
     void *scratch; /* grows on demand; used by one op at a time on the stream */
     size_t scratch_bytes;
     double *host_double; /* pinned, for sumsq */
+    /* every device allocation, for memory_stats (cuda.cu) */
+    struct loom_cuda_alloc *allocs;
+    int nallocs, cap_allocs;
+    size_t mem_in_use, mem_peak;
+    int64_t alloc_calls;
+    /* bf16 matrix products (matmul_bf16.cu) */
+    int matmul_bf16;
+    cublasLtHandle_t lt;
+    const float *params;  /* registered weights [params, params + nparams) */
+    int64_t nparams;
+    void *params_bf16;    /* their bf16 copy */
+    int params_dirty;     /* written since the copy was made */
+    void *act_ws;         /* bf16 copies of the other operands of one product */
+    size_t act_ws_bytes;
+    struct loom_cuda_lt_plan *plans;
+    int nplans, cap_plans;
 };
 
 static inline struct loom_cuda *loom_cuda_impl(struct loom_backend *be) {
@@ -67,6 +90,21 @@ static inline cudaStream_t loom_cuda_stream(struct loom_backend *be) {
 
 /* Scratch device memory of at least `bytes`, valid until the next call of this function. */
 void *loom_cuda_scratch(struct loom_backend *be, size_t bytes);
+/* Device memory counted by memory_stats (cudaMalloc; NULL on failure) and its release. */
+void *loom_cuda_alloc(struct loom_backend *be, size_t bytes);
+void loom_cuda_release(struct loom_backend *be, void *p);
+/* A buffer *buf of at least `bytes` (grown like the scratch: waits for the stream first). */
+void loom_cuda_grow(struct loom_backend *be, void **buf, size_t *have, size_t bytes,
+                    const char *what);
+
+/* Note a write to [p, p + bytes): the bf16 copy of registered weights it touches is stale. */
+static inline void loom_cuda_wrote(struct loom_backend *be, const void *p, size_t bytes) {
+    struct loom_cuda *c = (struct loom_cuda *)be->impl;
+    if (!c->params_bf16 || !bytes) return;
+    const char *lo = (const char *)c->params, *hi = lo + (size_t)c->nparams * sizeof(float);
+    const char *q = (const char *)p;
+    if (q < hi && q + bytes > lo) c->params_dirty = 1;
+}
 
 /* Blocks for a grid-stride kernel over n elements. */
 static inline unsigned loom_cuda_grid(int64_t n, int threads) {
@@ -115,7 +153,22 @@ void loom_cuda_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw,
                                 const float *inp, const float *w, const float *rstd, int64_t N,
                                 int64_t C);
 
+/* matmul_bf16.cu: the bf16 path of the linear ops (inputs rounded to bf16, fp32 accumulation
+ * and outputs, cuBLASLt), and the backend op that selects it. */
+enum loom_status loom_cuda_set_matmul_dtype(struct loom_backend *be, enum loom_dtype dt,
+                                            const float *params, int64_t n);
+void loom_cuda_linear_forward_bf16(struct loom_backend *be, float *out, const float *inp,
+                                   const float *w, const float *b, int64_t N, int64_t C,
+                                   int64_t OC);
+void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                    const float *dout, const float *inp, const float *w,
+                                    int64_t N, int64_t C, int64_t OC);
+void loom_cuda_matmul_free(struct loom_backend *be);
+
 /* matmul.cu */
+/* out[n, oc] = b[oc] for a row-major [N, OC] block */
+void loom_cuda_fill_bias(struct loom_backend *be, float *out, const float *b, int64_t N,
+                         int64_t OC);
 void loom_cuda_linear_forward(struct loom_backend *be, float *out, const float *inp,
                               const float *w, const float *b, int64_t N, int64_t C, int64_t OC);
 void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,

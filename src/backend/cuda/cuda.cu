@@ -10,19 +10,65 @@
 
 #define LOOM_CUDA_CUBLAS_WS_BYTES ((size_t)32 << 20)
 
-void *loom_cuda_scratch(struct loom_backend *be, size_t bytes) {
+/* ---- device memory: every allocation is listed, for memory_stats ---- */
+
+void *loom_cuda_alloc(struct loom_backend *be, size_t bytes) {
     struct loom_cuda *c = loom_cuda_impl(be);
-    if (bytes <= c->scratch_bytes) return c->scratch;
+    if (!bytes) bytes = 256;
+    if (c->nallocs == c->cap_allocs) {
+        int cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
+        struct loom_cuda_alloc *a =
+            (struct loom_cuda_alloc *)realloc(c->allocs, (size_t)cap * sizeof *a);
+        if (!a) return NULL;
+        c->allocs = a;
+        c->cap_allocs = cap;
+    }
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError(); /* clear the error so that later calls are not blamed */
+        return NULL;
+    }
+    c->allocs[c->nallocs].p = p;
+    c->allocs[c->nallocs].bytes = bytes;
+    c->nallocs++;
+    c->alloc_calls++;
+    c->mem_in_use += bytes;
+    if (c->mem_in_use > c->mem_peak) c->mem_peak = c->mem_in_use;
+    return p;
+}
+
+void loom_cuda_release(struct loom_backend *be, void *p) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (!p) return;
+    for (int i = c->nallocs - 1; i >= 0; i--)
+        if (c->allocs[i].p == p) {
+            c->mem_in_use -= c->allocs[i].bytes;
+            c->allocs[i] = c->allocs[--c->nallocs];
+            break;
+        }
+    LOOM_CUDA_CHECK(cudaFree(p));
+}
+
+void loom_cuda_grow(struct loom_backend *be, void **buf, size_t *have, size_t bytes,
+                    const char *what) {
+    if (bytes <= *have) return;
     size_t want = bytes + bytes / 4;
     want = (want + 255) & ~(size_t)255;
     /* The old buffer may still be read by queued kernels: wait for them before freeing. */
-    LOOM_CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    if (c->scratch) LOOM_CUDA_CHECK(cudaFree(c->scratch));
-    c->scratch = NULL;
-    c->scratch_bytes = 0;
-    if (cudaMalloc(&c->scratch, want) != cudaSuccess)
-        loom_abort(__FILE__, __LINE__, "cuda: out of device memory for %zu bytes of scratch", want);
-    c->scratch_bytes = want;
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(loom_cuda_stream(be)));
+    loom_cuda_release(be, *buf);
+    *buf = NULL;
+    *have = 0;
+    *buf = loom_cuda_alloc(be, want);
+    if (!*buf)
+        loom_abort(__FILE__, __LINE__, "cuda: out of device memory for %zu bytes of %s", want,
+                   what);
+    *have = want;
+}
+
+void *loom_cuda_scratch(struct loom_backend *be, size_t bytes) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    loom_cuda_grow(be, &c->scratch, &c->scratch_bytes, bytes, "scratch");
     return c->scratch;
 }
 
@@ -31,35 +77,42 @@ static void cuda_destroy(struct loom_backend *be) {
     if (c) {
         cudaSetDevice(c->device);
         if (c->stream) cudaStreamSynchronize(c->stream);
+        loom_cuda_matmul_free(be);
         if (c->cublas) cublasDestroy(c->cublas);
-        if (c->cublas_ws) cudaFree(c->cublas_ws);
-        if (c->scratch) cudaFree(c->scratch);
         if (c->host_double) cudaFreeHost(c->host_double);
         if (c->stream) cudaStreamDestroy(c->stream);
+        for (int i = 0; i < c->nallocs; i++) cudaFree(c->allocs[i].p); /* workspaces, leaks */
+        free(c->allocs);
         free(c);
     }
     free(be);
 }
 
 static void *cuda_malloc(struct loom_backend *be, size_t bytes) {
-    (void)be;
-    void *p = NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 256) != cudaSuccess) {
-        cudaGetLastError(); /* clear the sticky-free error so later calls are not blamed */
-        return NULL;
-    }
-    return p;
+    return loom_cuda_alloc(be, bytes);
 }
 
 static void cuda_free(struct loom_backend *be, void *p) {
-    (void)be;
-    if (p) LOOM_CUDA_CHECK(cudaFree(p));
+    if (p) {
+        /* kernels queued on the stream may still use p: cudaFree waits for the device */
+        loom_cuda_release(be, p);
+    }
 }
+
+static void cuda_memory_stats(struct loom_backend *be, struct loom_mem_stats *st) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    st->in_use = c->mem_in_use;
+    st->peak = c->mem_peak;
+    st->allocations = c->alloc_calls;
+}
+
+static void *cuda_stream(struct loom_backend *be) { return (void *)loom_cuda_stream(be); }
 
 /* Host <-> device copies complete before returning: the host buffer may be reused at once. */
 static void cuda_to_device(struct loom_backend *be, void *dst, const void *host_src,
                            size_t bytes) {
     if (!bytes) return;
+    loom_cuda_wrote(be, dst, bytes);
     cudaStream_t s = loom_cuda_stream(be);
     LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
     LOOM_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -74,12 +127,14 @@ static void cuda_to_host(struct loom_backend *be, void *host_dst, const void *sr
 
 static void cuda_copy(struct loom_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
+    loom_cuda_wrote(be, dst, bytes);
     LOOM_CUDA_CHECK(
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, loom_cuda_stream(be)));
 }
 
 static void cuda_zero(struct loom_backend *be, void *p, size_t bytes) {
     if (!bytes) return;
+    loom_cuda_wrote(be, p, bytes);
     LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, loom_cuda_stream(be)));
 }
 
@@ -122,6 +177,9 @@ static const struct loom_backend_ops g_cuda_ops = {
     .xent_forward = loom_cuda_xent_forward,
     .xent_backward = loom_cuda_xent_backward,
     .adamw = loom_cuda_adamw,
+    .set_matmul_dtype = loom_cuda_set_matmul_dtype,
+    .memory_stats = cuda_memory_stats,
+    .stream = cuda_stream,
 };
 
 /* Undo a half-finished creation and report why. */
@@ -141,7 +199,8 @@ extern "C" enum loom_status loom_backend_cuda_create(struct loom_backend **out,
         return loom_fail(LOOM_ERR_UNSUPPORTED, "--device cuda: no CUDA device is visible (%s)",
                          e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     }
-    if (device_index < 0 || device_index >= count)
+    if (device_index < 0) device_index = loom_comm_local_rank() % count;
+    if (device_index >= count)
         return loom_fail(LOOM_ERR_INVALID_ARG,
                          "--device cuda: device index %d is out of range; valid: 0..%d",
                          device_index, count - 1);
@@ -173,9 +232,9 @@ extern "C" enum loom_status loom_backend_cuda_create(struct loom_backend **out,
         return cuda_create_failed(be, LOOM_ERR_OOM, "pinned host allocation", device_index,
                                   cudaGetErrorString(e));
     c->cublas_ws_bytes = LOOM_CUDA_CUBLAS_WS_BYTES;
-    if ((e = cudaMalloc(&c->cublas_ws, c->cublas_ws_bytes)) != cudaSuccess)
+    if (!(c->cublas_ws = loom_cuda_alloc(be, c->cublas_ws_bytes)))
         return cuda_create_failed(be, LOOM_ERR_OOM, "cuBLAS workspace allocation", device_index,
-                                  cudaGetErrorString(e));
+                                  "out of device memory");
 
     cublasStatus_t bs = cublasCreate(&c->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS) {

@@ -29,6 +29,7 @@ __global__ void scale_kernel(float *x, float alpha, int64_t n) {
 
 void loom_cuda_add(struct loom_backend *be, float *y, const float *a, const float *b, int64_t n) {
     if (n <= 0) return;
+    loom_cuda_wrote(be, y, (size_t)n * sizeof(float));
     add_kernel<<<loom_cuda_grid(n, LOOM_EW_THREADS), LOOM_EW_THREADS, 0, loom_cuda_stream(be)>>>(
         y, a, b, n);
     LOOM_CUDA_LAUNCHED();
@@ -36,6 +37,7 @@ void loom_cuda_add(struct loom_backend *be, float *y, const float *a, const floa
 
 void loom_cuda_axpy(struct loom_backend *be, float *y, float alpha, const float *x, int64_t n) {
     if (n <= 0) return;
+    loom_cuda_wrote(be, y, (size_t)n * sizeof(float));
     axpy_kernel<<<loom_cuda_grid(n, LOOM_EW_THREADS), LOOM_EW_THREADS, 0,
                   loom_cuda_stream(be)>>>(y, alpha, x, n);
     LOOM_CUDA_LAUNCHED();
@@ -43,6 +45,7 @@ void loom_cuda_axpy(struct loom_backend *be, float *y, float alpha, const float 
 
 void loom_cuda_scale(struct loom_backend *be, float *x, float alpha, int64_t n) {
     if (n <= 0) return;
+    loom_cuda_wrote(be, x, (size_t)n * sizeof(float));
     scale_kernel<<<loom_cuda_grid(n, LOOM_EW_THREADS), LOOM_EW_THREADS, 0,
                    loom_cuda_stream(be)>>>(x, alpha, n);
     LOOM_CUDA_LAUNCHED();

@@ -1,5 +1,5 @@
 /* Linear layer through cuBLAS, fp32 with pedantic math (no TF32, no reduced-precision
- * reductions), on the backend's stream.
+ * reductions), on the backend's stream; with set_matmul_dtype(BF16), matmul_bf16.cu instead.
  *
  *   forward:  out[N,OC] = inp[N,C] . w[OC,C]^T + b[OC]
  *   backward: dinp[N,C] = dout[N,OC] . w[OC,C]        (assigned; skipped if dinp is NULL)
@@ -32,13 +32,21 @@ __global__ void fill_bias_kernel(float *out, const float *b, int64_t N, int64_t 
         out[i] = b[i % OC];
 }
 
+void loom_cuda_fill_bias(struct loom_backend *be, float *out, const float *b, int64_t N,
+                         int64_t OC) {
+    fill_bias_kernel<<<loom_cuda_grid(N * OC, 256), 256, 0, loom_cuda_stream(be)>>>(out, b, N, OC);
+    LOOM_CUDA_LAUNCHED();
+}
+
 void loom_cuda_linear_forward(struct loom_backend *be, float *out, const float *inp,
                               const float *w, const float *b, int64_t N, int64_t C, int64_t OC) {
     if (N <= 0 || OC <= 0) return;
+    if (C > 0 && loom_cuda_impl(be)->matmul_bf16) {
+        loom_cuda_linear_forward_bf16(be, out, inp, w, b, N, C, OC);
+        return;
+    }
     if (b) {
-        fill_bias_kernel<<<loom_cuda_grid(N * OC, 256), 256, 0, loom_cuda_stream(be)>>>(out, b, N,
-                                                                                       OC);
-        LOOM_CUDA_LAUNCHED();
+        loom_cuda_fill_bias(be, out, b, N, OC);
     } else if (C <= 0) {
         LOOM_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(N * OC) * sizeof(float),
                                         loom_cuda_stream(be)));
@@ -50,6 +58,10 @@ void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, 
                                const float *dout, const float *inp, const float *w, int64_t N,
                                int64_t C, int64_t OC) {
     if (N <= 0) return;
+    if (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16) {
+        loom_cuda_linear_backward_bf16(be, dinp, dw, db, dout, inp, w, N, C, OC);
+        return;
+    }
     if (dinp && C > 0) {
         if (OC <= 0)
             LOOM_CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)(N * C) * sizeof(float),

@@ -1,0 +1,335 @@
+/* bf16 matrix products for the linear ops (set_matmul_dtype(LOOM_DTYPE_BF16)): the inputs of
+ * each product are rounded to bf16 (round to nearest even), the tensor cores multiply them and
+ * accumulate in fp32, and the result is written in fp32. Parameters, activations, gradients and
+ * the optimizer state stay fp32; only the product inputs are narrowed.
+ *
+ *   forward:  out[N,OC] = bf16(inp) . bf16(w)^T + b          (bias through cuBLASLt's epilogue)
+ *   backward: dinp[N,C] = bf16(dout) . bf16(w)               (assigned)
+ *             dw[OC,C] += bf16(dout)^T . bf16(inp)           db[OC] += sum over rows of dout
+ *
+ * Weights inside the registered range [params, params + n) (the model's flat parameter buffer)
+ * are converted as a whole, once after they change: the backend marks the copy stale when one
+ * of its own ops writes there (loom_cuda_wrote) and refreshes it at the next product, which in
+ * training is once per step, after the optimizer. Other operands (activations, gradients of
+ * activations, weights outside the range) are converted per call into one reusable workspace,
+ * grown on demand (its size settles in the first step).
+ *
+ * The products go through cuBLASLt with column-major conventions as in matmul.cu. A plan (the
+ * descriptors and the algorithm the heuristic picked) is cached per shape, transposition,
+ * epilogue and operand alignment, so the heuristic runs once per distinct product; the choice is
+ * a function of those alone, so a run repeats bit for bit.
+ */
+#include <cuda_bf16.h>
+#include <limits.h>
+#include <string.h>
+
+#include "backend/cuda/common.cuh"
+
+struct loom_cuda_lt_plan {
+    /* key */
+    int64_t m, n, k, lda, ldb, ldc;
+    int ta, tb, bias;
+    unsigned align_a, align_b, align_c, align_bias;
+    /* value */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+};
+
+#define LOOM_LT_CHECK(expr)                                                                   \
+    do {                                                                                      \
+        cublasStatus_t loom_l_ = (expr);                                                      \
+        if (loom_l_ != CUBLAS_STATUS_SUCCESS)                                                 \
+            loom_abort(__FILE__, __LINE__, "cuBLASLt error %d (%s): %s", (int)loom_l_,        \
+                       cublasGetStatusString(loom_l_), #expr);                                \
+    } while (0)
+
+/* ---- fp32 -> bf16 ---- */
+
+__global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+/* four elements a thread: src 16-byte and dst 8-byte aligned, n a multiple of 4 */
+__global__ void f32_to_bf16_x4_kernel(__nv_bfloat162 *dst, const float4 *src, int64_t n4) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (; i < n4; i += stride) {
+        float4 v = src[i];
+        dst[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+        dst[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+}
+
+static void to_bf16(struct loom_backend *be, void *dst, const float *src, int64_t n) {
+    if (n <= 0) return;
+    cudaStream_t st = loom_cuda_stream(be);
+    int blocks = 4 * loom_cuda_impl(be)->num_sms;
+    if (n % 4 == 0 && ((uintptr_t)src & 15) == 0 && ((uintptr_t)dst & 7) == 0) {
+        int64_t n4 = n / 4;
+        int64_t need = (n4 + 255) / 256;
+        f32_to_bf16_x4_kernel<<<(unsigned)(need < blocks ? need : blocks), 256, 0, st>>>(
+            (__nv_bfloat162 *)dst, (const float4 *)src, n4);
+    } else {
+        int64_t need = (n + 255) / 256;
+        f32_to_bf16_kernel<<<(unsigned)(need < blocks ? need : blocks), 256, 0, st>>>(
+            (__nv_bfloat16 *)dst, src, n);
+    }
+    LOOM_CUDA_LAUNCHED();
+}
+
+/* ---- operands ---- */
+
+static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* The workspace for `count` operands of the given element counts; returns their places. */
+static void workspace(struct loom_backend *be, int count, const int64_t *elems, void **out) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    size_t total = 0;
+    for (int i = 0; i < count; i++) total += round256((size_t)elems[i] * 2);
+    loom_cuda_grow(be, &c->act_ws, &c->act_ws_bytes, total, "bf16 workspace");
+    char *p = (char *)c->act_ws;
+    for (int i = 0; i < count; i++) {
+        out[i] = p;
+        p += round256((size_t)elems[i] * 2);
+    }
+}
+
+/* bf16 copy of the weight w[n]: the registered copy when w lies inside the range (refreshed when
+ * stale), else NULL (the caller converts it into the workspace). */
+static const void *weight_copy(struct loom_backend *be, const float *w, int64_t n) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (!c->params_bf16 || w < c->params || w + n > c->params + c->nparams) return NULL;
+    if (c->params_dirty) {
+        to_bf16(be, c->params_bf16, c->params, c->nparams);
+        c->params_dirty = 0;
+    }
+    return (const __nv_bfloat16 *)c->params_bf16 + (w - c->params);
+}
+
+/* ---- cuBLASLt plans ---- */
+
+static unsigned alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    unsigned al = 256;
+    while (al > 1 && (a & (al - 1))) al >>= 1;
+    return al;
+}
+
+static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v,
+                     size_t n) {
+    LOOM_LT_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, n));
+}
+
+static void plan_destroy(struct loom_cuda_lt_plan *p) {
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+}
+
+/* Descriptors for one product; with `bias`, the bias epilogue. Returns 0 when the heuristic
+ * offers no algorithm (the caller then drops the epilogue). */
+static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p, const float *bias) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    LOOM_LT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (p->bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    }
+    /* stored shapes: op(A) is m x k, op(B) is k x n */
+    LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, p->ta ? p->k : p->m,
+                                             p->ta ? p->m : p->k, p->lda));
+    LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, p->tb ? p->n : p->k,
+                                             p->tb ? p->k : p->n, p->ldb));
+    LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->m, p->n, p->ldc));
+    cublasLtMatmulPreference_t pref;
+    LOOM_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = c->cublas_ws_bytes;
+    LOOM_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &ws, sizeof ws));
+    uint32_t al[4] = {p->align_a, p->align_b, p->align_c, p->align_c};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        LOOM_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc,
+                                                       pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found < 1) {
+        if (p->bias) return 0;
+        loom_abort(__FILE__, __LINE__,
+                   "cuBLASLt offers no bf16 algorithm for m %lld n %lld k %lld (status %d)",
+                   (long long)p->m, (long long)p->n, (long long)p->k, (int)st);
+    }
+    p->algo = res.algo;
+    return 1;
+}
+
+static struct loom_cuda_lt_plan *plan_for(struct loom_backend *be,
+                                          const struct loom_cuda_lt_plan *key, const float *bias) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    for (int i = 0; i < c->nplans; i++) {
+        struct loom_cuda_lt_plan *p = &c->plans[i];
+        if (p->m == key->m && p->n == key->n && p->k == key->k && p->lda == key->lda &&
+            p->ldb == key->ldb && p->ldc == key->ldc && p->ta == key->ta && p->tb == key->tb &&
+            p->bias == key->bias && p->align_a == key->align_a && p->align_b == key->align_b &&
+            p->align_c == key->align_c && p->align_bias == key->align_bias)
+            return p->desc ? p : NULL; /* a cached entry without descriptors: no algorithm */
+    }
+    if (c->nplans == c->cap_plans) {
+        int cap = c->cap_plans ? 2 * c->cap_plans : 32;
+        struct loom_cuda_lt_plan *np =
+            (struct loom_cuda_lt_plan *)realloc(c->plans, (size_t)cap * sizeof *np);
+        LOOM_ASSERT(np);
+        c->plans = np;
+        c->cap_plans = cap;
+    }
+    struct loom_cuda_lt_plan *p = &c->plans[c->nplans++];
+    *p = *key;
+    p->desc = NULL;
+    p->la = p->lb = p->lc = NULL;
+    if (!plan_build(be, p, bias)) {
+        plan_destroy(p);
+        p->desc = NULL;
+        p->la = p->lb = p->lc = NULL;
+        return NULL;
+    }
+    return p;
+}
+
+/* C[m,n] (col-major, ld ldc, fp32) = op(A) op(B) + beta C (+ bias[m] per column when bias). */
+static void lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                    const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
+                    int64_t ldc, const float *bias) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    struct loom_cuda_lt_plan key;
+    memset(&key, 0, sizeof key);
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.ta = ta;
+    key.tb = tb;
+    key.bias = bias != NULL;
+    key.align_a = alignment(A);
+    key.align_b = alignment(B);
+    key.align_c = alignment(C);
+    key.align_bias = bias ? alignment(bias) : 0;
+    struct loom_cuda_lt_plan *p = plan_for(be, &key, bias);
+    if (!p) {
+        /* no algorithm with the bias epilogue: bias first, then the product added to it */
+        LOOM_ASSERT(bias && beta == 0.0f);
+        loom_cuda_fill_bias(be, C, bias, n, m);
+        lt_gemm(be, ta, tb, m, n, k, A, lda, B, ldb, 1.0f, C, ldc, NULL);
+        return;
+    }
+    if (bias) set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    const float alpha = 1.0f;
+    LOOM_LT_CHECK(cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C,
+                                 p->lc, &p->algo, c->cublas_ws, c->cublas_ws_bytes,
+                                 loom_cuda_stream(be)));
+}
+
+/* ---- the linear ops ---- */
+
+void loom_cuda_linear_forward_bf16(struct loom_backend *be, float *out, const float *inp,
+                                   const float *w, const float *b, int64_t N, int64_t C,
+                                   int64_t OC) {
+    const void *wb = weight_copy(be, w, OC * C);
+    int64_t elems[2] = {N * C, wb ? 0 : OC * C};
+    void *ws[2];
+    workspace(be, 2, elems, ws);
+    to_bf16(be, ws[0], inp, N * C);
+    if (!wb) {
+        to_bf16(be, ws[1], w, OC * C);
+        wb = ws[1];
+    }
+    lt_gemm(be, 1, 0, OC, N, C, wb, C, ws[0], C, 0.0f, out, OC, b);
+}
+
+void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                    const float *dout, const float *inp, const float *w,
+                                    int64_t N, int64_t C, int64_t OC) {
+    int want_dinp = dinp && C > 0, want_dw = dw && C > 0;
+    const void *wb = want_dinp ? weight_copy(be, w, OC * C) : NULL;
+    int64_t elems[3] = {N * OC, want_dw ? N * C : 0, want_dinp && !wb ? OC * C : 0};
+    void *ws[3];
+    workspace(be, 3, elems, ws);
+    if (want_dinp || want_dw) to_bf16(be, ws[0], dout, N * OC);
+    if (want_dinp) {
+        if (!wb) {
+            to_bf16(be, ws[2], w, OC * C);
+            wb = ws[2];
+        }
+        lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dinp, C, NULL);
+    }
+    if (want_dw) {
+        to_bf16(be, ws[1], inp, N * C);
+        lt_gemm(be, 0, 1, C, OC, N, ws[1], C, ws[0], OC, 1.0f, dw, C, NULL);
+    }
+    if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+}
+
+/* ---- selection ---- */
+
+enum loom_status loom_cuda_set_matmul_dtype(struct loom_backend *be, enum loom_dtype dt,
+                                            const float *params, int64_t n) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (dt != LOOM_DTYPE_F32 && dt != LOOM_DTYPE_BF16)
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "cuda: matrix products in %s are not supported; valid: f32, bf16",
+                         loom_dtype_name(dt));
+    if (c->params_bf16) {
+        LOOM_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        loom_cuda_release(be, c->params_bf16);
+        c->params_bf16 = NULL;
+    }
+    c->params = NULL;
+    c->nparams = 0;
+    c->matmul_bf16 = dt == LOOM_DTYPE_BF16;
+    if (!c->matmul_bf16) return LOOM_OK;
+    if (!c->lt) {
+        cublasStatus_t st = cublasLtCreate(&c->lt);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            c->lt = NULL;
+            c->matmul_bf16 = 0;
+            return loom_fail(LOOM_ERR_UNSUPPORTED, "cuda: cublasLtCreate failed: %s",
+                             cublasGetStatusString(st));
+        }
+    }
+    if (params && n > 0) {
+        c->params_bf16 = loom_cuda_alloc(be, (size_t)n * 2);
+        if (!c->params_bf16) {
+            c->matmul_bf16 = 0;
+            return loom_fail(LOOM_ERR_OOM, "cuda: out of device memory for the bf16 copy of %lld "
+                             "parameters", (long long)n);
+        }
+        c->params = params;
+        c->nparams = n;
+        c->params_dirty = 1;
+    }
+    return LOOM_OK;
+}
+
+void loom_cuda_matmul_free(struct loom_backend *be) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (!c) return;
+    for (int i = 0; i < c->nplans; i++) plan_destroy(&c->plans[i]);
+    free(c->plans);
+    c->plans = NULL;
+    c->nplans = c->cap_plans = 0;
+    if (c->lt) cublasLtDestroy(c->lt);
+    c->lt = NULL;
+}
