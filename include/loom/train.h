@@ -34,7 +34,8 @@ struct loom_train_config {
     /* device */
     const char *save_grads; /* write the first iteration's reduced gradients here (testing) */
     const char *device;
-    const char *comm;   /* "auto" | "self" | "mpi" */
+    const char *comm;   /* "auto" | "self" | "mpi" | "nccl" */
+    int bf16;           /* matrix products with bf16 inputs (cuda) */
 };
 
 struct loom_sample_source {

@@ -13,7 +13,7 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel;
+    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel, bf16;
     const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
         *metrics, *comm, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
     double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
@@ -164,7 +164,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--save-grads", LOOM_FLAG_STR, &f.save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
         {"--ddp-bucket-size-mb", LOOM_FLAG_INT, &f.bucket_mb, "data-parallel gradient bucket (MiB), reduced while the backward runs", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &f.device, "compute device", "cpu|cuda", 0},
-        {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun)", "auto|self|mpi", 0},
+        {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun, nccl with --device cuda)", "auto|self|mpi|nccl", 0},
+        {"--bf16", LOOM_FLAG_BOOL, &f.bf16, "matrix products with bf16 inputs and fp32 accumulation (cuda; weights, activations and optimizer stay fp32)", NULL, 0},
         {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
     };
     int help, collective = 1;
@@ -262,6 +263,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.save_grads = f.save_grads;
     c.device = f.device;
     c.comm = f.comm;
+    c.bf16 = f.bf16;
     /* validate the model before any work (the trainer re-checks against the layout) */
     {
         struct loom_gpt_config probe = c.model;

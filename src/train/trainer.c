@@ -34,6 +34,8 @@ struct trainer {
     FILE *metrics;
     double flops_per_token, peak_tflops;
     int errors_collective; /* a failure now is one every rank meets alike */
+    int64_t peak_mem;      /* device bytes at most held by one rank (-1: the backend cannot tell) */
+    int64_t allocs_first;  /* device allocations made by the end of the first iteration */
     struct loom_pipeline *pipe;
     struct loom_grad_sync *gsync;
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
@@ -169,6 +171,8 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
                   "%.6E | grad norm: %.3f | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
                   stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples,
                   ms, lr, (long long)c->global_batch, loss, gnorm, tps, tflops, mfu);
+    if (t->peak_mem >= 0)
+        loom_log_info(" peak device memory per rank: %.1f MiB", (double)t->peak_mem / 1048576.0);
     if (have_val)
         loom_log_info(" validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.6E",
                       (long long)it, val_loss, exp(val_loss));
@@ -180,6 +184,7 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
                 (long long)it, (long long)t->st.consumed_samples, lr, loss, gnorm, ms, tps, tflops,
                 mfu / 100.0);
         if (have_val) fprintf(t->metrics, ", \"val_loss\": %.17g", val_loss);
+        if (t->peak_mem >= 0) fprintf(t->metrics, ", \"peak_mem_bytes\": %lld", (long long)t->peak_mem);
         /* rank 0's traffic in this iteration (training step only; validation excluded) */
         fprintf(t->metrics, ", \"comm_bytes\": {\"tp\": %lld, \"pp\": %lld, \"dp\": %lld, "
                 "\"embedding\": %lld}", (long long)t->step_bytes[0], (long long)t->step_bytes[1],
@@ -219,7 +224,19 @@ static enum loom_status open_sources(struct trainer *t) {
 static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     struct loom_train_config *c = t->cfg;
     struct loom_comm *world;
-    LOOM_CHECK(loom_comm_world(&world, c->comm, argc, argv)); /* "auto": mpi under mpirun */
+    /* "auto": mpi under mpirun, nccl when the model lives on GPUs */
+    const char *comm = c->comm;
+    if ((!comm || strcmp(comm, "auto") == 0) && strcmp(c->device, "cuda") == 0 && loom_comm_launched())
+        comm = "nccl";
+    LOOM_CHECK(loom_comm_world(&world, comm, argc, argv));
+    if (strcmp(c->device, "cuda") == 0 && loom_comm_size(world) > 1 &&
+        strcmp(loom_comm_backend_name(world), "nccl") != 0)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--device cuda with %d ranks needs --comm nccl (the "
+                         "default under mpirun); '%s' moves host memory only",
+                         loom_comm_size(world), loom_comm_backend_name(world));
+    if (c->bf16 && strcmp(c->device, "cuda") != 0)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--bf16: bf16 matrix products need --device cuda; "
+                         "the %s backend computes in fp32 only (leave --bf16 out)", c->device);
     int vpp = 1;
     if (c->vpp_layers > 0) {
         if (c->pp < 2)
@@ -253,7 +270,8 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     /* everything above fails alike on every rank; what follows (devices, files, memory) may fail
      * on one rank alone */
     t->errors_collective = 0;
-    LOOM_CHECK(loom_backend_create(&t->be, c->device, 0));
+    LOOM_CHECK(loom_backend_create(&t->be, c->device, -1)); /* -1: the local rank's GPU */
+    if (t->be->ops->stream) loom_comm_set_stream(t->be->ops->stream(t->be));
     {
         struct loom_pipe_op *ops;
         int64_t nops;
@@ -262,6 +280,13 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         int slots = loom_pipeline_max_in_flight(ops, nops, t->num_micro);
         free(ops);
         LOOM_CHECK(loom_gpt_create(&t->model, &c->model, &t->par, t->be, c->micro_batch, slots));
+        if (c->bf16) {
+            if (!t->be->ops->set_matmul_dtype)
+                return loom_fail(LOOM_ERR_UNSUPPORTED, "--bf16: not supported on the %s backend",
+                                 t->be->ops->name);
+            LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, LOOM_DTYPE_BF16, t->model->param_mem,
+                                                    t->model->num_local));
+        }
         LOOM_CHECK(loom_pipeline_create(&t->pipe));
         LOOM_CHECK(loom_grad_sync_create(&t->gsync, t->model, (int64_t)c->dp_bucket_mb << 20));
     }
@@ -319,6 +344,25 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     return LOOM_OK;
 }
 
+/* Peak device memory over the ranks (for the log), and a warning when device memory was
+ * allocated after the first iteration (every buffer should exist by then). Collective. */
+static enum loom_status device_memory(struct trainer *t) {
+    t->peak_mem = -1;
+    if (!t->be->ops->memory_stats) return LOOM_OK;
+    struct loom_mem_stats ms;
+    t->be->ops->memory_stats(t->be, &ms);
+    int64_t v[2] = {(int64_t)ms.peak, ms.allocations > t->allocs_first};
+    LOOM_CHECK(loom_comm_allreduce(t->par.world, v, 2, LOOM_DTYPE_I64, LOOM_REDOP_MAX));
+    t->peak_mem = v[0];
+    if (v[1]) {
+        loom_log_info(" warning: device memory was allocated after the first iteration "
+                      "(%lld allocations by iteration 1, %lld now on rank 0)",
+                      (long long)t->allocs_first, (long long)ms.allocations);
+        t->allocs_first = ms.allocations; /* say it once per growth */
+    }
+    return LOOM_OK;
+}
+
 static enum loom_status train_loop(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     struct loom_backend *be = t->be;
@@ -354,6 +398,11 @@ static enum loom_status train_loop(struct trainer *t) {
         t->st.consumed_samples += c->global_batch;
         iters_since_log++;
         be->ops->synchronize(be);
+        if (t->be->ops->memory_stats && t->allocs_first == 0) {
+            struct loom_mem_stats ms;
+            t->be->ops->memory_stats(t->be, &ms);
+            t->allocs_first = ms.allocations;
+        }
         double t_step_end = loom_time_s();
         int have_val = 0;
         double val = 0;
@@ -364,6 +413,7 @@ static enum loom_status train_loop(struct trainer *t) {
         }
         if (it % c->log_interval == 0 || it == c->train_iters || have_val) {
             double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
+            LOOM_CHECK(device_memory(t));
             log_iteration(t, it, ms, lr, loss, gnorm, have_val, val);
             t_last = loom_time_s();
             iters_since_log = 0;
@@ -392,6 +442,7 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
     memset(&t, 0, sizeof t);
     t.cfg = cfg;
     t.errors_collective = 1;
+    t.peak_mem = -1;
     enum loom_status s = setup(&t, argc, argv);
     if (s == LOOM_OK) s = train_loop(&t);
     if (t.metrics) fclose(t.metrics);
