@@ -15,14 +15,17 @@
  * is `restrict`.
  */
 #include <float.h>
+#include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_ops.h"
 
-
-/* Sums of exp are taken in float over blocks of this many columns, the block sums in double. */
+/* The forward reads each row once, in blocks of this many columns (2 KiB, which stay in the L1
+ * cache between the block's two loops): the block's maximum, then the sum of exp(x - m) over
+ * the block in float against the running maximum m, added in double to the row's sum, which is
+ * rescaled by exp(m_old - m_new) whenever a block raises the maximum. */
 #define CPU_XENT_BLOCK 512
 
 void loom_cpu_xent_forward(struct loom_backend *be, float *stats, const float *logits,
@@ -34,11 +37,16 @@ void loom_cpu_xent_forward(struct loom_backend *be, float *stats, const float *l
     for (int64_t n = 0; n < N; n++) {
         const float *restrict x = logits + n * Vl;
         float m = -FLT_MAX;
-#pragma omp simd reduction(max : m)
-        for (int64_t c = 0; c < Vvalid; c++) m = x[c] > m ? x[c] : m;
         double s = 0.0;
         for (int64_t c0 = 0; c0 < Vvalid; c0 += CPU_XENT_BLOCK) {
             const int64_t c1 = c0 + CPU_XENT_BLOCK < Vvalid ? c0 + CPU_XENT_BLOCK : Vvalid;
+            float bm = m;
+#pragma omp simd reduction(max : bm)
+            for (int64_t c = c0; c < c1; c++) bm = x[c] > bm ? x[c] : bm;
+            if (bm > m) {
+                if (s > 0.0) s *= exp((double)m - (double)bm);
+                m = bm;
+            }
             float bs = 0.0f;
 #pragma omp simd reduction(+ : bs)
             for (int64_t c = c0; c < c1; c++) bs += loom_cpu_expf(x[c] - m);
