@@ -14,6 +14,9 @@ struct loom_train_state {
     int64_t iteration;        /* completed iterations */
     int64_t consumed_samples; /* training samples consumed */
     uint64_t seed;
+    int64_t skipped;          /* iterations skipped by the fp16 loss scaler (no optimizer step) */
+    double loss_scale;        /* fp16 loss scaler state (0 when unused) */
+    int64_t growth_tracker, hysteresis_tracker;
 };
 
 /* Save under ROOT/iter_NNNNNNN and point ROOT/latest at it. Collective over the world. */

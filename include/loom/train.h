@@ -13,6 +13,11 @@ struct loom_train_config {
     /* parallel layout */
     int64_t tp, pp, vpp_layers; /* vpp_layers: --num-layers-per-virtual-pipeline-stage, 0 = off */
     int sequence_parallel;
+    /* fp16: matrix products with fp16 inputs, loss scaling (Megatron's flags) */
+    int fp16;
+    double loss_scale;          /* --loss-scale: static scale; 0 = dynamic */
+    double initial_loss_scale, min_loss_scale;
+    int64_t loss_scale_window, hysteresis;
     int64_t dp_bucket_mb; /* data-parallel gradient bucket size (MiB) */
     /* batch and schedule */
     int64_t micro_batch, global_batch, train_iters;

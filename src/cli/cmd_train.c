@@ -13,13 +13,13 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel, bf16;
+    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel, bf16, fp16;
     const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
         *metrics, *comm, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
     double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
-        clip, init_std, peak;
+        clip, init_std, peak, loss_scale, initial_loss_scale, min_loss_scale;
     int64_t micro, global, iters, warmup, decay_iters, seed, save_interval, eval_interval,
-        eval_iters, log_interval, tp, pp, vpp_layers, exit_interval, bucket_mb;
+        eval_iters, log_interval, tp, pp, vpp_layers, exit_interval, bucket_mb, loss_scale_window, hysteresis;
 };
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -104,7 +104,8 @@ int loom_cmd_train(int argc, char **argv) {
         .lr = 1e-4, .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0,
         .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
         .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
-        .log_interval = 100, .tp = 1, .pp = 1, .bucket_mb = 40,
+        .log_interval = 100, .tp = 1, .pp = 1, .bucket_mb = 40, .initial_loss_scale = 4294967296.0, .min_loss_scale = 1.0,
+        .loss_scale_window = 1000, .hysteresis = 2,
     };
     struct loom_flag flags[] = {
         {"--num-layers", LOOM_FLAG_INT, &f.num_layers, "decoder layers", NULL, 0},
@@ -165,6 +166,12 @@ int loom_cmd_train(int argc, char **argv) {
         {"--ddp-bucket-size-mb", LOOM_FLAG_INT, &f.bucket_mb, "data-parallel gradient bucket (MiB), reduced while the backward runs", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &f.device, "compute device", "cpu|cuda", 0},
         {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun, nccl with --device cuda)", "auto|self|mpi|nccl", 0},
+        {"--fp16", LOOM_FLAG_BOOL, &f.fp16, "matrix products with fp16 inputs and fp32 accumulation, with loss scaling (cuda)", NULL, 0},
+        {"--loss-scale", LOOM_FLAG_FLOAT, &f.loss_scale, "static loss scale for --fp16 (0 = dynamic)", NULL, 0},
+        {"--initial-loss-scale", LOOM_FLAG_FLOAT, &f.initial_loss_scale, "first dynamic loss scale", NULL, 0},
+        {"--min-loss-scale", LOOM_FLAG_FLOAT, &f.min_loss_scale, "smallest dynamic loss scale", NULL, 0},
+        {"--loss-scale-window", LOOM_FLAG_INT, &f.loss_scale_window, "clean iterations before the scale doubles", NULL, 0},
+        {"--hysteresis", LOOM_FLAG_INT, &f.hysteresis, "overflowing iterations tolerated before the scale halves", NULL, 0},
         {"--bf16", LOOM_FLAG_BOOL, &f.bf16, "matrix products with bf16 inputs and fp32 accumulation (cuda; weights, activations and optimizer stay fp32)", NULL, 0},
         {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
     };
@@ -200,6 +207,12 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.clip < 0) FAIL("--clip-grad must be >= 0");
     if (f.tp < 1 || f.pp < 1) FAIL("parallel sizes must be at least 1");
     if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
+    if (f.fp16 && f.bf16) FAIL("--fp16 and --bf16 exclude each other");
+    if (f.loss_scale < 0 || !(f.initial_loss_scale > 0) || !(f.min_loss_scale > 0) ||
+        f.min_loss_scale > f.initial_loss_scale)
+        FAIL("need --loss-scale >= 0 and 0 < --min-loss-scale <= --initial-loss-scale");
+    if (f.loss_scale_window < 1 || f.hysteresis < 1)
+        FAIL("--loss-scale-window and --hysteresis must be at least 1");
 
     struct loom_train_config c;
     memset(&c, 0, sizeof c);
@@ -264,6 +277,12 @@ int loom_cmd_train(int argc, char **argv) {
     c.device = f.device;
     c.comm = f.comm;
     c.bf16 = f.bf16;
+    c.fp16 = f.fp16;
+    c.loss_scale = f.loss_scale;
+    c.initial_loss_scale = f.initial_loss_scale;
+    c.min_loss_scale = f.min_loss_scale;
+    c.loss_scale_window = f.loss_scale_window;
+    c.hysteresis = f.hysteresis;
     /* validate the model before any work (the trainer re-checks against the layout) */
     {
         struct loom_gpt_config probe = c.model;

@@ -36,6 +36,8 @@ struct trainer {
     int errors_collective; /* a failure now is one every rank meets alike */
     int64_t peak_mem;      /* device bytes at most held by one rank (-1: the backend cannot tell) */
     int64_t allocs_first;  /* device allocations made by the end of the first iteration */
+    struct loom_loss_scaler scaler; /* fp16 only */
+    int64_t skipped_since_log;
     struct loom_pipeline *pipe;
     struct loom_grad_sync *gsync;
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
@@ -76,6 +78,7 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
         .training = training,
         .dloss = (float)(1.0 / ((double)c->global_batch * (double)c->model.seq_length)),
     };
+    if (training && c->fp16) ctx.dloss = (float)(ctx.dloss * t->scaler.scale);
     struct fetch_ctx fc = {t, src, base};
     struct loom_pipeline_stats ps;
     if (training) loom_grad_sync_begin(t->gsync);
@@ -173,6 +176,9 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
                   ms, lr, (long long)c->global_batch, loss, gnorm, tps, tflops, mfu);
     if (t->peak_mem >= 0)
         loom_log_info(" peak device memory per rank: %.1f MiB", (double)t->peak_mem / 1048576.0);
+    if (t->cfg->fp16)
+        loom_log_info(" loss scale: %.1f | number of skipped iterations: %3lld", t->scaler.scale,
+                      (long long)t->skipped_since_log);
     if (have_val)
         loom_log_info(" validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.6E",
                       (long long)it, val_loss, exp(val_loss));
@@ -184,6 +190,9 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
                 (long long)it, (long long)t->st.consumed_samples, lr, loss, gnorm, ms, tps, tflops,
                 mfu / 100.0);
         if (have_val) fprintf(t->metrics, ", \"val_loss\": %.17g", val_loss);
+        if (t->cfg->fp16)
+            fprintf(t->metrics, ", \"loss_scale\": %.17g, \"skipped_iterations\": %lld",
+                    t->scaler.scale, (long long)t->skipped_since_log);
         if (t->peak_mem >= 0) fprintf(t->metrics, ", \"peak_mem_bytes\": %lld", (long long)t->peak_mem);
         /* rank 0's traffic in this iteration (training step only; validation excluded) */
         fprintf(t->metrics, ", \"comm_bytes\": {\"tp\": %lld, \"pp\": %lld, \"dp\": %lld, "
@@ -234,6 +243,9 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         return loom_fail(LOOM_ERR_UNSUPPORTED, "--device cuda with %d ranks needs --comm nccl (the "
                          "default under mpirun); '%s' moves host memory only",
                          loom_comm_size(world), loom_comm_backend_name(world));
+    if (c->fp16 && strcmp(c->device, "cuda") != 0)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--fp16: fp16 matrix products need --device cuda; "
+                         "the %s backend computes in fp32 only (leave --fp16 out)", c->device);
     if (c->bf16 && strcmp(c->device, "cuda") != 0)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "--bf16: bf16 matrix products need --device cuda; "
                          "the %s backend computes in fp32 only (leave --bf16 out)", c->device);
@@ -280,12 +292,13 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         int slots = loom_pipeline_max_in_flight(ops, nops, t->num_micro);
         free(ops);
         LOOM_CHECK(loom_gpt_create(&t->model, &c->model, &t->par, t->be, c->micro_batch, slots));
-        if (c->bf16) {
+        if (c->bf16 || c->fp16) {
+            const char *flag = c->bf16 ? "--bf16" : "--fp16";
             if (!t->be->ops->set_matmul_dtype)
-                return loom_fail(LOOM_ERR_UNSUPPORTED, "--bf16: not supported on the %s backend",
+                return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: not supported on the %s backend", flag,
                                  t->be->ops->name);
-            LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, LOOM_DTYPE_BF16, t->model->param_mem,
-                                                    t->model->num_local));
+            LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, c->bf16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F16,
+                                                    t->model->param_mem, t->model->num_local));
         }
         LOOM_CHECK(loom_pipeline_create(&t->pipe));
         LOOM_CHECK(loom_grad_sync_create(&t->gsync, t->model, (int64_t)c->dp_bucket_mb << 20));
@@ -296,6 +309,15 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->opt.weight_decay = c->weight_decay;
     LOOM_CHECK(loom_adamw_init(&t->opt, t->model));
     t->st.seed = c->seed;
+    if (c->fp16) {
+        /* --loss-scale gives a static scale (window 0); otherwise Megatron's dynamic scaler */
+        if (c->loss_scale > 0)
+            loom_loss_scaler_init(&t->scaler, c->loss_scale, c->loss_scale, 0, c->hysteresis);
+        else
+            loom_loss_scaler_init(&t->scaler, c->initial_loss_scale, c->min_loss_scale,
+                                  c->loss_scale_window, c->hysteresis);
+        t->st.loss_scale = t->scaler.scale;
+    }
     if (c->load) {
         struct loom_gpt_config saved;
         struct loom_train_state st;
@@ -306,6 +328,12 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         if (!c->finetune) {
             t->st.iteration = st.iteration;
             t->st.consumed_samples = st.consumed_samples;
+            t->st.skipped = st.skipped;
+            if (c->fp16 && st.loss_scale > 0) {
+                t->scaler.scale = st.loss_scale;
+                t->scaler.growth_tracker = st.growth_tracker;
+                t->scaler.hysteresis_tracker = st.hysteresis_tracker;
+            }
         }
         if (!load_optim) t->opt.step = 0;
         loom_log_info("loaded checkpoint %s at iteration %lld%s", c->load, (long long)st.iteration,
@@ -380,7 +408,16 @@ static enum loom_status train_loop(struct trainer *t) {
         if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
         double gnorm;
         LOOM_CHECK(loom_grad_norm(t->model, &gnorm));
-        if (!isfinite(loss) || !isfinite(gnorm))
+        double unscale = 1.0;
+        int skip = 0;
+        if (c->fp16) {
+            /* gradients carry the loss scale; an overflow anywhere makes the norm non-finite on
+             * every rank alike, and the step is skipped */
+            unscale = 1.0 / t->scaler.scale;
+            gnorm *= unscale;
+            skip = loom_loss_scaler_update(&t->scaler, !isfinite(gnorm));
+        }
+        if (!isfinite(loss) || (!skip && !isfinite(gnorm)))
             return loom_fail(LOOM_ERR_INTERNAL, "iteration %lld: loss %g, grad norm %g is not "
                              "finite (lower --lr?)", (long long)it, loss, gnorm);
         double scale = 1.0;
@@ -392,8 +429,19 @@ static enum loom_status train_loop(struct trainer *t) {
         t->step_bytes[1] = group_bytes(t->par.group[LOOM_PDIM_PP]);
         t->step_bytes[2] = group_bytes(t->par.group[LOOM_PDIM_DP]);
         t->step_bytes[3] = loom_pp_size(&t->par) > 1 ? group_bytes(t->par.embedding) : 0;
-        double lr = loom_lr_at(&c->lr, t->st.iteration);
-        loom_adamw_step(&t->opt, t->model, lr, scale);
+        /* the schedule advances only with optimizer steps (skipped iterations do not count) */
+        double lr = loom_lr_at(&c->lr, t->st.iteration - t->st.skipped);
+        if (skip) {
+            t->st.skipped++;
+            t->skipped_since_log++;
+        } else {
+            loom_adamw_step(&t->opt, t->model, lr, scale * unscale);
+        }
+        if (c->fp16) {
+            t->st.loss_scale = t->scaler.scale;
+            t->st.growth_tracker = t->scaler.growth_tracker;
+            t->st.hysteresis_tracker = t->scaler.hysteresis_tracker;
+        }
         t->st.iteration = it;
         t->st.consumed_samples += c->global_batch;
         iters_since_log++;
@@ -415,6 +463,7 @@ static enum loom_status train_loop(struct trainer *t) {
             double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
             LOOM_CHECK(device_memory(t));
             log_iteration(t, it, ms, lr, loss, gnorm, have_val, val);
+            t->skipped_since_log = 0;
             t_last = loom_time_s();
             iters_since_log = 0;
         }
