@@ -74,13 +74,11 @@ int loom_pipeline_max_in_flight(const struct loom_pipe_op *ops, int64_t nops, in
  * never blocks on its own sends (waiting on them could close a cycle through the ring of the
  * interleaved schedule, where every stage waits for its neighbour to post a receive). Staging
  * buffers come from a pool that grows to the schedule's need during the first step and is
- * reused afterwards: once a step has run, a send that finds every buffer busy waits for the
- * oldest send instead of allocating (the first step sized the pool for the schedule, so this
- * only absorbs timing differences, and no memory is allocated after the first step). */
+ * reused afterwards. A later step allocates only if its timing keeps more sends in flight than
+ * the first step did: waiting for the oldest send instead could close the very cycle above. */
 struct send_slot {
     float *buf;
     struct loom_comm_req *req; /* NULL: free */
-    int64_t seq;               /* when the buffer was last sent from */
 };
 
 struct exec {
@@ -104,8 +102,6 @@ struct loom_pipeline {
     int n;
     size_t bytes;
     struct loom_backend *be;
-    int warm;     /* a step has run: the pool no longer grows */
-    int64_t sent; /* sends so far (orders the slots) */
 };
 
 enum loom_status loom_pipeline_create(struct loom_pipeline **out) {
@@ -145,7 +141,6 @@ static enum loom_status staged_send(struct loom_pipeline *pl, struct exec *e, co
         LOOM_CHECK(reap_sends(pl, 1));
         for (int i = 0; i < pl->n; i++) pl->be->ops->free(pl->be, pl->pool[i].buf);
         pl->n = 0;
-        pl->warm = 0;
     }
     pl->be = be;
     pl->bytes = bytes;
@@ -153,13 +148,6 @@ static enum loom_status staged_send(struct loom_pipeline *pl, struct exec *e, co
     int k = -1;
     for (int i = 0; i < pl->n && k < 0; i++)
         if (!pl->pool[i].req) k = i;
-    if (k < 0 && pl->warm && pl->n > 0) {
-        for (int i = 0; i < pl->n; i++)
-            if (k < 0 || pl->pool[i].seq < pl->pool[k].seq) k = i;
-        struct loom_comm_req *rq = pl->pool[k].req;
-        pl->pool[k].req = NULL;
-        LOOM_CHECK(loom_comm_wait(rq));
-    }
     if (k < 0) {
         struct send_slot *np = realloc(pl->pool, (size_t)(pl->n + 1) * sizeof *np);
         if (!np) return loom_fail(LOOM_ERR_OOM, "out of memory for pipeline send buffers");
@@ -170,7 +158,6 @@ static enum loom_status staged_send(struct loom_pipeline *pl, struct exec *e, co
             return loom_fail(LOOM_ERR_OOM, "out of memory for pipeline send buffers");
         k = pl->n++;
     }
-    pl->pool[k].seq = pl->sent++;
     be->ops->copy(be, pl->pool[k].buf, src, bytes);
     be->ops->synchronize(be);
     return loom_comm_isend(e->pp, pl->pool[k].buf, n, LOOM_DTYPE_F32, dst, tag, &pl->pool[k].req);
@@ -294,7 +281,6 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     }
     enum loom_status s3 = reap_sends(pl, 1);
     if (st == LOOM_OK) st = s3;
-    if (st == LOOM_OK && training) pl->warm = 1;
     stats->busy_s -= stats->wait_s;
     free(ops);
     free(e.slot_of);
