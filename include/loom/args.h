@@ -2,7 +2,8 @@
  *
  * A subcommand declares a table of struct loom_flag pointing at variables that already hold the
  * defaults; loom_flags_parse fills them from argv and marks which were given; --help prints
- * every flag with its default (the value the variable held before parsing). Errors are one line
+ * every flag with its default (the value the variable held before parsing). A flag given twice
+ * keeps its last value (so a base command can be overridden by appending). Errors are one line
  * naming the flag: unknown flag, missing value, value of the wrong type, value not a choice.
  */
 #ifndef LOOM_ARGS_H

@@ -150,12 +150,24 @@ _Noreturn void loom_comm_abort_job(int code) {
     exit(code);
 }
 
+/* This process's rank in the job: the comm layer's once the world exists, else the launcher's
+ * (an error found while parsing flags comes before MPI is initialised). */
+static int job_rank(void) {
+    if (loom_log_world() > 1) return loom_log_rank();
+    static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
 _Noreturn void loom_comm_exit_error(int code, int collective) {
     if (!collective) {
         loom_print_error();
         loom_comm_abort_job(code);
     }
-    if (loom_log_rank() == 0) loom_print_error();
+    if (job_rank() == 0) loom_print_error();
     fflush(stdout);
     loom_comm_finalize();
     exit(code);

@@ -85,9 +85,7 @@ enum loom_status loom_flags_parse(struct loom_flag *flags, int nflags, int argc,
         }
         struct loom_flag *f = loom_flags_find(flags, nflags, name);
         if (!f) return loom_fail(LOOM_ERR_INVALID_ARG, "unknown flag %s (see --help)", name);
-        if (f->given)
-            return loom_fail(LOOM_ERR_INVALID_ARG, "%s given more than once", name);
-        f->given = 1;
+        f->given = 1; /* given again: the last value wins, as with Megatron's argparse */
         if (f->type == LOOM_FLAG_BOOL) {
             if (inline_val)
                 return loom_fail(LOOM_ERR_INVALID_ARG, "%s takes no value", name);

@@ -277,6 +277,12 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                          "a multiple of --tensor-model-parallel-size %lld",
                          (long long)c->model.seq_length, (long long)c->tp);
     t->num_micro = c->global_batch / (c->micro_batch * dp);
+    if (vpp > 1 && t->num_micro % c->pp)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "the interleaved schedule needs the micro-batches "
+                         "per rank (--global-batch-size %lld / (--micro-batch-size %lld x DP %lld) "
+                         "= %lld) to be a multiple of --pipeline-model-parallel-size %lld",
+                         (long long)c->global_batch, (long long)c->micro_batch, (long long)dp,
+                         (long long)t->num_micro, (long long)c->pp);
     if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
 
     /* everything above fails alike on every rank; what follows (devices, files, memory) may fail
