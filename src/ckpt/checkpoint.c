@@ -344,7 +344,24 @@ enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *c
     return LOOM_OK;
 }
 
-/* Keep this rank's slice of every local parameter from `st` (names prefixed) into dst. */
+/* Rows of `p` in the checkpoint `st`. The word embedding and the output layer have one row per
+ * entry of the padded vocabulary, and the padding depends on the layout (a multiple of
+ * --make-vocab-size-divisible-by x TP): a checkpoint saved under another TP may hold more or
+ * fewer rows. Any count that covers the real vocabulary is accepted; the rest are padding. */
+static int64_t file_rows(const struct loom_gpt *m, const struct loom_safetensors *st,
+                         const char *name, const struct loom_param *p) {
+    if (p->ndim != 2 || (strcmp(p->name, "embedding.word_embeddings.weight") != 0 &&
+                         strcmp(p->name, "output_layer.weight") != 0))
+        return p->shape[0];
+    const struct loom_safetensors_entry *e = loom_safetensors_find(st, name);
+    if (e && e->ndim == 2 && e->shape[1] == p->shape[1] && e->shape[0] >= m->cfg.vocab_size)
+        return e->shape[0];
+    return p->shape[0]; /* the shape check below reports the mismatch */
+}
+
+/* Keep this rank's slice of every local parameter from `st` (names prefixed) into dst. Padding
+ * rows of the vocabulary that the checkpoint lacks start at zero (they are never read by the
+ * forward pass and get no gradient, so they stay zero). */
 static enum loom_status load_slices(struct loom_gpt *m, const struct loom_safetensors *st,
                                     const char *prefix, float *dst) {
     int tp = loom_tp_size(m->par), tpr = loom_tp_rank(m->par);
@@ -353,8 +370,10 @@ static enum loom_status load_slices(struct loom_gpt *m, const struct loom_safete
         if (!p->local) continue;
         char name[160];
         snprintf(name, sizeof name, "%s%s", prefix, p->name);
-        LOOM_CHECK(loom_safetensors_expect_shape(st, name, p->ndim, p->shape));
-        int64_t n = p->shape[0] * p->shape[1], ln = p->local_shape[0] * p->local_shape[1];
+        int64_t rows = file_rows(m, st, name, p);
+        int64_t fshape[2] = {rows, p->shape[1]};
+        LOOM_CHECK(loom_safetensors_expect_shape(st, name, p->ndim, p->ndim == 2 ? fshape : p->shape));
+        int64_t n = rows * p->shape[1], ln = p->local_shape[0] * p->local_shape[1];
         float *full = malloc((size_t)n * sizeof(float)), *slice = malloc((size_t)ln * sizeof(float));
         if (!full || !slice) {
             free(full);
@@ -363,7 +382,10 @@ static enum loom_status load_slices(struct loom_gpt *m, const struct loom_safete
         }
         enum loom_status s = loom_safetensors_read_f32(st, name, full, n);
         if (s == LOOM_OK) {
-            for (int64_t k = 0; k < ln; k++) slice[k] = full[loom_param_global_index(p, tpr, tp, k)];
+            for (int64_t k = 0; k < ln; k++) {
+                int64_t g = loom_param_global_index(p, tpr, tp, k);
+                slice[k] = g < n ? full[g] : 0.0f; /* row-major: g < n is row < rows */
+            }
             m->be->ops->to_device(m->be, dst + p->offset, slice, (size_t)ln * sizeof(float));
         }
         free(full);
