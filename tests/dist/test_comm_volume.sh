@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Communication volume per training step, counted by the comm layer on rank 0, equals the
-# analytic value derived from the model's structure (tests/ref/comm_volume.py) for tensor,
-# sequence, pipeline and data parallelism.
+# Communication volume per training step, counted by the comm layer on rank 0 ("comm_bytes" in
+# the metrics file: tp, pp, dp and embedding groups), equals the analytic value derived from the
+# model's structure (tests/ref/comm_volume.py, which also holds the models and the layouts) for
+# tensor, sequence, pipeline (1F1B and interleaved) and data parallelism and three combinations,
+# on a GPT-2-style and a Llama-style model whose hidden size (40) makes the gradient buckets carry
+# alignment padding.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -10,20 +13,17 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 REF="$(dirname "$0")/../ref/comm_volume.py"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common=(--mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-        --max-position-embeddings 16 --vocab-size 97 --make-vocab-size-divisible-by 32
-        --micro-batch-size 2 --global-batch-size 8 --train-iters 2 --log-interval 1 --eval-iters 0)
-fail=0
-check() {
-  local kind=$1 n=$2
-  shift 2
-  loom_mpirun "$n" "$LOOM" train "${common[@]}" "$@" --metrics-file "$tmp/$kind.jsonl" > "$tmp/$kind.log" 2>&1 ||
-    { echo "FAIL $kind: run failed"; tail -5 "$tmp/$kind.log"; fail=$((fail + 1)); return; }
-  "$PYTHON" "$REF" "$tmp/$kind.jsonl" "$kind" || fail=$((fail + 1))
-}
-check tp 2 --tensor-model-parallel-size 2
-check sp 2 --tensor-model-parallel-size 2 --sequence-parallel
-check pp 2 --pipeline-model-parallel-size 2
-check dp 2
-echo "$((4 - fail)) passed, $fail failed"
+pass=0 fail=0
+for model in gpt llama; do
+  for case in tp sp pp vpp dp tp+dp tp+pp+sp; do
+    read -r n flags < <("$PYTHON" "$REF" flags "$model" "$case")
+    out="$tmp/$model-$case"
+    # shellcheck disable=SC2086
+    if ! loom_mpirun "$n" "$LOOM" train $flags --metrics-file "$out.jsonl" > "$out.log" 2>&1; then
+      echo "FAIL $model $case: the run failed"; tail -3 "$out.log"; fail=$((fail + 1)); continue
+    fi
+    if "$PYTHON" "$REF" check "$out.jsonl" "$model" "$case"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+  done
+done
+echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
