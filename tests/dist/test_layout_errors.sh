@@ -1,49 +1,114 @@
 #!/usr/bin/env bash
-# Layouts that do not divide are refused before any work with exactly one "loom: error:" line
-# (from rank 0) naming the flag, a non-zero exit, and promptly; a failure on one rank alone ends
-# the whole job promptly with that rank's message.
+# Layouts that do not divide are refused before any work: exactly one "loom: error:" line (rank
+# 0's) naming the flag, no model built (no parameter banner, no iteration), a non-zero exit, within
+# 60 s. The vocabulary never fails to divide: it is padded (a multiple of
+# --make-vocab-size-divisible-by x TP), which is checked by training with an odd vocabulary under
+# TP = 2. A failure met by some ranks only (rank 0 alone; the ranks of one pipeline stage) or by
+# every rank outside the collective checks (a truncated checkpoint) ends the whole job promptly
+# with a non-zero exit and the failing rank's message.
 set -uo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
 LOOM=${LOOM:-$LOOM_BUILD/loom}
+PYTHON=${PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 M=(--mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 97
-   --micro-batch-size 2 --global-batch-size 8 --train-iters 2 --eval-iters 0)
+   --micro-batch-size 2 --global-batch-size 8 --train-iters 2 --eval-iters 0 --log-interval 1)
 pass=0 fail=0
-# expect N "needle" flags... : exactly one error line containing needle, exit != 0, within 60 s
-expect() {
-  local n=$1 needle=$2
-  shift 2
-  local start=$SECONDS out rc
-  out=$(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" "$LOOM" train "$@" 2>&1 >/dev/null)
-  rc=$?
-  local lines
-  lines=$(printf '%s\n' "$out" | grep -c '^loom: error:')
-  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && printf '%s' "$out" | grep -qF -- "$needle"; then
+# launch N args...: run N ranks under `timeout 60`; sets rc, secs, out (stdout), err (stderr)
+launch() {
+  local n=$1 start=$SECONDS
+  shift
+  timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" "$LOOM" train "$@" \
+    > "$tmp/out" 2> "$tmp/err"
+  rc=$? secs=$((SECONDS - start)) out=$(cat "$tmp/out") err=$(cat "$tmp/err")
+}
+verdict() { # verdict OK LABEL
+  if [ "$1" -eq 1 ]; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1))
-    echo "FAIL ($n ranks, exit $rc, $lines error lines, $((SECONDS - start)) s) expected '$needle': $(printf '%s' "$out" | head -5)"
+    echo "FAIL $2 (exit $rc, $secs s): $(printf '%s\n' "$err" | grep -m3 -v '^ *$' | tr '\n' ' ')"
   fi
 }
-expect 4 "does not divide world size 4" "${M[@]}" --num-attention-heads 6 --hidden-size 48 --tensor-model-parallel-size 3
-expect 4 "--tensor-model-parallel-size 4 does not divide the 2 query groups" "${M[@]}" --tensor-model-parallel-size 4 --group-query-attention --num-query-groups 2
-expect 2 "--pipeline-model-parallel-size 2 does not divide --num-layers 3" "${M[@]}" --num-layers 3 --pipeline-model-parallel-size 2
-expect 2 "--num-layers-per-virtual-pipeline-stage 3" "${M[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3
-expect 2 "interleaved schedule needs the micro-batches" "${M[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 2
-expect 2 "--global-batch-size 6 is not a multiple" "${M[@]}" --global-batch-size 6
-expect 2 "--sequence-parallel needs --seq-length 15" "${M[@]}" --seq-length 15 --tensor-model-parallel-size 2 --sequence-parallel
-expect 4 "--num-attention-heads 6" "${M[@]}" --num-attention-heads 6 --hidden-size 48 --tensor-model-parallel-size 4
-# one rank fails alone (only rank 0 opens the metrics file): the job ends promptly with its message
-start=$SECONDS
-out=$(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 "$LOOM" train "${M[@]}" \
-      --tensor-model-parallel-size 2 --metrics-file "$tmp/no/such/dir/m.jsonl" 2>&1 >/dev/null)
-rc=$?
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$out" | grep -q "loom: error: \[rank 0\] --metrics-file"; then
-  pass=$((pass + 1))
-else
-  fail=$((fail + 1)); echo "FAIL one-rank failure (exit $rc, $((SECONDS - start)) s): $(printf '%s' "$out" | head -3)"
-fi
+# refused N "needle" args...: exactly one error line, containing needle, nothing built
+refused() {
+  local n=$1 needle=$2
+  shift 2
+  launch "$n" "$@"
+  local lines ok=0
+  lines=$(printf '%s\n' "$err" | grep -c '^loom: error:')
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] &&
+     printf '%s' "$err" | grep -q -- "^loom: error: .*$needle" &&
+     ! printf '%s' "$out" | grep -qE 'parameters, .* layers|iteration'; then ok=1; fi
+  verdict $ok "$n ranks, expected one error line with '$needle', got $lines"
+}
+# world size vs TP x PP
+refused 4 "--tensor-model-parallel-size 3 does not divide world size 4; valid: products that divide 4" "${M[@]}" \
+  --hidden-size 48 --num-attention-heads 6 --tensor-model-parallel-size 3
+refused 2 "= 4 does not divide world size 2" "${M[@]}" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+# tensor parallel vs the model
+refused 4 "--tensor-model-parallel-size 4 does not divide --num-attention-heads 6" "${M[@]}" \
+  --hidden-size 48 --num-attention-heads 6 --tensor-model-parallel-size 4
+refused 4 "--tensor-model-parallel-size 4 does not divide the 2 query groups" "${M[@]}" \
+  --tensor-model-parallel-size 4 --group-query-attention --num-query-groups 2
+refused 2 "--tensor-model-parallel-size 2 does not divide --ffn-hidden-size 99" "${M[@]}" \
+  --tensor-model-parallel-size 2 --ffn-hidden-size 99
+# pipeline vs layers
+refused 2 "--pipeline-model-parallel-size 2 does not divide --num-layers 3" "${M[@]}" \
+  --num-layers 3 --pipeline-model-parallel-size 2
+refused 2 "--num-layers-per-virtual-pipeline-stage 3 x --pipeline-model-parallel-size 2 does not divide --num-layers 4" \
+  "${M[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3
+refused 2 "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1" "${M[@]}" \
+  --num-layers-per-virtual-pipeline-stage 1
+# batch sizes
+refused 2 "--global-batch-size 6 is not a multiple of --micro-batch-size 2 x data-parallel size 2" "${M[@]}" \
+  --global-batch-size 6
+refused 2 "interleaved schedule needs the micro-batches per rank" "${M[@]}" \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 2
+# sequence parallel vs sequence length
+refused 2 "--sequence-parallel needs --seq-length 15 to be a multiple of --tensor-model-parallel-size 2" \
+  "${M[@]}" --seq-length 15 --tensor-model-parallel-size 2 --sequence-parallel
+
+# the vocabulary is padded, never refused: 97 entries under TP = 2 become 98
+launch 2 "${M[@]}" --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 1
+ok=0
+[ $rc -eq 0 ] && printf '%s' "$out" | grep -q 'vocab 97 (padded 98)' && ok=1
+verdict $ok "TP=2 with a vocabulary of 97 and --make-vocab-size-divisible-by 1 should train"
+
+# failed_alone N "needle" args...: non-zero exit within 60 s, an error line containing needle
+failed_alone() {
+  local n=$1 needle=$2
+  shift 2
+  launch "$n" "$@"
+  local ok=0
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$err" | grep -q -- "^loom: error: .*$needle" && ok=1
+  verdict $ok "one rank's failure: expected '$needle'"
+}
+# rank 0 alone opens the metrics file; the other ranks are already waiting in the first step
+failed_alone 4 "\[rank 0\] --metrics-file: cannot open" "${M[@]}" --tensor-model-parallel-size 2 \
+  --metrics-file "$tmp/no/such/dir/m.jsonl"
+# a checkpoint that lacks one tensor of the last pipeline stage: only ranks 2 and 3 (stage 1) fail
+"$LOOM" train "${M[@]}" --save "$tmp/ck" > /dev/null 2>&1
+cp -r "$tmp/ck" "$tmp/ck-missing"
+"$PYTHON" - "$tmp/ck-missing/iter_0000002/model.safetensors" <<'EOF'
+import json, struct, sys
+path = sys.argv[1]
+data = open(path, "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+header = json.loads(data[8:8 + n])
+del header["decoder.layers.3.mlp.linear_fc2.bias"]
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+open(path, "wb").write(struct.pack("<Q", len(h)) + h + data[8 + n:])
+EOF
+failed_alone 4 "\[rank [23]\] .*no tensor named 'decoder.layers.3.mlp.linear_fc2.bias'" "${M[@]}" \
+  --train-iters 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --load "$tmp/ck-missing"
+# a truncated checkpoint fails on every rank (after the collective checks): the job still ends
+cp -r "$tmp/ck" "$tmp/ck-truncated"
+truncate -s -100 "$tmp/ck-truncated/iter_0000002/model.safetensors"
+failed_alone 4 "model.safetensors: .*file truncated" "${M[@]}" --train-iters 4 \
+  --tensor-model-parallel-size 2 --load "$tmp/ck-truncated"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
