@@ -11,8 +11,7 @@
  * pool stays at one thread: two pools on the same cores (OpenMP workers spinning after a region
  * while OpenBLAS workers spin after a GEMM) slow both down several times over. No output element
  * is ever summed across threads, so results are bit-identical run to run. The dimension cut is
- * the one that makes the threads re-read the smaller operand. In the backward, the input- and
- * weight-gradient products run side by side, each on half of the threads.
+ * the one that makes the threads re-read the smaller operand.
  */
 #include <cblas.h>
 #include <omp.h>
@@ -96,42 +95,6 @@ static void cpu_bias_grad(float *db, const float *dout, int64_t N, int64_t OC) {
     }
 }
 
-/* Thread id's block (of nt) of dinp[N,C] = dout[N,OC] . w[OC,C]. Cutting N re-reads w; cutting
- * C re-reads dout. */
-static void cpu_dinp_block(float *dinp, const float *dout, const float *w, int64_t N, int64_t C,
-                           int64_t OC, int id, int nt) {
-    const int split_rows = C <= N ? 1 : 0;
-    int64_t lo, hi;
-    cpu_split(split_rows ? N : C, id, nt, &lo, &hi);
-    if (lo >= hi) return;
-    if (split_rows)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), (int)C, (int)OC,
-                    1.0f, dout + lo * OC, (int)OC, w, (int)C, 0.0f, dinp + lo * C, (int)C);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)(hi - lo), (int)OC,
-                    1.0f, dout, (int)OC, w + lo, (int)C, 0.0f, dinp + lo, (int)C);
-}
-
-/* Thread id's block (of nt) of dw[OC,C] += dout^T[OC,N] . inp[N,C]. Cutting OC re-reads inp;
- * cutting C re-reads dout. */
-static void cpu_dw_block(float *dw, const float *dout, const float *inp, int64_t N, int64_t C,
-                         int64_t OC, int id, int nt) {
-    const int split_oc = C <= OC ? 1 : 0;
-    int64_t lo, hi;
-    cpu_split(split_oc ? OC : C, id, nt, &lo, &hi);
-    if (lo >= hi) return;
-    if (split_oc)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), (int)C, (int)N, 1.0f,
-                    dout + lo, (int)OC, inp, (int)C, 1.0f, dw + lo * C, (int)C);
-    else
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)(hi - lo), (int)N,
-                    1.0f, dout, (int)OC, inp + lo, (int)C, 1.0f, dw + lo, (int)C);
-}
-
-/* The two products have the same size (N*C*OC multiply-adds). With an even number of threads
- * the first half computes dinp and the second half dw, side by side, each product cut over its
- * half as above: every thread works on larger blocks, and a product whose cut re-reads an operand
- * re-reads it half as often (fc2's backward, C = 4 x OC: about 10% faster on 2 cores). */
 void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
                               const float *dout, const float *inp, const float *w, int64_t N,
                               int64_t C, int64_t OC) {
@@ -141,34 +104,48 @@ void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, f
         return;
     }
     cpu_blas_single_thread();
-    if (OC <= 0) {
-        if (dinp)
+    if (dinp) {
+        if (OC <= 0) {
             for (int64_t i = 0; i < N * C; i++) dinp[i] = 0.0f;
-        return;
-    }
-    const int nt_gemm = cpu_gemm_threads(N, C, OC);
-    if (dinp && nt_gemm >= 2 && nt_gemm % 2 == 0) {
-#pragma omp parallel num_threads(nt_gemm)
-        {
-            const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-            if (nt % 2 == 0) {
-                const int half = nt / 2;
-                if (id < half)
-                    cpu_dinp_block(dinp, dout, w, N, C, OC, id, half);
-                else
-                    cpu_dw_block(dw, dout, inp, N, C, OC, id - half, half);
-            } else { /* fewer threads than asked for: one product after the other */
-                cpu_dinp_block(dinp, dout, w, N, C, OC, id, nt);
-                cpu_dw_block(dw, dout, inp, N, C, OC, id, nt);
+        } else {
+            /* dinp[N,C] = dout[N,OC] . w[OC,C]. Cutting N re-reads w; cutting C re-reads dout. */
+            const int split_rows = C <= N ? 1 : 0;
+#pragma omp parallel num_threads(cpu_gemm_threads(N, C, OC))
+            {
+                const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+                int64_t lo, hi;
+                cpu_split(split_rows ? N : C, id, nt, &lo, &hi);
+                if (lo < hi) {
+                    if (split_rows)
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo),
+                                    (int)C, (int)OC, 1.0f, dout + lo * OC, (int)OC, w, (int)C,
+                                    0.0f, dinp + lo * C, (int)C);
+                    else
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N,
+                                    (int)(hi - lo), (int)OC, 1.0f, dout, (int)OC, w + lo, (int)C,
+                                    0.0f, dinp + lo, (int)C);
+                }
             }
         }
-    } else {
-        if (dinp) {
-#pragma omp parallel num_threads(nt_gemm)
-            cpu_dinp_block(dinp, dout, w, N, C, OC, omp_get_thread_num(), omp_get_num_threads());
+    }
+    if (OC <= 0) return;
+    /* dw[OC,C] += dout^T[OC,N] . inp[N,C]. Cutting OC re-reads inp; cutting C re-reads dout. */
+    const int split_oc = C <= OC ? 1 : 0;
+#pragma omp parallel num_threads(cpu_gemm_threads(OC, C, N))
+    {
+        const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int64_t lo, hi;
+        cpu_split(split_oc ? OC : C, id, nt, &lo, &hi);
+        if (lo < hi) {
+            if (split_oc)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), (int)C,
+                            (int)N, 1.0f, dout + lo, (int)OC, inp, (int)C, 1.0f, dw + lo * C,
+                            (int)C);
+            else
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)(hi - lo),
+                            (int)N, 1.0f, dout, (int)OC, inp + lo, (int)C, 1.0f, dw + lo,
+                            (int)C);
         }
-#pragma omp parallel num_threads(nt_gemm)
-        cpu_dw_block(dw, dout, inp, N, C, OC, omp_get_thread_num(), omp_get_num_threads());
     }
     if (db) cpu_bias_grad(db, dout, N, OC);
 }
