@@ -480,6 +480,26 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
     return LOOM_OK;
 }
 
+/* Gradient of a branch's output (the residual gradient dres, through the branch's dropout),
+ * gathered over the sequence under SP: what a row-parallel linear or the embedding needs. */
+static enum loom_status branch_output_grad(struct loom_gpt *m, struct loom_gpt_acts *a,
+                                           const struct loom_step_ctx *ctx, int64_t layer,
+                                           int site, float **out) {
+    struct dims d = dims_of(m);
+    float *dy = a->dres;
+    struct loom_dropout dr = hidden_dropout(m, ctx, layer, site);
+    if (dr.p > 0) {
+        loom_op(m->be, dropout_backward, a->dc, a->dres, d.B, d.Tl, d.C, &dr);
+        dy = a->dc;
+    }
+    if (d.sp) {
+        LOOM_CHECK(region_leave_backward(m, a->full, dy));
+        dy = a->full;
+    }
+    *out = dy;
+    return LOOM_OK;
+}
+
 enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l,
                                          const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
@@ -491,16 +511,8 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     const struct loom_gpt_layer_ptrs *g = &m->g.layers[l];
 
     /* MLP branch: dres is d(y) */
-    float *dy = a->dres;
-    struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
-    if (dr.p > 0) {
-        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.Tl, d.C, &dr);
-        dy = a->dc;
-    }
-    if (d.sp) {
-        LOOM_CHECK(region_leave_backward(m, a->full, dy));
-        dy = a->full;
-    }
+    float *dy;
+    LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy));
     loom_op(be, linear_backward, a->dwide2, g->fc2_w, g->fc2_b, dy, la->act, w->fc2_w, d.N, d.Fl, d.C);
     if (c->swiglu)
         loom_op(be, swiglu_backward, a->dwide, a->dwide2, la->fc1, d.N, d.Fl);
@@ -513,16 +525,7 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
                   la->ln2_mean, la->ln2_rstd, d.Nr);
 
     /* attention branch: dres is now d(xmid) */
-    dy = a->dres;
-    dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
-    if (dr.p > 0) {
-        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.Tl, d.C, &dr);
-        dy = a->dc;
-    }
-    if (d.sp) {
-        LOOM_CHECK(region_leave_backward(m, a->full, dy));
-        dy = a->full;
-    }
+    LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_ATTN_OUT, &dy));
     loom_op(be, linear_backward, a->dwide2, g->proj_w, g->proj_b, dy, la->att, w->proj_w, d.N,
             d.NHl * d.HS, d.C);
     struct loom_attn ap = attn_problem(m, ctx, l);
@@ -547,16 +550,8 @@ enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot,
     struct dims d = dims_of(m);
     struct loom_backend *be = m->be;
     struct loom_gpt_acts *a = &m->acts[slot];
-    float *dx = a->dres;
-    struct loom_dropout dr = hidden_dropout(m, ctx, -1, LOOM_DROP_EMBED);
-    if (dr.p > 0) {
-        loom_op(be, dropout_backward, a->dc, a->dres, d.B, d.Tl, d.C, &dr);
-        dx = a->dc;
-    }
-    if (d.sp) {
-        LOOM_CHECK(region_leave_backward(m, a->full, dx));
-        dx = a->full;
-    }
+    float *dx;
+    LOOM_CHECK(branch_output_grad(m, a, ctx, -1, LOOM_DROP_EMBED, &dx));
     loom_op(be, embedding_backward, m->g.wte, m->g.wpe, dx, a->tokens, d.B, d.T, d.C, d.v0, d.Vl, 0);
     return LOOM_OK;
 }
