@@ -22,14 +22,17 @@
  * Point-to-point. NCCL matches the sends and receives between two ranks in issue order and has
  * no tags, and a send kernel may wait for its receiver, so two ranks that each send before they
  * receive could each block their stream on their send. Hence:
- *   - isend does not launch: it records the compute stream's position and joins a pending list.
- *     The next receive launches every pending send and itself in one ncclGroupStart/End, so the
- *     sends and the receive progress together (as Megatron's batched send/receive). Any other
- *     operation, and wait or test on a pending send, launches the pending sends first.
+ *   - isend and irecv do not launch: they record the compute stream's position (the data to send
+ *     is ready, the buffer to receive into is free) and join a pending list. The first wait or
+ *     test, or any other operation, launches everything pending in one ncclGroupStart/End, so
+ *     those sends and receives progress together (as Megatron's batched send/receive). Post the
+ *     operations of an exchange, then wait: a rank that blocks on something else with a
+ *     receive still pending holds back the peer's send.
  *   - tags select one of two NCCL communicators by their parity (even: the one collectives use,
- *     odd: a copy). Messages of one parity between two ranks must be received in the order they
- *     were sent; the pipeline puts the direction of a message (activation or gradient) in the
- *     low bit of its tag, and within a direction its schedules send and receive in one order.
+ *     odd: a copy). Messages of one parity between two ranks are received in the order they
+ *     were sent, whatever their tags; the pipeline puts the direction of a message (activation
+ *     or gradient) in the low bit of its tag, and within a direction its schedules send and
+ *     receive in one order.
  *
  * Splits: the host twin splits with MPI_Comm_split and each NCCL communicator with
  * ncclCommSplit (same color and key, so the ranks agree; checked).
@@ -52,11 +55,11 @@ struct nccl_state {
 struct nccl_req {
     struct loom_comm_req base;
     cudaEvent_t done; /* recorded on the communication stream after the operation */
-    /* a send not launched yet */
-    int pending;
-    cudaEvent_t ready; /* the compute stream's position when isend was called */
+    /* a send or receive not launched yet */
+    int pending, is_recv;
+    cudaEvent_t ready; /* the compute stream's position when it was posted */
     ncclComm_t nc;
-    const void *buf;
+    void *buf;
     size_t bytes;
     int peer;
 };
@@ -224,7 +227,7 @@ static size_t nbytes(int64_t count, enum loom_dtype dt) {
     return (size_t)count * loom_dtype_size(dt);
 }
 
-/* ---- point-to-point: pending sends ---------------------------------------------------------- */
+/* ---- point-to-point: pending sends and receives ---------------------------------------------- */
 
 static enum loom_status new_req(struct nccl_req **out) {
     struct nccl_req *r = calloc(1, sizeof *r);
@@ -245,24 +248,19 @@ static void free_req(struct nccl_req *r) {
     free(r);
 }
 
-/* Launch every pending send, and the receive `recv` (NULL: none) with them, as one group. */
-static enum loom_status launch_group(struct nccl_req *recv, ncclComm_t rnc, void *rbuf,
-                                     size_t rbytes, int rpeer) {
-    if (!g.npending && !recv) return LOOM_OK;
+/* Launch every pending send and receive as one group. */
+static enum loom_status flush_pending(void) {
+    if (!g.npending) return LOOM_OK;
     for (int i = 0; i < g.npending; i++)
         CUDA_TRY("cudaStreamWaitEvent", cudaStreamWaitEvent(g.comm, g.pending[i]->ready, 0));
-    if (recv) LOOM_CHECK(enter());
     ncclResult_t first = ncclSuccess;
     ncclComm_t bad = NULL;
     NCCL_TRY("ncclGroupStart", NULL, ncclGroupStart());
     for (int i = 0; i < g.npending; i++) {
         struct nccl_req *p = g.pending[i];
-        ncclResult_t r = ncclSend(p->buf, p->bytes, ncclInt8, p->peer, p->nc, g.comm);
+        ncclResult_t r = p->is_recv ? ncclRecv(p->buf, p->bytes, ncclInt8, p->peer, p->nc, g.comm)
+                                    : ncclSend(p->buf, p->bytes, ncclInt8, p->peer, p->nc, g.comm);
         if (r != ncclSuccess && first == ncclSuccess) first = r, bad = p->nc;
-    }
-    if (recv) {
-        ncclResult_t r = ncclRecv(rbuf, rbytes, ncclInt8, rpeer, rnc, g.comm);
-        if (r != ncclSuccess && first == ncclSuccess) first = r, bad = rnc;
     }
     ncclResult_t end = ncclGroupEnd();
     if (first == ncclSuccess && end != ncclSuccess) first = end;
@@ -274,11 +272,41 @@ static enum loom_status launch_group(struct nccl_req *recv, ncclComm_t rnc, void
         p->pending = 0;
     }
     g.npending = 0;
-    if (recv) CUDA_TRY("cudaEventRecord", cudaEventRecord(recv->done, g.comm));
     return LOOM_OK;
 }
 
-static enum loom_status flush_pending(void) { return launch_group(NULL, NULL, NULL, 0, 0); }
+/* Post a send or receive: it launches with the next flush. */
+static enum loom_status post(struct loom_comm *c, void *buf, int64_t count, enum loom_dtype dt,
+                             int peer, int tag, int is_recv, struct loom_comm_req **req) {
+    if (g.npending == g.cappending) {
+        int cap = g.cappending ? 2 * g.cappending : 16;
+        struct nccl_req **p = realloc(g.pending, (size_t)cap * sizeof *p);
+        if (!p) return loom_fail(LOOM_ERR_OOM, "send/recv: out of memory");
+        g.pending = p;
+        g.cappending = cap;
+    }
+    struct nccl_req *r;
+    LOOM_CHECK(new_req(&r));
+    enum loom_status s = get_event(&r->ready);
+    if (s != LOOM_OK) {
+        free_req(r);
+        return s;
+    }
+    r->pending = 1;
+    cudaError_t e = cudaEventRecord(r->ready, g.user);
+    if (e != cudaSuccess) {
+        free_req(r);
+        return cuda_err("cudaEventRecord", e);
+    }
+    r->is_recv = is_recv;
+    r->nc = nccl_of(c, tag);
+    r->buf = buf;
+    r->bytes = nbytes(count, dt);
+    r->peer = peer;
+    g.pending[g.npending++] = r;
+    *req = &r->base;
+    return LOOM_OK;
+}
 
 /* ---- life cycle ------------------------------------------------------------------------------ */
 
@@ -551,33 +579,7 @@ static enum loom_status nccl_isend(struct loom_comm *c, const void *buf, int64_t
         LOOM_CHECK(flush_pending());
         return loom_comm_isend(host_of(c), buf, count, dt, peer, tag, req);
     }
-    if (g.npending == g.cappending) {
-        int cap = g.cappending ? 2 * g.cappending : 16;
-        struct nccl_req **p = realloc(g.pending, (size_t)cap * sizeof *p);
-        if (!p) return loom_fail(LOOM_ERR_OOM, "isend: out of memory");
-        g.pending = p;
-        g.cappending = cap;
-    }
-    struct nccl_req *r;
-    LOOM_CHECK(new_req(&r));
-    enum loom_status s = get_event(&r->ready);
-    if (s != LOOM_OK) {
-        free_req(r);
-        return s;
-    }
-    r->pending = 1;
-    cudaError_t e = cudaEventRecord(r->ready, g.user);
-    if (e != cudaSuccess) {
-        free_req(r);
-        return cuda_err("cudaEventRecord", e);
-    }
-    r->nc = nccl_of(c, tag);
-    r->buf = buf;
-    r->bytes = nbytes(count, dt);
-    r->peer = peer;
-    g.pending[g.npending++] = r;
-    *req = &r->base;
-    return LOOM_OK;
+    return post(c, (void *)buf, count, dt, peer, tag, 0, req);
 }
 
 static enum loom_status nccl_irecv(struct loom_comm *c, void *buf, int64_t count,
@@ -589,15 +591,7 @@ static enum loom_status nccl_irecv(struct loom_comm *c, void *buf, int64_t count
         LOOM_CHECK(flush_pending());
         return loom_comm_irecv(host_of(c), buf, count, dt, peer, tag, req);
     }
-    struct nccl_req *r;
-    LOOM_CHECK(new_req(&r));
-    enum loom_status s = launch_group(r, nccl_of(c, tag), buf, nbytes(count, dt), peer);
-    if (s != LOOM_OK) {
-        free_req(r);
-        return s;
-    }
-    *req = &r->base;
-    return LOOM_OK;
+    return post(c, buf, count, dt, peer, tag, 1, req);
 }
 
 static enum loom_status nccl_iallreduce(struct loom_comm *c, void *buf, int64_t count,
