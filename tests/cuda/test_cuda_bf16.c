@@ -1,0 +1,219 @@
+/* bf16 matrix products of the CUDA backend (set_matmul_dtype(LOOM_DTYPE_BF16)).
+ *
+ * The linear ops with bf16 inputs and fp32 accumulation must equal the CPU backend's fp32 ops
+ * run on the same inputs rounded to bf16 (products of bf16 values are exact in fp32, so only
+ * the order of the sums differs): normwise <= 1e-4, with and without bias, for weights inside
+ * the registered parameter range and outside it, at odd shapes (unaligned rows) and at GPT-2
+ * shapes. The bias gradient is summed from the unrounded fp32 gradient. After the weights change
+ * through to_device or scale, the products must use the new values (the bf16 copy is refreshed),
+ * and against the unrounded fp32 products the error is that of bf16 rounding (<= 2e-2).
+ * Switching back to F32 restores the exact fp32 products (<= 1e-5).
+ *
+ * Exit status: 0 passed, 1 failed, 77 skipped (no CUDA build or no device; with
+ * LOOM_REQUIRE_CUDA=1 a missing device fails).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef LOOM_HAVE_CUDA
+
+#include <math.h>
+#include <string.h>
+
+#include "loom/backend.h"
+#include "loom/log.h"
+#include "loom/rng.h"
+
+static struct loom_backend *g_cpu, *g_gpu;
+static int g_fail, g_pass;
+
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return x;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static float *hrand(int64_t n, uint64_t purpose, float sd) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p) exit(2);
+    for (int64_t i = 0; i < n; i++) p[i] = sd * loom_rng_normal(77, purpose, (uint64_t)i);
+    return p;
+}
+
+static float *rounded(const float *x, int64_t n) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!p) exit(2);
+    for (int64_t i = 0; i < n; i++) p[i] = bf16_round(x[i]);
+    return p;
+}
+
+static void *dput(struct loom_backend *be, const float *h, int64_t n) {
+    void *d = be->ops->malloc(be, (size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!d) exit(2);
+    if (n > 0) be->ops->to_device(be, d, h, (size_t)n * sizeof(float));
+    return d;
+}
+
+static float *dget(struct loom_backend *be, const void *d, int64_t n) {
+    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!h) exit(2);
+    if (n > 0) be->ops->to_host(be, h, d, (size_t)n * sizeof(float));
+    return h;
+}
+
+static void compare(const char *what, const float *got, const float *want, int64_t n, double tol) {
+    double mx = 0, err = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs((double)want[i]) > mx) mx = fabs((double)want[i]);
+        double e = fabs((double)got[i] - (double)want[i]);
+        if (!(e <= err)) err = e; /* NaN propagates */
+    }
+    double rel = mx > 0 ? err / mx : err;
+    int ok = rel <= tol;
+    printf("%s %-62s normwise %.2e (tolerance %.0e)\n", ok ? "ok  " : "FAIL", what, rel, tol);
+    if (ok)
+        g_pass++;
+    else
+        g_fail++;
+}
+
+/* CPU fp32 linear forward/backward on the given host inputs. */
+static void cpu_linear(float *out, float *dinp, float *dw, const float *inp, const float *w,
+                       const float *b, const float *dout, const float *dw0, int64_t N, int64_t C,
+                       int64_t OC) {
+    struct loom_backend *be = g_cpu;
+    float *di = dput(be, inp, N * C), *dwt = dput(be, w, OC * C), *db = b ? dput(be, b, OC) : NULL;
+    float *dout_d = dput(be, dout, N * OC), *o = dput(be, NULL, N * OC);
+    float *gi = dput(be, NULL, N * C), *gw = dput(be, dw0, OC * C);
+    be->ops->linear_forward(be, o, di, dwt, db, N, C, OC);
+    be->ops->linear_backward(be, gi, gw, NULL, dout_d, di, dwt, N, C, OC);
+    be->ops->to_host(be, out, o, (size_t)(N * OC) * sizeof(float));
+    be->ops->to_host(be, dinp, gi, (size_t)(N * C) * sizeof(float));
+    be->ops->to_host(be, dw, gw, (size_t)(OC * C) * sizeof(float));
+    void *bufs[] = {di, dwt, db, dout_d, o, gi, gw};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->ops->free(be, bufs[i]);
+}
+
+static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered, uint64_t seed) {
+    char what[160];
+    const char *tag = registered ? "registered weight" : "weight outside the range";
+    float *inp = hrand(N * C, seed + 1, 1.0f), *w = hrand(OC * C, seed + 2, 0.05f);
+    float *b = bias ? hrand(OC, seed + 3, 0.1f) : NULL, *dout = hrand(N * OC, seed + 4, 0.01f);
+    float *dw0 = hrand(OC * C, seed + 5, 0.001f), *db0 = hrand(OC, seed + 6, 0.001f);
+    float *inp_r = rounded(inp, N * C), *w_r = rounded(w, OC * C), *dout_r = rounded(dout, N * OC);
+    float *out_ref = malloc((size_t)(N * OC) * sizeof(float));
+    float *dinp_ref = malloc((size_t)(N * C) * sizeof(float));
+    float *dw_ref = malloc((size_t)(OC * C) * sizeof(float));
+    cpu_linear(out_ref, dinp_ref, dw_ref, inp_r, w_r, b, dout_r, dw0, N, C, OC);
+
+    /* the GPU's parameters: [16 floats | w | 16 floats], registered or not */
+    int64_t np = OC * C + 32;
+    float *params_h = calloc((size_t)np, sizeof(float));
+    memcpy(params_h + 16, w, (size_t)(OC * C) * sizeof(float));
+    float *params = dput(g_gpu, params_h, np);
+    float *wd = params + 16;
+    if (g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, registered ? params : NULL,
+                                     registered ? np : 0) != LOOM_OK) {
+        loom_print_error();
+        exit(1);
+    }
+    float *di = dput(g_gpu, inp, N * C), *db = bias ? dput(g_gpu, b, OC) : NULL;
+    float *dd = dput(g_gpu, dout, N * OC), *o = dput(g_gpu, NULL, N * OC);
+    float *gi = dput(g_gpu, NULL, N * C), *gw = dput(g_gpu, dw0, OC * C), *gb = dput(g_gpu, db0, OC);
+    g_gpu->ops->linear_forward(g_gpu, o, di, wd, db, N, C, OC);
+    g_gpu->ops->linear_backward(g_gpu, gi, gw, gb, dd, di, wd, N, C, OC);
+    float *h;
+    snprintf(what, sizeof what, "forward  %lldx%lldx%lld%s, %s", (long long)N, (long long)C,
+             (long long)OC, bias ? " +bias" : "", tag);
+    compare(what, h = dget(g_gpu, o, N * OC), out_ref, N * OC, 1e-4);
+    free(h);
+    snprintf(what, sizeof what, "backward dinp %lldx%lldx%lld, %s", (long long)N, (long long)C,
+             (long long)OC, tag);
+    compare(what, h = dget(g_gpu, gi, N * C), dinp_ref, N * C, 1e-4);
+    free(h);
+    snprintf(what, sizeof what, "backward dw (accumulated) %lldx%lldx%lld, %s", (long long)N,
+             (long long)C, (long long)OC, tag);
+    compare(what, h = dget(g_gpu, gw, OC * C), dw_ref, OC * C, 1e-4);
+    free(h);
+    /* db += column sums of the fp32 dout */
+    double *dbs = calloc((size_t)OC, sizeof(double));
+    float *db_ref = malloc((size_t)OC * sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < OC; k++) dbs[k] += dout[n * OC + k];
+    for (int64_t k = 0; k < OC; k++) db_ref[k] = (float)(db0[k] + dbs[k]);
+    compare("backward db from the fp32 gradient", h = dget(g_gpu, gb, OC), db_ref, OC, 1e-5);
+    free(h);
+
+    /* the weights change: through to_device, then scale; the products follow */
+    float *w2 = hrand(OC * C, seed + 7, 0.05f);
+    g_gpu->ops->to_device(g_gpu, wd, w2, (size_t)(OC * C) * sizeof(float));
+    g_gpu->ops->scale(g_gpu, wd, 0.5f, OC * C);
+    for (int64_t i = 0; i < OC * C; i++) w2[i] *= 0.5f;
+    float *w2_r = rounded(w2, OC * C);
+    cpu_linear(out_ref, dinp_ref, dw_ref, inp_r, w2_r, b, dout_r, dw0, N, C, OC);
+    g_gpu->ops->linear_forward(g_gpu, o, di, wd, db, N, C, OC);
+    compare("forward after the weights changed (to_device, scale)", h = dget(g_gpu, o, N * OC),
+            out_ref, N * OC, 1e-4);
+    free(h);
+    /* bf16 rounding against the exact fp32 product */
+    cpu_linear(out_ref, dinp_ref, dw_ref, inp, w2, b, dout, dw0, N, C, OC);
+    compare("forward against unrounded fp32 (bf16 rounding only)", h = dget(g_gpu, o, N * OC),
+            out_ref, N * OC, 2e-2);
+    free(h);
+    /* back to exact fp32 */
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
+    g_gpu->ops->linear_forward(g_gpu, o, di, wd, db, N, C, OC);
+    compare("forward after switching back to fp32", h = dget(g_gpu, o, N * OC), out_ref, N * OC,
+            1e-5);
+    free(h);
+
+    void *bufs[] = {params, di, db, dd, o, gi, gw, gb};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) g_gpu->ops->free(g_gpu, bufs[i]);
+    float *hb[] = {inp, w, b, dout, dw0, db0, inp_r, w_r, dout_r, out_ref, dinp_ref, dw_ref,
+                   params_h, db_ref, w2, w2_r};
+    for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
+    free(dbs);
+}
+
+int main(void) {
+    if (loom_backend_create(&g_gpu, "cuda", 0) != LOOM_OK) {
+        const char *req = getenv("LOOM_REQUIRE_CUDA");
+        loom_print_error();
+        if (req && req[0] == '1') return 1;
+        puts("skipped: no CUDA device");
+        return 77;
+    }
+    if (loom_backend_create(&g_cpu, "cpu", 0) != LOOM_OK) {
+        loom_print_error();
+        return 1;
+    }
+    struct loom_mem_stats m0, m1;
+    g_gpu->ops->memory_stats(g_gpu, &m0);
+    run_case(64, 96, 80, 1, 1, 100);
+    run_case(33, 70, 50, 1, 0, 200);  /* odd rows: unaligned bf16 operands */
+    run_case(37, 72, 13, 0, 1, 300);
+    run_case(2048, 768, 2304, 1, 1, 400); /* GPT-2 qkv */
+    run_case(2048, 3072, 768, 1, 0, 500); /* GPT-2 fc2 */
+    g_gpu->ops->memory_stats(g_gpu, &m1);
+    int ok = m1.peak >= m0.peak && m1.in_use >= m0.in_use && m1.allocations > m0.allocations;
+    printf("%s memory_stats: in use %zu -> %zu bytes, peak %zu bytes, %lld allocations\n",
+           ok ? "ok  " : "FAIL", m0.in_use, m1.in_use, m1.peak, (long long)m1.allocations);
+    ok ? g_pass++ : g_fail++;
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    loom_backend_destroy(g_gpu);
+    loom_backend_destroy(g_cpu);
+    return g_fail ? 1 : 0;
+}
+
+#else
+int main(void) {
+    puts("skipped: built without CUDA");
+    return 77;
+}
+#endif
