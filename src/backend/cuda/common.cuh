@@ -124,6 +124,10 @@ int64_t loom_cuda_row_chunks(int64_t N);
 void loom_cuda_sum_partials(struct loom_backend *be, float *out, const double *partial,
                             int64_t chunks, int64_t C);
 
+/* profile.cu: a vtable that times every op of `base` (LOOM_CUDA_PROFILE=1), and the report. */
+const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_ops *base);
+void loom_cuda_profile_report(void);
+
 /* ---- ops (signatures of struct loom_backend_ops) ---- */
 
 /* elementwise.cu */

@@ -72,8 +72,11 @@ void *loom_cuda_scratch(struct loom_backend *be, size_t bytes) {
     return c->scratch;
 }
 
+static int g_profiling; /* LOOM_CUDA_PROFILE: the ops are timed (profile.cu) */
+
 static void cuda_destroy(struct loom_backend *be) {
     struct loom_cuda *c = loom_cuda_impl(be);
+    if (g_profiling && c) loom_cuda_profile_report();
     if (c) {
         cudaSetDevice(c->device);
         if (c->stream) cudaStreamSynchronize(c->stream);
@@ -250,6 +253,11 @@ extern "C" enum loom_status loom_backend_cuda_create(struct loom_backend **out,
             CUBLAS_STATUS_SUCCESS)
         return cuda_create_failed(be, LOOM_ERR_UNSUPPORTED, "configuring cuBLAS", device_index,
                                   cublasGetStatusString(bs));
+    const char *prof = getenv("LOOM_CUDA_PROFILE");
+    if (prof && prof[0] == '1') {
+        be->ops = loom_cuda_profile_ops(&g_cuda_ops);
+        g_profiling = 1;
+    }
     *out = be;
     return LOOM_OK;
 }
