@@ -13,13 +13,14 @@ SRC=${LOOM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-PY=
+# a python3 with numpy (for the parameter comparison) if there is one, else any python3
+PY= NUMPY=0
 for p in "${PYTHON:-}" python3 /usr/bin/python3; do
-  [ -n "$p" ] && command -v "$p" >/dev/null 2>&1 && "$p" -c 'import json' 2>/dev/null && { PY=$p; break; }
+  [ -n "$p" ] && command -v "$p" >/dev/null 2>&1 || continue
+  if "$p" -c 'import numpy' 2>/dev/null; then PY=$p NUMPY=1; break; fi
+  [ -z "$PY" ] && "$p" -c 'import json' 2>/dev/null && PY=$p
 done
 [ -n "$PY" ] || { echo "FAIL: no python3"; exit 1; }
-NUMPY=0
-"$PY" -c 'import numpy' 2>/dev/null && NUMPY=1
 
 common=(--mock-data --num-layers 4 --seq-length 64 --vocab-size 211 --make-vocab-size-divisible-by 32
         --micro-batch-size 4 --global-batch-size 8 --train-iters 5 --lr 3e-3 --min-lr 3e-4

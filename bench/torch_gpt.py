@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The PyTorch side of bench/gpu_vs_torch.sh: trains the same GPT as `loom train --device cuda
+--bf16` on one GPU and prints one JSON line of figures per run.
+
+Model (as loom's GPT-2 layout): learned positions, pre-norm LayerNorm blocks, fused QKV with
+biases, causal attention through F.scaled_dot_product_attention, GELU (tanh) MLP of 4 x hidden,
+final LayerNorm, output layer tied to the word embedding; vocabulary padded to a multiple of 128
+as loom pads it; no dropout. Training: bf16 autocast, fp32 master weights, fused AdamW
+(lr 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.01 on matrices), gradient clipping at 1.0,
+random tokens. Eager, or with torch.compile (--compile).
+
+Figures: tokens/s over the timed steps (after the warm-up, which includes compilation), model
+TFLOP/s with FLOPs per token 6 N + 12 L C T (N = every parameter, the tied embedding once), MFU
+against --peak-tflops, and torch.cuda.max_memory_allocated (the caching allocator's peak of
+live tensors, comparable to loom's peak of its own allocations).
+
+usage: torch_gpt.py --layers 12 --hidden 768 --heads 12 [--seq 1024 --batch 16 --vocab 50257
+                    --steps 20 --warmup 5 --compile --peak-tflops 989]
+"""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH):
+        super().__init__()
+        self.NH = NH
+        self.ln1 = nn.LayerNorm(C, eps=1e-5)
+        self.qkv = nn.Linear(C, 3 * C)
+        self.proj = nn.Linear(C, C)
+        self.ln2 = nn.LayerNorm(C, eps=1e-5)
+        self.fc1 = nn.Linear(C, 4 * C)
+        self.fc2 = nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q = q.view(B, T, self.NH, C // self.NH).transpose(1, 2)
+        k = k.view(B, T, self.NH, C // self.NH).transpose(1, 2)
+        v = v.view(B, T, self.NH, C // self.NH).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, C, NH, V, T):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(T, C)
+        self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
+        self.lnf = nn.LayerNorm(C, eps=1e-5)
+        std = 0.02
+        for n, p in self.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, std / math.sqrt(2 * L) if n.endswith(("proj.weight", "fc2.weight")) else std)
+            elif n.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for b in self.blocks:
+            x = b(x)
+        logits = F.linear(self.lnf(x), self.wte.weight)
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--peak-tflops", type=float, default=989.0)
+    a = ap.parse_args()
+
+    torch.manual_seed(1234)
+    dev = "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 work stays fp32, as in loom
+    torch.backends.cudnn.allow_tf32 = False
+    Vp = (a.vocab + 127) // 128 * 128
+    model = GPT(a.layers, a.hidden, a.heads, Vp, a.seq).to(dev)
+    nparams = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.999), eps=1e-8, fused=True)
+    step_fn = model
+    if a.compile:
+        step_fn = torch.compile(model)
+    g = torch.Generator(device=dev)
+    g.manual_seed(1)
+    data = torch.randint(0, a.vocab, (a.warmup + a.steps, a.batch, a.seq + 1), device=dev, generator=g)
+
+    def step(i):
+        x, y = data[i, :, :-1], data[i, :, 1:]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_fn(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.time()
+    for i in range(a.warmup):
+        loss = step(i)
+    torch.cuda.synchronize()
+    warm_s = time.time() - t0
+    t0 = time.time()
+    for i in range(a.warmup, a.warmup + a.steps):
+        loss = step(i)
+    torch.cuda.synchronize()
+    dt = time.time() - t0
+    tokens = a.batch * a.seq * a.steps
+    tps = tokens / dt
+    fpt = 6.0 * nparams + 12.0 * a.layers * a.hidden * a.seq
+    tflops = tps * fpt / 1e12
+    print(json.dumps({
+        "impl": "torch " + ("compile" if a.compile else "eager"),
+        "layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "batch": a.batch,
+        "params": nparams, "steps": a.steps, "warmup_s": round(warm_s, 2),
+        "ms_per_iter": round(1000.0 * dt / a.steps, 3), "tokens_per_s": round(tps, 1),
+        "tflops": round(tflops, 2), "mfu": round(tflops / a.peak_tflops, 4),
+        "peak_mem_bytes": torch.cuda.max_memory_allocated(), "loss": round(loss.item(), 4),
+        "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

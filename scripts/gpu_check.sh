@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The GPU acceptance check, for a machine with one or more NVIDIA GPUs (the device tool's
+# nvidia-h200-x2: `bash scripts/gpu_check.sh`, with .deps/root in the call's carry when the
+# machine lacks the jansson/PCRE2 headers: see scripts/device_deps.sh).
+#
+#   bash scripts/gpu_check.sh [PHASE...]      phases, in order (default: all three)
+#     build    configure (CUDA, MPI, NCCL) and build everything
+#     single   on one GPU: CTest label "cuda" (op parity, bf16 products, train cuda vs cpu);
+#              GPT-2 124M and a Llama-style model training end to end, fp32 and --bf16
+#     multi    on two GPUs: nccl_check under mpirun; TP=2, PP=2 (1F1B and interleaved) and
+#              DP=2 of a small GPT and a small Llama-style model against one GPU, 10 iterations:
+#              loss, grad norm and every parameter within 1e-5 relative (tests/ref/compare_runs.py)
+# NVLink multicast (NVLS) stays off in every NCCL run. Logs go to $OUT when set (the device
+# tool's output folder), else to build-gpu/logs. Exit status: the number of failed checks.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${GPU_CHECK_BUILD:-build-gpu}
+LOGS=${OUT:-$ROOT/$BUILD/logs}
+mkdir -p "$LOGS"
+PHASES=${*:-build single multi}
+JOBS=$(nproc 2>/dev/null || echo 4)
+PY=${PYTHON:-python3}
+export PATH=/usr/local/cuda/bin:$PATH
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+LOOM=$ROOT/$BUILD/loom
+fail=0 pass=0
+section() { printf '\n== %s ==\n' "$*"; }
+result() { # result STATUS LABEL
+  if [ "$1" -eq 0 ]; then pass=$((pass + 1)); echo "ok   $2"; else fail=$((fail + 1)); echo "FAIL $2"; fi
+}
+mpi2() {
+  mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x NCCL_NVLS_ENABLE \
+    -x OMP_NUM_THREADS -x PATH -x LD_LIBRARY_PATH "$@"
+}
+
+for phase in $PHASES; do
+case $phase in
+build)
+  section environment
+  {
+    uname -srm
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1
+    nvcc --version 2>&1 | tail -1
+    command -v mpirun && mpirun --version 2>&1 | head -1
+    ls /usr/include/nccl.h /usr/local/cuda/include/nccl.h 2>/dev/null
+  } 2>&1 | tee "$LOGS/env.log"
+  source "$ROOT/scripts/device_env.sh"
+  section build
+  t0=$(date +%s)
+  gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  if ! cmake -S . -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_MPI=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 > "$LOGS/build.log" 2>&1; then
+    tail -30 "$LOGS/build.log"; echo "gpu_check: configure failed"; exit 100
+  fi
+  grep -E "loom: (NCCL|no NCCL)" "$LOGS/build.log"
+  if ! cmake --build "$BUILD" -j"$JOBS" >> "$LOGS/build.log" 2>&1; then
+    grep -E "error" "$LOGS/build.log" | head -30; echo "gpu_check: build failed"; exit 100
+  fi
+  grep -E "warning" "$LOGS/build.log" | head -10
+  echo "built in $(( $(date +%s) - t0 )) s"
+  ;;
+
+single)
+  export CUDA_VISIBLE_DEVICES=${SINGLE_GPU:-0}
+  section "ctest -L cuda (GPU $CUDA_VISIBLE_DEVICES)"
+  t0=$(date +%s)
+  LOOM_REQUIRE_CUDA=1 PYTHON=$(command -v "$PY") ctest --test-dir "$BUILD" -L cuda -V --timeout 400 \
+    > "$LOGS/ctest.log" 2>&1
+  r=$?
+  grep -E "^[0-9]+: (ok |FAIL|[0-9]+ passed|skipped)" "$LOGS/ctest.log" | sed 's/^[0-9]*: //' | grep -vE "^ok " | head -40
+  grep -cE "^[0-9]+: ok " "$LOGS/ctest.log" | sed 's/^/ok lines: /'
+  grep -E "tests passed|tests failed|\(Failed\)|\(Skipped\)" "$LOGS/ctest.log"
+  result $r "ctest -L cuda in $(( $(date +%s) - t0 )) s"
+
+  section "end to end on one GPU"
+  e2e=(--mock-data --seq-length 1024 --vocab-size 50257 --micro-batch-size 16 --train-iters 5
+       --log-interval 1 --eval-iters 0 --lr 3e-4 --lr-warmup-iters 1)
+  gpt2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12)
+  llama=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --group-query-attention
+         --num-query-groups 4 --ffn-hidden-size 2048 --normalization RMSNorm --swiglu
+         --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights)
+  for model in gpt2 llama; do
+    declare -n margs=$model
+    for prec in fp32 bf16; do
+      extra=()
+      [ $prec = bf16 ] && extra=(--bf16)
+      log="$LOGS/e2e-$model-$prec.log"
+      "$LOOM" train "${e2e[@]}" "${margs[@]}" --device cuda "${extra[@]}" --metrics-file "$log.jsonl" > "$log" 2>&1
+      r=$?
+      grep -E "iteration +5/|peak device|warning|error" "$log" | cut -c1-330
+      if [ $r -eq 0 ] && grep -q "allocated after the first iteration" "$log"; then r=1; fi
+      result $r "$model $prec: 5 iterations at B=16 T=1024"
+    done
+  done
+  unset CUDA_VISIBLE_DEVICES
+  ;;
+
+multi)
+  section "nccl_check (2 ranks)"
+  mpi2 "$BUILD/tests/nccl_check" > "$LOGS/nccl_check.log" 2>&1
+  r=$?
+  grep -vE "^ok " "$LOGS/nccl_check.log" | head -30
+  result $r "nccl_check"
+
+  section "parallel layouts on 2 GPUs against 1 GPU (10 iterations, 1e-5)"
+  common=(--mock-data --num-layers 8 --seq-length 64 --vocab-size 97 --make-vocab-size-divisible-by 32
+          --micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 3e-3 --min-lr 3e-4
+          --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0
+          --hidden-dropout 0.1 --attention-dropout 0.1 --log-interval 1 --eval-iters 0 --seed 11
+          --device cuda)
+  gpt=(--hidden-size 64 --num-attention-heads 4)
+  llama=(--hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 4
+         --ffn-hidden-size 96 --normalization RMSNorm --swiglu --position-embedding-type rope
+         --disable-bias-linear --untie-embeddings-and-output-weights)
+  tmp="$LOGS/layouts"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  for model in gpt llama; do
+    declare -n margs=$model
+    ref="$tmp/$model-ref"
+    if ! CUDA_VISIBLE_DEVICES=0 "$LOOM" train "${common[@]}" "${margs[@]}" --save "$ref" \
+        --metrics-file "$ref.jsonl" > "$ref.log" 2>&1; then
+      tail -5 "$ref.log"; result 1 "$model on 1 GPU"; continue
+    fi
+    for l in "2 1" "1 2" "1 1" "1 2 vpp"; do
+      set -- $l
+      tp=$1 pp=$2 extra=()
+      [ "${3:-}" = vpp ] && extra=(--num-layers-per-virtual-pipeline-stage 2)
+      label="$model TP=$tp PP=$pp DP=$((2 / (tp * pp))) ${3:-}"
+      out="$tmp/$model-$tp-$pp${3:-}"
+      if ! timeout 300 mpi2 "$LOOM" train "${common[@]}" "${margs[@]}" --tensor-model-parallel-size "$tp" \
+          --pipeline-model-parallel-size "$pp" "${extra[@]}" --save "$out" --metrics-file "$out.jsonl" \
+          > "$out.log" 2>&1; then
+        tail -6 "$out.log"; result 1 "$label: the run failed"; continue
+      fi
+      "$PY" tests/ref/compare_runs.py "$ref.jsonl" "$ref" "$out.jsonl" "$out" 1e-5 "$label" | sed 's/^/  /'
+      result "${PIPESTATUS[0]}" "$label"
+    done
+  done
+  ;;
+*)
+  echo "gpu_check: unknown phase '$phase'; valid: build single multi"; exit 100 ;;
+esac
+done
+section summary
+echo "gpu_check: $pass passed, $fail failed"
+exit $fail
