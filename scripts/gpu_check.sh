@@ -24,6 +24,8 @@ PY=${PYTHON:-python3}
 export PATH=/usr/local/cuda/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+# Open MPI on one host: shared memory without the ptrace-based single copy, no binding
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_hwloc_base_binding_policy=none
 LOOM=$ROOT/$BUILD/loom
 fail=0 pass=0
 section() { printf '\n== %s ==\n' "$*"; }
