@@ -32,8 +32,8 @@ section() { printf '\n== %s ==\n' "$*"; }
 result() { # result STATUS LABEL
   if [ "$1" -eq 0 ]; then pass=$((pass + 1)); echo "ok   $2"; else fail=$((fail + 1)); echo "FAIL $2"; fi
 }
-mpi2() {
-  mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x NCCL_NVLS_ENABLE \
+mpi2() { # at most 300 s, so that a hang cannot eat the whole check
+  timeout 300 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x NCCL_NVLS_ENABLE \
     -x OMP_NUM_THREADS -x PATH -x LD_LIBRARY_PATH "$@"
 }
 
@@ -133,7 +133,7 @@ multi)
       [ "${3:-}" = vpp ] && extra=(--num-layers-per-virtual-pipeline-stage 2)
       label="$model TP=$tp PP=$pp DP=$((2 / (tp * pp))) ${3:-}"
       out="$tmp/$model-$tp-$pp${3:-}"
-      if ! timeout 300 mpi2 "$LOOM" train "${common[@]}" "${margs[@]}" --tensor-model-parallel-size "$tp" \
+      if ! mpi2 "$LOOM" train "${common[@]}" "${margs[@]}" --tensor-model-parallel-size "$tp" \
           --pipeline-model-parallel-size "$pp" "${extra[@]}" --save "$out" --metrics-file "$out.jsonl" \
           > "$out.log" 2>&1; then
         tail -6 "$out.log"; result 1 "$label: the run failed"; continue

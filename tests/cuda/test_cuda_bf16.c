@@ -54,7 +54,7 @@ static float *rounded(const float *x, int64_t n) {
 static void *dput(struct loom_backend *be, const float *h, int64_t n) {
     void *d = be->ops->malloc(be, (size_t)(n > 0 ? n : 1) * sizeof(float));
     if (!d) exit(2);
-    if (n > 0) be->ops->to_device(be, d, h, (size_t)n * sizeof(float));
+    if (h && n > 0) be->ops->to_device(be, d, h, (size_t)n * sizeof(float));
     return d;
 }
 
