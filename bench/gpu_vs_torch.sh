@@ -10,7 +10,7 @@
 #   bash bench/gpu_vs_torch.sh                 both models
 #   MODELS=124m STEPS=20 bash bench/gpu_vs_torch.sh
 # Environment: LOOM (default build-gpu/loom), PYTHON (python3), STEPS (timed steps, 20),
-# WARMUP (5), BATCH (16), TORCH_COMPILE (1: also torch.compile), OUT_DIR (logs; $OUT or
+# WARMUP (5), BATCH (16), TORCH (0: loom only), TORCH_COMPILE (1: also torch.compile), OUT_DIR (logs; $OUT or
 # bench-gpu-logs). Exit status 0 when every run finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -88,6 +88,7 @@ for model in $MODELS; do
     echo "loom $model failed:"; tail -5 "$LOGS/loom-$model.log"; rc=1
   fi
   for mode in eager compile; do
+    [ "${TORCH:-1}" != 1 ] && continue
     [ "$mode" = compile ] && [ "${TORCH_COMPILE:-1}" != 1 ] && continue
     echo "== torch $model $mode"
     extra=()
@@ -99,8 +100,8 @@ for model in $MODELS; do
       echo "torch $model $mode failed:"; tail -5 "$LOGS/torch-$model-$mode.log"; rc=1
     fi
   done
-  echo "== loom $model time by op (LOOM_CUDA_PROFILE=1, 4 iterations, stream waits around every op)"
-  LOOM_CUDA_PROFILE=1 "$LOOM" train "${flags[@]}" --train-iters 4 > "$LOGS/loom-$model-profile.log" 2>&1 || rc=1
+  echo "== loom $model time by op (LOOM_CUDA_PROFILE=1, 6 iterations, stream waits around every op)"
+  LOOM_CUDA_PROFILE=1 "$LOOM" train "${flags[@]}" --train-iters 6 > "$LOGS/loom-$model-profile.log" 2>&1 || rc=1
   sed -n '/loom cuda profile/,$p' "$LOGS/loom-$model-profile.log"
   grep -m1 "elapsed time" "$LOGS/loom-$model.log" | sed 's/.*elapsed/  first iteration: elapsed/' | cut -c1-80
   grep -m1 "peak device memory" "$LOGS/loom-$model.log"

@@ -1,4 +1,5 @@
-/* Attention (fp32, flash-style) and rotary embeddings.
+/* Attention (fp32, flash-style) and rotary embeddings. With bf16 matrix products, head size 64
+ * and no attention dropout, attention_bf16.cu's tensor-core kernels run instead.
  *
  * qkv[B,T,(NH+2*NKV)*HS]: a row holds NKV groups, each [G = NH/NKV query heads | k | v] of HS.
  * out[B,T,NH*HS], lse[B,NH,T]. Query head h reads the k/v head of its group, h / G.
@@ -415,6 +416,10 @@ void loom_cuda_attention_forward(struct loom_backend *be, float *out, float *lse
                                  const float *qkv, const struct loom_attn *a) {
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
     at_check(a);
+    if (loom_cuda_attention_bf16_ok(be, a)) {
+        loom_cuda_attention_forward_bf16(be, out, lse, qkv, a);
+        return;
+    }
     if (a->HS <= 16)
         at_forward<16>(be, out, lse, qkv, a);
     else if (a->HS <= 32)
@@ -437,6 +442,10 @@ void loom_cuda_attention_backward(struct loom_backend *be, float *dqkv, const fl
     attention_dot_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, loom_cuda_stream(be)>>>(
         Dv, dout, out, a->B, a->T, a->NH, a->HS);
     LOOM_CUDA_LAUNCHED();
+    if (loom_cuda_attention_bf16_ok(be, a)) {
+        loom_cuda_attention_backward_bf16(be, dqkv, dout, lse, Dv, qkv, a);
+        return;
+    }
     if (a->HS <= 16)
         at_backward<16>(be, dqkv, dout, lse, Dv, qkv, a);
     else if (a->HS <= 32)

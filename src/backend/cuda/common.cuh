@@ -60,6 +60,8 @@ struct loom_cuda {
     size_t act_ws_bytes;
     struct loom_cuda_lt_plan *plans;
     int nplans, cap_plans;
+    void *attn_ws;        /* bf16 q, k, v, dout of the bf16 attention (attention_bf16.cu) */
+    size_t attn_ws_bytes;
 };
 
 static inline struct loom_cuda *loom_cuda_impl(struct loom_backend *be) {
@@ -190,6 +192,14 @@ void loom_cuda_attention_backward(struct loom_backend *be, float *dqkv, const fl
 void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float *q,
                                 const float *kcache, const float *vcache, int64_t L, int64_t NH,
                                 int64_t NKV, int64_t HS, float scale);
+
+/* attention_bf16.cu: tensor-core attention for bf16 products, head size 64, no dropout */
+int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn *a);
+void loom_cuda_attention_forward_bf16(struct loom_backend *be, float *out, float *lse,
+                                      const float *qkv, const struct loom_attn *a);
+void loom_cuda_attention_backward_bf16(struct loom_backend *be, float *dqkv, const float *dout,
+                                       const float *lse, const float *Dv, const float *qkv,
+                                       const struct loom_attn *a);
 
 /* act.cu */
 void loom_cuda_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n);
