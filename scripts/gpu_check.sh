@@ -78,8 +78,10 @@ single)
   result $r "ctest -L cuda in $(( $(date +%s) - t0 )) s"
 
   section "end to end on one GPU"
+  # no dropout: --bf16 then also takes the tensor-core attention
   e2e=(--mock-data --seq-length 1024 --vocab-size 50257 --micro-batch-size 16 --train-iters 5
-       --log-interval 1 --eval-iters 0 --lr 3e-4 --lr-warmup-iters 1)
+       --log-interval 1 --eval-iters 0 --lr 3e-4 --lr-warmup-iters 1 --hidden-dropout 0
+       --attention-dropout 0)
   gpt2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12)
   llama=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --group-query-attention
          --num-query-groups 4 --ffn-hidden-size 2048 --normalization RMSNorm --swiglu
@@ -96,6 +98,16 @@ single)
       if [ $r -eq 0 ] && grep -q "allocated after the first iteration" "$log"; then r=1; fi
       result $r "$model $prec: 5 iterations at B=16 T=1024"
     done
+    "$PY" - "$LOGS/e2e-$model-fp32.log.jsonl" "$LOGS/e2e-$model-bf16.log.jsonl" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+d = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+ok = len(a) == len(b) == 5 and d < 1e-2
+print(f"{'ok  ' if ok else 'FAIL'} bf16 against fp32 loss: worst relative difference {d:.2e} over {len(b)} iterations (tolerance 1e-2)")
+sys.exit(0 if ok else 1)
+EOF
+    result $? "$model bf16 loss follows fp32"
   done
   unset CUDA_VISIBLE_DEVICES
   ;;
