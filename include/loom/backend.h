@@ -162,9 +162,9 @@ struct loom_backend_ops {
 
     /* ---- precision, memory and ordering (optional: NULL where a backend has none) ----
      * Element type of the inputs of the matrix products in linear_forward/linear_backward:
-     * LOOM_DTYPE_F32 (exact fp32, the default) or LOOM_DTYPE_BF16 (inputs rounded to bf16,
-     * products accumulated and written in fp32; parameters, activations and gradients stay
-     * fp32). Weights inside [params, params + n) get a bf16 copy that is refreshed once after
+     * LOOM_DTYPE_F32 (exact fp32, the default), LOOM_DTYPE_BF16 or LOOM_DTYPE_F16 (inputs
+     * rounded to 16 bits, products accumulated and written in fp32; parameters, activations and
+     * gradients stay fp32). Weights inside [params, params + n) get a bf16 copy that is refreshed once after
      * they change (the backend notices its own writes there: to_device, copy, zero, add, axpy,
      * scale, adamw); other operands are converted per call into a reusable workspace.
      * Any other type is LOOM_ERR_UNSUPPORTED. */

@@ -7,7 +7,8 @@
  * shapes. The bias gradient is summed from the unrounded fp32 gradient. After the weights change
  * through to_device or scale, the products must use the new values (the bf16 copy is refreshed),
  * and against the unrounded fp32 products the error is that of bf16 rounding (<= 2e-2).
- * Switching back to F32 restores the exact fp32 products (<= 1e-5). The bf16 attention is
+ * Switching back to F32 restores the exact fp32 products (<= 1e-5). Two cases repeat with fp16
+ * products (LOOM_DTYPE_F16) against inputs rounded to fp16. The bf16 attention is
  * checked against the CPU's fp32 attention on rounded inputs (see run_attention).
  *
  * Exit status: 0 passed, 1 failed, 77 skipped (no CUDA build or no device; with
@@ -45,10 +46,12 @@ static float *hrand(int64_t n, uint64_t purpose, float sd) {
     return p;
 }
 
+static int g_f16; /* run_case rounds to fp16 instead of bf16 */
+
 static float *rounded(const float *x, int64_t n) {
     float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     if (!p) exit(2);
-    for (int64_t i = 0; i < n; i++) p[i] = bf16_round(x[i]);
+    for (int64_t i = 0; i < n; i++) p[i] = g_f16 ? (float)(_Float16)x[i] : bf16_round(x[i]);
     return p;
 }
 
@@ -101,8 +104,9 @@ static void cpu_linear(float *out, float *dinp, float *dw, const float *inp, con
 }
 
 static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered, uint64_t seed) {
-    char what[160];
-    const char *tag = registered ? "registered weight" : "weight outside the range";
+    char what[160], tag[64];
+    snprintf(tag, sizeof tag, "%s%s", g_f16 ? "fp16, " : "",
+             registered ? "registered weight" : "weight outside the range");
     float *inp = hrand(N * C, seed + 1, 1.0f), *w = hrand(OC * C, seed + 2, 0.05f);
     float *b = bias ? hrand(OC, seed + 3, 0.1f) : NULL, *dout = hrand(N * OC, seed + 4, 0.01f);
     float *dw0 = hrand(OC * C, seed + 5, 0.001f), *db0 = hrand(OC, seed + 6, 0.001f);
@@ -118,7 +122,8 @@ static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered,
     memcpy(params_h + 16, w, (size_t)(OC * C) * sizeof(float));
     float *params = dput(g_gpu, params_h, np);
     float *wd = params + 16;
-    if (g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, registered ? params : NULL,
+    if (g_gpu->ops->set_matmul_dtype(g_gpu, g_f16 ? LOOM_DTYPE_F16 : LOOM_DTYPE_BF16,
+                                     registered ? params : NULL,
                                      registered ? np : 0) != LOOM_OK) {
         loom_print_error();
         exit(1);
@@ -163,8 +168,9 @@ static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered,
     free(h);
     /* bf16 rounding against the exact fp32 product */
     cpu_linear(out_ref, dinp_ref, dw_ref, inp, w2, b, dout, dw0, N, C, OC);
-    compare("forward against unrounded fp32 (bf16 rounding only)", h = dget(g_gpu, o, N * OC),
-            out_ref, N * OC, 2e-2);
+    compare(g_f16 ? "forward against unrounded fp32 (fp16 rounding only)"
+                  : "forward against unrounded fp32 (bf16 rounding only)",
+            h = dget(g_gpu, o, N * OC), out_ref, N * OC, 2e-2);
     free(h);
     /* back to exact fp32 */
     g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
@@ -261,6 +267,10 @@ int main(void) {
     run_case(37, 72, 13, 0, 1, 300);
     run_case(2048, 768, 2304, 1, 1, 400); /* GPT-2 qkv */
     run_case(2048, 3072, 768, 1, 0, 500); /* GPT-2 fc2 */
+    g_f16 = 1; /* the same products in fp16 */
+    run_case(64, 96, 80, 1, 1, 900);
+    run_case(2048, 768, 2304, 1, 0, 1000);
+    g_f16 = 0;
     run_attention(2, 200, 4, 2, 1, 600);   /* grouped queries, partial last tile */
     run_attention(1, 256, 6, 6, 0, 700);   /* no causal mask */
     run_attention(2, 1024, 12, 12, 1, 800); /* GPT-2 124M shapes */

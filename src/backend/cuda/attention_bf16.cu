@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 static size_t fa_tile_bytes(int tiles) { return (size_t)tiles * FA_TILE * FA_LD * sizeof(bf16); }
 
 int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn *a) {
-    return loom_cuda_impl(be)->matmul_bf16 && a->HS == FA_D && a->dropout_p == 0.0f &&
+    return loom_cuda_impl(be)->matmul_bf16 && !loom_cuda_impl(be)->matmul_f16 && a->HS == FA_D && a->dropout_p == 0.0f &&
            a->NKV > 0 && a->NH % a->NKV == 0 && a->NH <= 65535 && a->B <= 65535;
 }
 

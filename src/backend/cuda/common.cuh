@@ -49,8 +49,9 @@ struct loom_cuda {
     int nallocs, cap_allocs;
     size_t mem_in_use, mem_peak;
     int64_t alloc_calls;
-    /* bf16 matrix products (matmul_bf16.cu) */
-    int matmul_bf16;
+    /* 16-bit matrix products (matmul_bf16.cu): matmul_bf16 set for bf16 and for fp16, with
+     * matmul_f16 set for fp16 */
+    int matmul_bf16, matmul_f16;
     cublasLtHandle_t lt;
     const float *params;  /* registered weights [params, params + nparams) */
     int64_t nparams;

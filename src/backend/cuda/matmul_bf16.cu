@@ -18,8 +18,13 @@
  * descriptors and the algorithm the heuristic picked) is cached per shape, transposition,
  * epilogue and operand alignment, so the heuristic runs once per distinct product; the choice is
  * a function of those alone, so a run repeats bit for bit.
+ *
+ * set_matmul_dtype(LOOM_DTYPE_F16) takes the same path with fp16 operands (round to nearest even,
+ * values beyond 65504 become infinite: that is for a loss scaler to notice); attention then stays
+ * in fp32.
  */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <limits.h>
 #include <string.h>
 
@@ -28,7 +33,7 @@
 struct loom_cuda_lt_plan {
     /* key */
     int64_t m, n, k, lda, ldb, ldc;
-    int ta, tb, bias;
+    int ta, tb, bias, f16;
     unsigned align_a, align_b, align_c, align_bias;
     /* value */
     cublasLtMatmulDesc_t desc;
@@ -63,10 +68,41 @@ __global__ void f32_to_bf16_x4_kernel(__nv_bfloat162 *dst, const float4 *src, in
     }
 }
 
+__global__ void f32_to_f16_kernel(__half *dst, const float *src, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) dst[i] = __float2half_rn(src[i]);
+}
+
+__global__ void f32_to_f16_x4_kernel(__half2 *dst, const float4 *src, int64_t n4) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (; i < n4; i += stride) {
+        float4 v = src[i];
+        dst[2 * i] = __floats2half2_rn(v.x, v.y);
+        dst[2 * i + 1] = __floats2half2_rn(v.z, v.w);
+    }
+}
+
+/* fp32 -> the 16-bit type of the products (bf16, or fp16 with matmul_f16) */
 static void to_bf16(struct loom_backend *be, void *dst, const float *src, int64_t n) {
     if (n <= 0) return;
     cudaStream_t st = loom_cuda_stream(be);
     int blocks = 4 * loom_cuda_impl(be)->num_sms;
+    if (loom_cuda_impl(be)->matmul_f16) {
+        int64_t need;
+        if (n % 4 == 0 && ((uintptr_t)src & 15) == 0 && ((uintptr_t)dst & 7) == 0) {
+            need = (n / 4 + 255) / 256;
+            f32_to_f16_x4_kernel<<<(unsigned)(need < blocks ? need : blocks), 256, 0, st>>>(
+                (__half2 *)dst, (const float4 *)src, n / 4);
+        } else {
+            need = (n + 255) / 256;
+            f32_to_f16_kernel<<<(unsigned)(need < blocks ? need : blocks), 256, 0, st>>>(
+                (__half *)dst, src, n);
+        }
+        LOOM_CUDA_LAUNCHED();
+        return;
+    }
     if (n % 4 == 0 && ((uintptr_t)src & 15) == 0 && ((uintptr_t)dst & 7) == 0) {
         int64_t n4 = n / 4;
         int64_t need = (n4 + 255) / 256;
@@ -144,9 +180,10 @@ static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p, cons
         set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     }
     /* stored shapes: op(A) is m x k, op(B) is k x n */
-    LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, p->ta ? p->k : p->m,
+    cudaDataType_t t16 = p->f16 ? CUDA_R_16F : CUDA_R_16BF;
+    LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->la, t16, p->ta ? p->k : p->m,
                                              p->ta ? p->m : p->k, p->lda));
-    LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, p->tb ? p->n : p->k,
+    LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, t16, p->tb ? p->n : p->k,
                                              p->tb ? p->k : p->n, p->ldb));
     LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->m, p->n, p->ldc));
     cublasLtMatmulPreference_t pref;
@@ -168,8 +205,8 @@ static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p, cons
     if (st != CUBLAS_STATUS_SUCCESS || found < 1) {
         if (p->bias) return 0;
         loom_abort(__FILE__, __LINE__,
-                   "cuBLASLt offers no bf16 algorithm for m %lld n %lld k %lld (status %d)",
-                   (long long)p->m, (long long)p->n, (long long)p->k, (int)st);
+                   "cuBLASLt offers no %s algorithm for m %lld n %lld k %lld (status %d)",
+                   p->f16 ? "fp16" : "bf16", (long long)p->m, (long long)p->n, (long long)p->k, (int)st);
     }
     p->algo = res.algo;
     return 1;
@@ -182,7 +219,7 @@ static struct loom_cuda_lt_plan *plan_for(struct loom_backend *be,
         struct loom_cuda_lt_plan *p = &c->plans[i];
         if (p->m == key->m && p->n == key->n && p->k == key->k && p->lda == key->lda &&
             p->ldb == key->ldb && p->ldc == key->ldc && p->ta == key->ta && p->tb == key->tb &&
-            p->bias == key->bias && p->align_a == key->align_a && p->align_b == key->align_b &&
+            p->bias == key->bias && p->f16 == key->f16 && p->align_a == key->align_a && p->align_b == key->align_b &&
             p->align_c == key->align_c && p->align_bias == key->align_bias)
             return p->desc ? p : NULL; /* a cached entry without descriptors: no algorithm */
     }
@@ -223,6 +260,7 @@ static void lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t 
     key.ta = ta;
     key.tb = tb;
     key.bias = bias != NULL;
+    key.f16 = c->matmul_f16;
     key.align_a = alignment(A);
     key.align_b = alignment(B);
     key.align_c = alignment(C);
@@ -287,9 +325,9 @@ void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float 
 enum loom_status loom_cuda_set_matmul_dtype(struct loom_backend *be, enum loom_dtype dt,
                                             const float *params, int64_t n) {
     struct loom_cuda *c = loom_cuda_impl(be);
-    if (dt != LOOM_DTYPE_F32 && dt != LOOM_DTYPE_BF16)
+    if (dt != LOOM_DTYPE_F32 && dt != LOOM_DTYPE_BF16 && dt != LOOM_DTYPE_F16)
         return loom_fail(LOOM_ERR_UNSUPPORTED,
-                         "cuda: matrix products in %s are not supported; valid: f32, bf16",
+                         "cuda: matrix products in %s are not supported; valid: f32, bf16, f16",
                          loom_dtype_name(dt));
     if (c->params_bf16) {
         LOOM_CUDA_CHECK(cudaStreamSynchronize(c->stream));
@@ -298,13 +336,14 @@ enum loom_status loom_cuda_set_matmul_dtype(struct loom_backend *be, enum loom_d
     }
     c->params = NULL;
     c->nparams = 0;
-    c->matmul_bf16 = dt == LOOM_DTYPE_BF16;
+    c->matmul_bf16 = dt == LOOM_DTYPE_BF16 || dt == LOOM_DTYPE_F16;
+    c->matmul_f16 = dt == LOOM_DTYPE_F16;
     if (!c->matmul_bf16) return LOOM_OK;
     if (!c->lt) {
         cublasStatus_t st = cublasLtCreate(&c->lt);
         if (st != CUBLAS_STATUS_SUCCESS) {
             c->lt = NULL;
-            c->matmul_bf16 = 0;
+            c->matmul_bf16 = c->matmul_f16 = 0;
             return loom_fail(LOOM_ERR_UNSUPPORTED, "cuda: cublasLtCreate failed: %s",
                              cublasGetStatusString(st));
         }
@@ -312,7 +351,7 @@ enum loom_status loom_cuda_set_matmul_dtype(struct loom_backend *be, enum loom_d
     if (params && n > 0) {
         c->params_bf16 = loom_cuda_alloc(be, (size_t)n * 2);
         if (!c->params_bf16) {
-            c->matmul_bf16 = 0;
+            c->matmul_bf16 = c->matmul_f16 = 0;
             return loom_fail(LOOM_ERR_OOM, "cuda: out of device memory for the bf16 copy of %lld "
                              "parameters", (long long)n);
         }
