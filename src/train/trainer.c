@@ -282,6 +282,10 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         return loom_fail(LOOM_ERR_INVALID_ARG, "--sequence-parallel needs --seq-length %lld to be "
                          "a multiple of --tensor-model-parallel-size %lld",
                          (long long)c->model.seq_length, (long long)c->tp);
+    if (c->sequence_parallel && c->tp > 1 && c->micro_batch > 1 && strcmp(c->device, "cuda") == 0)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--sequence-parallel with --device cuda needs "
+                         "--micro-batch-size 1 for now (the sequence shards of a larger micro-batch "
+                         "are reordered on the host)");
     t->num_micro = c->global_batch / (c->micro_batch * dp);
     if (vpp > 1 && t->num_micro % c->pp)
         return loom_fail(LOOM_ERR_INVALID_ARG, "the interleaved schedule needs the micro-batches "
