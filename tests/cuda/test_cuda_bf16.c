@@ -286,66 +286,6 @@ int main(void) {
 }
 
 #else
-/* bf16 tensor-core attention (head size 64, no dropout) against the CPU's fp32 attention on
- * q, k, v and dout rounded to bf16: the probabilities are rounded to bf16 inside (normwise 2e-2),
- * the scores are not (lse within 1e-4); two runs agree bit for bit. */
-static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int causal, uint64_t seed) {
-    struct loom_attn a = {0};
-    a.B = B;
-    a.T = T;
-    a.NH = NH;
-    a.NKV = NKV;
-    a.HS = 64;
-    a.causal = causal;
-    a.scale = 0.125f;
-    a.NH_global = NH;
-    int64_t nqkv = B * T * (NH + 2 * NKV) * 64, nout = B * T * NH * 64, nl = B * NH * T;
-    float *qkv = hrand(nqkv, seed + 1, 1.0f), *dout = hrand(nout, seed + 2, 0.1f);
-    float *qkv_r = rounded(qkv, nqkv), *dout_r = rounded(dout, nout);
-    /* CPU reference on rounded inputs */
-    float *cq = dput(g_cpu, qkv_r, nqkv), *cd = dput(g_cpu, dout_r, nout);
-    float *co = dput(g_cpu, NULL, nout), *cl = dput(g_cpu, NULL, nl), *cg = dput(g_cpu, NULL, nqkv);
-    g_cpu->ops->attention_forward(g_cpu, co, cl, cq, &a);
-    g_cpu->ops->attention_backward(g_cpu, cg, cd, co, cl, cq, &a);
-    float *ro = dget(g_cpu, co, nout), *rl = dget(g_cpu, cl, nl), *rg = dget(g_cpu, cg, nqkv);
-    /* GPU on the unrounded inputs (the kernels round them) */
-    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, NULL, 0);
-    float *gq = dput(g_gpu, qkv, nqkv), *gd = dput(g_gpu, dout, nout);
-    float *go = dput(g_gpu, NULL, nout), *gl = dput(g_gpu, NULL, nl), *gg = dput(g_gpu, NULL, nqkv);
-    float *h1[3], *h2[3];
-    for (int rep = 0; rep < 2; rep++) {
-        g_gpu->ops->attention_forward(g_gpu, go, gl, gq, &a);
-        /* dout is rounded on the GPU too, but D = rowsum(dout * out) uses fp32 dout: give it the
-         * rounded one so that the reference sees the same D */
-        g_gpu->ops->to_device(g_gpu, gd, dout_r, (size_t)nout * sizeof(float));
-        g_gpu->ops->attention_backward(g_gpu, gg, gd, go, gl, gq, &a);
-        float **h = rep ? h2 : h1;
-        h[0] = dget(g_gpu, go, nout);
-        h[1] = dget(g_gpu, gl, nl);
-        h[2] = dget(g_gpu, gg, nqkv);
-    }
-    char what[160];
-    const char *shape = causal ? "causal" : "full";
-    snprintf(what, sizeof what, "attention bf16 out, B%lld T%lld NH%lld NKV%lld %s", (long long)B,
-             (long long)T, (long long)NH, (long long)NKV, shape);
-    compare(what, h1[0], ro, nout, 2e-2);
-    snprintf(what, sizeof what, "attention bf16 lse, T%lld %s", (long long)T, shape);
-    compare(what, h1[1], rl, nl, 1e-4);
-    snprintf(what, sizeof what, "attention bf16 dqkv, T%lld %s", (long long)T, shape);
-    compare(what, h1[2], rg, nqkv, 2e-2);
-    int same = !memcmp(h1[0], h2[0], (size_t)nout * 4) && !memcmp(h1[1], h2[1], (size_t)nl * 4) &&
-               !memcmp(h1[2], h2[2], (size_t)nqkv * 4);
-    printf("%s attention bf16: two runs bit for bit\n", same ? "ok  " : "FAIL");
-    same ? g_pass++ : g_fail++;
-    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
-    void *gb[] = {gq, gd, go, gl, gg};
-    for (size_t i = 0; i < 5; i++) g_gpu->ops->free(g_gpu, gb[i]);
-    void *cb[] = {cq, cd, co, cl, cg};
-    for (size_t i = 0; i < 5; i++) g_cpu->ops->free(g_cpu, cb[i]);
-    float *hb[] = {qkv, dout, qkv_r, dout_r, ro, rl, rg, h1[0], h1[1], h1[2], h2[0], h2[1], h2[2]};
-    for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
-}
-
 int main(void) {
     puts("skipped: built without CUDA");
     return 77;
