@@ -159,6 +159,11 @@ struct loom_backend_ops {
     void (*adamw)(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
                   int64_t n, float lr, float beta1, float beta2, float eps, float wd,
                   int64_t step, float grad_scale);
+    /* Sum of squares over nranges ranges x[off[k], off[k] + len[k]) (host arrays), accumulated
+     * in double in a fixed order and returned on the host: the gradient norm of many parameters
+     * with one wait for the device. Equal to adding up sumsq over the ranges, up to rounding. */
+    double (*sumsq_ranges)(struct loom_backend *be, const float *x, const int64_t *off,
+                           const int64_t *len, int nranges);
 
     /* ---- precision, memory and ordering (optional: NULL where a backend has none) ----
      * Element type of the inputs of the matrix products in linear_forward/linear_backward:

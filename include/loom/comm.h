@@ -61,6 +61,10 @@ int loom_comm_launched(void);
  * returns once it is queued, not once it has finished. Process-wide (one device per process); no
  * effect on the host backends. */
 void loom_comm_set_stream(void *stream);
+/* Non-zero when `c`'s operations are ordered after the work queued on that stream (nccl): a
+ * caller need not wait for the device before handing it a buffer that queued work writes.
+ * Zero for the host backends (mpi, self), which read the buffer when called. */
+int loom_comm_stream_ordered(const struct loom_comm *c);
 
 /* Sub-group of `parent` made of the ranks with the same `color`, ordered by `key` (ties by
  * parent rank). Collective over `parent`. A negative color joins no group: *out is NULL. */

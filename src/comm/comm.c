@@ -25,6 +25,7 @@ struct loom_comm *loom_comm_alloc(const struct loom_comm_ops *ops, int rank, int
 int loom_comm_rank(const struct loom_comm *c) { return c->rank; }
 int loom_comm_size(const struct loom_comm *c) { return c->size; }
 const char *loom_comm_backend_name(const struct loom_comm *c) { return c->ops->name; }
+int loom_comm_stream_ordered(const struct loom_comm *c) { return c->ops->stream_ordered; }
 
 #ifdef LOOM_HAVE_MPI
 static int launched_by_mpi(void) {

@@ -1,5 +1,6 @@
 /* AdamW over the parameter table, and the global gradient norm. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "loom/comm.h"
@@ -25,24 +26,47 @@ void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model) {
     o->m = o->v = NULL;
 }
 
+/* Parameters are laid out one after the other in the flat buffers, each starting on a 16-float
+ * boundary (the padding holds zeros and stays zero: its gradient is zero). Neighbours with the
+ * same weight decay are updated by one call, which is the same arithmetic element by element. */
 void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, double grad_scale) {
     struct loom_backend *be = model->be;
     o->step++;
-    for (int i = 0; i < model->nparams; i++) {
-        const struct loom_param *p = &model->params[i];
-        if (!p->local) continue;
-        int64_t n = p->local_shape[0] * p->local_shape[1];
-        int64_t off = p->offset;
-        loom_op(be, adamw, model->param_mem + off, model->grad_mem + off, o->m + off, o->v + off, n,
-                (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                p->weight_decay ? (float)o->weight_decay : 0.0f, o->step, (float)grad_scale);
+    int64_t run_lo = 0, run_hi = -1;
+    int run_wd = 0;
+    for (int i = 0; i <= model->nparams; i++) {
+        const struct loom_param *p = i < model->nparams ? &model->params[i] : NULL;
+        if (p && !p->local) continue;
+        int64_t n = p ? p->local_shape[0] * p->local_shape[1] : 0;
+        int wd = p ? p->weight_decay != 0 : 0;
+        if (p && run_hi >= 0 && wd == run_wd && p->offset == (run_hi + 15) / 16 * 16) {
+            run_hi = p->offset + n; /* extends the run */
+            continue;
+        }
+        if (run_hi > run_lo) {
+            loom_op(be, adamw, model->param_mem + run_lo, model->grad_mem + run_lo, o->m + run_lo,
+                    o->v + run_lo, run_hi - run_lo, (float)lr, (float)o->beta1, (float)o->beta2,
+                    (float)o->eps, run_wd ? (float)o->weight_decay : 0.0f, o->step,
+                    (float)grad_scale);
+        }
+        if (p) {
+            run_lo = p->offset;
+            run_hi = p->offset + n;
+            run_wd = wd;
+        }
     }
 }
 
+/* The squared gradient norm counts each parameter once: tensor-parallel copies (tp_dim < 0) on
+ * TP rank 0 only, the tied output layer on the first stage only. */
 enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm) {
     struct loom_parallel *par = model->par;
+    struct loom_backend *be = model->be;
     int tpr = loom_tp_rank(par);
-    double ss = 0;
+    int64_t *off = malloc((size_t)(model->nparams + 1) * 2 * sizeof(int64_t));
+    if (!off) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    int64_t *len = off + model->nparams + 1;
+    int nr = 0;
     for (int i = 0; i < model->nparams; i++) {
         const struct loom_param *p = &model->params[i];
         if (!p->local) continue;
@@ -50,9 +74,17 @@ enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm) {
         if (!model->first_stage && !model->cfg.untie &&
             strcmp(p->name, "embedding.word_embeddings.weight") == 0)
             continue;
-        int64_t n = p->local_shape[0] * p->local_shape[1];
-        ss += loom_op(model->be, sumsq, model->grad_mem + p->offset, n);
+        off[nr] = p->offset;
+        len[nr] = p->local_shape[0] * p->local_shape[1];
+        nr++;
     }
+    double ss = 0;
+    if (be->ops->sumsq_ranges) {
+        ss = be->ops->sumsq_ranges(be, model->grad_mem, off, len, nr);
+    } else {
+        for (int k = 0; k < nr; k++) ss += loom_op(be, sumsq, model->grad_mem + off[k], len[k]);
+    }
+    free(off);
     if (loom_tp_size(par) > 1)
         LOOM_CHECK(loom_comm_allreduce(par->group[LOOM_PDIM_TP], &ss, 1, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
     if (loom_pp_size(par) > 1)

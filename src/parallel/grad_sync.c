@@ -75,7 +75,8 @@ static enum loom_status launch(struct loom_grad_sync *gs, struct range r) {
         gs->reqs = n;
         gs->cap = cap;
     }
-    gs->m->be->ops->synchronize(gs->m->be);
+    /* a host backend reads the gradients now: the backward kernels that write them must be done */
+    if (!loom_comm_stream_ordered(gs->dp)) gs->m->be->ops->synchronize(gs->m->be);
     return loom_comm_iallreduce(gs->dp, gs->m->grad_mem + r.lo, r.hi - r.lo, LOOM_DTYPE_F32,
                                 LOOM_REDOP_SUM, &gs->reqs[gs->nreqs++]);
 }

@@ -159,7 +159,8 @@ static enum loom_status staged_send(struct loom_pipeline *pl, struct exec *e, co
         k = pl->n++;
     }
     be->ops->copy(be, pl->pool[k].buf, src, bytes);
-    be->ops->synchronize(be);
+    /* a host backend reads the buffer now: wait for the copy (nccl orders itself after it) */
+    if (!loom_comm_stream_ordered(e->pp)) be->ops->synchronize(be);
     return loom_comm_isend(e->pp, pl->pool[k].buf, n, LOOM_DTYPE_F32, dst, tag, &pl->pool[k].req);
 }
 

@@ -168,6 +168,38 @@ static void test_elementwise(int64_t n) {
     free(b);
 }
 
+/* sumsq_ranges over ranges of mixed sizes (empty, one piece, several pieces, unaligned),
+ * against the sum of the exact per-range sums of squares computed here in long double. */
+static void test_sumsq_ranges(void) {
+    const int64_t off[] = {0, 16, 5000, 5000, 40000, 123457};
+    const int64_t len[] = {7, 4000, 0, 1, 70001, 33333};
+    const int nr = 6;
+    int64_t n = 123457 + 33333;
+    float *a = hrand(n, 3, 1.0f, 0.25f);
+    long double want = 0;
+    for (int k = 0; k < nr; k++)
+        for (int64_t i = off[k]; i < off[k] + len[k]; i++) want += (long double)a[i] * a[i];
+    double got[3];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *da = dputf(be, a, n);
+        got[r] = loom_op(be, sumsq_ranges, da, off, len, nr);
+        be->ops->free(be, da);
+    }
+    for (int r = 0; r < 2; r++) {
+        double e = fabs((double)((got[r] - want) / want));
+        int ok = e <= 1e-12 && (r == 0 || got[1] == got[2]);
+        printf("%-4s %-56s rel %.2e  (<= 1e-12)%s\n", ok ? "ok" : "FAIL",
+               r == 0 ? "sumsq_ranges cpu (double)" : "sumsq_ranges cuda (double)", e,
+               r == 1 && got[1] != got[2] ? "  NOT DETERMINISTIC" : "");
+        if (ok)
+            g_pass++;
+        else
+            g_fail++;
+    }
+    free(a);
+}
+
 /* ---- embedding ---- */
 
 static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v0, int64_t Vl,
@@ -814,6 +846,7 @@ static int run(int argc, char **argv) {
         test_dropout(2, 64, 96, 0.1f);
         test_xent(2 * 64, 1000, 990, 500, 2000);
         test_adamw(10007);
+        test_sumsq_ranges();
         if (!small_only) {
             printf("-- large: B=4 T=256 C=768 NH=12 HS=64\n");
             test_elementwise(4 * 256 * 768);

@@ -87,3 +87,11 @@ void loom_cpu_adamw(struct loom_backend *be, float *param, const float *grad, fl
         adamw_range(param, grad, m, v, lo, hi, &k);
     }
 }
+
+/* The ranges one after the other, each through sumsq: the same bits as calling sumsq per range. */
+double loom_cpu_sumsq_ranges(struct loom_backend *be, const float *x, const int64_t *off,
+                             const int64_t *len, int nranges) {
+    double total = 0.0;
+    for (int k = 0; k < nranges; k++) total += loom_cpu_sumsq(be, x + off[k], len[k]);
+    return total;
+}

@@ -78,6 +78,7 @@ static const struct loom_backend_ops g_cpu_ops = {
     .xent_forward = loom_cpu_xent_forward,
     .xent_backward = loom_cpu_xent_backward,
     .adamw = loom_cpu_adamw,
+    .sumsq_ranges = loom_cpu_sumsq_ranges,
 };
 
 enum loom_status loom_backend_cpu_create(struct loom_backend **out) {

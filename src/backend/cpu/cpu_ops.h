@@ -78,5 +78,7 @@ void loom_cpu_xent_backward(struct loom_backend *be, float *dlogits, const float
 void loom_cpu_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
                     int64_t n, float lr, float beta1, float beta2, float eps, float wd,
                     int64_t step, float grad_scale);
+double loom_cpu_sumsq_ranges(struct loom_backend *be, const float *x, const int64_t *off,
+                             const int64_t *len, int nranges);
 
 #endif

@@ -223,10 +223,12 @@ void loom_cuda_xent_backward(struct loom_backend *be, float *dlogits, const floa
                              const int32_t *targets, const float *gstats, const float *dloss,
                              int64_t N, int64_t Vl, int64_t v0, int64_t Vvalid);
 
-/* adamw.cu */
+/* optim.cu */
 void loom_cuda_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
                      int64_t n, float lr, float beta1, float beta2, float eps, float wd,
                      int64_t step, float grad_scale);
+double loom_cuda_sumsq_ranges(struct loom_backend *be, const float *x, const int64_t *off,
+                              const int64_t *len, int nranges);
 
 /* ---- device helpers ---- */
 

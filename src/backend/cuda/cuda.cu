@@ -180,6 +180,7 @@ static const struct loom_backend_ops g_cuda_ops = {
     .xent_forward = loom_cuda_xent_forward,
     .xent_backward = loom_cuda_xent_backward,
     .adamw = loom_cuda_adamw,
+    .sumsq_ranges = loom_cuda_sumsq_ranges,
     .set_matmul_dtype = loom_cuda_set_matmul_dtype,
     .memory_stats = cuda_memory_stats,
     .stream = cuda_stream,

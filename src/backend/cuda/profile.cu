@@ -84,6 +84,7 @@ const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_o
     PROF(25, xent_forward);
     PROF(26, xent_backward);
     PROF(27, adamw);
+    PROF(40, sumsq_ranges);
     return &g_prof;
 }
 
