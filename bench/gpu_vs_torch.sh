@@ -33,20 +33,7 @@ shape() { # model -> layers hidden heads
 }
 
 # loom: mean of the per-iteration times after the warm-up, from the metrics file
-loom_row() {
-  "$PY" - "$1" "$WARMUP" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-w = int(sys.argv[2])
-t = [r for r in rows if r["iteration"] > w]
-ms = sum(r["ms_per_iter"] for r in t) / len(t)
-tps = t[-1]["tokens_per_s"] * t[-1]["ms_per_iter"] / ms
-print(json.dumps({"impl": "loom --bf16", "ms_per_iter": round(ms, 3), "tokens_per_s": round(tps, 1),
-                  "tflops": round(t[-1]["tflops_per_rank"] * t[-1]["ms_per_iter"] / ms, 2),
-                  "mfu": round(t[-1]["mfu"] * t[-1]["ms_per_iter"] / ms, 4),
-                  "peak_mem_bytes": t[-1].get("peak_mem_bytes", 0), "loss": round(t[-1]["loss"], 4)}))
-EOF
-}
+loom_row() { "$PY" bench/loom_metrics.py "$1" "$WARMUP" "loom --bf16"; }
 
 table() { # json lines -> table with the ratio to the best PyTorch
   "$PY" - "$@" <<'EOF'
