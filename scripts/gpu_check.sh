@@ -109,6 +109,28 @@ sys.exit(0 if ok else 1)
 EOF
     result $? "$model bf16 loss follows fp32"
   done
+  # --fp16 with dynamic loss scaling from Megatron's default 2^32: the first iterations overflow
+  # the fp16 operands, are skipped and halve the scale; then the loss must go down
+  log="$LOGS/e2e-gpt2-fp16.log"
+  "$LOOM" train "${e2e[@]}" "${gpt2[@]}" --train-iters 16 --device cuda --fp16 \
+    --metrics-file "$log.jsonl" > "$log" 2>&1
+  r=$?
+  grep -E "iteration +16/|skipped iterations|warning|error" "$log" | tail -3 | cut -c1-200
+  if [ $r -eq 0 ]; then
+    "$PY" - "$log.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+skipped = sum(r["skipped_iterations"] for r in rows)
+first, last = rows[0], rows[-1]
+ok = len(rows) == 16 and 0 < skipped < 16 and last["loss_scale"] < first["loss_scale"] <= 2.0**32 \
+    and last["loss"] < first["loss"]
+print(f"{'ok  ' if ok else 'FAIL'} fp16: {skipped} of {len(rows)} iterations skipped, loss scale "
+      f"{first['loss_scale']:.4g} -> {last['loss_scale']:.4g}, loss {first['loss']:.4f} -> {last['loss']:.4f}")
+sys.exit(0 if ok else 1)
+EOF
+    r=$?
+  fi
+  result $r "gpt2 fp16: dynamic loss scaling skips overflowing steps, then trains"
   unset CUDA_VISIBLE_DEVICES
   ;;
 
