@@ -9,7 +9,8 @@
 #              GPT-2 124M and a Llama-style model training end to end, fp32 and --bf16
 #     multi    on two GPUs: nccl_check under mpirun; TP=2, PP=2 (1F1B and interleaved) and
 #              DP=2 of a small GPT and a small Llama-style model against one GPU, 10 iterations:
-#              loss, grad norm and every parameter within 1e-5 relative (tests/ref/compare_runs.py)
+#              loss, grad norm and every parameter within 1e-5 relative (tests/ref/compare_runs.py);
+#              TP=2, PP=2 and DP=2 of a GPT in --bf16 against one GPU within 2e-2
 # NVLink multicast (NVLS) stays off in every NCCL run. Logs go to $OUT when set (the device
 # tool's output folder), else to build-gpu/logs. Exit status: the number of failed checks.
 set -uo pipefail
@@ -176,6 +177,31 @@ multi)
       result "${PIPESTATUS[0]}" "$label"
     done
   done
+
+  section "bf16 layouts on 2 GPUs against 1 GPU (10 iterations, 2e-2)"
+  # head size 64 and no dropout, so that the tensor-core attention runs too; the layouts split
+  # the products differently, so they agree to bf16 rounding, not bit for bit
+  bf=(--mock-data --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 256
+      --vocab-size 1000 --micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 1e-3
+      --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0 --hidden-dropout 0 --attention-dropout 0
+      --log-interval 1 --eval-iters 0 --seed 5 --device cuda --bf16)
+  ref="$tmp/bf16-ref"
+  if CUDA_VISIBLE_DEVICES=0 "$LOOM" train "${bf[@]}" --save "$ref" --metrics-file "$ref.jsonl" \
+      > "$ref.log" 2>&1; then
+    for l in "2 1" "1 2" "1 1"; do
+      set -- $l
+      label="bf16 TP=$1 PP=$2 DP=$((2 / ($1 * $2)))"
+      out="$tmp/bf16-$1-$2"
+      if ! mpi2 "$LOOM" train "${bf[@]}" --tensor-model-parallel-size "$1" \
+          --pipeline-model-parallel-size "$2" --save "$out" --metrics-file "$out.jsonl" > "$out.log" 2>&1; then
+        tail -6 "$out.log"; result 1 "$label: the run failed"; continue
+      fi
+      "$PY" tests/ref/compare_runs.py "$ref.jsonl" "$ref" "$out.jsonl" "$out" 2e-2 "$label" | sed 's/^/  /'
+      result "${PIPESTATUS[0]}" "$label"
+    done
+  else
+    tail -5 "$ref.log"; result 1 "bf16 on 1 GPU"
+  fi
   ;;
 *)
   echo "gpu_check: unknown phase '$phase'; valid: build single multi"; exit 100 ;;
