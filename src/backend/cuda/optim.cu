@@ -56,6 +56,16 @@ void loom_cuda_adamw(struct loom_backend *be, float *param, const float *grad, f
 #define LOOM_SUMSQ_PIECE 16384
 #define LOOM_SUMSQ_RANGE_THREADS 256
 
+/* The block's sum in thread 0 (warps' sums added in warp order); blockDim.x a multiple of 32. */
+static __device__ double block_sum_d(double v, double *shared32) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = loom_warp_sum_d(v);
+    if (lane == 0) shared32[warp] = v;
+    __syncthreads();
+    if (warp == 0) v = loom_warp_sum_d(lane < (int)(blockDim.x >> 5) ? shared32[lane] : 0.0);
+    return v;
+}
+
 /* desc holds, per range, (offset, length, first piece); piece p belongs to the last range whose
  * first piece is <= p. */
 __global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64_t *desc,
@@ -76,15 +86,8 @@ __global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64
         double v = (double)xp[i];
         acc += v * v;
     }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    acc = loom_warp_sum_d(acc);
-    if (lane == 0) sh[warp] = acc;
-    __syncthreads();
-    if (warp == 0) {
-        acc = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0;
-        acc = loom_warp_sum_d(acc);
-        if (lane == 0) partial[p] = acc;
-    }
+    acc = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) partial[p] = acc;
 }
 
 /* out[0] = sum of partial[0..n) by one block: thread t adds t, t + blockDim, ... in order, then the
@@ -93,15 +96,8 @@ __global__ void sumsq_total_kernel(double *out, const double *partial, int64_t n
     __shared__ double sh[32];
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    acc = loom_warp_sum_d(acc);
-    if (lane == 0) sh[warp] = acc;
-    __syncthreads();
-    if (warp == 0) {
-        acc = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0.0;
-        acc = loom_warp_sum_d(acc);
-        if (lane == 0) *out = acc;
-    }
+    acc = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) *out = acc;
 }
 
 double loom_cuda_sumsq_ranges(struct loom_backend *be, const float *x, const int64_t *off,
