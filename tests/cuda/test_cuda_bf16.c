@@ -188,20 +188,21 @@ static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered,
     free(dbs);
 }
 
-/* bf16 tensor-core attention (head size 64, no dropout) against the CPU's fp32 attention on
- * q, k, v and dout rounded to bf16: the probabilities are rounded to bf16 inside (normwise 2e-2),
- * the scores are not (lse within 1e-4); two runs agree bit for bit. */
-static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int causal, uint64_t seed) {
+/* bf16 tensor-core attention (head size 64 or 128, no dropout) against the CPU's fp32 attention
+ * on q, k, v and dout rounded to bf16: the probabilities are rounded to bf16 inside (normwise
+ * 2e-2), the scores are not (lse within 1e-4); two runs agree bit for bit. */
+static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal,
+                          uint64_t seed) {
     struct loom_attn a = {0};
     a.B = B;
     a.T = T;
     a.NH = NH;
     a.NKV = NKV;
-    a.HS = 64;
+    a.HS = HS;
     a.causal = causal;
-    a.scale = 0.125f;
+    a.scale = 1.0f / sqrtf((float)HS);
     a.NH_global = NH;
-    int64_t nqkv = B * T * (NH + 2 * NKV) * 64, nout = B * T * NH * 64, nl = B * NH * T;
+    int64_t nqkv = B * T * (NH + 2 * NKV) * HS, nout = B * T * NH * HS, nl = B * NH * T;
     float *qkv = hrand(nqkv, seed + 1, 1.0f), *dout = hrand(nout, seed + 2, 0.1f);
     float *qkv_r = rounded(qkv, nqkv), *dout_r = rounded(dout, nout);
     /* CPU reference on rounded inputs */
@@ -228,8 +229,8 @@ static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int cau
     }
     char what[160];
     const char *shape = causal ? "causal" : "full";
-    snprintf(what, sizeof what, "attention bf16 out, B%lld T%lld NH%lld NKV%lld %s", (long long)B,
-             (long long)T, (long long)NH, (long long)NKV, shape);
+    snprintf(what, sizeof what, "attention bf16 out, B%lld T%lld NH%lld NKV%lld HS%lld %s",
+             (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS, shape);
     compare(what, h1[0], ro, nout, 2e-2);
     snprintf(what, sizeof what, "attention bf16 lse, T%lld %s", (long long)T, shape);
     compare(what, h1[1], rl, nl, 1e-4);
@@ -271,9 +272,13 @@ int main(void) {
     run_case(64, 96, 80, 1, 1, 900);
     run_case(2048, 768, 2304, 1, 0, 1000);
     g_f16 = 0;
-    run_attention(2, 200, 4, 2, 1, 600);   /* grouped queries, partial last tile */
-    run_attention(1, 256, 6, 6, 0, 700);   /* no causal mask */
-    run_attention(2, 1024, 12, 12, 1, 800); /* GPT-2 124M shapes */
+    run_attention(2, 200, 4, 2, 64, 1, 600);    /* grouped queries, partial last tile */
+    run_attention(1, 256, 6, 6, 64, 0, 700);    /* no causal mask */
+    run_attention(1, 77, 4, 1, 64, 0, 1100);    /* less than a tile, one kv head for four */
+    run_attention(2, 1024, 12, 12, 64, 1, 800); /* GPT-2 124M shapes */
+    run_attention(2, 200, 4, 2, 128, 1, 1200);  /* head size 128: grouped, partial last tile */
+    run_attention(1, 300, 4, 4, 128, 0, 1300);  /* head size 128, no causal mask */
+    run_attention(1, 1024, 16, 16, 128, 1, 1400); /* head size 128 at the 1.3B model's heads */
     g_gpu->ops->memory_stats(g_gpu, &m1);
     int ok = m1.peak >= m0.peak && m1.in_use >= m0.in_use && m1.allocations > m0.allocations;
     printf("%s memory_stats: in use %zu -> %zu bytes, peak %zu bytes, %lld allocations\n",

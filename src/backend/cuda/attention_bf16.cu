@@ -1,38 +1,76 @@
 /* Attention on the tensor cores in bf16 (flash-attention style), used by the attention ops when
- * the backend's matrix products are bf16 (set_matmul_dtype), the head size is 64 and there is
- * no attention dropout; everything else takes the fp32 kernels of attention.cu. Same contract:
- * out and lse (natural log, of the unscaled-by-dropout scores) in fp32, dqkv assigned.
+ * the backend's matrix products are bf16 (set_matmul_dtype), the head size is 64 or 128, the
+ * scale is positive and there is no attention dropout; everything else takes the fp32 kernels of
+ * attention.cu. Same contract: out and lse (natural log, of the unscaled-by-dropout scores) in
+ * fp32, dqkv assigned.
  *
  * Rounding: q, k, v, dout and the probabilities P (for P.V and its gradients) are rounded to
  * bf16; every product accumulates in fp32; softmax statistics, lse and D = rowsum(dout * out)
  * are fp32. Scores use exp2 with log2(e) folded into the scale.
  *
- * Layout: one pass converts the q, k and v heads of qkv[B,T,(NH+2NKV)*64] (Megatron's grouped
- * order) to bf16 head-major [B,heads,T,64] arrays, and dout[B,T,NH*64] likewise, so that tiles
- * are contiguous 64 x 64 blocks. Blocks of 4 warps; a warp owns 16 rows of a 64-row tile and
- * multiplies with mma.sync m16n8k16 (bf16 in, fp32 accumulate). Operands that the mma wants
- * transposed are transposed while a tile is copied into shared memory; rows are padded by 8
- * elements, so the 32-bit fragment loads of a warp hit 32 different banks.
+ * Layout: a conversion pass writes bf16 head-major copies [B, heads, T, D] of what the kernels
+ * stream tile by tile out of qkv[B,T,(NH+2NKV)*D] (Megatron's grouped order) and dout[B,T,NH*D]:
+ * k and v for the forward, which reads its own q rows straight from the fp32 qkv; q, k, v and
+ * dout for the backward.
  *
- *   forward: block (64 queries, head, sample) streams 64-key tiles with an online softmax.
- *   backward (FA2, no atomics, so a run repeats bit for bit):
- *     dk/dv: block (64 keys, kv head, sample) over the G query heads of its group and every
- *            query tile: S^T = K Q^T, dP^T = V dO^T, P^T = exp(S^T - lse), dS^T = P^T (dP^T - D),
- *            dV += P^T dO, dK += dS^T Q;
- *     dq:    block (64 queries, head, sample) over key tiles: dQ += dS K.
+ * Kernels: blocks of 8 warps; a warp owns 16 rows (queries, or keys in the dk/dv pass) and
+ * multiplies with mma.sync m16n8k16 (bf16 in, fp32 accumulate). The warp's own operand (q; or
+ * k and v) stays in registers as A fragments for the whole pass (head size 64; at 128 it is read
+ * from shared memory at each use), and score tiles go from accumulators to A fragments in
+ * registers. Streamed tiles come in with cp.async into FA_STAGES buffers, FA_STAGES - 1 tiles
+ * ahead of the one being multiplied, with one barrier per tile, and are read with ldmatrix (.trans for the operands that the mma
+ * wants transposed) from rows padded by 16 bytes, so the 8 rows of an 8x8 matrix hit 8 distinct
+ * 16-byte bank groups. Causal: the key loops stop at the diagonal, a warp whose rows see none of
+ * a tile skips it, only tiles that cross the diagonal (or T) are masked, and the blocks with the
+ * longest loops are launched first.
+ *
+ *   forward: block (128 queries, head, sample) over 64-key tiles with an online softmax.
+ *   backward (no atomics, so a run repeats bit for bit):
+ *     dk/dv: block (128 keys, kv head, sample) over the G query heads of its group and the query
+ *            tiles (QT rows) from its first key on: S^T = K Q^T, dP^T = V dO^T,
+ *            P^T = exp(S^T - lse), dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q;
+ *     dq:    block (128 queries, head, sample) over 64-key tiles, S and dP recomputed:
+ *            dQ += dS K.
  */
 #include <cuda_bf16.h>
 #include <math.h>
 
 #include "backend/cuda/common.cuh"
 
-#define FA_D 64      /* head size */
-#define FA_TILE 64   /* rows of a tile (queries or keys) */
-#define FA_LD 72     /* padded row of a tile in shared memory, in bf16 elements */
-#define FA_THREADS 128
+#define FA_WARPS 8
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_ROWS (16 * FA_WARPS) /* rows of a block: queries (forward, dq) or keys (dk/dv) */
+#define FA_KT 64                /* keys of a streamed tile (forward, dq) */
+#define FA_STAGES 3             /* shared buffers of streamed tiles: loads run 2 tiles ahead */
 #define FA_LOG2E 1.4426950408889634f
 
 typedef __nv_bfloat16 bf16;
+
+/* Geometry for head size D: shared rows of LD bf16 (D plus 16 bytes of padding); KS 16-wide k
+ * steps and NT 8-wide n tiles over the head dimension; QT queries per tile of the dk/dv pass;
+ * RES: a warp keeps its own operand in registers. */
+template <int D>
+struct fa_geom {
+    static constexpr int LD = D + 8;
+    static constexpr int KS = D / 16;
+    static constexpr int NT = D / 8;
+    static constexpr int QT = D <= 64 ? 64 : 32;
+    static constexpr bool RES = D <= 64;
+};
+
+/* Arguments of the kernels (those of one pass are set). */
+struct fa_args {
+    const float *qkv;        /* forward: the fp32 q rows */
+    const float *lse, *Dv;   /* backward inputs [B, NH, T] */
+    float *out, *lse_out;    /* forward outputs */
+    float *dqkv;             /* backward output */
+    const bf16 *q, *k, *v, *dout; /* head-major bf16 copies */
+    int B, T, NH, NKV, causal;
+    float sl2;   /* scale * log2(e) */
+    float scale;
+};
+
+/* ---- device primitives ---- */
 
 __device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
     asm volatile(
@@ -47,251 +85,435 @@ __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-/* two consecutive bf16 of tile row r at column c (c even) */
-__device__ __forceinline__ uint32_t fa_ld(const bf16 *s, int r, int c) {
-    return *(const uint32_t *)(s + r * FA_LD + c);
+/* 2^x (ex2.approx: relative error about 2^-22; results below 2^-126 flush to 0) */
+__device__ __forceinline__ float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
-/* The A fragments (16 rows from row0, all 64 columns in four 16-wide steps) of a tile. */
-__device__ __forceinline__ void fa_afrag(uint32_t f[4][4], const bf16 *s, int row0, int g, int t4) {
+__device__ __forceinline__ uint32_t fa_sptr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* Asynchronous copy of 16 (4) bytes from global memory to shared address dst; zeros when !ok
+ * (src is then not read). */
+__device__ __forceinline__ void fa_cp16(uint32_t dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void fa_cp4(uint32_t dst, const void *src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* Wait until at most N groups of this thread's copies are in flight. */
+template <int N>
+__device__ __forceinline__ void fa_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Four 8x8 bf16 matrices from shared memory (lane l gives the row address of matrix l / 8);
+ * lane l receives row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of each, or with _t the
+ * transposed matrices (column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1). */
+__device__ __forceinline__ void fa_ldsm(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void fa_ldsm_t(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* ---- tiles and products ----
+ * Fragments of mma m16n8k16 (g = lane / 4, t = lane % 4): A (16 x 16) a[0] = (row g, columns
+ * 2t, 2t+1), a[1] = row g+8, a[2] = columns + 8, a[3] = both; B (16 x 8) b0 = (rows 2t, 2t+1,
+ * column g), b1 = rows + 8; C (16 x 8) c[0..1] = (row g, columns 2t, 2t+1), c[2..3] = row g+8. */
+
+/* Start copying rows [row0, row0 + R) of a head-major [T, D] bf16 array into the shared tile at
+ * dst (rows of LD; rows at or past T are zeros). Every thread of the block takes part. */
+template <int D, int R>
+__device__ __forceinline__ void fa_load(uint32_t dst, const bf16 *src, int row0, int T) {
+    constexpr int CH = D / 8, LD = fa_geom<D>::LD;
+    static_assert(R * CH % FA_THREADS == 0, "a tile's 16-byte chunks divide among the threads");
 #pragma unroll
-    for (int st = 0; st < 4; st++) {
-        f[st][0] = fa_ld(s, row0 + g, 16 * st + 2 * t4);
-        f[st][1] = fa_ld(s, row0 + g + 8, 16 * st + 2 * t4);
-        f[st][2] = fa_ld(s, row0 + g, 16 * st + 8 + 2 * t4);
-        f[st][3] = fa_ld(s, row0 + g + 8, 16 * st + 8 + 2 * t4);
+    for (int it = 0; it < R * CH / FA_THREADS; it++) {
+        const int e = threadIdx.x + it * FA_THREADS, r = e / CH, c = e % CH;
+        const bool ok = row0 + r < T;
+        fa_cp16(dst + (uint32_t)(r * LD + c * 8) * 2, src + (int64_t)(ok ? row0 + r : 0) * D + c * 8,
+                ok);
     }
 }
 
-/* acc[8][4] (16 x 64) += A (16 x 64, fragments) . B^T where B is a 64 x 64 tile stored by rows
- * of the output's columns (row n holds the 64 k values of output column n). */
-__device__ __forceinline__ void fa_mm_rows(float acc[8][4], const uint32_t a[4][4], const bf16 *b,
-                                           int g, int t4) {
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int st = 0; st < 4; st++)
-            fa_mma(acc[j], a[st], fa_ld(b, 8 * j + g, 16 * st + 2 * t4),
-                   fa_ld(b, 8 * j + g, 16 * st + 8 + 2 * t4));
+/* The A fragment of k step st (columns 16 st ..) of the 16 rows of a row-major shared tile at
+ * `rows` (rows of LD). */
+template <int LD>
+__device__ __forceinline__ void fa_afrag(uint32_t f[4], uint32_t rows, int st, int lane) {
+    fa_ldsm(f, rows + (uint32_t)(((lane & 7) + (lane & 8)) * LD + (lane >> 4) * 8 + 16 * st) * 2);
 }
 
-/* acc (16 x 64) += P (16 x 64 accumulator layout, rounded to bf16) . B^T, B as above. */
-__device__ __forceinline__ void fa_mm_acc(float acc[8][4], const float p[8][4], const bf16 *b,
-                                          int g, int t4) {
+/* acc (16 x N) += A . B^T: A (16 x 16 KS) given k step by k step by af(st, f); B an N x 16 KS
+ * shared tile at b whose row n holds the k values of output column n (rows of LD). */
+template <int KS, int N, int LD, class AF>
+__device__ __forceinline__ void fa_mm_nt(float (&acc)[N / 8][4], AF af, uint32_t b, int lane) {
+    const uint32_t base = b + (uint32_t)(((lane & 7) + ((lane >> 4) << 3)) * LD + (lane & 8)) * 2;
 #pragma unroll
-    for (int st = 0; st < 4; st++) {
-        uint32_t a[4] = {fa_pack(p[2 * st][0], p[2 * st][1]), fa_pack(p[2 * st][2], p[2 * st][3]),
-                         fa_pack(p[2 * st + 1][0], p[2 * st + 1][1]),
-                         fa_pack(p[2 * st + 1][2], p[2 * st + 1][3])};
+    for (int st = 0; st < KS; st++) {
+        uint32_t a[4];
+        af(st, a);
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            fa_mma(acc[j], a, fa_ld(b, 8 * j + g, 16 * st + 2 * t4),
-                   fa_ld(b, 8 * j + g, 16 * st + 8 + 2 * t4));
-    }
-}
-
-/* Copy rows [row0, row0 + 64) of a head-major [T, 64] bf16 array into a tile `dst` (zeros past
- * T; NULL: none) and/or its transpose `tr` (tr[c][r] = src[r][c]; NULL: none). */
-__device__ __forceinline__ void fa_load(bf16 *dst, bf16 *tr, const bf16 *src, int64_t row0,
-                                        int64_t T) {
-    for (int e = threadIdx.x; e < FA_TILE * (FA_D / 8); e += FA_THREADS) {
-        int r = e / (FA_D / 8), c8 = e % (FA_D / 8);
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (row0 + r < T) v = *(const uint4 *)(src + (row0 + r) * FA_D + c8 * 8);
-        if (dst) *(uint4 *)(dst + r * FA_LD + c8 * 8) = v;
-        if (tr) {
-            const bf16 *x = (const bf16 *)&v;
-#pragma unroll
-            for (int u = 0; u < 8; u++) tr[(c8 * 8 + u) * FA_LD + r] = x[u];
+        for (int np = 0; np < N / 16; np++) {
+            uint32_t r[4];
+            fa_ldsm(r, base + (uint32_t)(np * 16 * LD + st * 16) * 2);
+            fa_mma(acc[2 * np], a, r[0], r[1]);
+            fa_mma(acc[2 * np + 1], a, r[2], r[3]);
         }
     }
 }
+
+/* acc (16 x N) += A . B: A (16 x 16 KS) in fragments a; B a 16 KS x N shared tile at b whose row
+ * k holds the n values (rows of LD), read transposed. */
+template <int KS, int N, int LD>
+__device__ __forceinline__ void fa_mm_nn(float (&acc)[N / 8][4], const uint32_t (&a)[KS][4],
+                                         uint32_t b, int lane) {
+    const uint32_t base = b + (uint32_t)(((lane & 7) + (lane & 8)) * LD + (lane >> 4) * 8) * 2;
+#pragma unroll
+    for (int st = 0; st < KS; st++)
+#pragma unroll
+        for (int np = 0; np < N / 16; np++) {
+            uint32_t r[4];
+            fa_ldsm_t(r, base + (uint32_t)(st * 16 * LD + np * 16) * 2);
+            fa_mma(acc[2 * np], a[st], r[0], r[1]);
+            fa_mma(acc[2 * np + 1], a[st], r[2], r[3]);
+        }
+}
+
+/* The A fragments (16 x N, rounded to bf16) of an accumulator tile p (16 x N). */
+template <int N>
+__device__ __forceinline__ void fa_tofrag(uint32_t (&a)[N / 16][4], const float (&p)[N / 8][4]) {
+#pragma unroll
+    for (int st = 0; st < N / 16; st++) {
+        a[st][0] = fa_pack(p[2 * st][0], p[2 * st][1]);
+        a[st][1] = fa_pack(p[2 * st][2], p[2 * st][3]);
+        a[st][2] = fa_pack(p[2 * st + 1][0], p[2 * st + 1][1]);
+        a[st][3] = fa_pack(p[2 * st + 1][2], p[2 * st + 1][3]);
+    }
+}
+
+template <int N>
+__device__ __forceinline__ void fa_zero(float (&x)[N][4]) {
+#pragma unroll
+    for (int j = 0; j < N; j++) x[j][0] = x[j][1] = x[j][2] = x[j][3] = 0.f;
+}
+
+/* Column of query head h and of kv head kvh in a qkv row (Megatron's grouped order). */
+__device__ __forceinline__ int fa_qcol(int h, int G, int D) { return ((h / G) * (G + 2) + h % G) * D; }
+__device__ __forceinline__ int fa_kcol(int kvh, int G, int D) { return (kvh * (G + 2) + G) * D; }
 
 /* ---- layout conversion ---- */
 
-/* qkv[B,T,(NH+2NKV)*64] -> q[B,NH,T,64], k[B,NKV,T,64], v[B,NKV,T,64] in bf16; with NKV = 0 and
- * G = 1 the same maps dout[B,T,NH*64] -> q (every slot a query head). */
-__global__ void fa_convert_kernel(bf16 *q, bf16 *k, bf16 *v, const float *src, int64_t B,
-                                  int64_t T, int64_t NH, int64_t NKV) {
-    const int64_t slots = NKV ? NH + 2 * NKV : NH, G = NKV ? NH / NKV : 1;
-    const int64_t total = B * T * slots * (FA_D / 8);
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+/* Slot blockIdx.y of bf16 head-major copies: first the slots of qkv[B,T,(NH+2NKV)*D] in
+ * grouped order, with q set all of them (q heads to q[B,NH,T,D], k and v heads to
+ * k, v[B,NKV,T,D]), with q NULL only the k and v slots; then, with dout set, the NH heads of
+ * dout[B,T,NH*D] to d[B,NH,T,D]. */
+template <int D>
+__global__ void fa_convert_kernel(bf16 *q, bf16 *k, bf16 *v, bf16 *d, const float *qkv,
+                                  const float *dout, int B, int T, int NH, int NKV) {
+    const int G = NH / NKV, qslots = q ? NH + 2 * NKV : 2 * NKV, y = blockIdx.y;
+    int slots, slot, head, heads;
+    const float *src;
+    bf16 *dst;
+    if (y < qslots) {
+        const int grp = q ? y / (G + 2) : y / 2, in = q ? y % (G + 2) : G + y % 2;
+        src = qkv;
+        slots = NH + 2 * NKV;
+        slot = grp * (G + 2) + in;
+        head = in < G ? grp * G + in : grp;
+        heads = in < G ? NH : NKV;
+        dst = in < G ? q : in == G ? k : v;
+    } else {
+        src = dout;
+        slots = heads = NH;
+        slot = head = y - qslots;
+        dst = d;
+    }
+    const int64_t n = (int64_t)B * T * (D / 8);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c8 = i % (FA_D / 8), rest = i / (FA_D / 8);
-        int64_t slot = rest % slots, bt = rest / slots, b = bt / T, t = bt % T;
-        const float4 *s = (const float4 *)(src + (bt * slots + slot) * FA_D + c8 * 8);
-        float4 x = s[0], y = s[1];
+        const int c8 = (int)(i % (D / 8)), bt = (int)(i / (D / 8)), b = bt / T, t = bt - b * T;
+        const float4 *x4 = (const float4 *)(src + ((int64_t)bt * slots + slot) * D + c8 * 8);
+        const float4 x = x4[0], z = x4[1];
         uint4 o;
         o.x = fa_pack(x.x, x.y);
         o.y = fa_pack(x.z, x.w);
-        o.z = fa_pack(y.x, y.y);
-        o.w = fa_pack(y.z, y.w);
-        bf16 *dst;
-        if (!NKV) {
-            dst = q + ((b * NH + slot) * T + t) * FA_D;
-        } else {
-            int64_t grp = slot / (G + 2), in = slot % (G + 2);
-            if (in < G)
-                dst = q + ((b * NH + grp * G + in) * T + t) * FA_D;
-            else
-                dst = (in == G ? k : v) + ((b * NKV + grp) * T + t) * FA_D;
-        }
-        *(uint4 *)(dst + c8 * 8) = o;
+        o.z = fa_pack(z.x, z.y);
+        o.w = fa_pack(z.z, z.w);
+        *(uint4 *)(dst + (((int64_t)b * heads + head) * T + t) * D + c8 * 8) = o;
     }
 }
 
 /* ---- forward ---- */
 
-__global__ void __launch_bounds__(FA_THREADS)
-    fa_forward_kernel(float *out, float *lse, const bf16 *qb, const bf16 *kb, const bf16 *vb,
-                      int64_t T, int64_t NH, int64_t NKV, float sl2, int causal) {
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1) fa_forward_kernel(const fa_args a) {
+    constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
+    constexpr uint32_t TILE = FA_KT * LD * 2; /* bytes of a K or V tile */
     extern __shared__ uint4 fa_smem[];
-    bf16 *Qs = (bf16 *)fa_smem, *Ks = Qs + FA_TILE * FA_LD, *Vt = Ks + FA_TILE * FA_LD;
-    const int64_t h = blockIdx.y, b = blockIdx.z, i0 = (int64_t)blockIdx.x * FA_TILE;
-    const int64_t kvh = h / (NH / NKV);
+    const uint32_t sm = fa_sptr(fa_smem); /* buffer s: K tile at sm + 2 s TILE, V tile after it */
+    const int T = a.T, NH = a.NH, G = NH / a.NKV;
+    const int nqt = (T + FA_ROWS - 1) / FA_ROWS;
+    int idx = blockIdx.x;
+    const int h = idx % NH;
+    idx /= NH;
+    const int b = idx % a.B, i0 = (nqt - 1 - idx / a.B) * FA_ROWS;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const bf16 *qh = qb + (b * NH + h) * T * FA_D;
-    const bf16 *kh = kb + (b * NKV + kvh) * T * FA_D, *vh = vb + (b * NKV + kvh) * T * FA_D;
+    const int r0 = i0 + 16 * w; /* the warp's first query */
+    const int64_t kvoff = ((int64_t)b * a.NKV + h / G) * T * D;
+    const bf16 *kh = a.k + kvoff, *vh = a.v + kvoff;
+    const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
+    const int nt = (kend + FA_KT - 1) / FA_KT;
 
-    fa_load(Qs, NULL, qh, i0, T);
-    __syncthreads();
-    uint32_t qf[4][4];
-    fa_afrag(qf, Qs, 16 * w, g, t4);
-    float o[8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-#pragma unroll
-    for (int j = 0; j < 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    const int64_t row[2] = {i0 + 16 * w + g, i0 + 16 * w + g + 8};
-    const int64_t kend = causal ? (i0 + FA_TILE < T ? i0 + FA_TILE : T) : T;
-
-    for (int64_t k0 = 0; k0 < kend; k0 += FA_TILE) {
-        __syncthreads();
-        fa_load(Ks, NULL, kh, k0, T);
-        fa_load(NULL, Vt, vh, k0, T);
-        __syncthreads();
-        float s[8][4];
-#pragma unroll
-        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-        fa_mm_rows(s, qf, Ks, g, t4);
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int hi = e >> 1;
-                int64_t key = k0 + 8 * j + 2 * t4 + (e & 1);
-                bool ok = key < T && (!causal || key <= row[hi]);
-                s[j][e] = ok ? s[j][e] * sl2 : -INFINITY;
-                mx[hi] = fmaxf(mx[hi], s[j][e]);
-            }
-        float alpha[2], ref[2];
-#pragma unroll
-        for (int hi = 0; hi < 2; hi++) {
-            mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffffu, mx[hi], 1));
-            mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffffu, mx[hi], 2));
-            float mn = fmaxf(m[hi], mx[hi]);
-            ref[hi] = mn == -INFINITY ? 0.f : mn;
-            alpha[hi] = exp2f(m[hi] - ref[hi]);
-            m[hi] = mn;
-            l[hi] *= alpha[hi];
+    /* K and V tile t into buffer t % FA_STAGES (nothing past the last tile); one group each */
+    auto load_kv = [&](int t) {
+        if (t < nt) {
+            const uint32_t st = sm + (uint32_t)(t % FA_STAGES) * 2 * TILE;
+            fa_load<D, FA_KT>(st, kh, t * FA_KT, T);
+            fa_load<D, FA_KT>(st + TILE, vh, t * FA_KT, T);
         }
+        fa_commit();
+    };
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+    for (int t = 0; t < FA_STAGES - 1; t++) load_kv(t);
+
+    /* the warp's q rows as bf16 A fragments, straight from qkv (zeros past T) */
+    uint32_t qf[KS][4];
+    {
+        const int64_t stride = (int64_t)(NH + 2 * a.NKV) * D;
+        const float *qb = a.qkv + (int64_t)b * T * stride + fa_qcol(h, G, D);
+        const int ra = r0 + g, rb = ra + 8;
+        const float *pa = qb + (int64_t)min(ra, T - 1) * stride,
+                    *pb = qb + (int64_t)min(rb, T - 1) * stride;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int hi = e >> 1;
-                float p = exp2f(s[j][e] - ref[hi]);
-                s[j][e] = p;
-                l[hi] += p;
-                o[j][e] *= alpha[hi];
+        for (int st = 0; st < KS; st++) {
+            const int c = 16 * st + 2 * t4;
+            float2 x0 = make_float2(0.f, 0.f), x1 = x0, x2 = x0, x3 = x0;
+            if (ra < T) {
+                x0 = *(const float2 *)(pa + c);
+                x2 = *(const float2 *)(pa + c + 8);
             }
-        fa_mm_acc(o, s, Vt, g, t4);
+            if (rb < T) {
+                x1 = *(const float2 *)(pb + c);
+                x3 = *(const float2 *)(pb + c + 8);
+            }
+            qf[st][0] = fa_pack(x0.x, x0.y);
+            qf[st][1] = fa_pack(x1.x, x1.y);
+            qf[st][2] = fa_pack(x2.x, x2.y);
+            qf[st][3] = fa_pack(x3.x, x3.y);
+        }
+    }
+    auto qfrag = [&](int st, uint32_t f[4]) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) f[e] = qf[st][e];
+    };
+
+    float o[NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    fa_zero(o);
+    for (int t = 0; t < nt; t++) {
+        /* tile t is in; after the barrier every warp is done with tile t - 1, whose buffer the
+         * load of tile t + FA_STAGES - 1 takes */
+        fa_wait<FA_STAGES - 2>();
+        __syncthreads();
+        load_kv(t + FA_STAGES - 1);
+        const uint32_t ks = sm + (uint32_t)(t % FA_STAGES) * 2 * TILE, vs = ks + TILE;
+        const int k0 = t * FA_KT;
+        if (r0 < T && (!a.causal || k0 <= r0 + 15)) {
+            float s[FA_KT / 8][4];
+            fa_zero(s);
+            fa_mm_nt<KS, FA_KT, LD>(s, qfrag, ks, lane); /* S = Q K^T */
+            if ((a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T) {
+#pragma unroll
+                for (int j = 0; j < FA_KT / 8; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = k0 + 8 * j + 2 * t4 + (e & 1), row = r0 + g + 8 * (e >> 1);
+                        if (key >= T || (a.causal && key > row)) s[j][e] = -INFINITY;
+                    }
+            }
+            float mx[2] = {-INFINITY, -INFINITY}, ref[2];
+#pragma unroll
+            for (int j = 0; j < FA_KT / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffffu, mx[hi], 1));
+                mx[hi] = fmaxf(mx[hi], __shfl_xor_sync(0xffffffffu, mx[hi], 2));
+                const float mn = fmaxf(m[hi], mx[hi] * a.sl2);
+                ref[hi] = mn == -INFINITY ? 0.f : mn;
+                const float alpha = fa_exp2(m[hi] - ref[hi]);
+                m[hi] = mn;
+                l[hi] *= alpha;
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    o[j][2 * hi] *= alpha;
+                    o[j][2 * hi + 1] *= alpha;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < FA_KT / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float p = fa_exp2(fmaf(s[j][e], a.sl2, -ref[e >> 1]));
+                    l[e >> 1] += p;
+                    s[j][e] = p;
+                }
+            uint32_t pf[FA_KT / 16][4];
+            fa_tofrag<FA_KT>(pf, s);
+            fa_mm_nn<FA_KT / 16, D, LD>(o, pf, vs, lane); /* O += P V */
+        }
     }
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
         l[hi] += __shfl_xor_sync(0xffffffffu, l[hi], 1);
         l[hi] += __shfl_xor_sync(0xffffffffu, l[hi], 2);
-        if (row[hi] >= T) continue;
-        float inv = 1.0f / l[hi];
-        float *orow = out + ((b * T + row[hi]) * NH + h) * FA_D;
+        const int row = r0 + g + 8 * hi;
+        if (row >= T) continue;
+        const float inv = 1.0f / l[hi];
+        float *orow = a.out + (((int64_t)b * T + row) * NH + h) * D;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < NT; j++)
             *(float2 *)(orow + 8 * j + 2 * t4) =
                 make_float2(o[j][2 * hi] * inv, o[j][2 * hi + 1] * inv);
-        if (t4 == 0) lse[(b * NH + h) * T + row[hi]] = (m[hi] + log2f(l[hi])) / FA_LOG2E;
+        if (t4 == 0) a.lse_out[((int64_t)b * NH + h) * T + row] = (m[hi] + log2f(l[hi])) / FA_LOG2E;
     }
 }
 
 /* ---- backward: dk, dv ---- */
 
-__global__ void __launch_bounds__(FA_THREADS)
-    fa_backward_dkdv_kernel(float *dqkv, const bf16 *qb, const bf16 *kb, const bf16 *vb,
-                            const bf16 *dob, const float *lse, const float *Dv, int64_t T,
-                            int64_t NH, int64_t NKV, float sl2, float scale, int causal) {
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args a) {
+    constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
+    constexpr int QT = fa_geom<D>::QT;
+    constexpr bool RES = fa_geom<D>::RES;
+    constexpr uint32_t BLK = FA_ROWS * LD * 2;            /* bytes of the block's K or V rows */
+    constexpr uint32_t QTILE = QT * LD * 2;               /* bytes of a q or dout tile */
+    constexpr uint32_t STAGE = 2 * QTILE + 2 * QT * 4;    /* q, dout, lse, D of one tile */
     extern __shared__ uint4 fa_smem[];
-    bf16 *Ks = (bf16 *)fa_smem, *Vs = Ks + FA_TILE * FA_LD, *Qs = Vs + FA_TILE * FA_LD,
-         *Qt = Qs + FA_TILE * FA_LD, *dOs = Qt + FA_TILE * FA_LD, *dOt = dOs + FA_TILE * FA_LD;
-    float *ls = (float *)(dOt + FA_TILE * FA_LD), *ds = ls + FA_TILE;
-    const int64_t kvh = blockIdx.y, b = blockIdx.z, k0 = (int64_t)blockIdx.x * FA_TILE;
-    const int64_t G = NH / NKV;
+    const char *smc = (const char *)fa_smem;
+    const uint32_t sm = fa_sptr(fa_smem); /* K rows, V rows, then FA_STAGES stages */
+    const int T = a.T, NH = a.NH, NKV = a.NKV, G = NH / NKV;
+    int idx = blockIdx.x;
+    const int kvh = idx % NKV;
+    idx /= NKV;
+    const int b = idx % a.B, k0 = idx / a.B * FA_ROWS;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int64_t key[2] = {k0 + 16 * w + g, k0 + 16 * w + g + 8};
+    const int kw = k0 + 16 * w; /* the warp's first key */
+    const int64_t kvoff = ((int64_t)b * NKV + kvh) * T * D;
+    const int qstart = a.causal ? k0 : 0; /* a multiple of QT */
+    const int nq = (T - qstart + QT - 1) / QT, n = G * nq;
 
-    fa_load(Ks, NULL, kb + (b * NKV + kvh) * T * FA_D, k0, T);
-    fa_load(Vs, NULL, vb + (b * NKV + kvh) * T * FA_D, k0, T);
-    __syncthreads();
-    uint32_t kf[4][4], vf[4][4];
-    fa_afrag(kf, Ks, 16 * w, g, t4);
-    fa_afrag(vf, Vs, 16 * w, g, t4);
-    float dk[8][4], dv[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[j][e] = dv[j][e] = 0.f;
-
-    for (int64_t gq = 0; gq < G; gq++) {
-        const int64_t h = kvh * G + gq;
-        const bf16 *qh = qb + (b * NH + h) * T * FA_D, *doh = dob + (b * NH + h) * T * FA_D;
-        for (int64_t i0 = causal ? k0 : 0; i0 < T; i0 += FA_TILE) {
-            __syncthreads();
-            fa_load(Qs, Qt, qh, i0, T);
-            fa_load(dOs, dOt, doh, i0, T);
-            if (threadIdx.x < FA_TILE) {
-                int64_t i = i0 + threadIdx.x;
-                ls[threadIdx.x] = i < T ? lse[(b * NH + h) * T + i] * FA_LOG2E : 0.f;
-                ds[threadIdx.x] = i < T ? Dv[(b * NH + h) * T + i] : 0.f;
+    /* tile it (query rows qstart + (it % nq) QT .. of query head kvh G + it / nq) into stage
+     * it % FA_STAGES (nothing past the last tile); one group each */
+    auto load_tile = [&](int it) {
+        if (it < n) {
+            const int i0 = qstart + (it % nq) * QT;
+            const int64_t hq = (int64_t)b * NH + kvh * G + it / nq;
+            const uint32_t st = sm + 2 * BLK + (uint32_t)(it % FA_STAGES) * STAGE;
+            fa_load<D, QT>(st, a.q + hq * T * D, i0, T);
+            fa_load<D, QT>(st + QTILE, a.dout + hq * T * D, i0, T);
+            if (threadIdx.x < 2 * QT) {
+                const int c = threadIdx.x % QT;
+                const bool ok = i0 + c < T;
+                fa_cp4(st + 2 * QTILE + threadIdx.x * 4,
+                       (threadIdx.x < QT ? a.lse : a.Dv) + hq * T + (ok ? i0 + c : 0), ok);
             }
-            __syncthreads();
-            float s[8][4], dp[8][4];
+        }
+        fa_commit();
+    };
+
+    fa_load<D, FA_ROWS>(sm, a.k + kvoff, k0, T); /* in the group of tile 0 */
+    fa_load<D, FA_ROWS>(sm + BLK, a.v + kvoff, k0, T);
 #pragma unroll
-            for (int j = 0; j < 8; j++)
+    for (int it = 0; it < FA_STAGES - 1; it++) load_tile(it);
+    const uint32_t kws = sm + (uint32_t)(16 * w * LD) * 2, vws = kws + BLK;
+    uint32_t kf[RES ? KS : 1][4], vf[RES ? KS : 1][4];
+    if constexpr (RES) {
+        fa_wait<FA_STAGES - 2>();
+        __syncthreads();
 #pragma unroll
-                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
-            fa_mm_rows(s, kf, Qs, g, t4);   /* S^T = K Q^T */
-            fa_mm_rows(dp, vf, dOs, g, t4); /* dP^T = V dO^T */
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int hi = e >> 1, qc = 8 * j + 2 * t4 + (e & 1);
-                    int64_t i = i0 + qc;
-                    bool ok = i < T && key[hi] < T && (!causal || key[hi] <= i);
-                    float p = ok ? exp2f(s[j][e] * sl2 - ls[qc]) : 0.f;
-                    s[j][e] = p;
-                    dp[j][e] = p * (dp[j][e] - ds[qc]);
-                }
-            fa_mm_acc(dv, s, dOt, g, t4); /* dV += P^T dO */
-            fa_mm_acc(dk, dp, Qt, g, t4); /* dK += dS^T Q */
+        for (int st = 0; st < KS; st++) {
+            fa_afrag<LD>(kf[st], kws, st, lane);
+            fa_afrag<LD>(vf[st], vws, st, lane);
         }
     }
-    const int64_t stride = (NH + 2 * NKV) * FA_D, kc = (kvh * (G + 2) + G) * FA_D, vc = kc + FA_D;
+    auto kfrag = [&](int st, uint32_t f[4]) {
+        if constexpr (RES) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) f[e] = kf[st][e];
+        } else {
+            fa_afrag<LD>(f, kws, st, lane);
+        }
+    };
+    auto vfrag = [&](int st, uint32_t f[4]) {
+        if constexpr (RES) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) f[e] = vf[st][e];
+        } else {
+            fa_afrag<LD>(f, vws, st, lane);
+        }
+    };
+
+    float dk[NT][4], dv[NT][4];
+    fa_zero(dk);
+    fa_zero(dv);
+    for (int it = 0; it < n; it++) {
+        fa_wait<FA_STAGES - 2>(); /* as in the forward */
+        __syncthreads();
+        load_tile(it + FA_STAGES - 1);
+        const int i0 = qstart + (it % nq) * QT;
+        const uint32_t qs = sm + 2 * BLK + (uint32_t)(it % FA_STAGES) * STAGE, dos = qs + QTILE;
+        const float *ls = (const float *)(smc + 2 * BLK + (it % FA_STAGES) * STAGE + 2 * QTILE);
+        const float *ds = ls + QT;
+        if (kw < T && (!a.causal || kw <= i0 + QT - 1)) {
+            float s[QT / 8][4], dp[QT / 8][4];
+            fa_zero(s);
+            fa_zero(dp);
+            fa_mm_nt<KS, QT, LD>(s, kfrag, qs, lane);   /* S^T = K Q^T */
+            fa_mm_nt<KS, QT, LD>(dp, vfrag, dos, lane); /* dP^T = V dO^T */
+            const bool mask = a.causal && kw + 15 > i0;
+#pragma unroll
+            for (int j = 0; j < QT / 8; j++) {
+                const float2 lq = *(const float2 *)(ls + 8 * j + 2 * t4);
+                const float2 dq = *(const float2 *)(ds + 8 * j + 2 * t4);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float lv = (e & 1) ? lq.y : lq.x, dd = (e & 1) ? dq.y : dq.x;
+                    float p = fa_exp2(fmaf(s[j][e], a.sl2, -lv * FA_LOG2E));
+                    if (mask && kw + g + 8 * (e >> 1) > i0 + 8 * j + 2 * t4 + (e & 1)) p = 0.f;
+                    s[j][e] = p;
+                    dp[j][e] = p * (dp[j][e] - dd);
+                }
+            }
+            uint32_t pf[QT / 16][4], sf[QT / 16][4];
+            fa_tofrag<QT>(pf, s);
+            fa_tofrag<QT>(sf, dp);
+            fa_mm_nn<QT / 16, D, LD>(dv, pf, dos, lane); /* dV += P^T dO */
+            fa_mm_nn<QT / 16, D, LD>(dk, sf, qs, lane);  /* dK += dS^T Q */
+        }
+    }
+    const int64_t stride = (int64_t)(NH + 2 * NKV) * D;
+    const int kc = fa_kcol(kvh, G, D), vc = kc + D;
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
-        if (key[hi] >= T) continue;
-        float *r = dqkv + (b * T + key[hi]) * stride;
+        const int key = kw + g + 8 * hi;
+        if (key >= T) continue;
+        float *r = a.dqkv + ((int64_t)b * T + key) * stride;
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < NT; j++) {
             *(float2 *)(r + kc + 8 * j + 2 * t4) =
-                make_float2(dk[j][2 * hi] * scale, dk[j][2 * hi + 1] * scale);
+                make_float2(dk[j][2 * hi] * a.scale, dk[j][2 * hi + 1] * a.scale);
             *(float2 *)(r + vc + 8 * j + 2 * t4) = make_float2(dv[j][2 * hi], dv[j][2 * hi + 1]);
         }
     }
@@ -299,135 +521,222 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 /* ---- backward: dq ---- */
 
-__global__ void __launch_bounds__(FA_THREADS)
-    fa_backward_dq_kernel(float *dqkv, const bf16 *qb, const bf16 *kb, const bf16 *vb,
-                          const bf16 *dob, const float *lse, const float *Dv, int64_t T,
-                          int64_t NH, int64_t NKV, float sl2, float scale, int causal) {
+template <int D>
+__global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args a) {
+    constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
+    constexpr bool RES = fa_geom<D>::RES;
+    constexpr uint32_t BLK = FA_ROWS * LD * 2; /* bytes of the block's q or dout rows */
+    constexpr uint32_t TILE = FA_KT * LD * 2;  /* bytes of a K or V tile */
     extern __shared__ uint4 fa_smem[];
-    bf16 *Qs = (bf16 *)fa_smem, *dOs = Qs + FA_TILE * FA_LD, *Ks = dOs + FA_TILE * FA_LD,
-         *Kt = Ks + FA_TILE * FA_LD, *Vs = Kt + FA_TILE * FA_LD;
-    const int64_t h = blockIdx.y, b = blockIdx.z, i0 = (int64_t)blockIdx.x * FA_TILE;
-    const int64_t G = NH / NKV, kvh = h / G;
+    const uint32_t sm = fa_sptr(fa_smem); /* q rows, dout rows, then FA_STAGES buffers of K, V */
+    const int T = a.T, NH = a.NH, G = NH / a.NKV;
+    const int nqt = (T + FA_ROWS - 1) / FA_ROWS;
+    int idx = blockIdx.x;
+    const int h = idx % NH;
+    idx /= NH;
+    const int b = idx % a.B, i0 = (nqt - 1 - idx / a.B) * FA_ROWS;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int64_t row[2] = {i0 + 16 * w + g, i0 + 16 * w + g + 8};
-    const bf16 *kh = kb + (b * NKV + kvh) * T * FA_D, *vh = vb + (b * NKV + kvh) * T * FA_D;
+    const int r0 = i0 + 16 * w;
+    const int64_t hq = (int64_t)b * NH + h, kvoff = ((int64_t)b * a.NKV + h / G) * T * D;
+    const bf16 *kh = a.k + kvoff, *vh = a.v + kvoff;
+    const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
+    const int nt = (kend + FA_KT - 1) / FA_KT;
 
-    fa_load(Qs, NULL, qb + (b * NH + h) * T * FA_D, i0, T);
-    fa_load(dOs, NULL, dob + (b * NH + h) * T * FA_D, i0, T);
-    __syncthreads();
-    uint32_t qf[4][4], df[4][4];
-    fa_afrag(qf, Qs, 16 * w, g, t4);
-    fa_afrag(df, dOs, 16 * w, g, t4);
+    /* as in the forward, after the q and dout rows */
+    auto load_kv = [&](int t) {
+        if (t < nt) {
+            const uint32_t st = sm + 2 * BLK + (uint32_t)(t % FA_STAGES) * 2 * TILE;
+            fa_load<D, FA_KT>(st, kh, t * FA_KT, T);
+            fa_load<D, FA_KT>(st + TILE, vh, t * FA_KT, T);
+        }
+        fa_commit();
+    };
+    fa_load<D, FA_ROWS>(sm, a.q + hq * T * D, i0, T); /* in the group of tile 0 */
+    fa_load<D, FA_ROWS>(sm + BLK, a.dout + hq * T * D, i0, T);
+#pragma unroll
+    for (int t = 0; t < FA_STAGES - 1; t++) load_kv(t);
     float lr[2], dr[2];
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
-        lr[hi] = row[hi] < T ? lse[(b * NH + h) * T + row[hi]] * FA_LOG2E : 0.f;
-        dr[hi] = row[hi] < T ? Dv[(b * NH + h) * T + row[hi]] : 0.f;
+        const int row = r0 + g + 8 * hi;
+        lr[hi] = row < T ? a.lse[hq * T + row] * FA_LOG2E : 0.f;
+        dr[hi] = row < T ? a.Dv[hq * T + row] : 0.f;
     }
-    float dq[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; j++) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.f;
-    const int64_t kend = causal ? (i0 + FA_TILE < T ? i0 + FA_TILE : T) : T;
-    for (int64_t k0 = 0; k0 < kend; k0 += FA_TILE) {
+    const uint32_t qws = sm + (uint32_t)(16 * w * LD) * 2, ows = qws + BLK;
+    uint32_t qf[RES ? KS : 1][4], of[RES ? KS : 1][4];
+    if constexpr (RES) {
+        fa_wait<FA_STAGES - 2>();
         __syncthreads();
-        fa_load(Ks, Kt, kh, k0, T);
-        fa_load(Vs, NULL, vh, k0, T);
-        __syncthreads();
-        float s[8][4], dp[8][4];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.f;
-        fa_mm_rows(s, qf, Ks, g, t4);  /* S = Q K^T */
-        fa_mm_rows(dp, df, Vs, g, t4); /* dP = dO V^T */
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int hi = e >> 1;
-                int64_t key = k0 + 8 * j + 2 * t4 + (e & 1);
-                bool ok = row[hi] < T && key < T && (!causal || key <= row[hi]);
-                float p = ok ? exp2f(s[j][e] * sl2 - lr[hi]) : 0.f;
-                dp[j][e] = p * (dp[j][e] - dr[hi]);
-            }
-        fa_mm_acc(dq, dp, Kt, g, t4); /* dQ += dS K */
+        for (int st = 0; st < KS; st++) {
+            fa_afrag<LD>(qf[st], qws, st, lane);
+            fa_afrag<LD>(of[st], ows, st, lane);
+        }
     }
-    const int64_t stride = (NH + 2 * NKV) * FA_D;
-    const int64_t qc = ((h / G) * (G + 2) + h % G) * FA_D;
+    auto qfrag = [&](int st, uint32_t f[4]) {
+        if constexpr (RES) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) f[e] = qf[st][e];
+        } else {
+            fa_afrag<LD>(f, qws, st, lane);
+        }
+    };
+    auto ofrag = [&](int st, uint32_t f[4]) {
+        if constexpr (RES) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) f[e] = of[st][e];
+        } else {
+            fa_afrag<LD>(f, ows, st, lane);
+        }
+    };
+
+    float dq[NT][4];
+    fa_zero(dq);
+    for (int t = 0; t < nt; t++) {
+        fa_wait<FA_STAGES - 2>(); /* as in the forward */
+        __syncthreads();
+        load_kv(t + FA_STAGES - 1);
+        const uint32_t ks = sm + 2 * BLK + (uint32_t)(t % FA_STAGES) * 2 * TILE, vs = ks + TILE;
+        const int k0 = t * FA_KT;
+        if (r0 < T && (!a.causal || k0 <= r0 + 15)) {
+            float s[FA_KT / 8][4], dp[FA_KT / 8][4];
+            fa_zero(s);
+            fa_zero(dp);
+            fa_mm_nt<KS, FA_KT, LD>(s, qfrag, ks, lane);  /* S = Q K^T */
+            fa_mm_nt<KS, FA_KT, LD>(dp, ofrag, vs, lane); /* dP = dO V^T */
+            const bool mask = (a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T;
+#pragma unroll
+            for (int j = 0; j < FA_KT / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int hi = e >> 1;
+                    float p = fa_exp2(fmaf(s[j][e], a.sl2, -lr[hi]));
+                    if (mask) {
+                        const int key = k0 + 8 * j + 2 * t4 + (e & 1), row = r0 + g + 8 * hi;
+                        if (key >= T || (a.causal && key > row)) p = 0.f;
+                    }
+                    dp[j][e] = p * (dp[j][e] - dr[hi]);
+                }
+            uint32_t sf[FA_KT / 16][4];
+            fa_tofrag<FA_KT>(sf, dp);
+            fa_mm_nn<FA_KT / 16, D, LD>(dq, sf, ks, lane); /* dQ += dS K */
+        }
+    }
+    const int64_t stride = (int64_t)(NH + 2 * a.NKV) * D;
+    const int qc = fa_qcol(h, G, D);
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
-        if (row[hi] >= T) continue;
-        float *r = dqkv + (b * T + row[hi]) * stride + qc;
+        const int row = r0 + g + 8 * hi;
+        if (row >= T) continue;
+        float *r = a.dqkv + ((int64_t)b * T + row) * stride + qc;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < NT; j++)
             *(float2 *)(r + 8 * j + 2 * t4) =
-                make_float2(dq[j][2 * hi] * scale, dq[j][2 * hi + 1] * scale);
+                make_float2(dq[j][2 * hi] * a.scale, dq[j][2 * hi + 1] * a.scale);
     }
 }
 
 /* ---- host side ---- */
 
-static size_t fa_tile_bytes(int tiles) { return (size_t)tiles * FA_TILE * FA_LD * sizeof(bf16); }
-
 int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn *a) {
-    return loom_cuda_impl(be)->matmul_bf16 && !loom_cuda_impl(be)->matmul_f16 && a->HS == FA_D && a->dropout_p == 0.0f &&
-           a->NKV > 0 && a->NH % a->NKV == 0 && a->NH <= 65535 && a->B <= 65535;
+    return loom_cuda_impl(be)->matmul_bf16 && !loom_cuda_impl(be)->matmul_f16 &&
+           (a->HS == 64 || a->HS == 128) && a->dropout_p == 0.0f && a->scale > 0.0f &&
+           a->NKV > 0 && a->NH % a->NKV == 0 && a->NH + 2 * a->NKV <= 65535 && a->B <= 65535 &&
+           a->B * a->T <= INT32_MAX;
 }
 
-/* bf16 copies of q, k, v (and dout when given) in the attention workspace. */
-static void fa_convert(struct loom_backend *be, const float *qkv, const float *dout,
-                       const struct loom_attn *a, bf16 **q, bf16 **k, bf16 **v, bf16 **d) {
+static fa_args fa_make_args(const struct loom_attn *a) {
+    fa_args p = {};
+    p.B = (int)a->B;
+    p.T = (int)a->T;
+    p.NH = (int)a->NH;
+    p.NKV = (int)a->NKV;
+    p.causal = a->causal;
+    p.sl2 = a->scale * FA_LOG2E;
+    p.scale = a->scale;
+    return p;
+}
+
+/* bf16 copies in the attention workspace: k and v of qkv, and q when with_q; dout's heads when
+ * dout is given. One launch. */
+template <int D>
+static void fa_convert(struct loom_backend *be, const float *qkv, const float *dout, int with_q,
+                       const struct loom_attn *a, fa_args *p) {
     struct loom_cuda *c = loom_cuda_impl(be);
-    size_t nq = (size_t)(a->B * a->NH * a->T * FA_D), nk = (size_t)(a->B * a->NKV * a->T * FA_D);
-    size_t need = (2 * nq + 2 * nk) * sizeof(bf16);
-    loom_cuda_grow(be, &c->attn_ws, &c->attn_ws_bytes, need, "bf16 attention workspace");
-    *q = (bf16 *)c->attn_ws;
-    *k = *q + nq;
-    *v = *k + nk;
-    *d = *v + nk;
-    cudaStream_t st = loom_cuda_stream(be);
-    int blocks = 8 * c->num_sms;
+    size_t nq = (size_t)(a->B * a->NH * a->T * D), nk = (size_t)(a->B * a->NKV * a->T * D);
+    loom_cuda_grow(be, &c->attn_ws, &c->attn_ws_bytes, (2 * nq + 2 * nk) * sizeof(bf16),
+                   "bf16 attention workspace");
+    bf16 *q = (bf16 *)c->attn_ws, *k = q + nq, *v = k + nk, *d = v + nk;
+    p->q = q;
+    p->k = k;
+    p->v = v;
+    p->dout = d;
     LOOM_ASSERT(((uintptr_t)qkv & 15) == 0 && (!dout || ((uintptr_t)dout & 15) == 0));
-    fa_convert_kernel<<<blocks, 256, 0, st>>>(*q, *k, *v, qkv, a->B, a->T, a->NH, a->NKV);
+    int64_t chunks = a->B * a->T * (D / 8);
+    unsigned bx = (unsigned)((chunks + 255) / 256);
+    if (bx > 4096) bx = 4096;
+    unsigned slots = (unsigned)((with_q ? a->NH + 2 * a->NKV : 2 * a->NKV) + (dout ? a->NH : 0));
+    fa_convert_kernel<D><<<dim3(bx, slots), 256, 0, loom_cuda_stream(be)>>>(
+        with_q ? q : NULL, k, v, d, qkv, dout, p->B, p->T, p->NH, p->NKV);
     LOOM_CUDA_LAUNCHED();
-    if (dout) {
-        fa_convert_kernel<<<blocks, 256, 0, st>>>(*d, NULL, NULL, dout, a->B, a->T, a->NH, 0);
-        LOOM_CUDA_LAUNCHED();
-    }
+}
+
+template <int D>
+static void fa_forward(struct loom_backend *be, float *out, float *lse, const float *qkv,
+                       const struct loom_attn *a) {
+    fa_args p = fa_make_args(a);
+    fa_convert<D>(be, qkv, NULL, 0, a, &p);
+    p.qkv = qkv;
+    p.out = out;
+    p.lse_out = lse;
+    size_t smem = (size_t)FA_STAGES * 2 * FA_KT * fa_geom<D>::LD * sizeof(bf16); /* K, V */
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_forward_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    unsigned blocks = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS * a->NH * a->B);
+    fa_forward_kernel<D><<<blocks, FA_THREADS, smem, loom_cuda_stream(be)>>>(p);
+    LOOM_CUDA_LAUNCHED();
+}
+
+template <int D>
+static void fa_backward(struct loom_backend *be, float *dqkv, const float *dout, const float *lse,
+                        const float *Dv, const float *qkv, const struct loom_attn *a) {
+    typedef fa_geom<D> geo;
+    fa_args p = fa_make_args(a);
+    fa_convert<D>(be, qkv, dout, 1, a, &p);
+    p.lse = lse;
+    p.Dv = Dv;
+    p.dqkv = dqkv;
+    cudaStream_t st = loom_cuda_stream(be);
+    unsigned tiles = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS);
+    /* K, V rows; stages of q, dout, lse, D */
+    size_t smem = (size_t)2 * FA_ROWS * geo::LD * sizeof(bf16) +
+                  FA_STAGES * ((size_t)2 * geo::QT * geo::LD * sizeof(bf16) +
+                               2 * geo::QT * sizeof(float));
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dkdv_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    fa_dkdv_kernel<D><<<(unsigned)(tiles * a->NKV * a->B), FA_THREADS, smem, st>>>(p);
+    LOOM_CUDA_LAUNCHED();
+    /* q, dout rows; buffers of K, V */
+    smem = (size_t)(2 * FA_ROWS + FA_STAGES * 2 * FA_KT) * geo::LD * sizeof(bf16);
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dq_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    fa_dq_kernel<D><<<(unsigned)(tiles * a->NH * a->B), FA_THREADS, smem, st>>>(p);
+    LOOM_CUDA_LAUNCHED();
 }
 
 void loom_cuda_attention_forward_bf16(struct loom_backend *be, float *out, float *lse,
                                       const float *qkv, const struct loom_attn *a) {
-    bf16 *q, *k, *v, *d;
-    fa_convert(be, qkv, NULL, a, &q, &k, &v, &d);
-    size_t smem = fa_tile_bytes(3); /* Q, K, V^T */
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_forward_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((unsigned)((a->T + FA_TILE - 1) / FA_TILE), (unsigned)a->NH, (unsigned)a->B);
-    fa_forward_kernel<<<grid, FA_THREADS, smem, loom_cuda_stream(be)>>>(
-        out, lse, q, k, v, a->T, a->NH, a->NKV, a->scale * FA_LOG2E, a->causal);
-    LOOM_CUDA_LAUNCHED();
+    if (a->HS == 64)
+        fa_forward<64>(be, out, lse, qkv, a);
+    else
+        fa_forward<128>(be, out, lse, qkv, a);
 }
 
 void loom_cuda_attention_backward_bf16(struct loom_backend *be, float *dqkv, const float *dout,
                                        const float *lse, const float *Dv, const float *qkv,
                                        const struct loom_attn *a) {
-    bf16 *q, *k, *v, *d;
-    fa_convert(be, qkv, dout, a, &q, &k, &v, &d);
-    cudaStream_t st = loom_cuda_stream(be);
-    unsigned tiles = (unsigned)((a->T + FA_TILE - 1) / FA_TILE);
-    float sl2 = a->scale * FA_LOG2E;
-    size_t smem = fa_tile_bytes(6) + 2 * FA_TILE * sizeof(float);
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_backward_dkdv_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_backward_dkdv_kernel<<<dim3(tiles, (unsigned)a->NKV, (unsigned)a->B), FA_THREADS, smem,
-                              st>>>(dqkv, q, k, v, d, lse, Dv, a->T, a->NH, a->NKV, sl2, a->scale,
-                                    a->causal);
-    LOOM_CUDA_LAUNCHED();
-    smem = fa_tile_bytes(5);
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_backward_dq_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_backward_dq_kernel<<<dim3(tiles, (unsigned)a->NH, (unsigned)a->B), FA_THREADS, smem, st>>>(
-        dqkv, q, k, v, d, lse, Dv, a->T, a->NH, a->NKV, sl2, a->scale, a->causal);
-    LOOM_CUDA_LAUNCHED();
+    if (a->HS == 64)
+        fa_backward<64>(be, dqkv, dout, lse, Dv, qkv, a);
+    else
+        fa_backward<128>(be, dqkv, dout, lse, Dv, qkv, a);
 }

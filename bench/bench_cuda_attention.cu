@@ -1,0 +1,109 @@
+/* Microbenchmark of the bf16 tensor-core attention (attention_bf16.cu) through the backend's
+ * attention ops, as the trainer calls them with --bf16: the forward includes its conversion of
+ * k and v to bf16; the backward includes D = rowsum(dout * out) and the conversion of q, k, v
+ * and dout. Causal, at the shapes of the GPU runs: GPT-2 124M (micro-batch 16, sequence 1024,
+ * 12 heads of 64), 350M (16 heads of 64) and head size 128 (16 heads of 128, as the 1.3B model's
+ * 2048 / 16). Inputs are normal random numbers (qkv sd 1, dout sd 0.1); each op runs 3 times to
+ * warm up, then `calls` times between two CUDA events on the backend's stream; the mean is
+ * printed with the rate in TFLOP/s of the causal count: forward 4 B NH T^2 HS / 2 FLOPs (the
+ * two products over the lower triangle), backward 2.5 times that.
+ *
+ *   bench_cuda_attention [calls]      (default 50)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cuda/common.cuh"
+
+/* x[i] = sd * normal(seed 5, purpose, i) */
+static __global__ void bench_fill(float *x, int64_t n, uint64_t purpose, float sd) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = sd * loom_rng_normal(5, purpose, (uint64_t)i);
+}
+
+static float *bench_buffer(struct loom_backend *be, int64_t n, uint64_t purpose, float sd) {
+    float *p = (float *)be->ops->malloc(be, (size_t)n * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "bench_cuda_attention: out of device memory\n");
+        exit(1);
+    }
+    bench_fill<<<1024, 256, 0, loom_cuda_stream(be)>>>(p, n, purpose, sd);
+    LOOM_CUDA_LAUNCHED();
+    return p;
+}
+
+struct bench_shape {
+    const char *name;
+    int64_t B, T, NH, HS;
+};
+
+int main(int argc, char **argv) {
+    int calls = argc > 1 ? atoi(argv[1]) : 50;
+    if (calls < 1) calls = 1;
+    struct loom_backend *be;
+    if (loom_backend_create(&be, "cuda", 0) != LOOM_OK) {
+        loom_print_error();
+        return 1;
+    }
+    if (be->ops->set_matmul_dtype(be, LOOM_DTYPE_BF16, NULL, 0) != LOOM_OK) {
+        loom_print_error();
+        return 1;
+    }
+    const struct bench_shape shapes[] = {
+        {"124M", 16, 1024, 12, 64},
+        {"350M", 16, 1024, 16, 64},
+        {"HS128", 16, 1024, 16, 128},
+    };
+    cudaStream_t st = loom_cuda_stream(be);
+    cudaEvent_t e0, e1;
+    LOOM_CUDA_CHECK(cudaEventCreate(&e0));
+    LOOM_CUDA_CHECK(cudaEventCreate(&e1));
+    printf("bf16 attention, causal, mean of %d calls after 3 warm-up calls\n", calls);
+    printf("%-6s %3s %5s %3s %4s | %9s %8s | %9s %8s\n", "shape", "B", "T", "NH", "HS",
+           "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const struct bench_shape *sh = &shapes[s];
+        struct loom_attn a = {};
+        a.B = sh->B;
+        a.T = sh->T;
+        a.NH = sh->NH;
+        a.NKV = sh->NH;
+        a.HS = sh->HS;
+        a.causal = 1;
+        a.scale = 1.0f / sqrtf((float)sh->HS);
+        a.NH_global = sh->NH;
+        if (!loom_cuda_attention_bf16_ok(be, &a)) {
+            printf("%-6s: not on the bf16 attention path\n", sh->name);
+            continue;
+        }
+        const int64_t nqkv = a.B * a.T * 3 * a.NH * a.HS, nout = a.B * a.T * a.NH * a.HS;
+        float *qkv = bench_buffer(be, nqkv, 1, 1.0f), *dout = bench_buffer(be, nout, 2, 0.1f);
+        float *out = bench_buffer(be, nout, 3, 0.0f), *dqkv = bench_buffer(be, nqkv, 4, 0.0f);
+        float *lse = bench_buffer(be, a.B * a.NH * a.T, 5, 0.0f);
+        float ms[2];
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < 3 + calls; i++) {
+                if (i == 3) LOOM_CUDA_CHECK(cudaEventRecord(e0, st));
+                if (pass == 0)
+                    be->ops->attention_forward(be, out, lse, qkv, &a);
+                else
+                    be->ops->attention_backward(be, dqkv, dout, out, lse, qkv, &a);
+            }
+            LOOM_CUDA_CHECK(cudaEventRecord(e1, st));
+            LOOM_CUDA_CHECK(cudaEventSynchronize(e1));
+            LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms[pass], e0, e1));
+            ms[pass] /= (float)calls;
+        }
+        const double flops = 4.0 * a.B * a.NH * (double)a.T * a.T * a.HS / 2;
+        printf("%-6s %3lld %5lld %3lld %4lld | %9.4f %8.1f | %9.4f %8.1f\n", sh->name,
+               (long long)a.B, (long long)a.T, (long long)a.NH, (long long)a.HS, ms[0],
+               flops / (ms[0] * 1e9), ms[1], 2.5 * flops / (ms[1] * 1e9));
+        void *bufs[] = {qkv, dout, out, dqkv, lse};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
+    }
+    LOOM_CUDA_CHECK(cudaEventDestroy(e0));
+    LOOM_CUDA_CHECK(cudaEventDestroy(e1));
+    loom_backend_destroy(be);
+    return 0;
+}
