@@ -92,6 +92,16 @@ struct loom_backend_ops {
     void (*rmsnorm_backward)(struct loom_backend *be, float *dinp, float *dw, const float *dout,
                              const float *inp, const float *w, const float *rstd, int64_t N,
                              int64_t C);
+    /* A residual add fused with the norm that follows it: xs = x + r (xs may alias x or r), then
+     * out = layernorm(xs) or rmsnorm(xs) exactly as the ops above (mean, rstd saved). Equal, bit
+     * for bit, to add followed by layernorm_forward / rmsnorm_forward. */
+    void (*residual_layernorm_forward)(struct loom_backend *be, float *xs, float *out, float *mean,
+                                       float *rstd, const float *x, const float *r,
+                                       const float *w, const float *b, int64_t N, int64_t C,
+                                       float eps);
+    void (*residual_rmsnorm_forward)(struct loom_backend *be, float *xs, float *out, float *rstd,
+                                     const float *x, const float *r, const float *w, int64_t N,
+                                     int64_t C, float eps);
 
     /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + b[OC] (b may be NULL) ---- */
     void (*linear_forward)(struct loom_backend *be, float *out, const float *inp, const float *w,
@@ -100,6 +110,18 @@ struct loom_backend_ops {
     void (*linear_backward)(struct loom_backend *be, float *dinp, float *dw, float *db,
                             const float *dout, const float *inp, const float *w, int64_t N,
                             int64_t C, int64_t OC);
+    /* Linear then GELU: pre[N,OC] = inp . w^T + b (b may be NULL), saved for the backward, and
+     * out[N,OC] = gelu(pre); as linear_forward followed by gelu_forward. */
+    void (*linear_gelu_forward)(struct loom_backend *be, float *out, float *pre, const float *inp,
+                                const float *w, const float *b, int64_t N, int64_t C, int64_t OC);
+    /* Backward of a linear whose input is act = gelu(pre), continued through the GELU:
+     * dpre[N,C] = (dout . w) * gelu'(pre) (assigned); dpre_b[C] += sum_rows dpre (the bias
+     * gradient of the product that made pre; skipped if NULL); dw += dout^T . act;
+     * db += sum_rows dout. As linear_backward, gelu_backward, then the column sums of dpre. */
+    void (*linear_gelu_backward)(struct loom_backend *be, float *dpre, float *dpre_b, float *dw,
+                                 float *db, const float *dout, const float *act,
+                                 const float *pre, const float *w, int64_t N, int64_t C,
+                                 int64_t OC);
 
     /* ---- attention ----
      * Rotary embedding applied in place to the q and k heads of qkv[B,T,(NH+2*NKV)*HS], rotating
@@ -166,10 +188,12 @@ struct loom_backend_ops {
                            const int64_t *len, int nranges);
 
     /* ---- precision, memory and ordering (optional: NULL where a backend has none) ----
-     * Element type of the inputs of the matrix products in linear_forward/linear_backward:
-     * LOOM_DTYPE_F32 (exact fp32, the default), LOOM_DTYPE_BF16 or LOOM_DTYPE_F16 (inputs
-     * rounded to 16 bits, products accumulated and written in fp32; parameters, activations and
-     * gradients stay fp32). Weights inside [params, params + n) get a bf16 copy that is refreshed once after
+     * Element type of the inputs of the matrix products in the linear ops (linear_* and
+     * linear_gelu_*): LOOM_DTYPE_F32 (exact fp32, the default), LOOM_DTYPE_BF16 or LOOM_DTYPE_F16
+     * (inputs rounded to 16 bits, products accumulated and written in fp32; parameters,
+     * activations and gradients stay fp32; bias gradients may then be summed from the rounded
+     * output gradient, and the GELU of linear_gelu_* evaluated by the matrix library, both within
+     * the 16-bit rounding of the fp32 ops). Weights inside [params, params + n) get a bf16 copy that is refreshed once after
      * they change (the backend notices its own writes there: to_device, copy, zero, add, axpy,
      * scale, adamw); other operands are converted per call into a reusable workspace.
      * Any other type is LOOM_ERR_UNSUPPORTED. */

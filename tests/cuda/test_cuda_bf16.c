@@ -4,12 +4,14 @@
  * run on the same inputs rounded to bf16 (products of bf16 values are exact in fp32, so only
  * the order of the sums differs): normwise <= 1e-4, with and without bias, for weights inside
  * the registered parameter range and outside it, at odd shapes (unaligned rows) and at GPT-2
- * shapes. The bias gradient is summed from the unrounded fp32 gradient. After the weights change
+ * shapes. The bias gradient is the column sum of the rounded gradient where cuBLASLt sums it in
+ * the weight-gradient product, else of the fp32 one (either within 1e-5). After the weights change
  * through to_device or scale, the products must use the new values (the bf16 copy is refreshed),
  * and against the unrounded fp32 products the error is that of bf16 rounding (<= 2e-2).
  * Switching back to F32 restores the exact fp32 products (<= 1e-5). Two cases repeat with fp16
  * products (LOOM_DTYPE_F16) against inputs rounded to fp16. The bf16 attention is
- * checked against the CPU's fp32 attention on rounded inputs (see run_attention).
+ * checked against the CPU's fp32 attention on rounded inputs (see run_attention), the fused
+ * linear + GELU products against the CPU's fp32 ops on rounded inputs (see run_linear_gelu).
  *
  * Exit status: 0 passed, 1 failed, 77 skipped (no CUDA build or no device; with
  * LOOM_REQUIRE_CUDA=1 a missing device fails).
@@ -85,6 +87,17 @@ static void compare(const char *what, const float *got, const float *want, int64
         g_fail++;
 }
 
+/* normwise error max |got - want| / max |want| (NaN gives NaN) */
+static double normwise(const float *got, const float *want, int64_t n) {
+    double mx = 0, err = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs((double)want[i]) > mx) mx = fabs((double)want[i]);
+        double e = fabs((double)got[i] - (double)want[i]);
+        if (!(e <= err)) err = e;
+    }
+    return mx > 0 ? err / mx : err;
+}
+
 /* CPU fp32 linear forward/backward on the given host inputs. */
 static void cpu_linear(float *out, float *dinp, float *dw, const float *inp, const float *w,
                        const float *b, const float *dout, const float *dw0, int64_t N, int64_t C,
@@ -146,14 +159,28 @@ static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered,
              (long long)C, (long long)OC, tag);
     compare(what, h = dget(g_gpu, gw, OC * C), dw_ref, OC * C, 1e-4);
     free(h);
-    /* db += column sums of the fp32 dout */
-    double *dbs = calloc((size_t)OC, sizeof(double));
+    /* db += column sums of dout: of the rounded dout where the weight-gradient product sums
+     * them (cuBLASLt's BGRADB epilogue), of the fp32 dout where it has no algorithm for that */
+    double *dbs = calloc((size_t)OC, sizeof(double)), *dbs_r = calloc((size_t)OC, sizeof(double));
     float *db_ref = malloc((size_t)OC * sizeof(float));
+    float *db_ref_r = malloc((size_t)OC * sizeof(float));
     for (int64_t n = 0; n < N; n++)
-        for (int64_t k = 0; k < OC; k++) dbs[k] += dout[n * OC + k];
-    for (int64_t k = 0; k < OC; k++) db_ref[k] = (float)(db0[k] + dbs[k]);
-    compare("backward db from the fp32 gradient", h = dget(g_gpu, gb, OC), db_ref, OC, 1e-5);
+        for (int64_t k = 0; k < OC; k++) {
+            dbs[k] += dout[n * OC + k];
+            dbs_r[k] += dout_r[n * OC + k];
+        }
+    for (int64_t k = 0; k < OC; k++) {
+        db_ref[k] = (float)(db0[k] + dbs[k]);
+        db_ref_r[k] = (float)(db0[k] + dbs_r[k]);
+    }
+    h = dget(g_gpu, gb, OC);
+    int from_r = normwise(h, db_ref_r, OC) <= normwise(h, db_ref, OC);
+    compare(from_r ? "backward db, sums of the rounded gradient (epilogue)"
+                   : "backward db, sums of the fp32 gradient",
+            h, from_r ? db_ref_r : db_ref, OC, 1e-5);
     free(h);
+    free(dbs_r);
+    free(db_ref_r);
 
     /* the weights change: through to_device, then scale; the products follow */
     float *w2 = hrand(OC * C, seed + 7, 0.05f);
@@ -186,6 +213,99 @@ static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered,
                    params_h, db_ref, w2, w2_r};
     for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
     free(dbs);
+}
+
+/* The GELU MLP's fused products with bf16 inputs: linear_gelu_forward (pre = h . w1^T + b1 and
+ * out = gelu(pre) from one product) and linear_gelu_backward (dpre = (dy . w2) * gelu'(pre), the
+ * sums of dpre into db1, then dw2 and db2), against the CPU's fp32 ops on inputs rounded to
+ * bf16: pre within 1e-4 as a plain product, the rest within 1e-2 (cuBLASLt's own GELU, the
+ * activation rounded again for dw2, the bias gradient db2 from the rounded dy or the fp32 one).
+ * Two runs agree bit for bit. F not a multiple of 8 takes the path without the epilogues. */
+static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int registered,
+                            uint64_t seed) {
+    char what[160], tag[96];
+    snprintf(tag, sizeof tag, "%lldx%lldx%lld%s, %s", (long long)N, (long long)C, (long long)F,
+             bias ? " +bias" : "", registered ? "registered weights" : "weights outside the range");
+    float *h = hrand(N * C, seed + 1, 1.0f), *w1 = hrand(F * C, seed + 2, 0.05f);
+    float *b1 = bias ? hrand(F, seed + 3, 0.1f) : NULL, *w2 = hrand(C * F, seed + 4, 0.05f);
+    float *dy = hrand(N * C, seed + 5, 0.01f);
+    const int64_t ng = F * C + F + C; /* [dw2 | db1 | db2], pre-filled: they accumulate */
+    float *g0 = hrand(ng, seed + 6, 0.001f);
+    float *h_r = rounded(h, N * C), *w1_r = rounded(w1, F * C), *w2_r = rounded(w2, C * F);
+    float *dy_r = rounded(dy, N * C);
+
+    /* CPU reference on the rounded inputs; dw2 from the rounded activation */
+    struct loom_backend *cb = g_cpu;
+    float *ch = dput(cb, h_r, N * C), *cw1 = dput(cb, w1_r, F * C);
+    float *cb1 = bias ? dput(cb, b1, F) : NULL, *cw2 = dput(cb, w2_r, C * F);
+    float *cdy = dput(cb, dy_r, N * C), *cpre = dput(cb, NULL, N * F), *ca = dput(cb, NULL, N * F);
+    float *cdpre = dput(cb, NULL, N * F), *cg = dput(cb, g0, ng);
+    cb->ops->linear_gelu_forward(cb, ca, cpre, ch, cw1, cb1, N, C, F);
+    float *ref_a = dget(cb, ca, N * F), *ref_pre = dget(cb, cpre, N * F);
+    float *a_r = rounded(ref_a, N * F);
+    cb->ops->to_device(cb, ca, a_r, (size_t)(N * F) * sizeof(float));
+    cb->ops->linear_gelu_backward(cb, cdpre, bias ? cg + F * C : NULL, cg,
+                                  bias ? cg + F * C + F : NULL, cdy, ca, cpre, cw2, N, F, C);
+    float *ref_dpre = dget(cb, cdpre, N * F), *ref_g = dget(cb, cg, ng);
+
+    /* GPU: parameters [16 floats | w1 | w2 | 16 floats], registered or not */
+    int64_t np = 2 * F * C + 32;
+    float *params_h = calloc((size_t)np, sizeof(float));
+    memcpy(params_h + 16, w1, (size_t)(F * C) * sizeof(float));
+    memcpy(params_h + 16 + F * C, w2, (size_t)(C * F) * sizeof(float));
+    float *params = dput(g_gpu, params_h, np);
+    if (g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, registered ? params : NULL,
+                                     registered ? np : 0) != LOOM_OK) {
+        loom_print_error();
+        exit(1);
+    }
+    float *gw1 = params + 16, *gw2 = params + 16 + F * C;
+    float *gh = dput(g_gpu, h, N * C), *gb1 = bias ? dput(g_gpu, b1, F) : NULL;
+    float *gdy = dput(g_gpu, dy, N * C), *gpre = dput(g_gpu, NULL, N * F);
+    float *ga = dput(g_gpu, NULL, N * F), *gdpre = dput(g_gpu, NULL, N * F);
+    float *gg = dput(g_gpu, NULL, ng);
+    float *run[2][4];
+    for (int rep = 0; rep < 2; rep++) {
+        g_gpu->ops->to_device(g_gpu, gg, g0, (size_t)ng * sizeof(float));
+        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, gh, gw1, gb1, N, C, F);
+        g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, bias ? gg + F * C : NULL, gg,
+                                         bias ? gg + F * C + F : NULL, gdy, ga, gpre, gw2, N, F, C);
+        run[rep][0] = dget(g_gpu, gpre, N * F);
+        run[rep][1] = dget(g_gpu, ga, N * F);
+        run[rep][2] = dget(g_gpu, gdpre, N * F);
+        run[rep][3] = dget(g_gpu, gg, ng);
+    }
+    snprintf(what, sizeof what, "linear_gelu forward pre %s", tag);
+    compare(what, run[0][0], ref_pre, N * F, 1e-4);
+    snprintf(what, sizeof what, "linear_gelu forward out = gelu(pre) %s", tag);
+    compare(what, run[0][1], ref_a, N * F, 1e-2);
+    snprintf(what, sizeof what, "linear_gelu backward dpre %s", tag);
+    compare(what, run[0][2], ref_dpre, N * F, 1e-2);
+    compare("linear_gelu backward dw2 (accumulated)", run[0][3], ref_g, F * C, 1e-2);
+    if (bias) {
+        compare("linear_gelu backward db1 = sums of dpre (accumulated)", run[0][3] + F * C,
+                ref_g + F * C, F, 1e-2);
+        compare("linear_gelu backward db2 (accumulated)", run[0][3] + F * C + F,
+                ref_g + F * C + F, C, 1e-2);
+    }
+    int same = !memcmp(run[0][0], run[1][0], (size_t)(N * F) * 4) &&
+               !memcmp(run[0][1], run[1][1], (size_t)(N * F) * 4) &&
+               !memcmp(run[0][2], run[1][2], (size_t)(N * F) * 4) &&
+               !memcmp(run[0][3], run[1][3], (size_t)ng * 4);
+    printf("%s linear_gelu bf16: two runs bit for bit\n", same ? "ok  " : "FAIL");
+    same ? g_pass++ : g_fail++;
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
+
+    void *gb[] = {params, gh, gb1, gdy, gpre, ga, gdpre, gg};
+    for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++)
+        if (gb[i]) g_gpu->ops->free(g_gpu, gb[i]);
+    void *cbufs[] = {ch, cw1, cb1, cw2, cdy, cpre, ca, cdpre, cg};
+    for (size_t i = 0; i < sizeof cbufs / sizeof cbufs[0]; i++)
+        if (cbufs[i]) cb->ops->free(cb, cbufs[i]);
+    float *hb[] = {h, w1, b1, w2, dy, g0, h_r, w1_r, w2_r, dy_r, ref_a, ref_pre, a_r, ref_dpre,
+                   ref_g, params_h, run[0][0], run[0][1], run[0][2], run[0][3], run[1][0],
+                   run[1][1], run[1][2], run[1][3]};
+    for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
 }
 
 /* bf16 tensor-core attention (head size 64 or 128, no dropout) against the CPU's fp32 attention
@@ -268,6 +388,10 @@ int main(void) {
     run_case(37, 72, 13, 0, 1, 300);
     run_case(2048, 768, 2304, 1, 1, 400); /* GPT-2 qkv */
     run_case(2048, 3072, 768, 1, 0, 500); /* GPT-2 fc2 */
+    run_linear_gelu(64, 96, 384, 1, 1, 1500);
+    run_linear_gelu(37, 72, 50, 1, 0, 1600);     /* F % 8 != 0: without the epilogues */
+    run_linear_gelu(64, 96, 384, 0, 0, 1700);
+    run_linear_gelu(2048, 768, 3072, 1, 1, 1800); /* GPT-2 MLP */
     g_f16 = 1; /* the same products in fp16 */
     run_case(64, 96, 80, 1, 1, 900);
     run_case(2048, 768, 2304, 1, 0, 1000);

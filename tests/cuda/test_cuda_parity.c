@@ -631,6 +631,160 @@ static void test_adamw(int64_t n) {
     free(v);
 }
 
+/* ---- fused ops: residual add + norm, linear + GELU ---- */
+
+/* residual_layernorm_forward / residual_rmsnorm_forward, xs over r as the model runs them:
+ * against the CPU, and on cuda bit for bit equal to add followed by the norm. */
+static void test_residual_norm(int64_t N, int64_t C, int rms) {
+    float *x = hrand(N * C, 130, 2.0f, 1.0f), *rr = hrand(N * C, 131, 1.0f, 0.0f);
+    float *w = hrand(C, 132, 0.5f, 1.0f), *bias = hrand(C, 133, 0.5f, 0.0f);
+    float *res[3][4];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dx = dputf(be, x, N * C), *dr = dputf(be, rr, N * C), *dw = dputf(be, w, C);
+        float *db = dputf(be, bias, C), *out = dputf(be, NULL, N * C);
+        float *mean = dputf(be, NULL, N), *rstd = dputf(be, NULL, N);
+        if (rms)
+            loom_op(be, residual_rmsnorm_forward, dr, out, rstd, dx, dr, dw, N, C, 1e-5f);
+        else
+            loom_op(be, residual_layernorm_forward, dr, out, mean, rstd, dx, dr, dw, db, N, C,
+                    1e-5f);
+        res[r][0] = dtake(be, dr, N * C);
+        res[r][1] = dtake(be, out, N * C);
+        res[r][2] = dtake(be, mean, N);
+        res[r][3] = dtake(be, rstd, N);
+        if (r == 2) {
+            /* the separate ops on cuda */
+            float *s = dputf(be, NULL, N * C), *o = dputf(be, NULL, N * C);
+            float *m2 = dputf(be, NULL, N), *r2 = dputf(be, NULL, N);
+            float *dr2 = dputf(be, rr, N * C);
+            loom_op(be, add, s, dx, dr2, N * C);
+            if (rms)
+                loom_op(be, rmsnorm_forward, o, r2, s, dw, N, C, 1e-5f);
+            else
+                loom_op(be, layernorm_forward, o, m2, r2, s, dw, db, N, C, 1e-5f);
+            float *hs = dtake(be, s, N * C), *ho = dtake(be, o, N * C);
+            float *hm = dtake(be, m2, N), *hr = dtake(be, r2, N);
+            char what[96];
+            snprintf(what, sizeof what,
+                     "residual %s N=%lld C=%lld on cuda == add + norm, bit for bit",
+                     rms ? "rmsnorm" : "layernorm", (long long)N, (long long)C);
+            check_true(what, !memcmp(hs, res[1][0], (size_t)(N * C) * sizeof(float)) &&
+                                 !memcmp(ho, res[1][1], (size_t)(N * C) * sizeof(float)) &&
+                                 (rms || !memcmp(hm, res[1][2], (size_t)N * sizeof(float))) &&
+                                 !memcmp(hr, res[1][3], (size_t)N * sizeof(float)));
+            free(hs);
+            free(ho);
+            free(hm);
+            free(hr);
+            be->ops->free(be, dr2);
+        }
+        be->ops->free(be, dx);
+        be->ops->free(be, dw);
+        be->ops->free(be, db);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "residual %s fwd N=%lld C=%lld: xs = x + r",
+             rms ? "rmsnorm" : "layernorm", (long long)N, (long long)C);
+    compare(name, res[1][0], res[0][0], res[2][0], N * C, GATE_ELEM, 1e-5);
+    compare("residual norm fwd out", res[1][1], res[0][1], res[2][1], N * C, GATE_NORM, 1e-5);
+    if (!rms)
+        compare("residual norm fwd mean", res[1][2], res[0][2], res[2][2], N, GATE_ELEM, 1e-5);
+    compare("residual norm fwd rstd", res[1][3], res[0][3], res[2][3], N, GATE_ELEM, 1e-5);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 4; k++) free(res[r][k]);
+    free(x);
+    free(rr);
+    free(w);
+    free(bias);
+}
+
+/* The GELU MLP h[N,C] -> gelu(h W1^T + b1) [N,F] -> . W2^T + b2 through linear_gelu_forward,
+ * linear_gelu_backward and fc1's linear_backward (without its bias, which linear_gelu_backward
+ * sums): against the CPU, and on cuda (fp32) bit for bit equal to the separate ops. */
+static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
+    float *h = hrand(N * C, 140, 1.0f, 0.0f), *w1 = hrand(F * C, 141, 0.05f, 0.0f);
+    float *b1 = hrand(F, 142, 0.5f, 0.0f), *w2 = hrand(C * F, 143, 0.05f, 0.0f);
+    float *dy = hrand(N * C, 144, 1.0f, 0.0f);
+    const int64_t ng = 2 * F * C + F + C; /* [dw1 | dw2 | db1 | db2], pre-filled: they accumulate */
+    float *g0 = hrand(ng, 145, 0.1f, 0.0f);
+    float *res[3][5];
+    for (int r = 0; r < 3; r++) {
+        struct loom_backend *be = backend_of(r);
+        float *dh_ = dputf(be, h, N * C), *dw1 = dputf(be, w1, F * C);
+        float *db1 = with_bias ? dputf(be, b1, F) : NULL, *dw2 = dputf(be, w2, C * F);
+        float *ddy = dputf(be, dy, N * C), *pre = dputf(be, NULL, N * F);
+        float *a = dputf(be, NULL, N * F);
+        float *dpre = dputf(be, NULL, N * F), *dh = dputf(be, NULL, N * C), *g = dputf(be, g0, ng);
+        float *gw1 = g, *gw2 = g + F * C, *gb1 = g + 2 * F * C, *gb2 = gb1 + F;
+        loom_op(be, linear_gelu_forward, a, pre, dh_, dw1, db1, N, C, F);
+        loom_op(be, linear_gelu_backward, dpre, with_bias ? gb1 : NULL, gw2, with_bias ? gb2 : NULL,
+                ddy, a, pre, dw2, N, F, C);
+        loom_op(be, linear_backward, dh, gw1, NULL, dpre, dh_, dw1, N, C, F);
+        res[r][0] = dtake(be, a, N * F);
+        res[r][1] = dtake(be, pre, N * F);
+        res[r][2] = dtake(be, dpre, N * F);
+        res[r][3] = dtake(be, dh, N * C);
+        res[r][4] = dtake(be, g, ng);
+        if (r == 2) {
+            /* the separate ops on cuda */
+            float *p2 = dputf(be, NULL, N * F), *a2 = dputf(be, NULL, N * F);
+            float *da = dputf(be, NULL, N * F), *dp2 = dputf(be, NULL, N * F);
+            float *dh2 = dputf(be, NULL, N * C), *g2 = dputf(be, g0, ng);
+            loom_op(be, linear_forward, p2, dh_, dw1, db1, N, C, F);
+            loom_op(be, gelu_forward, a2, p2, N * F);
+            loom_op(be, linear_backward, da, g2 + F * C, with_bias ? g2 + 2 * F * C + F : NULL, ddy,
+                    a2, dw2, N, F, C);
+            loom_op(be, gelu_backward, dp2, da, p2, N * F);
+            loom_op(be, linear_backward, dh2, g2, with_bias ? g2 + 2 * F * C : NULL, dp2, dh_, dw1,
+                    N, C, F);
+            float *h2[5] = {dtake(be, a2, N * F), dtake(be, p2, N * F), dtake(be, dp2, N * F),
+                            dtake(be, dh2, N * C), dtake(be, g2, ng)};
+            const int64_t len[5] = {N * F, N * F, N * F, N * C, ng};
+            int eq = 1;
+            for (int k = 0; k < 5; k++) {
+                eq = eq && !memcmp(h2[k], res[1][k], (size_t)len[k] * sizeof(float));
+                free(h2[k]);
+            }
+            be->ops->free(be, da);
+            char what[128];
+            snprintf(what, sizeof what,
+                     "GELU MLP N=%lld C=%lld F=%lld on cuda == separate ops, bit for bit",
+                     (long long)N, (long long)C, (long long)F);
+            check_true(what, eq);
+        }
+        be->ops->free(be, dh_);
+        be->ops->free(be, dw1);
+        if (db1) be->ops->free(be, db1);
+        be->ops->free(be, dw2);
+        be->ops->free(be, ddy);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "linear_gelu fwd N=%lld C=%lld F=%lld%s: out", (long long)N,
+             (long long)C, (long long)F, with_bias ? "" : " (no bias)");
+    compare(name, res[1][0], res[0][0], res[2][0], N * F, GATE_NORM, 1e-5);
+    compare("linear_gelu fwd pre", res[1][1], res[0][1], res[2][1], N * F, GATE_NORM, 1e-5);
+    compare("linear_gelu bwd dpre", res[1][2], res[0][2], res[2][2], N * F, GATE_NORM, 1e-5);
+    compare("GELU MLP bwd dinp of fc1", res[1][3], res[0][3], res[2][3], N * C, GATE_NORM, 1e-5);
+    compare("GELU MLP bwd dw1", res[1][4], res[0][4], res[2][4], F * C, GATE_NORM, 1e-5);
+    compare("GELU MLP bwd dw2", res[1][4] + F * C, res[0][4] + F * C, res[2][4] + F * C, F * C,
+            GATE_NORM, 1e-5);
+    if (with_bias) {
+        compare("GELU MLP bwd db1 (linear_gelu_backward's dpre_b)", res[1][4] + 2 * F * C,
+                res[0][4] + 2 * F * C, res[2][4] + 2 * F * C, F, GATE_NORM, 1e-5);
+        compare("GELU MLP bwd db2", res[1][4] + 2 * F * C + F, res[0][4] + 2 * F * C + F,
+                res[2][4] + 2 * F * C + F, C, GATE_NORM, 1e-5);
+    }
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 5; k++) free(res[r][k]);
+    free(h);
+    free(w1);
+    free(b1);
+    free(w2);
+    free(dy);
+    free(g0);
+}
+
 /* ---- timings (information only) ---- */
 
 static double time_ms(double t0) { return (loom_time_s() - t0) * 1e3; }
@@ -846,6 +1000,10 @@ static int run(int argc, char **argv) {
         test_dropout(2, 64, 96, 0.1f);
         test_xent(2 * 64, 1000, 990, 500, 2000);
         test_adamw(10007);
+        test_residual_norm(2 * 64, 96, 0);
+        test_residual_norm(2 * 64, 96, 1);
+        test_linear_gelu(2 * 64, 96, 4 * 96, 1);
+        test_linear_gelu(2 * 64, 96, 4 * 96, 0);
         test_sumsq_ranges();
         if (!small_only) {
             printf("-- large: B=4 T=256 C=768 NH=12 HS=64\n");
@@ -866,6 +1024,9 @@ static int run(int argc, char **argv) {
             test_xent(256, 50304, 50257, 0, 50257);
             test_xent(256, 25152, 25152, 25152, 50257);
             test_adamw(1 << 20);
+            test_residual_norm(4 * 256, 768, 0);
+            test_residual_norm(4 * 256, 768, 1);
+            test_linear_gelu(4 * 256, 768, 3072, 1);
         }
         printf("\n%d passed, %d failed\n", g_pass, g_fail);
     } else {

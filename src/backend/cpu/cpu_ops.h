@@ -31,6 +31,13 @@ void loom_cpu_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, 
 void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const float *dout,
                                const float *inp, const float *w, const float *rstd, int64_t N,
                                int64_t C);
+void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, float *out,
+                                         float *mean, float *rstd, const float *x, const float *r,
+                                         const float *w, const float *b, int64_t N, int64_t C,
+                                         float eps);
+void loom_cpu_residual_rmsnorm_forward(struct loom_backend *be, float *xs, float *out, float *rstd,
+                                       const float *x, const float *r, const float *w, int64_t N,
+                                       int64_t C, float eps);
 
 /* matmul.c */
 void loom_cpu_linear_forward(struct loom_backend *be, float *out, const float *inp, const float *w,
@@ -38,6 +45,13 @@ void loom_cpu_linear_forward(struct loom_backend *be, float *out, const float *i
 void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
                               const float *dout, const float *inp, const float *w, int64_t N,
                               int64_t C, int64_t OC);
+void loom_cpu_linear_gelu_forward(struct loom_backend *be, float *out, float *pre,
+                                  const float *inp, const float *w, const float *b, int64_t N,
+                                  int64_t C, int64_t OC);
+void loom_cpu_linear_gelu_backward(struct loom_backend *be, float *dpre, float *dpre_b, float *dw,
+                                   float *db, const float *dout, const float *act,
+                                   const float *pre, const float *w, int64_t N, int64_t C,
+                                   int64_t OC);
 
 /* attention.c */
 void loom_cpu_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,

@@ -149,3 +149,22 @@ void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, f
     }
     if (db) cpu_bias_grad(db, dout, N, OC);
 }
+
+/* Linear then GELU, and the backward through both: the linear ops above with gelu_forward /
+ * gelu_backward (act.c), so the results are those of the separate ops. */
+void loom_cpu_linear_gelu_forward(struct loom_backend *be, float *out, float *pre,
+                                  const float *inp, const float *w, const float *b, int64_t N,
+                                  int64_t C, int64_t OC) {
+    loom_cpu_linear_forward(be, pre, inp, w, b, N, C, OC);
+    if (N > 0 && OC > 0) loom_cpu_gelu_forward(be, out, pre, N * OC);
+}
+
+void loom_cpu_linear_gelu_backward(struct loom_backend *be, float *dpre, float *dpre_b, float *dw,
+                                   float *db, const float *dout, const float *act,
+                                   const float *pre, const float *w, int64_t N, int64_t C,
+                                   int64_t OC) {
+    loom_cpu_linear_backward(be, dpre, dw, db, dout, act, w, N, C, OC);
+    if (N <= 0 || C <= 0) return;
+    loom_cpu_gelu_backward(be, dpre, dpre, pre, N * C);
+    if (dpre_b) cpu_bias_grad(dpre_b, dpre, N, C);
+}

@@ -164,3 +164,19 @@ void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, 
     cpu_norm_reduce(dw, part, used, C, C);
     free(part);
 }
+
+/* Residual add, then the norm: the two ops above in sequence (so the results are theirs). */
+void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, float *out,
+                                         float *mean, float *rstd, const float *x, const float *r,
+                                         const float *w, const float *b, int64_t N, int64_t C,
+                                         float eps) {
+    loom_cpu_add(be, xs, x, r, N * C);
+    loom_cpu_layernorm_forward(be, out, mean, rstd, xs, w, b, N, C, eps);
+}
+
+void loom_cpu_residual_rmsnorm_forward(struct loom_backend *be, float *xs, float *out, float *rstd,
+                                       const float *x, const float *r, const float *w, int64_t N,
+                                       int64_t C, float eps) {
+    loom_cpu_add(be, xs, x, r, N * C);
+    loom_cpu_rmsnorm_forward(be, out, rstd, xs, w, N, C, eps);
+}

@@ -159,6 +159,13 @@ void loom_cuda_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd,
 void loom_cuda_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const float *dout,
                                 const float *inp, const float *w, const float *rstd, int64_t N,
                                 int64_t C);
+void loom_cuda_residual_layernorm_forward(struct loom_backend *be, float *xs, float *out,
+                                          float *mean, float *rstd, const float *x,
+                                          const float *r, const float *w, const float *b,
+                                          int64_t N, int64_t C, float eps);
+void loom_cuda_residual_rmsnorm_forward(struct loom_backend *be, float *xs, float *out,
+                                        float *rstd, const float *x, const float *r,
+                                        const float *w, int64_t N, int64_t C, float eps);
 
 /* matmul_bf16.cu: the bf16 path of the linear ops (inputs rounded to bf16, fp32 accumulation
  * and outputs, cuBLASLt), and the backend op that selects it. */
@@ -170,6 +177,13 @@ void loom_cuda_linear_forward_bf16(struct loom_backend *be, float *out, const fl
 void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float *dw, float *db,
                                     const float *dout, const float *inp, const float *w,
                                     int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_forward_bf16(struct loom_backend *be, float *out, float *pre,
+                                        const float *inp, const float *w, const float *b,
+                                        int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, float *dpre_b,
+                                         float *dw, float *db, const float *dout,
+                                         const float *act, const float *pre, const float *w,
+                                         int64_t N, int64_t C, int64_t OC);
 void loom_cuda_matmul_free(struct loom_backend *be);
 
 /* matmul.cu */
@@ -181,6 +195,13 @@ void loom_cuda_linear_forward(struct loom_backend *be, float *out, const float *
 void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
                                const float *dout, const float *inp, const float *w, int64_t N,
                                int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_forward(struct loom_backend *be, float *out, float *pre,
+                                   const float *inp, const float *w, const float *b, int64_t N,
+                                   int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_backward(struct loom_backend *be, float *dpre, float *dpre_b,
+                                    float *dw, float *db, const float *dout, const float *act,
+                                    const float *pre, const float *w, int64_t N, int64_t C,
+                                    int64_t OC);
 
 /* attention.cu */
 void loom_cuda_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,

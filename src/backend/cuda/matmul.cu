@@ -4,6 +4,9 @@
  *   forward:  out[N,OC] = inp[N,C] . w[OC,C]^T + b[OC]
  *   backward: dinp[N,C] = dout[N,OC] . w[OC,C]        (assigned; skipped if dinp is NULL)
  *             dw[OC,C] += dout^T . inp                 db[OC] += sum over rows of dout
+ *   linear + GELU: the same products with gelu_forward / gelu_backward (act.cu) and the column
+ *             sums of dpre after them, so fp32 results equal the separate ops bit for bit; the
+ *             bf16 path fuses them into the products' epilogues (matmul_bf16.cu).
  *
  * cuBLAS is column-major: a row-major [R,K] matrix is a column-major K x R one, so each product
  * is written for the transposes: out^T = w . inp^T, dinp^T = w^T . dout^T, dw^T = inp^T . dout.
@@ -72,4 +75,30 @@ void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, 
     if (OC <= 0) return;
     if (dw && C > 0) gemm(be, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dw, C);
     if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+}
+
+void loom_cuda_linear_gelu_forward(struct loom_backend *be, float *out, float *pre,
+                                   const float *inp, const float *w, const float *b, int64_t N,
+                                   int64_t C, int64_t OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (C > 0 && loom_cuda_impl(be)->matmul_bf16) {
+        loom_cuda_linear_gelu_forward_bf16(be, out, pre, inp, w, b, N, C, OC);
+        return;
+    }
+    loom_cuda_linear_forward(be, pre, inp, w, b, N, C, OC);
+    loom_cuda_gelu_forward(be, out, pre, N * OC);
+}
+
+void loom_cuda_linear_gelu_backward(struct loom_backend *be, float *dpre, float *dpre_b,
+                                    float *dw, float *db, const float *dout, const float *act,
+                                    const float *pre, const float *w, int64_t N, int64_t C,
+                                    int64_t OC) {
+    if (N <= 0) return;
+    if (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16) {
+        loom_cuda_linear_gelu_backward_bf16(be, dpre, dpre_b, dw, db, dout, act, pre, w, N, C, OC);
+        return;
+    }
+    loom_cuda_linear_backward(be, dpre, dw, db, dout, act, w, N, C, OC);
+    loom_cuda_gelu_backward(be, dpre, dpre, pre, N * C);
+    if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, dpre, N, C);
 }

@@ -5,7 +5,20 @@
  *
  *   forward:  out[N,OC] = bf16(inp) . bf16(w)^T + b          (bias through cuBLASLt's epilogue)
  *   backward: dinp[N,C] = bf16(dout) . bf16(w)               (assigned)
- *             dw[OC,C] += bf16(dout)^T . bf16(inp)           db[OC] += sum over rows of dout
+ *             dw[OC,C] += bf16(dout)^T . bf16(inp)           db[OC] += sum over rows of bf16(dout)
+ *   The bias gradient comes out of the weight-gradient product (epilogue BGRADB, which sums the
+ *   product's bf16 operand in fp32) into a scratch vector that is then added to db: the epilogue
+ *   assigns, db accumulates.
+ *
+ *   linear + GELU (linear_gelu_forward):  pre = bf16(inp) . bf16(w)^T + b, out = gelu(pre),
+ *             both written by one product (epilogue GELU_AUX_BIAS: cuBLASLt's tanh GELU, with
+ *             the pre-activation as the auxiliary output, fp32, leading dimension OC);
+ *   its backward (linear_gelu_backward): dpre = (bf16(dout) . bf16(w)) * gelu'(pre) from one
+ *             product (epilogue DGELU_BGRAD, which also sums dpre over the rows in fp32 for the
+ *             bias gradient of the product that made pre), then dw and db as above.
+ *   Where cuBLASLt offers no algorithm for an epilogue (the heuristic decides, per shape and
+ *   alignment; the auxiliary matrix needs a leading dimension divisible by 8), the product runs
+ *   plain and the separate kernels follow (bias fill, gelu_forward / gelu_backward, column sums).
  *
  * Weights inside the registered range [params, params + n) (the model's flat parameter buffer)
  * are converted as a whole, once after they change: the backend marks the copy stale when one
@@ -16,8 +29,8 @@
  *
  * The products go through cuBLASLt with column-major conventions as in matmul.cu. A plan (the
  * descriptors and the algorithm the heuristic picked) is cached per shape, transposition,
- * epilogue and operand alignment, so the heuristic runs once per distinct product; the choice is
- * a function of those alone, so a run repeats bit for bit.
+ * epilogue and operand alignment (bias and auxiliary vectors included), so the heuristic runs once
+ * per distinct product; the choice is a function of those alone, so a run repeats bit for bit.
  *
  * set_matmul_dtype(LOOM_DTYPE_F16) takes the same path with fp16 operands (round to nearest even,
  * values beyond 65504 become infinite: that is for a loss scaler to notice); attention then stays
@@ -32,9 +45,9 @@
 
 struct loom_cuda_lt_plan {
     /* key */
-    int64_t m, n, k, lda, ldb, ldc;
-    int ta, tb, bias, f16;
-    unsigned align_a, align_b, align_c, align_bias;
+    int64_t m, n, k, lda, ldb, ldc, aux_ld;
+    int ta, tb, epi, f16;
+    unsigned align_a, align_b, align_c, align_bias, align_aux;
     /* value */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
@@ -120,18 +133,23 @@ static void to_bf16(struct loom_backend *be, void *dst, const float *src, int64_
 
 static size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-/* The workspace for `count` operands of the given element counts; returns their places. */
-static void workspace(struct loom_backend *be, int count, const int64_t *elems, void **out) {
+/* The workspace for `count` pieces of the given sizes in bytes (bf16 operands, fp32 bias-gradient
+ * vectors); returns their places, each 256-byte aligned. */
+static void workspace(struct loom_backend *be, int count, const size_t *bytes, void **out) {
     struct loom_cuda *c = loom_cuda_impl(be);
     size_t total = 0;
-    for (int i = 0; i < count; i++) total += round256((size_t)elems[i] * 2);
+    for (int i = 0; i < count; i++) total += round256(bytes[i]);
     loom_cuda_grow(be, &c->act_ws, &c->act_ws_bytes, total, "bf16 workspace");
     char *p = (char *)c->act_ws;
     for (int i = 0; i < count; i++) {
         out[i] = p;
-        p += round256((size_t)elems[i] * 2);
+        p += round256(bytes[i]);
     }
 }
+
+/* bytes of n 16-bit elements, of n floats */
+static size_t b16(int64_t n) { return (size_t)(n > 0 ? n : 0) * 2; }
+static size_t b32(int64_t n) { return (size_t)(n > 0 ? n : 0) * sizeof(float); }
 
 /* bf16 copy of the weight w[n]: the registered copy when w lies inside the range (refreshed when
  * stale), else NULL (the caller converts it into the workspace). */
@@ -147,6 +165,26 @@ static const void *weight_copy(struct loom_backend *be, const float *w, int64_t 
 
 /* ---- cuBLASLt plans ---- */
 
+/* What a product does after multiplying (cuBLASLt's epilogue). epi is a cublasLtEpilogue_t; bias
+ * is the bias vector it reads (BIAS, GELU_AUX_BIAS) or the bias gradient it writes (BGRADB,
+ * DGELU_BGRAD), fp32; aux is the fp32 GELU input matrix it writes (GELU_AUX, GELU_AUX_BIAS) or
+ * reads (DGELU, DGELU_BGRAD), column-major with leading dimension aux_ld. */
+struct lt_epilogue {
+    cublasLtEpilogue_t epi;
+    const void *bias;
+    const void *aux;
+    int64_t aux_ld;
+};
+
+static int epi_has_bias(int epi) {
+    return epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           epi == CUBLASLT_EPILOGUE_BGRADB || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+static int epi_has_aux(int epi) {
+    return epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+
 static unsigned alignment(const void *p) {
     uintptr_t a = (uintptr_t)p;
     unsigned al = 256;
@@ -159,6 +197,17 @@ static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, c
     LOOM_LT_CHECK(cublasLtMatmulDescSetAttribute(d, a, v, n));
 }
 
+/* The epilogue's vectors and matrices on the descriptor (also before the heuristic, which reads
+ * their alignment from the pointers). */
+static void set_epilogue_pointers(cublasLtMatmulDesc_t d, const struct lt_epilogue *ep) {
+    if (epi_has_bias(ep->epi))
+        set_attr(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep->bias, sizeof ep->bias);
+    if (epi_has_aux(ep->epi)) {
+        set_attr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux, sizeof ep->aux);
+        set_attr(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ep->aux_ld, sizeof ep->aux_ld);
+    }
+}
+
 static void plan_destroy(struct loom_cuda_lt_plan *p) {
     if (p->desc) cublasLtMatmulDescDestroy(p->desc);
     if (p->la) cublasLtMatrixLayoutDestroy(p->la);
@@ -166,18 +215,18 @@ static void plan_destroy(struct loom_cuda_lt_plan *p) {
     if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
 }
 
-/* Descriptors for one product; with `bias`, the bias epilogue. Returns 0 when the heuristic
- * offers no algorithm (the caller then drops the epilogue). */
-static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p, const float *bias) {
+/* Descriptors for one product, with the epilogue ep (NULL: none). Returns 0 when the heuristic
+ * offers no algorithm for the epilogue (the caller then runs without it). */
+static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p,
+                      const struct lt_epilogue *ep) {
     struct loom_cuda *c = loom_cuda_impl(be);
     LOOM_LT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    if (p->bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-        set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (ep) {
+        set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep->epi, sizeof ep->epi);
+        set_epilogue_pointers(p->desc, ep);
     }
     /* stored shapes: op(A) is m x k, op(B) is k x n */
     cudaDataType_t t16 = p->f16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -203,7 +252,7 @@ static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p, cons
                                                        pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found < 1) {
-        if (p->bias) return 0;
+        if (ep) return 0;
         loom_abort(__FILE__, __LINE__,
                    "cuBLASLt offers no %s algorithm for m %lld n %lld k %lld (status %d)",
                    p->f16 ? "fp16" : "bf16", (long long)p->m, (long long)p->n, (long long)p->k, (int)st);
@@ -212,16 +261,23 @@ static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p, cons
     return 1;
 }
 
+static int same_key(const struct loom_cuda_lt_plan *p, const struct loom_cuda_lt_plan *key) {
+    return p->m == key->m && p->n == key->n && p->k == key->k && p->lda == key->lda &&
+           p->ldb == key->ldb && p->ldc == key->ldc && p->aux_ld == key->aux_ld &&
+           p->ta == key->ta && p->tb == key->tb && p->epi == key->epi && p->f16 == key->f16 &&
+           p->align_a == key->align_a && p->align_b == key->align_b &&
+           p->align_c == key->align_c && p->align_bias == key->align_bias &&
+           p->align_aux == key->align_aux;
+}
+
 static struct loom_cuda_lt_plan *plan_for(struct loom_backend *be,
-                                          const struct loom_cuda_lt_plan *key, const float *bias) {
+                                          const struct loom_cuda_lt_plan *key,
+                                          const struct lt_epilogue *ep) {
     struct loom_cuda *c = loom_cuda_impl(be);
     for (int i = 0; i < c->nplans; i++) {
         struct loom_cuda_lt_plan *p = &c->plans[i];
-        if (p->m == key->m && p->n == key->n && p->k == key->k && p->lda == key->lda &&
-            p->ldb == key->ldb && p->ldc == key->ldc && p->ta == key->ta && p->tb == key->tb &&
-            p->bias == key->bias && p->f16 == key->f16 && p->align_a == key->align_a && p->align_b == key->align_b &&
-            p->align_c == key->align_c && p->align_bias == key->align_bias)
-            return p->desc ? p : NULL; /* a cached entry without descriptors: no algorithm */
+        /* an entry without descriptors: no algorithm */
+        if (same_key(p, key)) return p->desc ? p : NULL;
     }
     if (c->nplans == c->cap_plans) {
         int cap = c->cap_plans ? 2 * c->cap_plans : 32;
@@ -235,7 +291,7 @@ static struct loom_cuda_lt_plan *plan_for(struct loom_backend *be,
     *p = *key;
     p->desc = NULL;
     p->la = p->lb = p->lc = NULL;
-    if (!plan_build(be, p, bias)) {
+    if (!plan_build(be, p, ep)) {
         plan_destroy(p);
         p->desc = NULL;
         p->la = p->lb = p->lc = NULL;
@@ -244,11 +300,14 @@ static struct loom_cuda_lt_plan *plan_for(struct loom_backend *be,
     return p;
 }
 
-/* C[m,n] (col-major, ld ldc, fp32) = op(A) op(B) + beta C (+ bias[m] per column when bias). */
-static void lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                    const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
-                    int64_t ldc, const float *bias) {
+/* C[m,n] (col-major, ld ldc, fp32) = op(A) op(B) + beta C, then the epilogue ep (NULL: none).
+ * Returns 0, having done nothing, when cuBLASLt has no algorithm for the epilogue (never without
+ * one). */
+static int lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                   const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
+                   int64_t ldc, const struct lt_epilogue *ep) {
     struct loom_cuda *c = loom_cuda_impl(be);
+    if (ep && epi_has_aux(ep->epi) && ep->aux_ld % 8 != 0) return 0; /* cuBLASLt's requirement */
     struct loom_cuda_lt_plan key;
     memset(&key, 0, sizeof key);
     key.m = m;
@@ -259,25 +318,53 @@ static void lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t 
     key.ldc = ldc;
     key.ta = ta;
     key.tb = tb;
-    key.bias = bias != NULL;
     key.f16 = c->matmul_f16;
     key.align_a = alignment(A);
     key.align_b = alignment(B);
     key.align_c = alignment(C);
-    key.align_bias = bias ? alignment(bias) : 0;
-    struct loom_cuda_lt_plan *p = plan_for(be, &key, bias);
-    if (!p) {
-        /* no algorithm with the bias epilogue: bias first, then the product added to it */
-        LOOM_ASSERT(bias && beta == 0.0f);
-        loom_cuda_fill_bias(be, C, bias, n, m);
-        lt_gemm(be, ta, tb, m, n, k, A, lda, B, ldb, 1.0f, C, ldc, NULL);
-        return;
+    if (ep) {
+        key.epi = (int)ep->epi;
+        if (epi_has_bias(ep->epi)) key.align_bias = alignment(ep->bias);
+        if (epi_has_aux(ep->epi)) {
+            key.align_aux = alignment(ep->aux);
+            key.aux_ld = ep->aux_ld;
+        }
     }
-    if (bias) set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    struct loom_cuda_lt_plan *p = plan_for(be, &key, ep);
+    if (!p) return 0;
+    if (ep) set_epilogue_pointers(p->desc, ep);
     const float alpha = 1.0f;
     LOOM_LT_CHECK(cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C,
                                  p->lc, &p->algo, c->cublas_ws, c->cublas_ws_bytes,
                                  loom_cuda_stream(be)));
+    return 1;
+}
+
+/* ---- the products of the linear ops, on converted operands ---- */
+
+/* out[N,OC] = xb . wb^T + b (b may be NULL): the bias through the epilogue, or filled in first
+ * when cuBLASLt has no algorithm with it. */
+static void product_forward(struct loom_backend *be, float *out, const void *xb, const void *wb,
+                            const float *b, int64_t N, int64_t C, int64_t OC) {
+    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_BIAS, b, NULL, 0};
+    if (lt_gemm(be, 1, 0, OC, N, C, wb, C, xb, C, 0.0f, out, OC, b ? &ep : NULL)) return;
+    loom_cuda_fill_bias(be, out, b, N, OC);
+    lt_gemm(be, 1, 0, OC, N, C, wb, C, xb, C, 1.0f, out, OC, NULL);
+}
+
+/* dw[OC,C] += doutb^T . xb; with db, db[OC] += the column sums of dout: from the product's
+ * epilogue (BGRADB over doutb, into the fp32 scratch vector dbs[OC]) or, without an algorithm
+ * for it, from the fp32 dout. */
+static void product_weight_grad(struct loom_backend *be, float *dw, float *db, float *dbs,
+                                const void *doutb, const void *xb, const float *dout, int64_t N,
+                                int64_t C, int64_t OC) {
+    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_BGRADB, dbs, NULL, 0};
+    if (db && lt_gemm(be, 0, 1, C, OC, N, xb, C, doutb, OC, 1.0f, dw, C, &ep)) {
+        loom_cuda_axpy(be, db, 1.0f, dbs, OC);
+        return;
+    }
+    lt_gemm(be, 0, 1, C, OC, N, xb, C, doutb, OC, 1.0f, dw, C, NULL);
+    if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
 }
 
 /* ---- the linear ops ---- */
@@ -286,15 +373,15 @@ void loom_cuda_linear_forward_bf16(struct loom_backend *be, float *out, const fl
                                    const float *w, const float *b, int64_t N, int64_t C,
                                    int64_t OC) {
     const void *wb = weight_copy(be, w, OC * C);
-    int64_t elems[2] = {N * C, wb ? 0 : OC * C};
+    size_t bytes[2] = {b16(N * C), wb ? 0 : b16(OC * C)};
     void *ws[2];
-    workspace(be, 2, elems, ws);
+    workspace(be, 2, bytes, ws);
     to_bf16(be, ws[0], inp, N * C);
     if (!wb) {
         to_bf16(be, ws[1], w, OC * C);
         wb = ws[1];
     }
-    lt_gemm(be, 1, 0, OC, N, C, wb, C, ws[0], C, 0.0f, out, OC, b);
+    product_forward(be, out, ws[0], wb, b, N, C, OC);
 }
 
 void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float *dw, float *db,
@@ -302,9 +389,10 @@ void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float 
                                     int64_t N, int64_t C, int64_t OC) {
     int want_dinp = dinp && C > 0, want_dw = dw && C > 0;
     const void *wb = want_dinp ? weight_copy(be, w, OC * C) : NULL;
-    int64_t elems[3] = {N * OC, want_dw ? N * C : 0, want_dinp && !wb ? OC * C : 0};
-    void *ws[3];
-    workspace(be, 3, elems, ws);
+    size_t bytes[4] = {b16(N * OC), want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0,
+                       want_dw && db ? b32(OC) : 0};
+    void *ws[4];
+    workspace(be, 4, bytes, ws);
     if (want_dinp || want_dw) to_bf16(be, ws[0], dout, N * OC);
     if (want_dinp) {
         if (!wb) {
@@ -315,9 +403,62 @@ void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float 
     }
     if (want_dw) {
         to_bf16(be, ws[1], inp, N * C);
-        lt_gemm(be, 0, 1, C, OC, N, ws[1], C, ws[0], OC, 1.0f, dw, C, NULL);
+        product_weight_grad(be, dw, db, (float *)ws[3], ws[0], ws[1], dout, N, C, OC);
+    } else if (db) {
+        loom_cuda_colsum_accumulate(be, db, dout, N, OC);
     }
-    if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+}
+
+void loom_cuda_linear_gelu_forward_bf16(struct loom_backend *be, float *out, float *pre,
+                                        const float *inp, const float *w, const float *b,
+                                        int64_t N, int64_t C, int64_t OC) {
+    const void *wb = weight_copy(be, w, OC * C);
+    size_t bytes[2] = {b16(N * C), wb ? 0 : b16(OC * C)};
+    void *ws[2];
+    workspace(be, 2, bytes, ws);
+    to_bf16(be, ws[0], inp, N * C);
+    if (!wb) {
+        to_bf16(be, ws[1], w, OC * C);
+        wb = ws[1];
+    }
+    struct lt_epilogue ep = {b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, b,
+                             pre, OC};
+    if (lt_gemm(be, 1, 0, OC, N, C, wb, C, ws[0], C, 0.0f, out, OC, &ep)) return;
+    product_forward(be, pre, ws[0], wb, b, N, C, OC);
+    loom_cuda_gelu_forward(be, out, pre, N * OC);
+}
+
+void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, float *dpre_b,
+                                         float *dw, float *db, const float *dout,
+                                         const float *act, const float *pre, const float *w,
+                                         int64_t N, int64_t C, int64_t OC) {
+    int want_dw = dw != NULL;
+    const void *wb = weight_copy(be, w, OC * C);
+    size_t bytes[5] = {b16(N * OC), want_dw ? b16(N * C) : 0, wb ? 0 : b16(OC * C),
+                       want_dw && db ? b32(OC) : 0, dpre_b ? b32(C) : 0};
+    void *ws[5];
+    workspace(be, 5, bytes, ws);
+    to_bf16(be, ws[0], dout, N * OC);
+    if (!wb) {
+        to_bf16(be, ws[2], w, OC * C);
+        wb = ws[2];
+    }
+    /* dpre = (dout . w) * gelu'(pre), with its column sums when dpre_b is wanted */
+    struct lt_epilogue ep = {dpre_b ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU,
+                             ws[4], pre, C};
+    if (lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, C, &ep)) {
+        if (dpre_b) loom_cuda_axpy(be, dpre_b, 1.0f, (const float *)ws[4], C);
+    } else {
+        lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, C, NULL);
+        loom_cuda_gelu_backward(be, dpre, dpre, pre, N * C);
+        if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, dpre, N, C);
+    }
+    if (want_dw) {
+        to_bf16(be, ws[1], act, N * C);
+        product_weight_grad(be, dw, db, (float *)ws[3], ws[0], ws[1], dout, N, C, OC);
+    } else if (db) {
+        loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+    }
 }
 
 /* ---- selection ---- */

@@ -9,6 +9,10 @@
  * dinp accumulates (a norm's input is the residual stream). Row statistics: one warp per row,
  * summed in double (a residual row can carry a large mean next to a small spread). Weight
  * gradients: fixed row chunks summed column-wise in double, the chunk sums added in order.
+ *
+ * residual_*norm_forward: the row is first formed as xs = x + r (fp32, as the add op) and
+ * written; the same warp then reads it back and normalises it with the code of the plain
+ * forward (one kernel template for both), so the results equal add + norm bit for bit.
  */
 #include "backend/cuda/common.cuh"
 
@@ -19,13 +23,28 @@ static unsigned norm_row_blocks(int64_t N) {
     return (unsigned)((N + LOOM_NORM_WARPS - 1) / LOOM_NORM_WARPS);
 }
 
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *w, const float *b, int64_t N, int64_t C,
-                                         float eps) {
+/* Row `row` of the norm's input: inp's, or with RESID xs = inp + res formed and written first.
+ * Each lane writes and later reads only its columns lane, lane + 32, ..., so xs may alias inp
+ * or res. */
+template <bool RESID>
+__device__ __forceinline__ const float *norm_input_row(float *xs, const float *inp,
+                                                       const float *res, int64_t row, int64_t C,
+                                                       int lane) {
+    if (!RESID) return inp + row * C;
+    float *s = xs + row * C;
+    const float *a = inp + row * C, *d = res + row * C;
+    for (int64_t c = lane; c < C; c += 32) s[c] = a[c] + d[c];
+    return s;
+}
+
+template <bool RESID>
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, float *xs,
+                                         const float *inp, const float *res, const float *w,
+                                         const float *b, int64_t N, int64_t C, float eps) {
     int64_t row = blockIdx.x * (int64_t)LOOM_NORM_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + row * C;
+    const float *x = norm_input_row<RESID>(xs, inp, res, row, C, lane);
     double s = 0.0;
     for (int64_t c = lane; c < C; c += 32) s += (double)x[c];
     const double md = loom_warp_sum_d(s) / (double)C;
@@ -113,8 +132,21 @@ void loom_cuda_layernorm_forward(struct loom_backend *be, float *out, float *mea
                                  const float *inp, const float *w, const float *b, int64_t N,
                                  int64_t C, float eps) {
     if (N <= 0 || C <= 0) return;
-    layernorm_forward_kernel<<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
-                               loom_cuda_stream(be)>>>(out, mean, rstd, inp, w, b, N, C, eps);
+    layernorm_forward_kernel<false><<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
+                                      loom_cuda_stream(be)>>>(out, mean, rstd, NULL, inp, NULL, w,
+                                                              b, N, C, eps);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_residual_layernorm_forward(struct loom_backend *be, float *xs, float *out,
+                                          float *mean, float *rstd, const float *x,
+                                          const float *r, const float *w, const float *b,
+                                          int64_t N, int64_t C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    loom_cuda_wrote(be, xs, (size_t)(N * C) * sizeof(float));
+    layernorm_forward_kernel<true><<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
+                                     loom_cuda_stream(be)>>>(out, mean, rstd, xs, x, r, w, b, N,
+                                                             C, eps);
     LOOM_CUDA_LAUNCHED();
 }
 
@@ -131,12 +163,14 @@ void loom_cuda_layernorm_backward(struct loom_backend *be, float *dinp, float *d
     norm_weight_grads(be, dw, db, dout, inp, mean, rstd, N, C);
 }
 
-__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp, const float *w,
-                                       int64_t N, int64_t C, float eps) {
+template <bool RESID>
+__global__ void rmsnorm_forward_kernel(float *out, float *rstd, float *xs, const float *inp,
+                                       const float *res, const float *w, int64_t N, int64_t C,
+                                       float eps) {
     int64_t row = blockIdx.x * (int64_t)LOOM_NORM_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + row * C;
+    const float *x = norm_input_row<RESID>(xs, inp, res, row, C, lane);
     double s = 0.0;
     for (int64_t c = lane; c < C; c += 32) s += (double)x[c] * (double)x[c];
     const float r = (float)(1.0 / sqrt(loom_warp_sum_d(s) / (double)C + (double)eps));
@@ -166,8 +200,19 @@ __global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, con
 void loom_cuda_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, const float *inp,
                                const float *w, int64_t N, int64_t C, float eps) {
     if (N <= 0 || C <= 0) return;
-    rmsnorm_forward_kernel<<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
-                             loom_cuda_stream(be)>>>(out, rstd, inp, w, N, C, eps);
+    rmsnorm_forward_kernel<false><<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
+                                    loom_cuda_stream(be)>>>(out, rstd, NULL, inp, NULL, w, N, C,
+                                                            eps);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_residual_rmsnorm_forward(struct loom_backend *be, float *xs, float *out,
+                                        float *rstd, const float *x, const float *r,
+                                        const float *w, int64_t N, int64_t C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    loom_cuda_wrote(be, xs, (size_t)(N * C) * sizeof(float));
+    rmsnorm_forward_kernel<true><<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
+                                   loom_cuda_stream(be)>>>(out, rstd, xs, x, r, w, N, C, eps);
     LOOM_CUDA_LAUNCHED();
 }
 

@@ -84,6 +84,10 @@ const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_o
     PROF(25, xent_forward);
     PROF(26, xent_backward);
     PROF(27, adamw);
+    PROF(32, residual_layernorm_forward);
+    PROF(33, residual_rmsnorm_forward);
+    PROF(34, linear_gelu_forward);
+    PROF(35, linear_gelu_backward);
     PROF(40, sumsq_ranges);
     return &g_prof;
 }
