@@ -120,7 +120,9 @@ struct loom_step_ctx {
 
 /* Stage pieces, for pipeline schedules. A micro-batch's activations live in `slot`.
  * embed: tokens -> input of the first layer (first stage only).
- * layer l: its input buffer (loom_gpt_layer_input) -> its output (loom_gpt_layer_output).
+ * layer l: its input buffer (loom_gpt_layer_input) -> its output (loom_gpt_layer_output). When
+ *   layer l + 1 is on this rank, layer l also computes its first norm (fused with the residual
+ *   add), so the local layers of a micro-batch run forward in order, l + 1 after l.
  * head: output of the last layer -> per-token losses (last stage only).
  * Backward runs in reverse on the shared residual-gradient buffer (loom_gpt_dres): head_backward
  * sets it to d(loss)/d(output of the last layer); layer_backward(l) turns d(output of l) into

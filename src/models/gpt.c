@@ -369,6 +369,35 @@ enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int3
     return LOOM_OK;
 }
 
+/* A residual add and the norm after it in one op: xs = x + r, out = norm(xs) (rows local). */
+static void residual_norm_forward(struct loom_gpt *m, float *xs, float *out, float *mean,
+                                  float *rstd, const float *x, const float *r, const float *w,
+                                  const float *b, int64_t N) {
+    struct loom_backend *be = m->be;
+    if (m->cfg.norm == LOOM_NORM_LAYERNORM)
+        loom_op(be, residual_layernorm_forward, xs, out, mean, rstd, x, r, w, b, N, m->cfg.hidden,
+                (float)m->cfg.norm_eps);
+    else
+        loom_op(be, residual_rmsnorm_forward, xs, out, rstd, x, r, w, N, m->cfg.hidden,
+                (float)m->cfg.norm_eps);
+}
+
+/* Whether layers l and l + 1 are both on this rank, so that l's output is l + 1's input (as
+ * loom_gpt_layer_output decides). Then layer l, which runs just before l + 1 on the same slot
+ * (both are in one pipeline chunk), also makes l + 1's first norm, fused with its last residual
+ * add; layer l + 1 finds it made. */
+static int feeds_local_layer(const struct loom_gpt *m, int64_t l) {
+    const struct loom_gpt_config *c = &m->cfg;
+    return l >= 0 && l + 1 < c->num_layers && loom_gpt_layer_is_local(c, m->par, l) &&
+           loom_gpt_layer_is_local(c, m->par, l + 1);
+}
+
+/* Both residual adds are fused with the norm that follows them: the one after attention with
+ * norm2, the one after the MLP with the next layer's norm1 when that layer is local (else the
+ * plain add; the head or the next stage takes the output). A branch's dropout runs before, on
+ * its own. The sums and norms are computed on the residual rows (the sequence shard under
+ * sequence parallelism), where every operand is local. The GELU MLP's first product carries the
+ * GELU (linear_gelu_forward, keeping the pre-activation in fc1). */
 enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                         const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
@@ -379,7 +408,8 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     float *y = loom_gpt_layer_output(m, slot, l);
 
     /* attention branch */
-    norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b, d.Nr);
+    if (!feeds_local_layer(m, l - 1))
+        norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b, d.Nr);
     LOOM_CHECK(region_enter(m, la->ln1_full, la->ln1));
     loom_op(be, linear_forward, la->qkv, la->ln1_full, w->qkv_w, w->qkv_b, d.N, d.C, d.QKVl);
     if (c->posemb == LOOM_POSEMB_ROPE)
@@ -389,20 +419,29 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     LOOM_CHECK(row_parallel_forward(m, la->xmid, la->att, w->proj_w, w->proj_b, d.NHl * d.HS));
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
     if (dr.p > 0) loom_op(be, dropout_forward, la->xmid, la->xmid, d.B, d.Tl, d.C, &dr);
-    loom_op(be, add, la->xmid, la->xmid, la->x, d.Nr * d.C);
+    residual_norm_forward(m, la->xmid, la->ln2, la->ln2_mean, la->ln2_rstd, la->x, la->xmid,
+                          w->ln2_w, w->ln2_b, d.Nr);
 
     /* MLP branch */
-    norm_forward(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->xmid, w->ln2_w, w->ln2_b, d.Nr);
     LOOM_CHECK(region_enter(m, la->ln2_full, la->ln2));
-    loom_op(be, linear_forward, la->fc1, la->ln2_full, w->fc1_w, w->fc1_b, d.N, d.C, d.F1l);
-    if (c->swiglu)
+    if (c->swiglu) {
+        loom_op(be, linear_forward, la->fc1, la->ln2_full, w->fc1_w, w->fc1_b, d.N, d.C, d.F1l);
         loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
-    else
-        loom_op(be, gelu_forward, la->act, la->fc1, d.N * d.Fl);
+    } else {
+        loom_op(be, linear_gelu_forward, la->act, la->fc1, la->ln2_full, w->fc1_w, w->fc1_b, d.N,
+                d.C, d.Fl);
+    }
     LOOM_CHECK(row_parallel_forward(m, y, la->act, w->fc2_w, w->fc2_b, d.Fl));
     dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
     if (dr.p > 0) loom_op(be, dropout_forward, y, y, d.B, d.Tl, d.C, &dr);
-    loom_op(be, add, y, y, la->xmid, d.Nr * d.C);
+    if (feeds_local_layer(m, l)) {
+        struct loom_gpt_layer_acts *nx = &m->acts[slot].layers[l + 1];
+        const struct loom_gpt_layer_ptrs *nw = &m->w.layers[l + 1];
+        residual_norm_forward(m, y, nx->ln1, nx->ln1_mean, nx->ln1_rstd, la->xmid, y, nw->ln1_w,
+                              nw->ln1_b, d.Nr);
+    } else {
+        loom_op(be, add, y, y, la->xmid, d.Nr * d.C);
+    }
     return LOOM_OK;
 }
 
@@ -510,16 +549,22 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     const struct loom_gpt_layer_ptrs *w = &m->w.layers[l];
     const struct loom_gpt_layer_ptrs *g = &m->g.layers[l];
 
-    /* MLP branch: dres is d(y) */
+    /* MLP branch: dres is d(y). GELU: fc2's input gradient comes through the GELU already, with
+     * fc1's bias gradient (linear_gelu_backward). */
     float *dy;
     LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy));
-    loom_op(be, linear_backward, a->dwide2, g->fc2_w, g->fc2_b, dy, la->act, w->fc2_w, d.N, d.Fl, d.C);
-    if (c->swiglu)
+    if (c->swiglu) {
+        loom_op(be, linear_backward, a->dwide2, g->fc2_w, g->fc2_b, dy, la->act, w->fc2_w, d.N,
+                d.Fl, d.C);
         loom_op(be, swiglu_backward, a->dwide, a->dwide2, la->fc1, d.N, d.Fl);
-    else
-        loom_op(be, gelu_backward, a->dwide, a->dwide2, la->fc1, d.N * d.Fl);
-    loom_op(be, linear_backward, a->full, g->fc1_w, g->fc1_b, a->dwide, la->ln2_full, w->fc1_w, d.N,
-            d.C, d.F1l);
+        loom_op(be, linear_backward, a->full, g->fc1_w, g->fc1_b, a->dwide, la->ln2_full,
+                w->fc1_w, d.N, d.C, d.F1l);
+    } else {
+        loom_op(be, linear_gelu_backward, a->dwide, g->fc1_b, g->fc2_w, g->fc2_b, dy, la->act,
+                la->fc1, w->fc2_w, d.N, d.Fl, d.C);
+        loom_op(be, linear_backward, a->full, g->fc1_w, NULL, a->dwide, la->ln2_full, w->fc1_w,
+                d.N, d.C, d.Fl);
+    }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
     norm_backward(m, a->dres, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, la->xmid, w->ln2_w,
                   la->ln2_mean, la->ln2_rstd, d.Nr);
