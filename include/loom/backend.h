@@ -174,6 +174,31 @@ struct loom_backend_ops {
     void (*xent_backward)(struct loom_backend *be, float *dlogits, const float *logits,
                           const int32_t *targets, const float *gstats, const float *dloss,
                           int64_t N, int64_t Vl, int64_t v0, int64_t Vvalid);
+    /* The loss and its gradient in one pass, for rows that hold the whole vocabulary (one
+     * tensor-parallel rank): logits[N,Vl] of element type dt, the first Vvalid >= 1 columns real
+     * tokens, the rest padding. For row n with target t = targets[n] >= 0:
+     *   losses[n] = log(sum_{c<Vvalid} exp(x[n,c])) - (x[n,t] if t < Vvalid else 0)
+     * and, when grad is nonzero, the logits are overwritten in place with their gradient
+     *   (softmax(x[n, :Vvalid])[c] - [c == t]) * dloss   for c < Vvalid, 0 for padded columns,
+     * rounded to dt; a row with t < 0 gets loss 0 and (with grad) a zero row. The math of
+     * xent_forward, then xent_backward with the row's own (max, sumexp) and dloss[n] = dloss;
+     * without grad the logits are only read. dt: LOOM_DTYPE_F32 on every backend; the 16-bit
+     * types of set_matmul_dtype (LOOM_DTYPE_BF16, LOOM_DTYPE_F16) where the backend has them
+     * (statistics in fp32 all the same). */
+    void (*xent_fused)(struct loom_backend *be, float *losses, void *logits, enum loom_dtype dt,
+                       const int32_t *targets, float dloss, int grad, int64_t N, int64_t Vl,
+                       int64_t Vvalid);
+    /* The output layer fused with the loss, over a block of N rows holding the whole vocabulary:
+     *   logits = inp[N,C] . w[Vl,C]^T           (no bias) into the workspace `logits`,
+     *   xent_fused on them (losses[N]; grad when dinp or dw is set),
+     *   dinp[N,C] = dlogits . w (assigned; skipped if NULL), dw[Vl,C] += dlogits^T . inp (if dw).
+     * With dinp and dw both NULL only the losses are computed. The workspace holds N*Vl*4 bytes;
+     * its element type is the backend's: fp32, or, with 16-bit matrix products
+     * (set_matmul_dtype), their 16-bit type, which the products then write and read directly.
+     * Equal to linear_forward, xent_fused and linear_backward in turn, up to that rounding. */
+    void (*linear_xent)(struct loom_backend *be, float *losses, float *dinp, float *dw,
+                        void *logits, const float *inp, const float *w, const int32_t *targets,
+                        float dloss, int64_t N, int64_t C, int64_t Vl, int64_t Vvalid);
 
     /* ---- optimizer ----
      * AdamW on n elements: g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

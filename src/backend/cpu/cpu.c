@@ -81,6 +81,8 @@ static const struct loom_backend_ops g_cpu_ops = {
     .dropout_backward = loom_cpu_dropout_backward,
     .xent_forward = loom_cpu_xent_forward,
     .xent_backward = loom_cpu_xent_backward,
+    .xent_fused = loom_cpu_xent_fused,
+    .linear_xent = loom_cpu_linear_xent,
     .adamw = loom_cpu_adamw,
     .sumsq_ranges = loom_cpu_sumsq_ranges,
 };
