@@ -243,6 +243,13 @@ void loom_cuda_xent_forward(struct loom_backend *be, float *stats, const float *
 void loom_cuda_xent_backward(struct loom_backend *be, float *dlogits, const float *logits,
                              const int32_t *targets, const float *gstats, const float *dloss,
                              int64_t N, int64_t Vl, int64_t v0, int64_t Vvalid);
+void loom_cuda_xent_fused(struct loom_backend *be, float *losses, void *logits,
+                          enum loom_dtype dt, const int32_t *targets, float dloss, int grad,
+                          int64_t N, int64_t Vl, int64_t Vvalid);
+void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, float *dw,
+                           void *logits, const float *inp, const float *w,
+                           const int32_t *targets, float dloss, int64_t N, int64_t C, int64_t Vl,
+                           int64_t Vvalid);
 
 /* optim.cu */
 void loom_cuda_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,

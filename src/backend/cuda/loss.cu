@@ -8,7 +8,14 @@
  *             padded columns and ignored rows (target -1) get 0.
  * A shard with no valid column reports (-FLT_MAX, 0, 0). One block per row; max first, then the
  * sum of exponentials (both block reductions in a fixed order). Vvalid > Vl is clamped to Vl.
+ *
+ * Whole vocabulary in one shard (v0 = 0), fused: xent_fused computes each row's loss
+ * log(sumexp) + max - x[target] and, with grad, writes the gradient above (dloss one scalar) over
+ * the logits, which may be fp32, bf16 or fp16 (the statistics are fp32 whatever the type);
+ * linear_xent wraps it between the output layer's products.
  */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <float.h>
 #include <math.h>
 
@@ -100,4 +107,156 @@ void loom_cuda_xent_backward(struct loom_backend *be, float *dlogits, const floa
             v0, Vvalid);
         LOOM_CUDA_LAUNCHED();
     }
+}
+
+/* ---- the loss and its gradient in one pass (xent_fused) ----
+ * One block per row. The first pass reads the row's valid columns once, in vectors of VEC
+ * elements, each thread keeping a running (max, sum of exp(x - max)) that it rescales when a
+ * vector raises the maximum; the block then reduces the maxima and the rescaled sums (fixed
+ * order). The second pass reads the row again, from the L2 cache where the first pass left it
+ * (a row is Vl elements: 100 KB in bf16 at GPT-2's vocabulary, and a few hundred rows are in
+ * flight at once), and writes the gradient over it. Thread 0 reads the target logit before the
+ * first reduction, so before any thread writes. */
+
+#define LOOM_XENT_FUSED_THREADS 1024
+
+__device__ __forceinline__ float xent_to_float(float v) { return v; }
+__device__ __forceinline__ float xent_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float xent_to_float(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T xent_from_float(float v);
+template <> __device__ __forceinline__ float xent_from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 xent_from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half xent_from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
+
+/* VEC consecutive elements, loaded and stored as one access */
+template <typename T, int VEC> struct alignas(sizeof(T) * VEC) xent_vec {
+    T v[VEC];
+};
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(LOOM_XENT_FUSED_THREADS, 2)
+    xent_fused_kernel(float *losses, T *logits, const int32_t *targets, float dloss, int grad,
+                      int64_t Vl, int64_t Vvalid) {
+    __shared__ float sh[32];
+    typedef xent_vec<T, VEC> vec;
+    const int64_t n = blockIdx.x;
+    vec *xv = reinterpret_cast<vec *>(logits + n * Vl);
+    const int64_t t = targets[n];
+    const int64_t nvec = Vl / VEC;
+    if (t < 0) {
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        if (grad) {
+            vec z;
+#pragma unroll
+            for (int j = 0; j < VEC; j++) z.v[j] = xent_from_float<T>(0.0f);
+            for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) xv[i] = z;
+        }
+        return;
+    }
+    float xt = 0.0f;
+    if (threadIdx.x == 0 && t < Vvalid) xt = xent_to_float(logits[n * Vl + t]);
+
+    const int64_t nvalid = (Vvalid + VEC - 1) / VEC; /* vectors holding a valid column */
+    float m = -FLT_MAX, s = 0.0f;
+    for (int64_t i = threadIdx.x; i < nvalid; i += blockDim.x) {
+        const vec r = xv[i];
+        const int64_t c0 = i * VEC;
+        float vm = -FLT_MAX;
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            if (c0 + j < Vvalid) vm = fmaxf(vm, xent_to_float(r.v[j]));
+        if (vm > m) {
+            s *= expf(m - vm);
+            m = vm;
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            if (c0 + j < Vvalid) s += expf(xent_to_float(r.v[j]) - m);
+    }
+    const float M = block_reduce_max(m, sh);
+    const float S = block_reduce_sum(s * expf(m - M), sh);
+    if (threadIdx.x == 0) losses[n] = logf(S) + M - xt;
+    if (!grad) return;
+
+    const float scale = dloss / S;
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+        const int64_t c0 = i * VEC;
+        const vec r = xv[i];
+        vec o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float g = 0.0f;
+            if (c0 + j < Vvalid) {
+                g = expf(xent_to_float(r.v[j]) - M) * scale;
+                if (c0 + j == t) g -= dloss;
+            }
+            o.v[j] = xent_from_float<T>(g);
+        }
+        xv[i] = o;
+    }
+}
+
+/* The widest vector that the row length and the buffer's alignment allow: 16 bytes, else two
+ * elements, else one. */
+template <typename T>
+static void xent_fused_launch(struct loom_backend *be, float *losses, T *x,
+                              const int32_t *targets, float dloss, int grad, int64_t N,
+                              int64_t Vl, int64_t Vvalid) {
+    constexpr int wide = (int)(16 / sizeof(T));
+    const uintptr_t a = (uintptr_t)x;
+    cudaStream_t st = loom_cuda_stream(be);
+    const unsigned blocks = (unsigned)N;
+    if (Vl % wide == 0 && a % 16 == 0)
+        xent_fused_kernel<T, wide><<<blocks, LOOM_XENT_FUSED_THREADS, 0, st>>>(
+            losses, x, targets, dloss, grad, Vl, Vvalid);
+    else if (Vl % 2 == 0 && a % (2 * sizeof(T)) == 0)
+        xent_fused_kernel<T, 2><<<blocks, LOOM_XENT_FUSED_THREADS, 0, st>>>(
+            losses, x, targets, dloss, grad, Vl, Vvalid);
+    else
+        xent_fused_kernel<T, 1><<<blocks, LOOM_XENT_FUSED_THREADS, 0, st>>>(
+            losses, x, targets, dloss, grad, Vl, Vvalid);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_xent_fused(struct loom_backend *be, float *losses, void *logits,
+                          enum loom_dtype dt, const int32_t *targets, float dloss, int grad,
+                          int64_t N, int64_t Vl, int64_t Vvalid) {
+    if (N <= 0) return;
+    LOOM_ASSERT(N <= 0x7fffffffLL);
+    if (Vvalid > Vl) Vvalid = Vl;
+    if (Vvalid < 0) Vvalid = 0;
+    switch (dt) {
+    case LOOM_DTYPE_F32:
+        xent_fused_launch(be, losses, (float *)logits, targets, dloss, grad, N, Vl, Vvalid);
+        break;
+    case LOOM_DTYPE_BF16:
+        xent_fused_launch(be, losses, (__nv_bfloat16 *)logits, targets, dloss, grad, N, Vl,
+                          Vvalid);
+        break;
+    case LOOM_DTYPE_F16:
+        xent_fused_launch(be, losses, (__half *)logits, targets, dloss, grad, N, Vl, Vvalid);
+        break;
+    default:
+        loom_abort(__FILE__, __LINE__, "cuda xent_fused: logits of type %s are not supported",
+                   loom_dtype_name(dt));
+    }
+}
+
+/* ---- the output layer fused with the loss (linear_xent) ----
+ * The linear ops of matmul.cu (bf16 products with set_matmul_dtype) around the fused pass, on
+ * fp32 logits. */
+void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, float *dw,
+                           void *logits, const float *inp, const float *w,
+                           const int32_t *targets, float dloss, int64_t N, int64_t C, int64_t Vl,
+                           int64_t Vvalid) {
+    if (N <= 0) return;
+    const int grad = dinp || dw;
+    float *x = (float *)logits;
+    loom_cuda_linear_forward(be, x, inp, w, NULL, N, C, Vl);
+    loom_cuda_xent_fused(be, losses, x, LOOM_DTYPE_F32, targets, dloss, grad, N, Vl, Vvalid);
+    if (grad) loom_cuda_linear_backward(be, dinp, dw, NULL, x, inp, w, N, C, Vl);
 }

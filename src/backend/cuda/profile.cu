@@ -83,6 +83,8 @@ const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_o
     PROF(24, dropout_backward);
     PROF(25, xent_forward);
     PROF(26, xent_backward);
+    PROF(44, xent_fused);
+    PROF(45, linear_xent);
     PROF(27, adamw);
     PROF(32, residual_layernorm_forward);
     PROF(33, residual_rmsnorm_forward);
