@@ -17,7 +17,9 @@
  * replicated bias being added once (by TP rank 0) before the reduction; the inputs of the
  * column-parallel layers get their gradients all-reduced in backward. The embedding and the
  * output layer are vocabulary-parallel; the cross-entropy combines per-shard statistics so the
- * logits are never gathered.
+ * logits are never gathered. Without tensor parallelism the output layer and the loss run fused,
+ * a chunk of rows at a time, and the head forward already makes the head's gradients
+ * (head_forward_fused).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -169,12 +171,32 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
         a->lnf_full = d.sp ? CF(cv, d.N * d.C) : a->lnf;
         a->lnf_mean = ln ? CF(cv, d.Nr) : NULL;
         a->lnf_rstd = CF(cv, d.Nr);
-        a->logits = CF(cv, d.N * d.Vl);
-        a->stats = CF(cv, d.N * 3);
-        a->gstats = CF(cv, d.N * 2);
-        a->dloss = CF(cv, d.N);
+        if (d.tp > 1) {
+            a->logits = CF(cv, d.N * d.Vl);
+            a->stats = CF(cv, d.N * 3);
+            a->gstats = CF(cv, d.N * 2);
+            a->dloss = CF(cv, d.N);
+        } else {
+            a->losses = CF(cv, d.N);
+            a->dlnf = CF(cv, d.N * d.C);
+        }
         a->targets = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
     }
+}
+
+/* Without tensor parallelism the output layer and the loss run over chunks of rows
+ * (loom_gpt_head_forward), so that the logits of one chunk only exist at a time: as few chunks
+ * as keep a chunk's logits within XENT_CHUNK_BYTES as fp32, of equal rows rounded up to a
+ * multiple of 64 (the last chunk takes what is left). 7 chunks of 2368 rows at GPT-2 124M's
+ * 16384 rows and 50304 columns. */
+#define XENT_CHUNK_BYTES ((int64_t)512 << 20)
+
+static int64_t xent_chunk_rows(const struct dims *d) {
+    int64_t bytes = d->N * d->Vl * (int64_t)sizeof(float);
+    int64_t chunks = (bytes + XENT_CHUNK_BYTES - 1) / XENT_CHUNK_BYTES;
+    int64_t rows = (d->N + chunks - 1) / (chunks > 0 ? chunks : 1);
+    rows = (rows + 63) / 64 * 64;
+    return rows < d->N ? rows : d->N;
 }
 
 static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct carver *cv) {
@@ -185,6 +207,10 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     a->sp_scratch = d.sp ? CF(cv, d.N * d.C) : NULL;
     a->dwide = CF(cv, d.N * max64(d.QKVl, d.F1l));
     a->dwide2 = CF(cv, d.N * max64(d.NHl * d.HS, d.Fl));
+    if (m->last_stage && d.tp == 1) {
+        a->xent_rows = xent_chunk_rows(&d);
+        a->xent_chunk = CF(cv, a->xent_rows * d.Vl);
+    }
 }
 
 float *loom_gpt_layer_input(struct loom_gpt *m, int slot, int64_t l) {
@@ -253,12 +279,18 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
     struct dims d = dims_of(m);
     for (int s = 0; s < nslots; s++) {
         struct loom_gpt_acts *a = &m->acts[s];
-        a->host_stats = malloc((size_t)d.N * 3 * sizeof(float));
-        a->host_g = malloc((size_t)d.N * 2 * sizeof(float));
-        a->host_dloss = malloc((size_t)d.N * sizeof(float));
+        int ok;
+        if (d.tp > 1) {
+            a->host_stats = malloc((size_t)d.N * 3 * sizeof(float));
+            a->host_g = malloc((size_t)d.N * 2 * sizeof(float));
+            a->host_dloss = malloc((size_t)d.N * sizeof(float));
+            ok = a->host_stats && a->host_g && a->host_dloss;
+        } else {
+            a->host_losses = malloc((size_t)d.N * sizeof(float));
+            ok = a->host_losses != NULL;
+        }
         a->host_targets = malloc((size_t)d.N * sizeof(int32_t));
-        if (!a->host_stats || !a->host_g || !a->host_dloss || !a->host_targets)
-            return loom_fail(LOOM_ERR_OOM, "out of memory for loss buffers");
+        if (!ok || !a->host_targets) return loom_fail(LOOM_ERR_OOM, "out of memory for loss buffers");
     }
     *out = m;
     return LOOM_OK;
@@ -274,6 +306,7 @@ void loom_gpt_free(struct loom_gpt *m) {
             free(m->acts[s].host_stats);
             free(m->acts[s].host_g);
             free(m->acts[s].host_dloss);
+            free(m->acts[s].host_losses);
             free(m->acts[s].host_targets);
         }
         free(m->acts);
@@ -445,6 +478,41 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     return LOOM_OK;
 }
 
+/* The head with the whole vocabulary on this rank (no tensor parallelism), after the final norm:
+ * the output layer and the loss fused (linear_xent), chunk by chunk of rows. When training, each
+ * chunk's gradient is finished at once, while its logits exist: d(lnf) of its rows into
+ * a->dlnf, and the output weight's gradient accumulated (the head backward of this micro-batch
+ * always follows on this rank, and parameter gradients only accumulate, so doing that part
+ * early changes nothing but the order of the sums). Evaluation (ctx->training == 0) computes the
+ * losses alone and leaves every gradient untouched. */
+static enum loom_status head_forward_fused(struct loom_gpt *m, int slot, const int32_t *targets,
+                                           const struct loom_step_ctx *ctx, double *loss_sum,
+                                           int64_t *count) {
+    struct dims d = dims_of(m);
+    struct loom_backend *be = m->be;
+    struct loom_gpt_acts *a = &m->acts[slot];
+    const int64_t rows = m->acts[0].xent_rows;
+    const int grad = ctx->training;
+    for (int64_t r0 = 0; r0 < d.N; r0 += rows) {
+        const int64_t nr = d.N - r0 < rows ? d.N - r0 : rows;
+        loom_op(be, linear_xent, a->losses + r0, grad ? a->dlnf + r0 * d.C : NULL,
+                grad ? m->g.out_w : NULL, m->acts[0].xent_chunk, a->lnf + r0 * d.C, m->w.out_w,
+                a->targets + r0, ctx->dloss, nr, d.C, d.Vl, d.Vvalid);
+    }
+    a->dlnf_ready = grad;
+    be->ops->to_host(be, a->host_losses, a->losses, (size_t)d.N * sizeof(float));
+    double sum = 0;
+    int64_t cnt = 0;
+    for (int64_t n = 0; n < d.N; n++) {
+        if (targets[n] < 0) continue;
+        sum += (double)a->host_losses[n];
+        cnt++;
+    }
+    *loss_sum = sum;
+    *count = cnt;
+    return LOOM_OK;
+}
+
 enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32_t *targets,
                                        const struct loom_step_ctx *ctx, double *loss_sum,
                                        int64_t *count) {
@@ -453,34 +521,35 @@ enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32
     struct loom_gpt_acts *a = &m->acts[slot];
     float *x = a->x_out;
     norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->w.lnf_w, m->w.lnf_b, d.Nr);
-    LOOM_CHECK(region_enter(m, a->lnf_full, a->lnf));
-    loom_op(be, linear_forward, a->logits, a->lnf_full, m->w.out_w, NULL, d.N, d.C, d.Vl);
     be->ops->to_device(be, a->targets, targets, (size_t)d.N * sizeof(int32_t));
     memcpy(a->host_targets, targets, (size_t)d.N * sizeof(int32_t));
+    if (d.tp == 1) return head_forward_fused(m, slot, targets, ctx, loss_sum, count);
+
+    /* vocabulary-parallel: the logits of every row, per-shard statistics combined over TP */
+    LOOM_CHECK(region_enter(m, a->lnf_full, a->lnf));
+    loom_op(be, linear_forward, a->logits, a->lnf_full, m->w.out_w, NULL, d.N, d.C, d.Vl);
     loom_op(be, xent_forward, a->stats, a->logits, a->targets, d.N, d.Vl, d.v0, d.Vvalid);
     be->ops->to_host(be, a->host_stats, a->stats, (size_t)d.N * 3 * sizeof(float));
 
     /* combine the vocabulary shards: global max, rescaled sum of exponentials, target logit */
     float *hs = a->host_stats, *hg = a->host_g;
-    if (d.tp > 1) {
-        float *mx = malloc((size_t)d.N * 3 * sizeof(float));
-        if (!mx) return loom_fail(LOOM_ERR_OOM, "out of memory in the loss");
-        for (int64_t n = 0; n < d.N; n++) mx[n] = hs[3 * n];
-        struct loom_comm *g = m->par->group[LOOM_PDIM_TP];
-        LOOM_CHECK(loom_comm_allreduce(g, mx, d.N, LOOM_DTYPE_F32, LOOM_REDOP_MAX));
-        float *se = mx + d.N, *tl = mx + 2 * d.N;
-        for (int64_t n = 0; n < d.N; n++) {
-            se[n] = hs[3 * n + 1] * expf(hs[3 * n] - mx[n]);
-            tl[n] = hs[3 * n + 2];
-        }
-        LOOM_CHECK(loom_comm_allreduce(g, se, 2 * d.N, LOOM_DTYPE_F32, LOOM_REDOP_SUM));
-        for (int64_t n = 0; n < d.N; n++) {
-            hs[3 * n] = mx[n];
-            hs[3 * n + 1] = se[n];
-            hs[3 * n + 2] = tl[n];
-        }
-        free(mx);
+    float *mx = malloc((size_t)d.N * 3 * sizeof(float));
+    if (!mx) return loom_fail(LOOM_ERR_OOM, "out of memory in the loss");
+    for (int64_t n = 0; n < d.N; n++) mx[n] = hs[3 * n];
+    struct loom_comm *g = m->par->group[LOOM_PDIM_TP];
+    LOOM_CHECK(loom_comm_allreduce(g, mx, d.N, LOOM_DTYPE_F32, LOOM_REDOP_MAX));
+    float *se = mx + d.N, *tl = mx + 2 * d.N;
+    for (int64_t n = 0; n < d.N; n++) {
+        se[n] = hs[3 * n + 1] * expf(hs[3 * n] - mx[n]);
+        tl[n] = hs[3 * n + 2];
     }
+    LOOM_CHECK(loom_comm_allreduce(g, se, 2 * d.N, LOOM_DTYPE_F32, LOOM_REDOP_SUM));
+    for (int64_t n = 0; n < d.N; n++) {
+        hs[3 * n] = mx[n];
+        hs[3 * n + 1] = se[n];
+        hs[3 * n + 2] = tl[n];
+    }
+    free(mx);
     double sum = 0;
     int64_t cnt = 0;
     for (int64_t n = 0; n < d.N; n++) {
@@ -507,6 +576,15 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
     struct dims d = dims_of(m);
     struct loom_backend *be = m->be;
     struct loom_gpt_acts *a = &m->acts[slot];
+    if (d.tp == 1) {
+        /* the head forward made d(lnf) already (head_forward_fused) */
+        LOOM_ASSERT(a->dlnf_ready);
+        a->dlnf_ready = 0;
+        be->ops->zero(be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
+        norm_backward(m, a->dres, m->g.lnf_w, m->g.lnf_b, a->dlnf, a->x_out, m->w.lnf_w,
+                      a->lnf_mean, a->lnf_rstd, d.Nr);
+        return LOOM_OK;
+    }
     loom_op(be, xent_backward, a->logits, a->logits, a->targets, a->gstats, a->dloss, d.N, d.Vl,
             d.v0, d.Vvalid);
     /* output layer (column-parallel over the vocabulary): d(lnf) all-reduced over TP */

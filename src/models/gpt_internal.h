@@ -26,14 +26,22 @@ struct loom_gpt_acts {
     float *x_out;             /* [N,C] output of the last local layer (input of the head) */
     float *lnf, *lnf_mean, *lnf_rstd;
     float *lnf_full;
+    /* the head under tensor parallelism (vocabulary shards) */
     float *logits;            /* [N, Vl] */
     float *stats;             /* [N,3] device */
     float *gstats;            /* [N,2] device */
     float *dloss;             /* [N] device */
+    /* the head without it (the fused, chunked output layer and loss) */
+    float *losses;            /* [N] device: loss of each row */
+    float *dlnf;              /* [N,C] d(loss)/d(lnf), made by the head forward when training */
+    int dlnf_ready;           /* dlnf holds this micro-batch's gradient, not yet consumed */
+    float *xent_chunk;        /* acts[0] only: one chunk's logits, room for [xent_rows, Vl] fp32 */
+    int64_t xent_rows;        /* acts[0] only: rows of a chunk */
     int32_t *tokens, *targets; /* [N] device */
     float *host_stats;        /* [N,3] host scratch */
     float *host_g;            /* [N,2] host scratch */
     float *host_dloss;        /* [N] host */
+    float *host_losses;       /* [N] host copy of losses */
     int32_t *host_targets;    /* [N] host copy of the targets */
     /* backward scratch */
     float *dres;              /* [N,C] gradient of the residual stream */
