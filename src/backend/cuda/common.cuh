@@ -251,6 +251,15 @@ void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, 
                            const int32_t *targets, float dloss, int64_t N, int64_t C, int64_t Vl,
                            int64_t Vvalid);
 
+/* matmul_bf16.cu: linear_xent's products on logits in the 16-bit type of the products
+ * (out16 = bf16(inp) . bf16(w)^T written in that type; dinp = dout16 . bf16(w) assigned and
+ * dw += dout16^T . bf16(inp), each skipped if NULL) */
+void loom_cuda_linear_forward_out16(struct loom_backend *be, void *out16, const float *inp,
+                                    const float *w, int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float *dw,
+                                    const void *dout16, const float *inp, const float *w,
+                                    int64_t N, int64_t C, int64_t OC);
+
 /* optim.cu */
 void loom_cuda_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
                      int64_t n, float lr, float beta1, float beta2, float eps, float wd,

@@ -247,14 +247,23 @@ void loom_cuda_xent_fused(struct loom_backend *be, float *losses, void *logits,
 }
 
 /* ---- the output layer fused with the loss (linear_xent) ----
- * The linear ops of matmul.cu (bf16 products with set_matmul_dtype) around the fused pass, on
- * fp32 logits. */
+ * With 16-bit products the logits are made and consumed in that type (matmul_bf16.cu): the
+ * forward product writes them, the fused pass turns them into the gradient in place, and the
+ * two backward products read it as their 16-bit operand. In fp32 the ops of matmul.cu. */
 void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, float *dw,
                            void *logits, const float *inp, const float *w,
                            const int32_t *targets, float dloss, int64_t N, int64_t C, int64_t Vl,
                            int64_t Vvalid) {
     if (N <= 0) return;
+    const struct loom_cuda *c = loom_cuda_impl(be);
     const int grad = dinp || dw;
+    if (c->matmul_bf16 && C > 0 && Vl > 0) {
+        const enum loom_dtype dt = c->matmul_f16 ? LOOM_DTYPE_F16 : LOOM_DTYPE_BF16;
+        loom_cuda_linear_forward_out16(be, logits, inp, w, N, C, Vl);
+        loom_cuda_xent_fused(be, losses, logits, dt, targets, dloss, grad, N, Vl, Vvalid);
+        if (grad) loom_cuda_linear_backward_in16(be, dinp, dw, logits, inp, w, N, C, Vl);
+        return;
+    }
     float *x = (float *)logits;
     loom_cuda_linear_forward(be, x, inp, w, NULL, N, C, Vl);
     loom_cuda_xent_fused(be, losses, x, LOOM_DTYPE_F32, targets, dloss, grad, N, Vl, Vvalid);

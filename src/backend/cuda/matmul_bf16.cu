@@ -1,7 +1,8 @@
 /* bf16 matrix products for the linear ops (set_matmul_dtype(LOOM_DTYPE_BF16)): the inputs of
  * each product are rounded to bf16 (round to nearest even), the tensor cores multiply them and
  * accumulate in fp32, and the result is written in fp32. Parameters, activations, gradients and
- * the optimizer state stay fp32; only the product inputs are narrowed.
+ * the optimizer state stay fp32; only the product inputs are narrowed. (The exception is the
+ * fused classifier's logits, at the end of the file: written and read in the 16-bit type.)
  *
  *   forward:  out[N,OC] = bf16(inp) . bf16(w)^T + b          (bias through cuBLASLt's epilogue)
  *   backward: dinp[N,C] = bf16(dout) . bf16(w)               (assigned)
@@ -46,7 +47,7 @@
 struct loom_cuda_lt_plan {
     /* key */
     int64_t m, n, k, lda, ldb, ldc, aux_ld;
-    int ta, tb, epi, f16;
+    int ta, tb, epi, f16, c16; /* c16: C and D in the 16-bit type (else fp32) */
     unsigned align_a, align_b, align_c, align_bias, align_aux;
     /* value */
     cublasLtMatmulDesc_t desc;
@@ -234,7 +235,8 @@ static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p,
                                              p->ta ? p->m : p->k, p->lda));
     LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, t16, p->tb ? p->n : p->k,
                                              p->tb ? p->k : p->n, p->ldb));
-    LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->m, p->n, p->ldc));
+    LOOM_LT_CHECK(cublasLtMatrixLayoutCreate(&p->lc, p->c16 ? t16 : CUDA_R_32F, p->m, p->n,
+                                             p->ldc));
     cublasLtMatmulPreference_t pref;
     LOOM_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = c->cublas_ws_bytes;
@@ -265,7 +267,7 @@ static int same_key(const struct loom_cuda_lt_plan *p, const struct loom_cuda_lt
     return p->m == key->m && p->n == key->n && p->k == key->k && p->lda == key->lda &&
            p->ldb == key->ldb && p->ldc == key->ldc && p->aux_ld == key->aux_ld &&
            p->ta == key->ta && p->tb == key->tb && p->epi == key->epi && p->f16 == key->f16 &&
-           p->align_a == key->align_a && p->align_b == key->align_b &&
+           p->c16 == key->c16 && p->align_a == key->align_a && p->align_b == key->align_b &&
            p->align_c == key->align_c && p->align_bias == key->align_bias &&
            p->align_aux == key->align_aux;
 }
@@ -512,4 +514,72 @@ void loom_cuda_matmul_free(struct loom_backend *be) {
     c->nplans = c->cap_plans = 0;
     if (c->lt) cublasLtDestroy(c->lt);
     c->lt = NULL;
+}
+
+/* ---- 16-bit logits of the fused classifier (linear_xent, loss.cu) ----
+ *   forward:  out16[N,OC] = bf16(inp) . bf16(w)^T, written in the 16-bit type (no bias)
+ *   backward: dinp[N,C] = dout16 . bf16(w)            (assigned; skipped if NULL)
+ *             dw[OC,C] += dout16^T . bf16(inp)         (skipped if NULL)
+ * dout16 is in the 16-bit type already: both products read it as it is, with no conversion. */
+
+/* C[m,n] (col-major, ld ldc) = op(A) op(B), written in the 16-bit type. */
+static void lt_gemm_out16(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                          const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                          int64_t ldc) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    struct loom_cuda_lt_plan key;
+    memset(&key, 0, sizeof key);
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.ta = ta;
+    key.tb = tb;
+    key.f16 = c->matmul_f16;
+    key.c16 = 1;
+    key.align_a = alignment(A);
+    key.align_b = alignment(B);
+    key.align_c = alignment(C);
+    struct loom_cuda_lt_plan *p = plan_for(be, &key, NULL); /* aborts when there is none */
+    const float alpha = 1.0f, beta = 0.0f;
+    LOOM_LT_CHECK(cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C,
+                                 p->lc, &p->algo, c->cublas_ws, c->cublas_ws_bytes,
+                                 loom_cuda_stream(be)));
+}
+
+void loom_cuda_linear_forward_out16(struct loom_backend *be, void *out16, const float *inp,
+                                    const float *w, int64_t N, int64_t C, int64_t OC) {
+    const void *wb = weight_copy(be, w, OC * C);
+    size_t bytes[2] = {b16(N * C), wb ? 0 : b16(OC * C)};
+    void *ws[2];
+    workspace(be, 2, bytes, ws);
+    to_bf16(be, ws[0], inp, N * C);
+    if (!wb) {
+        to_bf16(be, ws[1], w, OC * C);
+        wb = ws[1];
+    }
+    lt_gemm_out16(be, 1, 0, OC, N, C, wb, C, ws[0], C, out16, OC);
+}
+
+void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float *dw,
+                                    const void *dout16, const float *inp, const float *w,
+                                    int64_t N, int64_t C, int64_t OC) {
+    int want_dinp = dinp && C > 0, want_dw = dw && C > 0;
+    const void *wb = want_dinp ? weight_copy(be, w, OC * C) : NULL;
+    size_t bytes[2] = {want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0};
+    void *ws[2];
+    workspace(be, 2, bytes, ws);
+    if (want_dinp) {
+        if (!wb) {
+            to_bf16(be, ws[1], w, OC * C);
+            wb = ws[1];
+        }
+        lt_gemm(be, 0, 0, C, N, OC, wb, C, dout16, OC, 0.0f, dinp, C, NULL);
+    }
+    if (want_dw) {
+        to_bf16(be, ws[0], inp, N * C);
+        lt_gemm(be, 0, 1, C, OC, N, ws[0], C, dout16, OC, 1.0f, dw, C, NULL);
+    }
 }
