@@ -189,12 +189,16 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
         loom_log_info(" validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.6E",
                       (long long)it, val_loss, exp(val_loss));
     if (t->metrics) {
+        /* JSON has no inf or nan: a non-finite value (an overflowing --fp16 step) is null */
+        char loss_s[32] = "null", gnorm_s[32] = "null";
+        if (isfinite(loss)) snprintf(loss_s, sizeof loss_s, "%.17g", loss);
+        if (isfinite(gnorm)) snprintf(gnorm_s, sizeof gnorm_s, "%.17g", gnorm);
         fprintf(t->metrics,
-                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lr\": %.17g, \"loss\": %.17g, "
-                "\"grad_norm\": %.17g, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.2f, "
+                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lr\": %.17g, \"loss\": %s, "
+                "\"grad_norm\": %s, \"ms_per_iter\": %.4f, \"tokens_per_s\": %.2f, "
                 "\"tflops_per_rank\": %.6g, \"mfu\": %.6g",
-                (long long)it, (long long)t->st.consumed_samples, lr, loss, gnorm, ms, tps, tflops,
-                mfu / 100.0);
+                (long long)it, (long long)t->st.consumed_samples, lr, loss_s, gnorm_s, ms, tps,
+                tflops, mfu / 100.0);
         if (have_val) fprintf(t->metrics, ", \"val_loss\": %.17g", val_loss);
         if (t->cfg->fp16)
             fprintf(t->metrics, ", \"loss_scale\": %.17g, \"skipped_iterations\": %lld",
