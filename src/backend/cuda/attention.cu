@@ -1,5 +1,6 @@
 /* Attention (fp32, flash-style) and rotary embeddings. With bf16 matrix products, head size 64
- * and no attention dropout, attention_bf16.cu's tensor-core kernels run instead.
+ * or 128 and no attention dropout, attention_bf16.cu's tensor-core kernels run instead (their
+ * backward makes Dv in its own conversion pass).
  *
  * qkv[B,T,(NH+2*NKV)*HS]: a row holds NKV groups, each [G = NH/NKV query heads | k | v] of HS.
  * out[B,T,NH*HS], lse[B,NH,T]. Query head h reads the k/v head of its group, h / G.
@@ -437,15 +438,15 @@ void loom_cuda_attention_backward(struct loom_backend *be, float *dqkv, const fl
                                   const struct loom_attn *a) {
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
     at_check(a);
+    if (loom_cuda_attention_bf16_ok(be, a)) {
+        loom_cuda_attention_backward_bf16(be, dqkv, dout, out, lse, qkv, a);
+        return;
+    }
     int64_t rows = a->B * a->T * a->NH;
     float *Dv = (float *)loom_cuda_scratch(be, (size_t)rows * sizeof(float));
     attention_dot_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, loom_cuda_stream(be)>>>(
         Dv, dout, out, a->B, a->T, a->NH, a->HS);
     LOOM_CUDA_LAUNCHED();
-    if (loom_cuda_attention_bf16_ok(be, a)) {
-        loom_cuda_attention_backward_bf16(be, dqkv, dout, lse, Dv, qkv, a);
-        return;
-    }
     if (a->HS <= 16)
         at_backward<16>(be, dqkv, dout, lse, Dv, qkv, a);
     else if (a->HS <= 32)

@@ -11,7 +11,7 @@
  * Layout: a conversion pass writes bf16 head-major copies [B, heads, T, D] of what the kernels
  * stream tile by tile out of qkv[B,T,(NH+2NKV)*D] (Megatron's grouped order) and dout[B,T,NH*D]:
  * k and v for the forward, which reads its own q rows straight from the fp32 qkv; q, k, v and
- * dout for the backward.
+ * dout for the backward, whose pass also makes D from the fp32 dout and out.
  *
  * Kernels: blocks of 8 warps; a warp owns 16 rows (queries, or keys in the dk/dv pass) and
  * multiplies with mma.sync m16n8k16 (bf16 in, fp32 accumulate). The warp's own operand (q; or
@@ -217,10 +217,15 @@ __device__ __forceinline__ int fa_kcol(int kvh, int G, int D) { return (kvh * (G
 /* Slot blockIdx.y of bf16 head-major copies: first the slots of qkv[B,T,(NH+2NKV)*D] in
  * grouped order, with q set all of them (q heads to q[B,NH,T,D], k and v heads to
  * k, v[B,NKV,T,D]), with q NULL only the k and v slots; then, with dout set, the NH heads of
- * dout[B,T,NH*D] to d[B,NH,T,D]. */
+ * dout[B,T,NH*D] to d[B,NH,T,D], and Dv[B,NH,T] = rowsum(dout * out) over each head's D columns
+ * in fp32 (out[B,T,NH*D]). A thread takes 8 columns of a row; the D / 8 threads of a row are
+ * aligned lanes of one warp (blocks are whole warps, so lane = i % 32, and D / 8 divides 32),
+ * which add their partial sums in a fixed butterfly: Dv does not depend on the launch shape. */
 template <int D>
-__global__ void fa_convert_kernel(bf16 *q, bf16 *k, bf16 *v, bf16 *d, const float *qkv,
-                                  const float *dout, int B, int T, int NH, int NKV) {
+__global__ void fa_convert_kernel(bf16 *q, bf16 *k, bf16 *v, bf16 *d, float *Dv,
+                                  const float *qkv, const float *dout, const float *out, int B,
+                                  int T, int NH, int NKV) {
+    static_assert(D % 8 == 0 && D / 8 <= 16, "a row's threads are at most half a warp");
     const int G = NH / NKV, qslots = q ? NH + 2 * NKV : 2 * NKV, y = blockIdx.y;
     int slots, slot, head, heads;
     const float *src;
@@ -239,11 +244,15 @@ __global__ void fa_convert_kernel(bf16 *q, bf16 *k, bf16 *v, bf16 *d, const floa
         slot = head = y - qslots;
         dst = d;
     }
+    const bool dot = y >= qslots; /* the block's slot is a head of dout */
+    const int lane = threadIdx.x & 31;
+    const unsigned row_lanes = ((1u << (D / 8)) - 1) << (lane & ~(D / 8 - 1));
     const int64_t n = (int64_t)B * T * (D / 8);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int c8 = (int)(i % (D / 8)), bt = (int)(i / (D / 8)), b = bt / T, t = bt - b * T;
-        const float4 *x4 = (const float4 *)(src + ((int64_t)bt * slots + slot) * D + c8 * 8);
+        const int64_t off = ((int64_t)bt * slots + slot) * D + c8 * 8;
+        const float4 *x4 = (const float4 *)(src + off);
         const float4 x = x4[0], z = x4[1];
         uint4 o;
         o.x = fa_pack(x.x, x.y);
@@ -251,6 +260,21 @@ __global__ void fa_convert_kernel(bf16 *q, bf16 *k, bf16 *v, bf16 *d, const floa
         o.z = fa_pack(z.x, z.y);
         o.w = fa_pack(z.z, z.w);
         *(uint4 *)(dst + (((int64_t)b * heads + head) * T + t) * D + c8 * 8) = o;
+        if (dot) {
+            const float4 *y4 = (const float4 *)(out + off);
+            const float4 u = y4[0], w = y4[1];
+            float s = x.x * u.x;
+            s = fmaf(x.y, u.y, s);
+            s = fmaf(x.z, u.z, s);
+            s = fmaf(x.w, u.w, s);
+            s = fmaf(z.x, w.x, s);
+            s = fmaf(z.y, w.y, s);
+            s = fmaf(z.z, w.z, s);
+            s = fmaf(z.w, w.w, s);
+#pragma unroll
+            for (int m = D / 16; m > 0; m >>= 1) s += __shfl_xor_sync(row_lanes, s, m);
+            if (c8 == 0) Dv[((int64_t)b * heads + head) * T + t] = s;
+        }
     }
 }
 
@@ -658,10 +682,11 @@ static fa_args fa_make_args(const struct loom_attn *a) {
 }
 
 /* bf16 copies in the attention workspace: k and v of qkv, and q when with_q; dout's heads when
- * dout is given. One launch. */
+ * dout is given, with Dv[B,NH,T] = rowsum(dout * out) per head (fp32). One launch. */
 template <int D>
-static void fa_convert(struct loom_backend *be, const float *qkv, const float *dout, int with_q,
-                       const struct loom_attn *a, fa_args *p) {
+static void fa_convert(struct loom_backend *be, const float *qkv, const float *dout,
+                       const float *out, float *Dv, int with_q, const struct loom_attn *a,
+                       fa_args *p) {
     struct loom_cuda *c = loom_cuda_impl(be);
     size_t nq = (size_t)(a->B * a->NH * a->T * D), nk = (size_t)(a->B * a->NKV * a->T * D);
     loom_cuda_grow(be, &c->attn_ws, &c->attn_ws_bytes, (2 * nq + 2 * nk) * sizeof(bf16),
@@ -671,13 +696,15 @@ static void fa_convert(struct loom_backend *be, const float *qkv, const float *d
     p->k = k;
     p->v = v;
     p->dout = d;
-    LOOM_ASSERT(((uintptr_t)qkv & 15) == 0 && (!dout || ((uintptr_t)dout & 15) == 0));
+    LOOM_ASSERT(((uintptr_t)qkv & 15) == 0);
+    LOOM_ASSERT(!dout || (out && Dv && ((uintptr_t)dout & 15) == 0 &&
+                          ((uintptr_t)out & 15) == 0));
     int64_t chunks = a->B * a->T * (D / 8);
     unsigned bx = (unsigned)((chunks + 255) / 256);
     if (bx > 4096) bx = 4096;
     unsigned slots = (unsigned)((with_q ? a->NH + 2 * a->NKV : 2 * a->NKV) + (dout ? a->NH : 0));
     fa_convert_kernel<D><<<dim3(bx, slots), 256, 0, loom_cuda_stream(be)>>>(
-        with_q ? q : NULL, k, v, d, qkv, dout, p->B, p->T, p->NH, p->NKV);
+        with_q ? q : NULL, k, v, d, Dv, qkv, dout, out, p->B, p->T, p->NH, p->NKV);
     LOOM_CUDA_LAUNCHED();
 }
 
@@ -685,7 +712,7 @@ template <int D>
 static void fa_forward(struct loom_backend *be, float *out, float *lse, const float *qkv,
                        const struct loom_attn *a) {
     fa_args p = fa_make_args(a);
-    fa_convert<D>(be, qkv, NULL, 0, a, &p);
+    fa_convert<D>(be, qkv, NULL, NULL, NULL, 0, a, &p);
     p.qkv = qkv;
     p.out = out;
     p.lse_out = lse;
@@ -698,11 +725,12 @@ static void fa_forward(struct loom_backend *be, float *out, float *lse, const fl
 }
 
 template <int D>
-static void fa_backward(struct loom_backend *be, float *dqkv, const float *dout, const float *lse,
-                        const float *Dv, const float *qkv, const struct loom_attn *a) {
+static void fa_backward(struct loom_backend *be, float *dqkv, const float *dout, const float *out,
+                        const float *lse, const float *qkv, const struct loom_attn *a) {
     typedef fa_geom<D> geo;
     fa_args p = fa_make_args(a);
-    fa_convert<D>(be, qkv, dout, 1, a, &p);
+    float *Dv = (float *)loom_cuda_scratch(be, (size_t)(a->B * a->NH * a->T) * sizeof(float));
+    fa_convert<D>(be, qkv, dout, out, Dv, 1, a, &p);
     p.lse = lse;
     p.Dv = Dv;
     p.dqkv = dqkv;
@@ -733,10 +761,10 @@ void loom_cuda_attention_forward_bf16(struct loom_backend *be, float *out, float
 }
 
 void loom_cuda_attention_backward_bf16(struct loom_backend *be, float *dqkv, const float *dout,
-                                       const float *lse, const float *Dv, const float *qkv,
+                                       const float *out, const float *lse, const float *qkv,
                                        const struct loom_attn *a) {
     if (a->HS == 64)
-        fa_backward<64>(be, dqkv, dout, lse, Dv, qkv, a);
+        fa_backward<64>(be, dqkv, dout, out, lse, qkv, a);
     else
-        fa_backward<128>(be, dqkv, dout, lse, Dv, qkv, a);
+        fa_backward<128>(be, dqkv, dout, out, lse, qkv, a);
 }

@@ -215,12 +215,13 @@ void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float
                                 const float *kcache, const float *vcache, int64_t L, int64_t NH,
                                 int64_t NKV, int64_t HS, float scale);
 
-/* attention_bf16.cu: tensor-core attention for bf16 products, head size 64, no dropout */
+/* attention_bf16.cu: tensor-core attention for bf16 products, head size 64 or 128, no dropout;
+ * the backward computes Dv = rowsum(dout * out) itself */
 int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn *a);
 void loom_cuda_attention_forward_bf16(struct loom_backend *be, float *out, float *lse,
                                       const float *qkv, const struct loom_attn *a);
 void loom_cuda_attention_backward_bf16(struct loom_backend *be, float *dqkv, const float *dout,
-                                       const float *lse, const float *Dv, const float *qkv,
+                                       const float *out, const float *lse, const float *qkv,
                                        const struct loom_attn *a);
 
 /* act.cu */
