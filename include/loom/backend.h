@@ -192,8 +192,8 @@ struct loom_backend_ops {
      *   logits = inp[N,C] . w[Vl,C]^T           (no bias) into the workspace `logits`,
      *   xent_fused on them (losses[N]; grad when dinp or dw is set),
      *   dinp[N,C] = dlogits . w (assigned; skipped if NULL), dw[Vl,C] += dlogits^T . inp (if dw).
-     * With dinp and dw both NULL only the losses are computed. The workspace holds N*Vl*4 bytes;
-     * its element type is the backend's: fp32, or, with 16-bit matrix products
+     * With dinp and dw both NULL only the losses are computed. The workspace holds N*Vl elements
+     * of the backend's type (linear_xent_dtype): fp32, or, with 16-bit matrix products
      * (set_matmul_dtype), their 16-bit type, which the products then write and read directly.
      * Equal to linear_forward, xent_fused and linear_backward in turn, up to that rounding. */
     void (*linear_xent)(struct loom_backend *be, float *losses, float *dinp, float *dw,
@@ -224,6 +224,10 @@ struct loom_backend_ops {
      * Any other type is LOOM_ERR_UNSUPPORTED. */
     enum loom_status (*set_matmul_dtype)(struct loom_backend *be, enum loom_dtype dt,
                                          const float *params, int64_t n);
+    /* Element type of the logits that linear_xent keeps in its workspace under the current
+     * set_matmul_dtype: LOOM_DTYPE_F32, or the 16-bit type of the products. NULL (the CPU):
+     * always LOOM_DTYPE_F32. */
+    enum loom_dtype (*linear_xent_dtype)(struct loom_backend *be);
     /* Device memory the backend holds (its own allocations and workspaces). */
     void (*memory_stats)(struct loom_backend *be, struct loom_mem_stats *st);
     /* The stream every op runs on, as an opaque handle (a cudaStream_t), so that communication

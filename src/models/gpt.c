@@ -186,13 +186,13 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
 
 /* Without tensor parallelism the output layer and the loss run over chunks of rows
  * (loom_gpt_head_forward), so that the logits of one chunk only exist at a time: as few chunks
- * as keep a chunk's logits within XENT_CHUNK_BYTES as fp32, of equal rows rounded up to a
- * multiple of 64 (the last chunk takes what is left). 7 chunks of 2368 rows at GPT-2 124M's
- * 16384 rows and 50304 columns. */
+ * as keep a chunk's logits within XENT_CHUNK_BYTES as elements of `elem` bytes, of equal rows
+ * rounded up to a multiple of 64 (the last chunk takes what is left). At GPT-2 124M's 16384 rows
+ * and 50304 columns: 7 chunks of 2368 rows in fp32, 4 of 4096 in a 16-bit type. */
 #define XENT_CHUNK_BYTES ((int64_t)512 << 20)
 
-static int64_t xent_chunk_rows(const struct dims *d) {
-    int64_t bytes = d->N * d->Vl * (int64_t)sizeof(float);
+static int64_t xent_chunk_rows(const struct dims *d, int64_t elem) {
+    int64_t bytes = d->N * d->Vl * elem;
     int64_t chunks = (bytes + XENT_CHUNK_BYTES - 1) / XENT_CHUNK_BYTES;
     int64_t rows = (d->N + chunks - 1) / (chunks > 0 ? chunks : 1);
     rows = (rows + 63) / 64 * 64;
@@ -207,8 +207,8 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     a->sp_scratch = d.sp ? CF(cv, d.N * d.C) : NULL;
     a->dwide = CF(cv, d.N * max64(d.QKVl, d.F1l));
     a->dwide2 = CF(cv, d.N * max64(d.NHl * d.HS, d.Fl));
-    if (m->last_stage && d.tp == 1) {
-        a->xent_rows = xent_chunk_rows(&d);
+    if (m->last_stage && d.tp == 1) { /* sized for fp32 logits: the type is set later */
+        a->xent_rows = xent_chunk_rows(&d, (int64_t)sizeof(float));
         a->xent_chunk = CF(cv, a->xent_rows * d.Vl);
     }
 }
@@ -478,6 +478,19 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     return LOOM_OK;
 }
 
+/* Rows of a chunk of the fused head for the type that linear_xent stores its logits in now:
+ * xent_chunk_rows for that type, and never more than the chunk buffer holds (xent_rows rows of
+ * fp32). With 16-bit logits the buffer takes twice the rows, so about half as many chunks. */
+static int64_t xent_rows_now(const struct loom_gpt *m, const struct dims *d) {
+    struct loom_backend *be = m->be;
+    const enum loom_dtype dt =
+        be->ops->linear_xent_dtype ? be->ops->linear_xent_dtype(be) : LOOM_DTYPE_F32;
+    const int64_t elem = (int64_t)loom_dtype_size(dt);
+    const int64_t rows = xent_chunk_rows(d, elem);
+    const int64_t fit = m->acts[0].xent_rows * (int64_t)sizeof(float) / elem;
+    return rows < fit ? rows : fit;
+}
+
 /* The head with the whole vocabulary on this rank (no tensor parallelism), after the final norm:
  * the output layer and the loss fused (linear_xent), chunk by chunk of rows. When training, each
  * chunk's gradient is finished at once, while its logits exist: d(lnf) of its rows into
@@ -491,7 +504,7 @@ static enum loom_status head_forward_fused(struct loom_gpt *m, int slot, const i
     struct dims d = dims_of(m);
     struct loom_backend *be = m->be;
     struct loom_gpt_acts *a = &m->acts[slot];
-    const int64_t rows = m->acts[0].xent_rows;
+    const int64_t rows = xent_rows_now(m, &d);
     const int grad = ctx->training;
     for (int64_t r0 = 0; r0 < d.N; r0 += rows) {
         const int64_t nr = d.N - r0 < rows ? d.N - r0 : rows;

@@ -251,6 +251,7 @@ void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, 
                            void *logits, const float *inp, const float *w,
                            const int32_t *targets, float dloss, int64_t N, int64_t C, int64_t Vl,
                            int64_t Vvalid);
+enum loom_dtype loom_cuda_linear_xent_dtype(struct loom_backend *be);
 
 /* matmul_bf16.cu: linear_xent's products on logits in the 16-bit type of the products
  * (out16 = bf16(inp) . bf16(w)^T written in that type; dinp = dout16 . bf16(w) assigned and

@@ -188,6 +188,7 @@ static const struct loom_backend_ops g_cuda_ops = {
     .adamw = loom_cuda_adamw,
     .sumsq_ranges = loom_cuda_sumsq_ranges,
     .set_matmul_dtype = loom_cuda_set_matmul_dtype,
+    .linear_xent_dtype = loom_cuda_linear_xent_dtype,
     .memory_stats = cuda_memory_stats,
     .stream = cuda_stream,
 };

@@ -250,15 +250,20 @@ void loom_cuda_xent_fused(struct loom_backend *be, float *losses, void *logits,
  * With 16-bit products the logits are made and consumed in that type (matmul_bf16.cu): the
  * forward product writes them, the fused pass turns them into the gradient in place, and the
  * two backward products read it as their 16-bit operand. In fp32 the ops of matmul.cu. */
+enum loom_dtype loom_cuda_linear_xent_dtype(struct loom_backend *be) {
+    const struct loom_cuda *c = loom_cuda_impl(be);
+    if (!c->matmul_bf16) return LOOM_DTYPE_F32;
+    return c->matmul_f16 ? LOOM_DTYPE_F16 : LOOM_DTYPE_BF16;
+}
+
 void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, float *dw,
                            void *logits, const float *inp, const float *w,
                            const int32_t *targets, float dloss, int64_t N, int64_t C, int64_t Vl,
                            int64_t Vvalid) {
     if (N <= 0) return;
-    const struct loom_cuda *c = loom_cuda_impl(be);
     const int grad = dinp || dw;
-    if (c->matmul_bf16 && C > 0 && Vl > 0) {
-        const enum loom_dtype dt = c->matmul_f16 ? LOOM_DTYPE_F16 : LOOM_DTYPE_BF16;
+    const enum loom_dtype dt = loom_cuda_linear_xent_dtype(be);
+    if (dt != LOOM_DTYPE_F32 && C > 0 && Vl > 0) {
         loom_cuda_linear_forward_out16(be, logits, inp, w, N, C, Vl);
         loom_cuda_xent_fused(be, losses, logits, dt, targets, dloss, grad, N, Vl, Vvalid);
         if (grad) loom_cuda_linear_backward_in16(be, dinp, dw, logits, inp, w, N, C, Vl);
