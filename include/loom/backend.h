@@ -110,18 +110,34 @@ struct loom_backend_ops {
     void (*linear_backward)(struct loom_backend *be, float *dinp, float *dw, float *db,
                             const float *dout, const float *inp, const float *w, int64_t N,
                             int64_t C, int64_t OC);
+    /* The ops below take some activations in an explicit element type (act_dt, inp_dt,
+     * dout_dt): LOOM_DTYPE_F32 on every backend, meaning fp32 arrays and exactly the fp32 ops
+     * described; or the 16-bit type that activation_dtype reports, where the backend has one.
+     * Such an array holds its N*C (or N*OC) elements at that type's size, written rounded to it
+     * (round to nearest even) and read as they are, with no fp32 copy. */
     /* Linear then GELU: pre[N,OC] = inp . w^T + b (b may be NULL), saved for the backward, and
-     * out[N,OC] = gelu(pre); as linear_forward followed by gelu_forward. */
-    void (*linear_gelu_forward)(struct loom_backend *be, float *out, float *pre, const float *inp,
-                                const float *w, const float *b, int64_t N, int64_t C, int64_t OC);
+     * out[N,OC] = gelu(pre), both of type act_dt; as linear_forward followed by gelu_forward. */
+    void (*linear_gelu_forward)(struct loom_backend *be, void *out, void *pre,
+                                enum loom_dtype act_dt, const float *inp, const float *w,
+                                const float *b, int64_t N, int64_t C, int64_t OC);
     /* Backward of a linear whose input is act = gelu(pre), continued through the GELU:
      * dpre[N,C] = (dout . w) * gelu'(pre) (assigned); dpre_b[C] += sum_rows dpre (the bias
      * gradient of the product that made pre; skipped if NULL); dw += dout^T . act;
-     * db += sum_rows dout. As linear_backward, gelu_backward, then the column sums of dpre. */
-    void (*linear_gelu_backward)(struct loom_backend *be, float *dpre, float *dpre_b, float *dw,
-                                 float *db, const float *dout, const float *act,
-                                 const float *pre, const float *w, int64_t N, int64_t C,
-                                 int64_t OC);
+     * db += sum_rows dout. As linear_backward, gelu_backward, then the column sums of dpre.
+     * dpre, act and pre are of type act_dt (the sums of dpre are taken before its rounding). */
+    void (*linear_gelu_backward)(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
+                                 float *dpre_b, float *dw, float *db, const float *dout,
+                                 const void *act, const void *pre, const float *w, int64_t N,
+                                 int64_t C, int64_t OC);
+    /* linear_forward with the input inp[N,C] of type inp_dt (out stays fp32). */
+    void (*linear_forward_typed)(struct loom_backend *be, float *out, const void *inp,
+                                 enum loom_dtype inp_dt, const float *w, const float *b,
+                                 int64_t N, int64_t C, int64_t OC);
+    /* linear_backward with the output gradient dout[N,OC] of type dout_dt (db then sums the
+     * values as stored). */
+    void (*linear_backward_typed)(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                  const void *dout, enum loom_dtype dout_dt, const float *inp,
+                                  const float *w, int64_t N, int64_t C, int64_t OC);
 
     /* ---- attention ----
      * Rotary embedding applied in place to the q and k heads of qkv[B,T,(NH+2*NKV)*HS], rotating
@@ -216,7 +232,8 @@ struct loom_backend_ops {
      * Element type of the inputs of the matrix products in the linear ops (linear_* and
      * linear_gelu_*): LOOM_DTYPE_F32 (exact fp32, the default), LOOM_DTYPE_BF16 or LOOM_DTYPE_F16
      * (inputs rounded to 16 bits, products accumulated and written in fp32; parameters,
-     * activations and gradients stay fp32; bias gradients may then be summed from the rounded
+     * activations and gradients stay fp32 except those passed as activation_dtype's type to the
+     * ops with typed activations; bias gradients may then be summed from the rounded
      * output gradient, and the GELU of linear_gelu_* evaluated by the matrix library, both within
      * the 16-bit rounding of the fp32 ops). Weights inside [params, params + n) get a bf16 copy that is refreshed once after
      * they change (the backend notices its own writes there: to_device, copy, zero, add, axpy,
@@ -228,6 +245,12 @@ struct loom_backend_ops {
      * set_matmul_dtype: LOOM_DTYPE_F32, or the 16-bit type of the products. NULL (the CPU):
      * always LOOM_DTYPE_F32. */
     enum loom_dtype (*linear_xent_dtype)(struct loom_backend *be);
+    /* The 16-bit element type the ops with typed activations (linear_gelu_*, linear_*_typed)
+     * accept besides LOOM_DTYPE_F32 under the current set_matmul_dtype, or LOOM_DTYPE_F32 when
+     * they take fp32 only. NULL (the CPU): fp32 only. On cuda: LOOM_DTYPE_BF16 with bf16
+     * products; fp16 products keep fp32 activations. The type must stay the same between the
+     * forward that writes such an array and the backward that reads it. */
+    enum loom_dtype (*activation_dtype)(struct loom_backend *be);
     /* Device memory the backend holds (its own allocations and workspaces). */
     void (*memory_stats)(struct loom_backend *be, struct loom_mem_stats *st);
     /* The stream every op runs on, as an opaque handle (a cudaStream_t), so that communication

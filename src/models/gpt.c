@@ -129,6 +129,27 @@ static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
     }
 }
 
+/* The element type of the GELU MLP's pre-activation, activation and activation gradient (fc1,
+ * act and dpre in dwide): the backend's 16-bit activation type under its current matrix-product
+ * type (activation_dtype; bf16 with bf16 products on cuda), else fp32; fp32 with SwiGLU. */
+static enum loom_dtype mlp_dtype_now(const struct loom_gpt *m) {
+    struct loom_backend *be = m->be;
+    if (m->cfg.swiglu || !be->ops->activation_dtype) return LOOM_DTYPE_F32;
+    return be->ops->activation_dtype(be);
+}
+
+/* The MLP's type for a forward or backward: the type now, which must fit the buffers. They are
+ * sized when the model is made, for the type then: made after the backend's 16-bit matrix
+ * products are chosen, they take 2 bytes an element, else 4 (room for either type). */
+static enum loom_dtype mlp_dtype(const struct loom_gpt *m) {
+    enum loom_dtype dt = mlp_dtype_now(m);
+    if (loom_dtype_size(dt) > m->acts[0].mlp_elem)
+        loom_abort(__FILE__, __LINE__, "gpt: the MLP's activations were sized for %zu-byte "
+                   "elements, the backend now wants %s (matrix-product type changed back)",
+                   m->acts[0].mlp_elem, loom_dtype_name(dt));
+    return dt;
+}
+
 /* ---- activations: two passes over the same layout, first to size, then to carve ---- */
 struct carver {
     char *base;
@@ -145,6 +166,8 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
     const struct loom_gpt_config *c = &m->cfg;
     struct dims d = dims_of(m);
     int ln = c->norm == LOOM_NORM_LAYERNORM;
+    size_t elem = loom_dtype_size(mlp_dtype_now(m));
+    a->mlp_elem = elem;
     for (int64_t l = 0; l < c->num_layers; l++) {
         if (!loom_gpt_layer_is_local(c, m->par, l)) continue;
         struct loom_gpt_layer_acts *la = &a->layers[l];
@@ -161,8 +184,8 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
         la->ln2_full = d.sp ? CF(cv, d.N * d.C) : la->ln2;
         la->ln2_mean = ln ? CF(cv, d.Nr) : NULL;
         la->ln2_rstd = CF(cv, d.Nr);
-        la->fc1 = CF(cv, d.N * d.F1l);
-        la->act = CF(cv, d.N * d.Fl);
+        la->fc1 = carve(cv, (size_t)(d.N * d.F1l) * elem);
+        la->act = carve(cv, (size_t)(d.N * d.Fl) * elem);
     }
     a->x_out = CF(cv, d.Nr * d.C);
     a->tokens = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
@@ -377,11 +400,13 @@ static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom
 
 /* Row-parallel linear leaving the TP region: out (residual rows) = sum over TP of
  * inp w^T, the replicated bias added once (by TP rank 0, before the sum). */
-static enum loom_status row_parallel_forward(struct loom_gpt *m, float *out, const float *inp,
-                                             const float *w, const float *b, int64_t K) {
+static enum loom_status row_parallel_forward(struct loom_gpt *m, float *out, const void *inp,
+                                             enum loom_dtype inp_dt, const float *w,
+                                             const float *b, int64_t K) {
     struct dims d = dims_of(m);
     float *full = d.sp ? m->acts[0].full : out;
-    loom_op(m->be, linear_forward, full, inp, w, d.tpr == 0 ? b : NULL, d.N, K, d.C);
+    loom_op(m->be, linear_forward_typed, full, inp, inp_dt, w, d.tpr == 0 ? b : NULL, d.N, K,
+            d.C);
     return region_leave(m, out, full);
 }
 
@@ -430,7 +455,8 @@ static int feeds_local_layer(const struct loom_gpt *m, int64_t l) {
  * plain add; the head or the next stage takes the output). A branch's dropout runs before, on
  * its own. The sums and norms are computed on the residual rows (the sequence shard under
  * sequence parallelism), where every operand is local. The GELU MLP's first product carries the
- * GELU (linear_gelu_forward, keeping the pre-activation in fc1). */
+ * GELU (linear_gelu_forward, keeping the pre-activation in fc1); the GELU MLP's pre-activation
+ * and activation are of mlp_dtype (bf16 with bf16 products on cuda), which fc2 reads as it is. */
 enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                         const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
@@ -449,22 +475,24 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
         loom_op(be, rope, la->qkv, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 0);
     struct loom_attn ap = attn_problem(m, ctx, l);
     loom_op(be, attention_forward, la->att, la->lse, la->qkv, &ap);
-    LOOM_CHECK(row_parallel_forward(m, la->xmid, la->att, w->proj_w, w->proj_b, d.NHl * d.HS));
+    LOOM_CHECK(row_parallel_forward(m, la->xmid, la->att, LOOM_DTYPE_F32, w->proj_w, w->proj_b,
+                                    d.NHl * d.HS));
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
     if (dr.p > 0) loom_op(be, dropout_forward, la->xmid, la->xmid, d.B, d.Tl, d.C, &dr);
     residual_norm_forward(m, la->xmid, la->ln2, la->ln2_mean, la->ln2_rstd, la->x, la->xmid,
                           w->ln2_w, w->ln2_b, d.Nr);
 
     /* MLP branch */
+    const enum loom_dtype act_dt = mlp_dtype(m);
     LOOM_CHECK(region_enter(m, la->ln2_full, la->ln2));
     if (c->swiglu) {
         loom_op(be, linear_forward, la->fc1, la->ln2_full, w->fc1_w, w->fc1_b, d.N, d.C, d.F1l);
         loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
     } else {
-        loom_op(be, linear_gelu_forward, la->act, la->fc1, la->ln2_full, w->fc1_w, w->fc1_b, d.N,
-                d.C, d.Fl);
+        loom_op(be, linear_gelu_forward, la->act, la->fc1, act_dt, la->ln2_full, w->fc1_w,
+                w->fc1_b, d.N, d.C, d.Fl);
     }
-    LOOM_CHECK(row_parallel_forward(m, y, la->act, w->fc2_w, w->fc2_b, d.Fl));
+    LOOM_CHECK(row_parallel_forward(m, y, la->act, act_dt, w->fc2_w, w->fc2_b, d.Fl));
     dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
     if (dr.p > 0) loom_op(be, dropout_forward, y, y, d.B, d.Tl, d.C, &dr);
     if (feeds_local_layer(m, l)) {
@@ -641,7 +669,8 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     const struct loom_gpt_layer_ptrs *g = &m->g.layers[l];
 
     /* MLP branch: dres is d(y). GELU: fc2's input gradient comes through the GELU already, with
-     * fc1's bias gradient (linear_gelu_backward). */
+     * fc1's bias gradient (linear_gelu_backward), as dpre of mlp_dtype in dwide (which holds it
+     * in either type), read so by fc1's backward. */
     float *dy;
     LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy));
     if (c->swiglu) {
@@ -651,10 +680,11 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
         loom_op(be, linear_backward, a->full, g->fc1_w, g->fc1_b, a->dwide, la->ln2_full,
                 w->fc1_w, d.N, d.C, d.F1l);
     } else {
-        loom_op(be, linear_gelu_backward, a->dwide, g->fc1_b, g->fc2_w, g->fc2_b, dy, la->act,
-                la->fc1, w->fc2_w, d.N, d.Fl, d.C);
-        loom_op(be, linear_backward, a->full, g->fc1_w, NULL, a->dwide, la->ln2_full, w->fc1_w,
-                d.N, d.C, d.Fl);
+        const enum loom_dtype act_dt = mlp_dtype(m);
+        loom_op(be, linear_gelu_backward, a->dwide, act_dt, g->fc1_b, g->fc2_w, g->fc2_b, dy,
+                la->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
+        loom_op(be, linear_backward_typed, a->full, g->fc1_w, NULL, a->dwide, act_dt,
+                la->ln2_full, w->fc1_w, d.N, d.C, d.Fl);
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
     norm_backward(m, a->dres, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, la->xmid, w->ln2_w,

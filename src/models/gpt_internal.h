@@ -17,8 +17,8 @@ struct loom_gpt_layer_acts {
     float *xmid;              /* [N,C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *ln2_full;
-    float *fc1;               /* [N, F1l] */
-    float *act;               /* [N, Fl] */
+    void *fc1;                /* [N, F1l] (GELU: the pre-activation), of the MLP's type */
+    void *act;                /* [N, Fl], of the MLP's type */
 };
 
 struct loom_gpt_acts {
@@ -50,6 +50,7 @@ struct loom_gpt_acts {
     float *sp_scratch;        /* [N,C] the sequence-parallel collectives' scratch */
     float *dwide;             /* [N, max(QKVl, F1l)] */
     float *dwide2;            /* [N, max(NHl HS, Fl)] */
+    size_t mlp_elem;          /* bytes per element fc1 and act were sized for (gpt.c mlp_dtype) */
     void *mem;                /* the one allocation everything above lives in */
 };
 

@@ -11,7 +11,9 @@
  * Switching back to F32 restores the exact fp32 products (<= 1e-5). Two cases repeat with fp16
  * products (LOOM_DTYPE_F16) against inputs rounded to fp16. The bf16 attention is
  * checked against the CPU's fp32 attention on rounded inputs (see run_attention), the fused
- * linear + GELU products against the CPU's fp32 ops on rounded inputs (see run_linear_gelu).
+ * linear + GELU products against the CPU's fp32 ops on rounded inputs (see run_linear_gelu), the
+ * GELU MLP with its activations in bf16 likewise (see run_mlp_act16), and the typed linear ops
+ * with fp32 operands against the CPU (see run_typed_f32).
  *
  * Exit status: 0 passed, 1 failed, 77 skipped (no CUDA build or no device; with
  * LOOM_REQUIRE_CUDA=1 a missing device fails).
@@ -240,11 +242,11 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
     float *cb1 = bias ? dput(cb, b1, F) : NULL, *cw2 = dput(cb, w2_r, C * F);
     float *cdy = dput(cb, dy_r, N * C), *cpre = dput(cb, NULL, N * F), *ca = dput(cb, NULL, N * F);
     float *cdpre = dput(cb, NULL, N * F), *cg = dput(cb, g0, ng);
-    cb->ops->linear_gelu_forward(cb, ca, cpre, ch, cw1, cb1, N, C, F);
+    cb->ops->linear_gelu_forward(cb, ca, cpre, LOOM_DTYPE_F32, ch, cw1, cb1, N, C, F);
     float *ref_a = dget(cb, ca, N * F), *ref_pre = dget(cb, cpre, N * F);
     float *a_r = rounded(ref_a, N * F);
     cb->ops->to_device(cb, ca, a_r, (size_t)(N * F) * sizeof(float));
-    cb->ops->linear_gelu_backward(cb, cdpre, bias ? cg + F * C : NULL, cg,
+    cb->ops->linear_gelu_backward(cb, cdpre, LOOM_DTYPE_F32, bias ? cg + F * C : NULL, cg,
                                   bias ? cg + F * C + F : NULL, cdy, ca, cpre, cw2, N, F, C);
     float *ref_dpre = dget(cb, cdpre, N * F), *ref_g = dget(cb, cg, ng);
 
@@ -267,9 +269,10 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
     float *run[2][4];
     for (int rep = 0; rep < 2; rep++) {
         g_gpu->ops->to_device(g_gpu, gg, g0, (size_t)ng * sizeof(float));
-        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, gh, gw1, gb1, N, C, F);
-        g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, bias ? gg + F * C : NULL, gg,
-                                         bias ? gg + F * C + F : NULL, gdy, ga, gpre, gw2, N, F, C);
+        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_F32, gh, gw1, gb1, N, C, F);
+        g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_F32, bias ? gg + F * C : NULL,
+                                         gg, bias ? gg + F * C + F : NULL, gdy, ga, gpre, gw2, N,
+                                         F, C);
         run[rep][0] = dget(g_gpu, gpre, N * F);
         run[rep][1] = dget(g_gpu, ga, N * F);
         run[rep][2] = dget(g_gpu, gdpre, N * F);
@@ -305,6 +308,190 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
     float *hb[] = {h, w1, b1, w2, dy, g0, h_r, w1_r, w2_r, dy_r, ref_a, ref_pre, a_r, ref_dpre,
                    ref_g, params_h, run[0][0], run[0][1], run[0][2], run[0][3], run[1][0],
                    run[1][1], run[1][2], run[1][3]};
+    for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
+}
+
+/* bf16 device array of n elements to host floats (exact: a bf16 value is an fp32 one) */
+static float *dget16(struct loom_backend *be, const void *d, int64_t n) {
+    uint16_t *u = malloc((size_t)(n > 0 ? n : 1) * 2);
+    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!u || !h) exit(2);
+    if (n > 0) be->ops->to_host(be, u, d, (size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)u[i] << 16;
+        memcpy(&h[i], &v, 4);
+    }
+    free(u);
+    return h;
+}
+
+/* The GELU MLP with its activations in bf16 (activation_dtype under bf16 products), as the model
+ * runs it: linear_gelu_forward writing pre and a = gelu(pre) in bf16, fc2's linear_forward_typed
+ * reading a, linear_gelu_backward writing dpre in bf16 (db1 from its sums, dw2 and db2 onto
+ * pre-filled values), fc1's linear_backward_typed reading dpre (dh assigned, dw1 accumulated;
+ * twice more with a bias gradient summed from the bf16 dpre: alone, and with dw). Reference: the CPU's fp32 ops
+ * composed on inputs rounded to bf16, each stage fed the rounded output of the one before
+ * (a, pre and dpre rounded as the GPU stores them), all within normwise 1e-2 (the rounding of
+ * the stored activations and cuBLASLt's own GELU). Two runs agree bit for bit. F not a multiple
+ * of 8 takes the path without the epilogues. */
+static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registered,
+                          uint64_t seed) {
+    char what[160], tag[96];
+    snprintf(tag, sizeof tag, "%lldx%lldx%lld%s, %s", (long long)N, (long long)C, (long long)F,
+             bias ? " +bias" : "", registered ? "registered weights" : "weights outside");
+    float *h = hrand(N * C, seed + 1, 1.0f), *w1 = hrand(F * C, seed + 2, 0.05f);
+    float *b1 = bias ? hrand(F, seed + 3, 0.1f) : NULL, *w2 = hrand(C * F, seed + 4, 0.05f);
+    float *b2 = bias ? hrand(C, seed + 7, 0.1f) : NULL, *dy = hrand(N * C, seed + 5, 0.01f);
+    /* [dw1 | dw2 | db1 | db2 | dbA | dwB | dbB], pre-filled: dbA from fc1's typed backward
+     * with the bias gradient alone, dwB and dbB from it with both */
+    const int64_t oDW2 = F * C, oDB1 = 2 * F * C, oDB2 = oDB1 + F, oDBA = oDB2 + C;
+    const int64_t oDWB = oDBA + F, oDBB = oDWB + F * C, ng = oDBB + F;
+    float *g0 = hrand(ng, seed + 6, 0.001f);
+    float *h_r = rounded(h, N * C), *w1_r = rounded(w1, F * C), *w2_r = rounded(w2, C * F);
+    float *dy_r = rounded(dy, N * C);
+
+    /* CPU reference, stage by stage on rounded values */
+    struct loom_backend *cb = g_cpu;
+    float *ch = dput(cb, h_r, N * C), *cw1 = dput(cb, w1_r, F * C), *cw2 = dput(cb, w2_r, C * F);
+    float *cb1 = bias ? dput(cb, b1, F) : NULL, *cb2 = bias ? dput(cb, b2, C) : NULL;
+    float *cdy = dput(cb, dy_r, N * C), *cpre = dput(cb, NULL, N * F), *ca = dput(cb, NULL, N * F);
+    float *cy = dput(cb, NULL, N * C), *cdpre = dput(cb, NULL, N * F), *cdh = dput(cb, NULL, N * C);
+    float *cg = dput(cb, g0, ng), *cscratch = dput(cb, NULL, F * C);
+    cb->ops->linear_gelu_forward(cb, ca, cpre, LOOM_DTYPE_F32, ch, cw1, cb1, N, C, F);
+    float *ref_pre = dget(cb, cpre, N * F), *ref_a = dget(cb, ca, N * F);
+    float *pre_r = rounded(ref_pre, N * F), *a_r = rounded(ref_a, N * F);
+    cb->ops->to_device(cb, cpre, pre_r, (size_t)(N * F) * sizeof(float));
+    cb->ops->to_device(cb, ca, a_r, (size_t)(N * F) * sizeof(float));
+    cb->ops->linear_forward(cb, cy, ca, cw2, cb2, N, F, C);
+    cb->ops->linear_gelu_backward(cb, cdpre, LOOM_DTYPE_F32, bias ? cg + oDB1 : NULL, cg + oDW2,
+                                  bias ? cg + oDB2 : NULL, cdy, ca, cpre, cw2, N, F, C);
+    float *ref_dpre = dget(cb, cdpre, N * F), *dpre_r = rounded(ref_dpre, N * F);
+    cb->ops->to_device(cb, cdpre, dpre_r, (size_t)(N * F) * sizeof(float));
+    cb->ops->linear_backward(cb, cdh, cg, NULL, cdpre, ch, cw1, N, C, F);
+    cb->ops->linear_backward(cb, NULL, cscratch, cg + oDBA, cdpre, ch, cw1, N, C, F);
+    cb->ops->linear_backward(cb, NULL, cg + oDWB, cg + oDBB, cdpre, ch, cw1, N, C, F);
+    float *ref_y = dget(cb, cy, N * C), *ref_dh = dget(cb, cdh, N * C), *ref_g = dget(cb, cg, ng);
+
+    /* GPU: parameters [16 floats | w1 | w2 | 16 floats], registered or not */
+    int64_t np = 2 * F * C + 32;
+    float *params_h = calloc((size_t)np, sizeof(float));
+    memcpy(params_h + 16, w1, (size_t)(F * C) * sizeof(float));
+    memcpy(params_h + 16 + F * C, w2, (size_t)(C * F) * sizeof(float));
+    float *params = dput(g_gpu, params_h, np);
+    if (g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, registered ? params : NULL,
+                                     registered ? np : 0) != LOOM_OK) {
+        loom_print_error();
+        exit(1);
+    }
+    const enum loom_dtype dt = g_gpu->ops->activation_dtype(g_gpu);
+    printf("%s activation_dtype with bf16 products: %s\n", dt == LOOM_DTYPE_BF16 ? "ok  " : "FAIL",
+           loom_dtype_name(dt));
+    dt == LOOM_DTYPE_BF16 ? g_pass++ : g_fail++;
+    float *gw1 = params + 16, *gw2 = params + 16 + F * C;
+    float *gh = dput(g_gpu, h, N * C), *gb1 = bias ? dput(g_gpu, b1, F) : NULL;
+    float *gb2 = bias ? dput(g_gpu, b2, C) : NULL, *gdy = dput(g_gpu, dy, N * C);
+    void *gpre = dput(g_gpu, NULL, N * F / 2 + 1), *ga = dput(g_gpu, NULL, N * F / 2 + 1);
+    void *gdpre = dput(g_gpu, NULL, N * F / 2 + 1);
+    float *gy = dput(g_gpu, NULL, N * C), *gdh = dput(g_gpu, NULL, N * C);
+    float *gg = dput(g_gpu, NULL, ng);
+    float *run[2][6];
+    for (int rep = 0; rep < 2; rep++) {
+        g_gpu->ops->to_device(g_gpu, gg, g0, (size_t)ng * sizeof(float));
+        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_BF16, gh, gw1, gb1, N, C, F);
+        g_gpu->ops->linear_forward_typed(g_gpu, gy, ga, LOOM_DTYPE_BF16, gw2, gb2, N, F, C);
+        g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_BF16, bias ? gg + oDB1 : NULL,
+                                         gg + oDW2, bias ? gg + oDB2 : NULL, gdy, ga, gpre, gw2, N,
+                                         F, C);
+        g_gpu->ops->linear_backward_typed(g_gpu, gdh, gg, NULL, gdpre, LOOM_DTYPE_BF16, gh, gw1,
+                                          N, C, F);
+        g_gpu->ops->linear_backward_typed(g_gpu, NULL, NULL, gg + oDBA, gdpre, LOOM_DTYPE_BF16,
+                                          gh, gw1, N, C, F);
+        g_gpu->ops->linear_backward_typed(g_gpu, NULL, gg + oDWB, gg + oDBB, gdpre,
+                                          LOOM_DTYPE_BF16, gh, gw1, N, C, F);
+        run[rep][0] = dget16(g_gpu, gpre, N * F);
+        run[rep][1] = dget16(g_gpu, ga, N * F);
+        run[rep][2] = dget(g_gpu, gy, N * C);
+        run[rep][3] = dget16(g_gpu, gdpre, N * F);
+        run[rep][4] = dget(g_gpu, gdh, N * C);
+        run[rep][5] = dget(g_gpu, gg, ng);
+    }
+    snprintf(what, sizeof what, "bf16 MLP pre %s", tag);
+    compare(what, run[0][0], ref_pre, N * F, 1e-2);
+    snprintf(what, sizeof what, "bf16 MLP act = gelu(pre) %s", tag);
+    compare(what, run[0][1], ref_a, N * F, 1e-2);
+    compare("bf16 MLP fc2 out (linear_forward_typed)", run[0][2], ref_y, N * C, 1e-2);
+    snprintf(what, sizeof what, "bf16 MLP dpre %s", tag);
+    compare(what, run[0][3], ref_dpre, N * F, 1e-2);
+    compare("bf16 MLP dh (linear_backward_typed)", run[0][4], ref_dh, N * C, 1e-2);
+    compare("bf16 MLP dw1 (accumulated)", run[0][5], ref_g, F * C, 1e-2);
+    compare("bf16 MLP dw2 (accumulated)", run[0][5] + oDW2, ref_g + oDW2, F * C, 1e-2);
+    if (bias) {
+        compare("bf16 MLP db1 = sums of dpre (accumulated)", run[0][5] + oDB1, ref_g + oDB1, F,
+                1e-2);
+        compare("bf16 MLP db2 (accumulated)", run[0][5] + oDB2, ref_g + oDB2, C, 1e-2);
+    }
+    compare("linear_backward_typed bf16 dout: db alone", run[0][5] + oDBA, ref_g + oDBA, F, 1e-2);
+    compare("linear_backward_typed bf16 dout: dw with db", run[0][5] + oDWB, ref_g + oDWB, F * C,
+            1e-2);
+    compare("linear_backward_typed bf16 dout: db with dw", run[0][5] + oDBB, ref_g + oDBB, F, 1e-2);
+    const int64_t len[6] = {N * F, N * F, N * C, N * F, N * C, ng};
+    int same = 1;
+    for (int k = 0; k < 6; k++) same &= !memcmp(run[0][k], run[1][k], (size_t)len[k] * 4);
+    printf("%s bf16 MLP %s: two runs bit for bit\n", same ? "ok  " : "FAIL", tag);
+    same ? g_pass++ : g_fail++;
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
+
+    void *gb[] = {params, gh, gb1, gb2, gdy, gpre, ga, gdpre, gy, gdh, gg};
+    for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++)
+        if (gb[i]) g_gpu->ops->free(g_gpu, gb[i]);
+    void *cbufs[] = {ch, cw1, cw2, cb1, cb2, cdy, cpre, ca, cy, cdpre, cdh, cg, cscratch};
+    for (size_t i = 0; i < sizeof cbufs / sizeof cbufs[0]; i++)
+        if (cbufs[i]) cb->ops->free(cb, cbufs[i]);
+    float *hb[] = {h, w1, b1, w2, b2, dy, g0, h_r, w1_r, w2_r, dy_r, ref_pre, ref_a, pre_r, a_r,
+                   ref_dpre, dpre_r, ref_y, ref_dh, ref_g, params_h};
+    for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
+    for (int rep = 0; rep < 2; rep++)
+        for (int k = 0; k < 6; k++) free(run[rep][k]);
+}
+
+/* The typed linear ops with fp32 operands (LOOM_DTYPE_F32) on the GPU: with fp32 products
+ * against the CPU's linear_forward / linear_backward (normwise 1e-5, out, dinp, dw and db onto
+ * pre-filled values); activation_dtype is fp32 then, and with fp16 products too. */
+static void run_typed_f32(int64_t N, int64_t C, int64_t OC, uint64_t seed) {
+    float *x = hrand(N * C, seed + 1, 1.0f), *w = hrand(OC * C, seed + 2, 0.05f);
+    float *b = hrand(OC, seed + 3, 0.1f), *dout = hrand(N * OC, seed + 4, 0.01f);
+    float *g0 = hrand(OC * C + OC, seed + 5, 0.001f);
+    float *res[2][3];
+    struct loom_backend *bes[2] = {g_cpu, g_gpu};
+    for (int k = 0; k < 2; k++) {
+        struct loom_backend *be = bes[k];
+        float *dx = dput(be, x, N * C), *dw = dput(be, w, OC * C), *db = dput(be, b, OC);
+        float *dd = dput(be, dout, N * OC), *o = dput(be, NULL, N * OC);
+        float *gi = dput(be, NULL, N * C), *g = dput(be, g0, OC * C + OC);
+        be->ops->linear_forward_typed(be, o, dx, LOOM_DTYPE_F32, dw, db, N, C, OC);
+        be->ops->linear_backward_typed(be, gi, g, g + OC * C, dd, LOOM_DTYPE_F32, dx, dw, N, C,
+                                       OC);
+        res[k][0] = dget(be, o, N * OC);
+        res[k][1] = dget(be, gi, N * C);
+        res[k][2] = dget(be, g, OC * C + OC);
+        void *bufs[] = {dx, dw, db, dd, o, gi, g};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
+    }
+    compare("linear_forward_typed fp32 against the CPU", res[1][0], res[0][0], N * OC, 1e-5);
+    compare("linear_backward_typed fp32 dinp against the CPU", res[1][1], res[0][1], N * C, 1e-5);
+    compare("linear_backward_typed fp32 dw against the CPU", res[1][2], res[0][2], OC * C, 1e-5);
+    compare("linear_backward_typed fp32 db against the CPU", res[1][2] + OC * C, res[0][2] + OC * C,
+            OC, 1e-5);
+    enum loom_dtype d32 = g_gpu->ops->activation_dtype(g_gpu);
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F16, NULL, 0);
+    enum loom_dtype d16 = g_gpu->ops->activation_dtype(g_gpu);
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
+    int ok = d32 == LOOM_DTYPE_F32 && d16 == LOOM_DTYPE_F32;
+    printf("%s activation_dtype with fp32 products %s, with fp16 products %s\n", ok ? "ok  " : "FAIL",
+           loom_dtype_name(d32), loom_dtype_name(d16));
+    ok ? g_pass++ : g_fail++;
+    float *hb[] = {x, w, b, dout, g0, res[0][0], res[0][1], res[0][2], res[1][0], res[1][1],
+                   res[1][2]};
     for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
 }
 
@@ -392,6 +579,12 @@ int main(void) {
     run_linear_gelu(37, 72, 50, 1, 0, 1600);     /* F % 8 != 0: without the epilogues */
     run_linear_gelu(64, 96, 384, 0, 0, 1700);
     run_linear_gelu(2048, 768, 3072, 1, 1, 1800); /* GPT-2 MLP */
+    run_mlp_act16(64, 96, 384, 1, 1, 1900);
+    run_mlp_act16(37, 72, 50, 1, 0, 2000);     /* F % 8 != 0: without the epilogues */
+    run_mlp_act16(64, 96, 384, 0, 0, 2100);
+    run_mlp_act16(2048, 768, 3072, 1, 1, 2200); /* GPT-2 MLP */
+    run_typed_f32(33, 70, 50, 2300);
+    run_typed_f32(256, 768, 3072, 2400);
     g_f16 = 1; /* the same products in fp16 */
     run_case(64, 96, 80, 1, 1, 900);
     run_case(2048, 768, 2304, 1, 0, 1000);

@@ -717,9 +717,9 @@ static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
         float *a = dputf(be, NULL, N * F);
         float *dpre = dputf(be, NULL, N * F), *dh = dputf(be, NULL, N * C), *g = dputf(be, g0, ng);
         float *gw1 = g, *gw2 = g + F * C, *gb1 = g + 2 * F * C, *gb2 = gb1 + F;
-        loom_op(be, linear_gelu_forward, a, pre, dh_, dw1, db1, N, C, F);
-        loom_op(be, linear_gelu_backward, dpre, with_bias ? gb1 : NULL, gw2, with_bias ? gb2 : NULL,
-                ddy, a, pre, dw2, N, F, C);
+        loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, dh_, dw1, db1, N, C, F);
+        loom_op(be, linear_gelu_backward, dpre, LOOM_DTYPE_F32, with_bias ? gb1 : NULL, gw2,
+                with_bias ? gb2 : NULL, ddy, a, pre, dw2, N, F, C);
         loom_op(be, linear_backward, dh, gw1, NULL, dpre, dh_, dw1, N, C, F);
         res[r][0] = dtake(be, a, N * F);
         res[r][1] = dtake(be, pre, N * F);

@@ -9,7 +9,10 @@
  * linear_gelu_backward, in the GELU MLP's backward (fc2 then fc1): every gradient equals the
  * separate chain (linear_backward, gelu_backward, linear_backward with fc1's bias) bit for bit,
  * onto pre-filled parameter gradients (they accumulate) and a poisoned dpre (assigned); dpre also
- * against (dout . w) * gelu'(pre) in double. */
+ * against (dout . w) * gelu'(pre) in double. The fused ops take their activations as fp32
+ * (LOOM_DTYPE_F32), and fc1's backward runs through linear_backward_typed as the model runs it.
+ * linear_forward_typed / linear_backward_typed with fp32 operands equal linear_forward /
+ * linear_backward bit for bit; the CPU has no 16-bit activation type (activation_dtype NULL). */
 #include <string.h>
 
 #include "loom/backend.h"
@@ -120,7 +123,7 @@ static void test_linear_gelu_forward(int64_t N, int64_t C, int64_t OC, int has_b
     loom_op(be, linear_forward, pre_ref, x, w, b, N, C, OC);
     loom_op(be, gelu_forward, out_ref, pre_ref, N * OC);
     float *pre = falloc(N * OC), *out = falloc(N * OC);
-    loom_op(be, linear_gelu_forward, out, pre, x, w, b, N, C, OC);
+    loom_op(be, linear_gelu_forward, out, pre, LOOM_DTYPE_F32, x, w, b, N, C, OC);
     snprintf(name, sizeof name, "linear_gelu_forward N=%lld C=%lld OC=%lld%s: pre, out bit for bit",
              (long long)N, (long long)C, (long long)OC, has_b ? "" : " (no bias)");
     ops_check_true(name, same(pre, pre_ref, N * OC) && same(out, out_ref, N * OC));
@@ -149,7 +152,7 @@ static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
     ops_fill(w2, C * F, 323, -0.3f, 0.3f);
     ops_fill(dy, N * C, 324, -1.0f, 1.0f);
     float *pre = falloc(N * F), *a = falloc(N * F);
-    loom_op(be, linear_gelu_forward, a, pre, h, w1, b1, N, C, F);
+    loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, h, w1, b1, N, C, F);
 
     /* parameter gradients start from earlier micro-batches' values */
     float *g0 = falloc(2 * F * C + F + C);
@@ -166,9 +169,9 @@ static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
 
     float *dpre = falloc(N * F), *dh = falloc(N * C);
     for (int64_t i = 0; i < N * F; i++) dpre[i] = NAN; /* assigned: every element written */
-    loom_op(be, linear_gelu_backward, dpre, has_b ? n_db1 : NULL, n_dw2, has_b ? n_db2 : NULL, dy,
-            a, pre, w2, N, F, C);
-    loom_op(be, linear_backward, dh, n_dw1, NULL, dpre, h, w1, N, C, F);
+    loom_op(be, linear_gelu_backward, dpre, LOOM_DTYPE_F32, has_b ? n_db1 : NULL, n_dw2,
+            has_b ? n_db2 : NULL, dy, a, pre, w2, N, F, C);
+    loom_op(be, linear_backward_typed, dh, n_dw1, NULL, dpre, LOOM_DTYPE_F32, h, w1, N, C, F);
 
     snprintf(name, sizeof name,
              "GELU MLP backward N=%lld C=%lld F=%lld%s: dpre, dinp, dw1, dw2%s bit for bit",
@@ -191,6 +194,33 @@ static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
     free(g_new), free(da), free(dpre_old), free(dh_old), free(dpre), free(dh), free(ref);
 }
 
+/* The typed linear ops with fp32 operands against the plain ones: out, dinp, dw, db bit for bit
+ * (dw and db onto pre-filled values). */
+static void test_typed_f32(int64_t N, int64_t C, int64_t OC) {
+    char name[160];
+    float *x = falloc(N * C), *w = falloc(OC * C), *b = falloc(OC), *dout = falloc(N * OC);
+    ops_fill(x, N * C, 330, -1.0f, 1.0f);
+    ops_fill(w, OC * C, 331, -0.3f, 0.3f);
+    ops_fill(b, OC, 332, -0.5f, 0.5f);
+    ops_fill(dout, N * OC, 333, -1.0f, 1.0f);
+    float *out_ref = falloc(N * OC), *out = falloc(N * OC);
+    loom_op(be, linear_forward, out_ref, x, w, b, N, C, OC);
+    loom_op(be, linear_forward_typed, out, x, LOOM_DTYPE_F32, w, b, N, C, OC);
+    float *g0 = falloc(OC * C + OC);
+    ops_fill(g0, OC * C + OC, 334, -0.1f, 0.1f);
+    float *g_ref = copy_of(g0, OC * C + OC), *g = copy_of(g0, OC * C + OC);
+    float *dx_ref = falloc(N * C), *dx = falloc(N * C);
+    loom_op(be, linear_backward, dx_ref, g_ref, g_ref + OC * C, dout, x, w, N, C, OC);
+    loom_op(be, linear_backward_typed, dx, g, g + OC * C, dout, LOOM_DTYPE_F32, x, w, N, C, OC);
+    snprintf(name, sizeof name,
+             "linear_*_typed fp32 N=%lld C=%lld OC=%lld: out, dinp, dw, db bit for bit",
+             (long long)N, (long long)C, (long long)OC);
+    ops_check_true(name, same(out, out_ref, N * OC) && same(dx, dx_ref, N * C) &&
+                             same(g, g_ref, OC * C + OC));
+    free(x), free(w), free(b), free(dout), free(out_ref), free(out), free(g0), free(g_ref);
+    free(g), free(dx_ref), free(dx);
+}
+
 int main(void) {
     if (loom_backend_cpu_create(&be) != LOOM_OK) return 2;
     for (int rms = 0; rms <= 1; rms++)
@@ -206,6 +236,10 @@ int main(void) {
     test_mlp_backward(7, 12, 48, 1);
     test_mlp_backward(7, 12, 48, 0);
     test_mlp_backward(96, 64, 256, 1); /* threaded */
+    test_typed_f32(7, 33, 20);
+    test_typed_f32(96, 64, 256); /* threaded */
+    ops_check_true("cpu: no 16-bit activation type (activation_dtype NULL)",
+                   be->ops->activation_dtype == NULL);
     loom_backend_destroy(be);
     return ops_finish();
 }

@@ -45,13 +45,19 @@ void loom_cpu_linear_forward(struct loom_backend *be, float *out, const float *i
 void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
                               const float *dout, const float *inp, const float *w, int64_t N,
                               int64_t C, int64_t OC);
-void loom_cpu_linear_gelu_forward(struct loom_backend *be, float *out, float *pre,
-                                  const float *inp, const float *w, const float *b, int64_t N,
-                                  int64_t C, int64_t OC);
-void loom_cpu_linear_gelu_backward(struct loom_backend *be, float *dpre, float *dpre_b, float *dw,
-                                   float *db, const float *dout, const float *act,
-                                   const float *pre, const float *w, int64_t N, int64_t C,
-                                   int64_t OC);
+void loom_cpu_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
+                                  enum loom_dtype act_dt, const float *inp, const float *w,
+                                  const float *b, int64_t N, int64_t C, int64_t OC);
+void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
+                                   float *dpre_b, float *dw, float *db, const float *dout,
+                                   const void *act, const void *pre, const float *w, int64_t N,
+                                   int64_t C, int64_t OC);
+void loom_cpu_linear_forward_typed(struct loom_backend *be, float *out, const void *inp,
+                                   enum loom_dtype inp_dt, const float *w, const float *b,
+                                   int64_t N, int64_t C, int64_t OC);
+void loom_cpu_linear_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                    const void *dout, enum loom_dtype dout_dt, const float *inp,
+                                    const float *w, int64_t N, int64_t C, int64_t OC);
 
 /* attention.c */
 void loom_cpu_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,

@@ -150,21 +150,46 @@ void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, f
     if (db) cpu_bias_grad(db, dout, N, OC);
 }
 
-/* Linear then GELU, and the backward through both: the linear ops above with gelu_forward /
- * gelu_backward (act.c), so the results are those of the separate ops. */
-void loom_cpu_linear_gelu_forward(struct loom_backend *be, float *out, float *pre,
-                                  const float *inp, const float *w, const float *b, int64_t N,
-                                  int64_t C, int64_t OC) {
-    loom_cpu_linear_forward(be, pre, inp, w, b, N, C, OC);
-    if (N > 0 && OC > 0) loom_cpu_gelu_forward(be, out, pre, N * OC);
+/* The CPU keeps every activation in fp32: a typed activation of another type is a misuse. */
+static void need_f32(enum loom_dtype dt, const char *op) {
+    if (dt != LOOM_DTYPE_F32)
+        loom_abort(__FILE__, __LINE__, "cpu: %s with %s activations (the cpu backend has fp32 only)",
+                   op, loom_dtype_name(dt));
 }
 
-void loom_cpu_linear_gelu_backward(struct loom_backend *be, float *dpre, float *dpre_b, float *dw,
-                                   float *db, const float *dout, const float *act,
-                                   const float *pre, const float *w, int64_t N, int64_t C,
-                                   int64_t OC) {
-    loom_cpu_linear_backward(be, dpre, dw, db, dout, act, w, N, C, OC);
+/* Linear then GELU, and the backward through both: the linear ops above with gelu_forward /
+ * gelu_backward (act.c), so the results are those of the separate ops. fp32 activations only. */
+void loom_cpu_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
+                                  enum loom_dtype act_dt, const float *inp, const float *w,
+                                  const float *b, int64_t N, int64_t C, int64_t OC) {
+    need_f32(act_dt, "linear_gelu_forward");
+    loom_cpu_linear_forward(be, (float *)pre, inp, w, b, N, C, OC);
+    if (N > 0 && OC > 0) loom_cpu_gelu_forward(be, (float *)out, (const float *)pre, N * OC);
+}
+
+void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
+                                   float *dpre_b, float *dw, float *db, const float *dout,
+                                   const void *act, const void *pre, const float *w, int64_t N,
+                                   int64_t C, int64_t OC) {
+    need_f32(act_dt, "linear_gelu_backward");
+    float *d = (float *)dpre;
+    loom_cpu_linear_backward(be, d, dw, db, dout, (const float *)act, w, N, C, OC);
     if (N <= 0 || C <= 0) return;
-    loom_cpu_gelu_backward(be, dpre, dpre, pre, N * C);
-    if (dpre_b) cpu_bias_grad(dpre_b, dpre, N, C);
+    loom_cpu_gelu_backward(be, d, d, (const float *)pre, N * C);
+    if (dpre_b) cpu_bias_grad(dpre_b, d, N, C);
+}
+
+/* The plain linear ops with a typed input / output gradient: fp32 only, as they are. */
+void loom_cpu_linear_forward_typed(struct loom_backend *be, float *out, const void *inp,
+                                   enum loom_dtype inp_dt, const float *w, const float *b,
+                                   int64_t N, int64_t C, int64_t OC) {
+    need_f32(inp_dt, "linear_forward_typed");
+    loom_cpu_linear_forward(be, out, (const float *)inp, w, b, N, C, OC);
+}
+
+void loom_cpu_linear_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                    const void *dout, enum loom_dtype dout_dt, const float *inp,
+                                    const float *w, int64_t N, int64_t C, int64_t OC) {
+    need_f32(dout_dt, "linear_backward_typed");
+    loom_cpu_linear_backward(be, dinp, dw, db, (const float *)dout, inp, w, N, C, OC);
 }

@@ -184,6 +184,26 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
                                          float *dw, float *db, const float *dout,
                                          const float *act, const float *pre, const float *w,
                                          int64_t N, int64_t C, int64_t OC);
+/* The same ops with bf16 activations (act_dt / inp_dt / dout_dt LOOM_DTYPE_BF16, which needs
+ * bf16 products: anything else aborts; C and OC > 0): pre, out, dpre, act and the typed input or
+ * output gradient stored in bf16, written by the products' epilogues and read by the products
+ * directly. activation_dtype: LOOM_DTYPE_BF16 with bf16 products, else LOOM_DTYPE_F32. */
+enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be);
+void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
+                                         enum loom_dtype act_dt, const float *inp, const float *w,
+                                         const float *b, int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre,
+                                          enum loom_dtype act_dt, float *dpre_b, float *dw,
+                                          float *db, const float *dout, const void *act,
+                                          const void *pre, const float *w, int64_t N, int64_t C,
+                                          int64_t OC);
+void loom_cuda_linear_forward_in16(struct loom_backend *be, float *out, const void *inp16,
+                                   enum loom_dtype inp_dt, const float *w, const float *b,
+                                   int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_backward_dout16(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                      const void *dout16, enum loom_dtype dout_dt,
+                                      const float *inp, const float *w, int64_t N, int64_t C,
+                                      int64_t OC);
 void loom_cuda_matmul_free(struct loom_backend *be);
 
 /* matmul.cu */
@@ -195,13 +215,19 @@ void loom_cuda_linear_forward(struct loom_backend *be, float *out, const float *
 void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
                                const float *dout, const float *inp, const float *w, int64_t N,
                                int64_t C, int64_t OC);
-void loom_cuda_linear_gelu_forward(struct loom_backend *be, float *out, float *pre,
-                                   const float *inp, const float *w, const float *b, int64_t N,
-                                   int64_t C, int64_t OC);
-void loom_cuda_linear_gelu_backward(struct loom_backend *be, float *dpre, float *dpre_b,
-                                    float *dw, float *db, const float *dout, const float *act,
-                                    const float *pre, const float *w, int64_t N, int64_t C,
-                                    int64_t OC);
+void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
+                                   enum loom_dtype act_dt, const float *inp, const float *w,
+                                   const float *b, int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
+                                    float *dpre_b, float *dw, float *db, const float *dout,
+                                    const void *act, const void *pre, const float *w, int64_t N,
+                                    int64_t C, int64_t OC);
+void loom_cuda_linear_forward_typed(struct loom_backend *be, float *out, const void *inp,
+                                    enum loom_dtype inp_dt, const float *w, const float *b,
+                                    int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                     const void *dout, enum loom_dtype dout_dt, const float *inp,
+                                     const float *w, int64_t N, int64_t C, int64_t OC);
 
 /* attention.cu */
 void loom_cuda_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,

@@ -171,6 +171,8 @@ static const struct loom_backend_ops g_cuda_ops = {
     .linear_backward = loom_cuda_linear_backward,
     .linear_gelu_forward = loom_cuda_linear_gelu_forward,
     .linear_gelu_backward = loom_cuda_linear_gelu_backward,
+    .linear_forward_typed = loom_cuda_linear_forward_typed,
+    .linear_backward_typed = loom_cuda_linear_backward_typed,
     .rope = loom_cuda_rope,
     .attention_forward = loom_cuda_attention_forward,
     .attention_backward = loom_cuda_attention_backward,
@@ -189,6 +191,7 @@ static const struct loom_backend_ops g_cuda_ops = {
     .sumsq_ranges = loom_cuda_sumsq_ranges,
     .set_matmul_dtype = loom_cuda_set_matmul_dtype,
     .linear_xent_dtype = loom_cuda_linear_xent_dtype,
+    .activation_dtype = loom_cuda_activation_dtype,
     .memory_stats = cuda_memory_stats,
     .stream = cuda_stream,
 };

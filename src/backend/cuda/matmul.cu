@@ -7,6 +7,8 @@
  *   linear + GELU: the same products with gelu_forward / gelu_backward (act.cu) and the column
  *             sums of dpre after them, so fp32 results equal the separate ops bit for bit; the
  *             bf16 path fuses them into the products' epilogues (matmul_bf16.cu).
+ *   Activations in bf16 (act_dt, inp_dt, dout_dt other than fp32) go to matmul_bf16.cu, which
+ *   needs bf16 products; fp32 ones take the paths above unchanged.
  *
  * cuBLAS is column-major: a row-major [R,K] matrix is a column-major K x R one, so each product
  * is written for the transposes: out^T = w . inp^T, dinp^T = w^T . dout^T, dw^T = inp^T . dout.
@@ -77,28 +79,58 @@ void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, 
     if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
 }
 
-void loom_cuda_linear_gelu_forward(struct loom_backend *be, float *out, float *pre,
-                                   const float *inp, const float *w, const float *b, int64_t N,
-                                   int64_t C, int64_t OC) {
+void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
+                                   enum loom_dtype act_dt, const float *inp, const float *w,
+                                   const float *b, int64_t N, int64_t C, int64_t OC) {
     if (N <= 0 || OC <= 0) return;
-    if (C > 0 && loom_cuda_impl(be)->matmul_bf16) {
-        loom_cuda_linear_gelu_forward_bf16(be, out, pre, inp, w, b, N, C, OC);
+    if (act_dt != LOOM_DTYPE_F32) {
+        loom_cuda_linear_gelu_forward_act16(be, out, pre, act_dt, inp, w, b, N, C, OC);
         return;
     }
-    loom_cuda_linear_forward(be, pre, inp, w, b, N, C, OC);
-    loom_cuda_gelu_forward(be, out, pre, N * OC);
+    float *o = (float *)out, *p = (float *)pre;
+    if (C > 0 && loom_cuda_impl(be)->matmul_bf16) {
+        loom_cuda_linear_gelu_forward_bf16(be, o, p, inp, w, b, N, C, OC);
+        return;
+    }
+    loom_cuda_linear_forward(be, p, inp, w, b, N, C, OC);
+    loom_cuda_gelu_forward(be, o, p, N * OC);
 }
 
-void loom_cuda_linear_gelu_backward(struct loom_backend *be, float *dpre, float *dpre_b,
-                                    float *dw, float *db, const float *dout, const float *act,
-                                    const float *pre, const float *w, int64_t N, int64_t C,
-                                    int64_t OC) {
+void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
+                                    float *dpre_b, float *dw, float *db, const float *dout,
+                                    const void *act, const void *pre, const float *w, int64_t N,
+                                    int64_t C, int64_t OC) {
     if (N <= 0) return;
-    if (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16) {
-        loom_cuda_linear_gelu_backward_bf16(be, dpre, dpre_b, dw, db, dout, act, pre, w, N, C, OC);
+    if (act_dt != LOOM_DTYPE_F32) {
+        loom_cuda_linear_gelu_backward_act16(be, dpre, act_dt, dpre_b, dw, db, dout, act, pre, w,
+                                             N, C, OC);
         return;
     }
-    loom_cuda_linear_backward(be, dpre, dw, db, dout, act, w, N, C, OC);
-    loom_cuda_gelu_backward(be, dpre, dpre, pre, N * C);
-    if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, dpre, N, C);
+    float *d = (float *)dpre;
+    const float *a = (const float *)act, *p = (const float *)pre;
+    if (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16) {
+        loom_cuda_linear_gelu_backward_bf16(be, d, dpre_b, dw, db, dout, a, p, w, N, C, OC);
+        return;
+    }
+    loom_cuda_linear_backward(be, d, dw, db, dout, a, w, N, C, OC);
+    loom_cuda_gelu_backward(be, d, d, p, N * C);
+    if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, d, N, C);
+}
+
+void loom_cuda_linear_forward_typed(struct loom_backend *be, float *out, const void *inp,
+                                    enum loom_dtype inp_dt, const float *w, const float *b,
+                                    int64_t N, int64_t C, int64_t OC) {
+    if (inp_dt == LOOM_DTYPE_F32)
+        loom_cuda_linear_forward(be, out, (const float *)inp, w, b, N, C, OC);
+    else
+        loom_cuda_linear_forward_in16(be, out, inp, inp_dt, w, b, N, C, OC);
+}
+
+void loom_cuda_linear_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                     const void *dout, enum loom_dtype dout_dt, const float *inp,
+                                     const float *w, int64_t N, int64_t C, int64_t OC) {
+    if (dout_dt == LOOM_DTYPE_F32)
+        loom_cuda_linear_backward(be, dinp, dw, db, (const float *)dout, inp, w, N, C, OC);
+    else
+        loom_cuda_linear_backward_dout16(be, dinp, dw, db, dout, dout_dt, inp, w, N, C, OC);
 }

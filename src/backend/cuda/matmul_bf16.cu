@@ -33,6 +33,18 @@
  * epilogue and operand alignment (bias and auxiliary vectors included), so the heuristic runs once
  * per distinct product; the choice is a function of those alone, so a run repeats bit for bit.
  *
+ * Activations in bf16 (the ops with typed activations given LOOM_DTYPE_BF16, bf16 products only):
+ * the GELU MLP's pre, act and dpre are stored in bf16 and never exist in fp32. The forward
+ * product writes pre (the auxiliary output) and out = gelu(pre) in bf16 through the same
+ * epilogue; the backward product writes dpre in bf16 (epilogue DGELU_BGRAD reading the bf16 pre;
+ * the bias gradient, summed before the rounding, stays fp32); the products that read them (fc2's
+ * forward and weight gradient, fc1's backward) take them as bf16 operands with no conversion.
+ * cuBLASLt stores the auxiliary matrix in the type of D unless told otherwise, and bias vectors
+ * too: the bias type is set to fp32 explicitly. Where cuBLASLt offers no algorithm for such an
+ * epilogue, or refuses it when called, the product runs in fp32 into the workspace and a kernel
+ * rounds what the epilogue would have written (pre and gelu(pre); dpre, whose column sums are
+ * then taken from the fp32 values).
+ *
  * set_matmul_dtype(LOOM_DTYPE_F16) takes the same path with fp16 operands (round to nearest even,
  * values beyond 65504 become infinite: that is for a loss scaler to notice); attention then stays
  * in fp32.
@@ -228,6 +240,10 @@ static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p,
     if (ep) {
         set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep->epi, sizeof ep->epi);
         set_epilogue_pointers(p->desc, ep);
+        if (p->c16 && epi_has_bias(ep->epi)) { /* the default would be the 16-bit type of D */
+            int32_t bt = CUDA_R_32F;
+            set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+        }
     }
     /* stored shapes: op(A) is m x k, op(B) is k x n */
     cudaDataType_t t16 = p->f16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -302,12 +318,13 @@ static struct loom_cuda_lt_plan *plan_for(struct loom_backend *be,
     return p;
 }
 
-/* C[m,n] (col-major, ld ldc, fp32) = op(A) op(B) + beta C, then the epilogue ep (NULL: none).
- * Returns 0, having done nothing, when cuBLASLt has no algorithm for the epilogue (never without
- * one). */
-static int lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                   const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
-                   int64_t ldc, const struct lt_epilogue *ep) {
+/* C[m,n] (col-major, ld ldc; fp32, or the 16-bit type of the products with c16) =
+ * op(A) op(B) + beta C, then the epilogue ep (NULL: none). With an epilogue returns 0, having
+ * done nothing, when cuBLASLt has no algorithm for it or refuses it when called (the plan is
+ * then dropped, so every later call falls back alike); without one it always runs. */
+static int lt_gemm_any(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                       const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
+                       void *C, int c16, int64_t ldc, const struct lt_epilogue *ep) {
     struct loom_cuda *c = loom_cuda_impl(be);
     if (ep && epi_has_aux(ep->epi) && ep->aux_ld % 8 != 0) return 0; /* cuBLASLt's requirement */
     struct loom_cuda_lt_plan key;
@@ -321,6 +338,7 @@ static int lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n
     key.ta = ta;
     key.tb = tb;
     key.f16 = c->matmul_f16;
+    key.c16 = c16;
     key.align_a = alignment(A);
     key.align_b = alignment(B);
     key.align_c = alignment(C);
@@ -336,10 +354,24 @@ static int lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n
     if (!p) return 0;
     if (ep) set_epilogue_pointers(p->desc, ep);
     const float alpha = 1.0f;
-    LOOM_LT_CHECK(cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C,
-                                 p->lc, &p->algo, c->cublas_ws, c->cublas_ws_bytes,
-                                 loom_cuda_stream(be)));
+    cublasStatus_t st = cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc,
+                                       C, p->lc, &p->algo, c->cublas_ws, c->cublas_ws_bytes,
+                                       loom_cuda_stream(be));
+    if (ep && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) {
+        plan_destroy(p); /* the entry stays, without descriptors: no algorithm */
+        p->desc = NULL;
+        p->la = p->lb = p->lc = NULL;
+        return 0;
+    }
+    LOOM_LT_CHECK(st);
     return 1;
+}
+
+/* lt_gemm_any with an fp32 C */
+static int lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                   const void *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
+                   int64_t ldc, const struct lt_epilogue *ep) {
+    return lt_gemm_any(be, ta, tb, m, n, k, A, lda, B, ldb, beta, C, 0, ldc, ep);
 }
 
 /* ---- the products of the linear ops, on converted operands ---- */
@@ -354,19 +386,48 @@ static void product_forward(struct loom_backend *be, float *out, const void *xb,
     lt_gemm(be, 1, 0, OC, N, C, wb, C, xb, C, 1.0f, out, OC, NULL);
 }
 
+/* Deterministic column sums of a 16-bit (bf16) matrix in[N,C] added to out[C]: the scheme of
+ * loom_cuda_colsum_accumulate (double sums over the same row chunks). */
+__global__ void colsum16_partial_kernel(double *partial, const __nv_bfloat16 *in, int64_t N,
+                                        int64_t C, int64_t rows_per_chunk) {
+    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t k = blockIdx.y;
+    if (c >= C) return;
+    int64_t r0 = k * rows_per_chunk, r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+    double acc = 0.0;
+    for (int64_t r = r0; r < r1; r++) acc += (double)__bfloat162float(in[r * C + c]);
+    partial[k * C + c] = acc;
+}
+
+static void colsum16_accumulate(struct loom_backend *be, float *out, const void *in, int64_t N,
+                                int64_t C) {
+    if (N <= 0 || C <= 0) return;
+    int64_t chunks = loom_cuda_row_chunks(N);
+    int64_t rows = (N + chunks - 1) / chunks;
+    double *partial = (double *)loom_cuda_scratch(be, (size_t)(chunks * C) * sizeof(double));
+    dim3 grid((unsigned)((C + 127) / 128), (unsigned)chunks);
+    colsum16_partial_kernel<<<grid, 128, 0, loom_cuda_stream(be)>>>(
+        partial, (const __nv_bfloat16 *)in, N, C, rows);
+    LOOM_CUDA_LAUNCHED();
+    loom_cuda_sum_partials(be, out, partial, chunks, C);
+}
+
 /* dw[OC,C] += doutb^T . xb; with db, db[OC] += the column sums of dout: from the product's
  * epilogue (BGRADB over doutb, into the fp32 scratch vector dbs[OC]) or, without an algorithm
- * for it, from the fp32 dout. */
+ * for it, from dout itself (fp32, or bf16 with dout16). */
 static void product_weight_grad(struct loom_backend *be, float *dw, float *db, float *dbs,
-                                const void *doutb, const void *xb, const float *dout, int64_t N,
-                                int64_t C, int64_t OC) {
+                                const void *doutb, const void *xb, const void *dout, int dout16,
+                                int64_t N, int64_t C, int64_t OC) {
     struct lt_epilogue ep = {CUBLASLT_EPILOGUE_BGRADB, dbs, NULL, 0};
     if (db && lt_gemm(be, 0, 1, C, OC, N, xb, C, doutb, OC, 1.0f, dw, C, &ep)) {
         loom_cuda_axpy(be, db, 1.0f, dbs, OC);
         return;
     }
     lt_gemm(be, 0, 1, C, OC, N, xb, C, doutb, OC, 1.0f, dw, C, NULL);
-    if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+    if (db && dout16)
+        colsum16_accumulate(be, db, dout, N, OC);
+    else if (db)
+        loom_cuda_colsum_accumulate(be, db, (const float *)dout, N, OC);
 }
 
 /* ---- the linear ops ---- */
@@ -405,7 +466,7 @@ void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float 
     }
     if (want_dw) {
         to_bf16(be, ws[1], inp, N * C);
-        product_weight_grad(be, dw, db, (float *)ws[3], ws[0], ws[1], dout, N, C, OC);
+        product_weight_grad(be, dw, db, (float *)ws[3], ws[0], ws[1], dout, 0, N, C, OC);
     } else if (db) {
         loom_cuda_colsum_accumulate(be, db, dout, N, OC);
     }
@@ -457,9 +518,168 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
     }
     if (want_dw) {
         to_bf16(be, ws[1], act, N * C);
-        product_weight_grad(be, dw, db, (float *)ws[3], ws[0], ws[1], dout, N, C, OC);
+        product_weight_grad(be, dw, db, (float *)ws[3], ws[0], ws[1], dout, 0, N, C, OC);
     } else if (db) {
         loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+    }
+}
+
+/* ---- activations in bf16 ---- */
+
+#define LOOM_GELU16_K 0.7978845608028654f /* sqrt(2/pi) */
+#define LOOM_GELU16_A 0.044715f
+
+/* What the GELU epilogue writes, from an fp32 product x: pre = bf16(x), out = bf16(gelu(x)),
+ * the tanh GELU written as x sigmoid(2u) as in act.cu. */
+__global__ void gelu16_forward_kernel(__nv_bfloat16 *out, __nv_bfloat16 *pre, const float *x,
+                                      int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        float u = LOOM_GELU16_K * (v + LOOM_GELU16_A * v * v * v);
+        pre[i] = __float2bfloat16_rn(v);
+        out[i] = __float2bfloat16_rn(v / (1.0f + expf(-2.0f * u)));
+    }
+}
+
+/* What the DGELU epilogue writes, from an fp32 product d: d = d * gelu'(pre) (kept in fp32 for
+ * the column sums) and dpre = bf16(d). */
+__global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, float *d, const __nv_bfloat16 *pre,
+                                       int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float x = __bfloat162float(pre[i]);
+        float u = LOOM_GELU16_K * (x + LOOM_GELU16_A * x * x * x);
+        float du = LOOM_GELU16_K * (1.0f + 3.0f * LOOM_GELU16_A * x * x);
+        float s = 1.0f / (1.0f + expf(-2.0f * u));
+        float g = d[i] * (s + 2.0f * x * s * (1.0f - s) * du);
+        d[i] = g;
+        dpre[i] = __float2bfloat16_rn(g);
+    }
+}
+
+/* Typed activations other than fp32 must be bf16, with bf16 products (activation_dtype). */
+static void need_act16(struct loom_backend *be, enum loom_dtype dt, const char *op) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (dt != LOOM_DTYPE_BF16 || !c->matmul_bf16 || c->matmul_f16)
+        loom_abort(__FILE__, __LINE__,
+                   "cuda: %s with %s activations needs bf16 matrix products (activation_dtype)",
+                   op, loom_dtype_name(dt));
+}
+
+/* The workspace with the given pieces; x[nx] converted into piece 0 and, when wreg is NULL (w
+ * has no registered copy), w[nw] into piece 1. Returns the bf16 w. */
+static const void *operands16(struct loom_backend *be, int count, const size_t *bytes, void **ws,
+                              const float *x, int64_t nx, const float *w, int64_t nw,
+                              const void *wreg) {
+    workspace(be, count, bytes, ws);
+    to_bf16(be, ws[0], x, nx);
+    if (wreg) return wreg;
+    to_bf16(be, ws[1], w, nw);
+    return ws[1];
+}
+
+enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    return c->matmul_bf16 && !c->matmul_f16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F32;
+}
+
+void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
+                                         enum loom_dtype act_dt, const float *inp, const float *w,
+                                         const float *b, int64_t N, int64_t C, int64_t OC) {
+    need_act16(be, act_dt, "linear_gelu_forward");
+    LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
+    const void *wreg = weight_copy(be, w, OC * C);
+    size_t bytes[3] = {b16(N * C), wreg ? 0 : b16(OC * C), 0};
+    void *ws[3];
+    const void *wb = operands16(be, 3, bytes, ws, inp, N * C, w, OC * C, wreg);
+    struct lt_epilogue ep = {b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, b,
+                             pre, OC};
+    if (lt_gemm_any(be, 1, 0, OC, N, C, wb, C, ws[0], C, 0.0f, out, 1, OC, &ep)) return;
+    /* without the epilogue: the fp32 product in the workspace (grown: the operands again) */
+    bytes[2] = b32(N * OC);
+    wb = operands16(be, 3, bytes, ws, inp, N * C, w, OC * C, wreg);
+    product_forward(be, (float *)ws[2], ws[0], wb, b, N, C, OC);
+    int64_t n = N * OC;
+    gelu16_forward_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
+        (__nv_bfloat16 *)out, (__nv_bfloat16 *)pre, (const float *)ws[2], n);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre,
+                                          enum loom_dtype act_dt, float *dpre_b, float *dw,
+                                          float *db, const float *dout, const void *act,
+                                          const void *pre, const float *w, int64_t N, int64_t C,
+                                          int64_t OC) {
+    need_act16(be, act_dt, "linear_gelu_backward");
+    LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
+    const void *wreg = weight_copy(be, w, OC * C);
+    size_t bytes[5] = {b16(N * OC), wreg ? 0 : b16(OC * C), dw && db ? b32(OC) : 0,
+                       dpre_b ? b32(C) : 0, 0};
+    void *ws[5];
+    const void *wb = operands16(be, 5, bytes, ws, dout, N * OC, w, OC * C, wreg);
+    /* dpre = (dout . w) * gelu'(pre) in bf16, with its fp32 column sums when dpre_b is wanted */
+    struct lt_epilogue ep = {dpre_b ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU,
+                             ws[3], pre, C};
+    if (lt_gemm_any(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, 1, C, &ep)) {
+        if (dpre_b) loom_cuda_axpy(be, dpre_b, 1.0f, (const float *)ws[3], C);
+    } else {
+        bytes[4] = b32(N * C);
+        wb = operands16(be, 5, bytes, ws, dout, N * OC, w, OC * C, wreg);
+        float *d = (float *)ws[4];
+        lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, d, C, NULL);
+        int64_t n = N * C;
+        gelu16_backward_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
+            (__nv_bfloat16 *)dpre, d, (const __nv_bfloat16 *)pre, n);
+        LOOM_CUDA_LAUNCHED();
+        if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, d, N, C);
+    }
+    if (dw)
+        product_weight_grad(be, dw, db, (float *)ws[2], ws[0], act, dout, 0, N, C, OC);
+    else if (db)
+        loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+}
+
+void loom_cuda_linear_forward_in16(struct loom_backend *be, float *out, const void *inp16,
+                                   enum loom_dtype inp_dt, const float *w, const float *b,
+                                   int64_t N, int64_t C, int64_t OC) {
+    if (N <= 0 || OC <= 0) return;
+    need_act16(be, inp_dt, "linear_forward_typed");
+    LOOM_ASSERT(C > 0);
+    const void *wb = weight_copy(be, w, OC * C);
+    size_t bytes[1] = {wb ? 0 : b16(OC * C)};
+    void *ws[1];
+    workspace(be, 1, bytes, ws);
+    if (!wb) {
+        to_bf16(be, ws[0], w, OC * C);
+        wb = ws[0];
+    }
+    product_forward(be, out, inp16, wb, b, N, C, OC);
+}
+
+void loom_cuda_linear_backward_dout16(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                      const void *dout16, enum loom_dtype dout_dt,
+                                      const float *inp, const float *w, int64_t N, int64_t C,
+                                      int64_t OC) {
+    if (N <= 0) return;
+    need_act16(be, dout_dt, "linear_backward_typed");
+    LOOM_ASSERT(C > 0 && OC > 0);
+    const void *wb = dinp ? weight_copy(be, w, OC * C) : NULL;
+    size_t bytes[3] = {dw ? b16(N * C) : 0, dinp && !wb ? b16(OC * C) : 0, dw && db ? b32(OC) : 0};
+    void *ws[3];
+    workspace(be, 3, bytes, ws);
+    if (dinp) {
+        if (!wb) {
+            to_bf16(be, ws[1], w, OC * C);
+            wb = ws[1];
+        }
+        lt_gemm(be, 0, 0, C, N, OC, wb, C, dout16, OC, 0.0f, dinp, C, NULL);
+    }
+    if (dw) {
+        to_bf16(be, ws[0], inp, N * C);
+        product_weight_grad(be, dw, db, (float *)ws[2], dout16, ws[0], dout16, 1, N, C, OC);
+    } else if (db) {
+        colsum16_accumulate(be, db, dout16, N, OC);
     }
 }
 
@@ -526,27 +746,7 @@ void loom_cuda_matmul_free(struct loom_backend *be) {
 static void lt_gemm_out16(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
                           const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
                           int64_t ldc) {
-    struct loom_cuda *c = loom_cuda_impl(be);
-    struct loom_cuda_lt_plan key;
-    memset(&key, 0, sizeof key);
-    key.m = m;
-    key.n = n;
-    key.k = k;
-    key.lda = lda;
-    key.ldb = ldb;
-    key.ldc = ldc;
-    key.ta = ta;
-    key.tb = tb;
-    key.f16 = c->matmul_f16;
-    key.c16 = 1;
-    key.align_a = alignment(A);
-    key.align_b = alignment(B);
-    key.align_c = alignment(C);
-    struct loom_cuda_lt_plan *p = plan_for(be, &key, NULL); /* aborts when there is none */
-    const float alpha = 1.0f, beta = 0.0f;
-    LOOM_LT_CHECK(cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C,
-                                 p->lc, &p->algo, c->cublas_ws, c->cublas_ws_bytes,
-                                 loom_cuda_stream(be)));
+    lt_gemm_any(be, ta, tb, m, n, k, A, lda, B, ldb, 0.0f, C, 1, ldc, NULL);
 }
 
 void loom_cuda_linear_forward_out16(struct loom_backend *be, void *out16, const float *inp,

@@ -90,6 +90,8 @@ const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_o
     PROF(33, residual_rmsnorm_forward);
     PROF(34, linear_gelu_forward);
     PROF(35, linear_gelu_backward);
+    PROF(46, linear_forward_typed);
+    PROF(47, linear_backward_typed);
     PROF(40, sumsq_ranges);
     return &g_prof;
 }
