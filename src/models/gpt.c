@@ -138,8 +138,8 @@ static enum loom_dtype mlp_dtype_now(const struct loom_gpt *m) {
     return be->ops->activation_dtype(be);
 }
 
-/* The MLP's type for a forward or backward: the type now, which must fit the buffers. They are
- * sized when the model is made, for the type then: made after the backend's 16-bit matrix
+/* The MLP's type for a forward or backward: the type now, which must fit the buffers (fc1, act
+ * and dpre's room in dwide). They are sized when the model is made, for the type then: made after the backend's 16-bit matrix
  * products are chosen, they take 2 bytes an element, else 4 (room for either type). */
 static enum loom_dtype mlp_dtype(const struct loom_gpt *m) {
     enum loom_dtype dt = mlp_dtype_now(m);
@@ -228,7 +228,10 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     a->dc = CF(cv, d.N * d.C);
     a->full = CF(cv, d.N * d.C);
     a->sp_scratch = d.sp ? CF(cv, d.N * d.C) : NULL;
-    a->dwide = CF(cv, d.N * max64(d.QKVl, d.F1l));
+    /* dwide: the qkv gradient in fp32, or the MLP's dpre in its type (mlp_elem, set by
+     * layout_slot) */
+    a->dwide = (float *)carve(cv, (size_t)(d.N * max64(d.QKVl * (int64_t)sizeof(float),
+                                                       d.F1l * (int64_t)a->mlp_elem)));
     a->dwide2 = CF(cv, d.N * max64(d.NHl * d.HS, d.Fl));
     if (m->last_stage && d.tp == 1) { /* sized for fp32 logits: the type is set later */
         a->xent_rows = xent_chunk_rows(&d, (int64_t)sizeof(float));

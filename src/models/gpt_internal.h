@@ -48,9 +48,9 @@ struct loom_gpt_acts {
     float *dc;                /* [N,C] */
     float *full;              /* [N,C] a full-sequence buffer for region transitions */
     float *sp_scratch;        /* [N,C] the sequence-parallel collectives' scratch */
-    float *dwide;             /* [N, max(QKVl, F1l)] */
+    float *dwide;             /* [N, max(QKVl, F1l)]: F1l of the MLP's type (mlp_elem) */
     float *dwide2;            /* [N, max(NHl HS, Fl)] */
-    size_t mlp_elem;          /* bytes per element fc1 and act were sized for (gpt.c mlp_dtype) */
+    size_t mlp_elem;          /* bytes an element fc1, act and dpre (dwide) got (gpt.c mlp_dtype) */
     void *mem;                /* the one allocation everything above lives in */
 };
 
