@@ -311,15 +311,18 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                                           &ops, &nops));
         int slots = loom_pipeline_max_in_flight(ops, nops, t->num_micro);
         free(ops);
-        LOOM_CHECK(loom_gpt_create(&t->model, &c->model, &t->par, t->be, c->micro_batch, slots));
+        /* the product type first, so that the model sizes its 16-bit activation buffers by it;
+         * then again with the weights, which get their 16-bit copy */
+        enum loom_dtype mm = c->bf16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F16;
         if (c->bf16 || c->fp16) {
-            const char *flag = c->bf16 ? "--bf16" : "--fp16";
             if (!t->be->ops->set_matmul_dtype)
-                return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: not supported on the %s backend", flag,
-                                 t->be->ops->name);
-            LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, c->bf16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F16,
-                                                    t->model->param_mem, t->model->num_local));
+                return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: not supported on the %s backend",
+                                 c->bf16 ? "--bf16" : "--fp16", t->be->ops->name);
+            LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, mm, NULL, 0));
         }
+        LOOM_CHECK(loom_gpt_create(&t->model, &c->model, &t->par, t->be, c->micro_batch, slots));
+        if (c->bf16 || c->fp16)
+            LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, mm, t->model->param_mem, t->model->num_local));
         LOOM_CHECK(loom_pipeline_create(&t->pipe));
         LOOM_CHECK(loom_grad_sync_create(&t->gsync, t->model, (int64_t)c->dp_bucket_mb << 20));
     }
