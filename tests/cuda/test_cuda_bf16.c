@@ -9,11 +9,12 @@
  * through to_device or scale, the products must use the new values (the bf16 copy is refreshed),
  * and against the unrounded fp32 products the error is that of bf16 rounding (<= 2e-2).
  * Switching back to F32 restores the exact fp32 products (<= 1e-5). Two cases repeat with fp16
- * products (LOOM_DTYPE_F16) against inputs rounded to fp16. The bf16 attention is
- * checked against the CPU's fp32 attention on rounded inputs (see run_attention), the fused
- * linear + GELU products against the CPU's fp32 ops on rounded inputs (see run_linear_gelu), the
- * GELU MLP with its activations in bf16 likewise (see run_mlp_act16), and the typed linear ops
- * with fp32 operands against the CPU (see run_typed_f32).
+ * products (LOOM_DTYPE_F16) against inputs rounded to fp16. The tensor-core attention is
+ * checked in bf16 and in fp16 against the CPU's fp32 attention on inputs rounded to the type
+ * (see run_attention_typed), the fused linear + GELU products against the CPU's fp32 ops on
+ * rounded inputs (see run_linear_gelu), the GELU MLP with its activations in bf16 likewise (see
+ * run_mlp_act16), and the typed linear ops with fp32 operands against the CPU (see
+ * run_typed_f32).
  *
  * Exit status: 0 passed, 1 failed, 77 skipped (no CUDA build or no device; with
  * LOOM_REQUIRE_CUDA=1 a missing device fails).
@@ -52,12 +53,15 @@ static float *hrand(int64_t n, uint64_t purpose, float sd) {
 
 static int g_f16; /* run_case rounds to fp16 instead of bf16 */
 
-static float *rounded(const float *x, int64_t n) {
+/* x rounded to fp16 (f16) or bf16, to nearest even */
+static float *rounded_as(int f16, const float *x, int64_t n) {
     float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     if (!p) exit(2);
-    for (int64_t i = 0; i < n; i++) p[i] = g_f16 ? (float)(_Float16)x[i] : bf16_round(x[i]);
+    for (int64_t i = 0; i < n; i++) p[i] = f16 ? (float)(_Float16)x[i] : bf16_round(x[i]);
     return p;
 }
+
+static float *rounded(const float *x, int64_t n) { return rounded_as(g_f16, x, n); }
 
 static void *dput(struct loom_backend *be, const float *h, int64_t n) {
     void *d = be->ops->malloc(be, (size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -495,11 +499,14 @@ static void run_typed_f32(int64_t N, int64_t C, int64_t OC, uint64_t seed) {
     for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
 }
 
-/* bf16 tensor-core attention (head size 64 or 128, no dropout) against the CPU's fp32 attention
- * on q, k, v and dout rounded to bf16: the probabilities are rounded to bf16 inside (normwise
- * 2e-2), the scores are not (lse within 1e-4); two runs agree bit for bit. */
-static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal,
-                          uint64_t seed) {
+/* Tensor-core attention (head size 64 or 128, no dropout) with 16-bit products of type dt
+ * (LOOM_DTYPE_BF16 or LOOM_DTYPE_F16) against the CPU's fp32 attention on q, k, v and dout rounded
+ * to dt: the probabilities and dS are rounded to dt inside (normwise 2e-2), the scores are not
+ * (lse within 1e-4); two runs agree bit for bit. */
+static void run_attention_typed(enum loom_dtype dt, int64_t B, int64_t T, int64_t NH,
+                                int64_t NKV, int64_t HS, int causal, uint64_t seed) {
+    const int f16 = dt == LOOM_DTYPE_F16;
+    const char *ty = f16 ? "fp16" : "bf16";
     struct loom_attn a = {0};
     a.B = B;
     a.T = T;
@@ -511,7 +518,7 @@ static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     a.NH_global = NH;
     int64_t nqkv = B * T * (NH + 2 * NKV) * HS, nout = B * T * NH * HS, nl = B * NH * T;
     float *qkv = hrand(nqkv, seed + 1, 1.0f), *dout = hrand(nout, seed + 2, 0.1f);
-    float *qkv_r = rounded(qkv, nqkv), *dout_r = rounded(dout, nout);
+    float *qkv_r = rounded_as(f16, qkv, nqkv), *dout_r = rounded_as(f16, dout, nout);
     /* CPU reference on rounded inputs */
     float *cq = dput(g_cpu, qkv_r, nqkv), *cd = dput(g_cpu, dout_r, nout);
     float *co = dput(g_cpu, NULL, nout), *cl = dput(g_cpu, NULL, nl), *cg = dput(g_cpu, NULL, nqkv);
@@ -519,7 +526,7 @@ static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     g_cpu->ops->attention_backward(g_cpu, cg, cd, co, cl, cq, &a);
     float *ro = dget(g_cpu, co, nout), *rl = dget(g_cpu, cl, nl), *rg = dget(g_cpu, cg, nqkv);
     /* GPU on the unrounded inputs (the kernels round them) */
-    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, NULL, 0);
+    g_gpu->ops->set_matmul_dtype(g_gpu, dt, NULL, 0);
     float *gq = dput(g_gpu, qkv, nqkv), *gd = dput(g_gpu, dout, nout);
     float *go = dput(g_gpu, NULL, nout), *gl = dput(g_gpu, NULL, nl), *gg = dput(g_gpu, NULL, nqkv);
     float *h1[3], *h2[3];
@@ -536,16 +543,16 @@ static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     }
     char what[160];
     const char *shape = causal ? "causal" : "full";
-    snprintf(what, sizeof what, "attention bf16 out, B%lld T%lld NH%lld NKV%lld HS%lld %s",
+    snprintf(what, sizeof what, "attention %s out, B%lld T%lld NH%lld NKV%lld HS%lld %s", ty,
              (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS, shape);
     compare(what, h1[0], ro, nout, 2e-2);
-    snprintf(what, sizeof what, "attention bf16 lse, T%lld %s", (long long)T, shape);
+    snprintf(what, sizeof what, "attention %s lse, T%lld %s", ty, (long long)T, shape);
     compare(what, h1[1], rl, nl, 1e-4);
-    snprintf(what, sizeof what, "attention bf16 dqkv, T%lld %s", (long long)T, shape);
+    snprintf(what, sizeof what, "attention %s dqkv, T%lld %s", ty, (long long)T, shape);
     compare(what, h1[2], rg, nqkv, 2e-2);
     int same = !memcmp(h1[0], h2[0], (size_t)nout * 4) && !memcmp(h1[1], h2[1], (size_t)nl * 4) &&
                !memcmp(h1[2], h2[2], (size_t)nqkv * 4);
-    printf("%s attention bf16: two runs bit for bit\n", same ? "ok  " : "FAIL");
+    printf("%s attention %s: two runs bit for bit\n", same ? "ok  " : "FAIL", ty);
     same ? g_pass++ : g_fail++;
     g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
     void *gb[] = {gq, gd, go, gl, gg};
@@ -554,6 +561,11 @@ static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     for (size_t i = 0; i < 5; i++) g_cpu->ops->free(g_cpu, cb[i]);
     float *hb[] = {qkv, dout, qkv_r, dout_r, ro, rl, rg, h1[0], h1[1], h1[2], h2[0], h2[1], h2[2]};
     for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
+}
+
+static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal,
+                          uint64_t seed) {
+    run_attention_typed(LOOM_DTYPE_BF16, B, T, NH, NKV, HS, causal, seed);
 }
 
 int main(void) {
@@ -596,6 +608,12 @@ int main(void) {
     run_attention(2, 200, 4, 2, 128, 1, 1200);  /* head size 128: grouped, partial last tile */
     run_attention(1, 300, 4, 4, 128, 0, 1300);  /* head size 128, no causal mask */
     run_attention(1, 1024, 16, 16, 128, 1, 1400); /* head size 128 at the 1.3B model's heads */
+    /* the same kernels in fp16 (fp16 products) */
+    run_attention_typed(LOOM_DTYPE_F16, 2, 200, 4, 2, 64, 1, 2500);
+    run_attention_typed(LOOM_DTYPE_F16, 1, 77, 4, 1, 64, 0, 2600);
+    run_attention_typed(LOOM_DTYPE_F16, 2, 1024, 12, 12, 64, 1, 2700); /* GPT-2 124M shapes */
+    run_attention_typed(LOOM_DTYPE_F16, 2, 200, 4, 2, 128, 1, 2800);
+    run_attention_typed(LOOM_DTYPE_F16, 1, 300, 4, 4, 128, 0, 2900);
     g_gpu->ops->memory_stats(g_gpu, &m1);
     int ok = m1.peak >= m0.peak && m1.in_use >= m0.in_use && m1.allocations > m0.allocations;
     printf("%s memory_stats: in use %zu -> %zu bytes, peak %zu bytes, %lld allocations\n",

@@ -1,6 +1,7 @@
-/* Attention (fp32, flash-style) and rotary embeddings. With bf16 matrix products, head size 64
- * or 128 and no attention dropout, attention_bf16.cu's tensor-core kernels run instead (their
- * backward makes Dv in its own conversion pass).
+/* Attention (fp32, flash-style) and rotary embeddings. With 16-bit matrix products (bf16, or
+ * fp16 under --fp16), head size 64 or 128 and no attention dropout, attention_bf16.cu's
+ * tensor-core kernels run instead, in the products' 16-bit type (their backward makes Dv in its
+ * own conversion pass).
  *
  * qkv[B,T,(NH+2*NKV)*HS]: a row holds NKV groups, each [G = NH/NKV query heads | k | v] of HS.
  * out[B,T,NH*HS], lse[B,NH,T]. Query head h reads the k/v head of its group, h / G.

@@ -1,20 +1,28 @@
-/* Attention on the tensor cores in bf16 (flash-attention style), used by the attention ops when
- * the backend's matrix products are bf16 (set_matmul_dtype), the head size is 64 or 128, the
- * scale is positive and there is no attention dropout; everything else takes the fp32 kernels of
- * attention.cu. Same contract: out and lse (natural log, of the unscaled-by-dropout scores) in
- * fp32, dqkv assigned.
+/* Attention on the tensor cores in 16-bit precision (flash-attention style), used by the
+ * attention ops when the backend's matrix products are 16-bit (set_matmul_dtype BF16 or F16:
+ * the matmul_bf16 flag, after which the functions here are named), the head size is 64 or 128,
+ * the scale is positive and there is no attention dropout; everything else takes the fp32
+ * kernels of attention.cu. Same contract: out and lse (natural log, of the unscaled-by-dropout
+ * scores) in fp32, dqkv assigned.
  *
- * Rounding: q, k, v, dout and the probabilities P (for P.V and its gradients) are rounded to
- * bf16; every product accumulates in fp32; softmax statistics, lse and D = rowsum(dout * out)
- * are fp32. Scores use exp2 with log2(e) folded into the scale.
+ * Element type E: bf16 with bf16 products, fp16 (__half) with fp16 products (matmul_f16). The
+ * kernels are templates over E; the two instantiations differ only in the rounding of fp32
+ * values to E (fa_pack) and in the mma.sync variant (fa_mma).
  *
- * Layout: a conversion pass writes bf16 head-major copies [B, heads, T, D] of what the kernels
+ * Rounding: q, k, v, dout, the probabilities P (for P.V and its gradients) and dS (for dq and
+ * dk) are rounded to E; every product accumulates in fp32; scores, softmax statistics, lse and
+ * D = rowsum(dout * out) are fp32. Scores use exp2 with log2(e) folded into the scale. In fp16
+ * (range +-65504) a larger input overflows to infinity, and dS = P (dP - D) below 6.1e-5 keeps
+ * fewer bits as an fp16 subnormal (zero below 6e-8): --fp16 scales the loss so that gradients
+ * sit in fp16's range, and skips the steps that overflow.
+ *
+ * Layout: a conversion pass writes E head-major copies [B, heads, T, D] of what the kernels
  * stream tile by tile out of qkv[B,T,(NH+2NKV)*D] (Megatron's grouped order) and dout[B,T,NH*D]:
  * k and v for the forward, which reads its own q rows straight from the fp32 qkv; q, k, v and
  * dout for the backward, whose pass also makes D from the fp32 dout and out.
  *
  * Kernels: blocks of 8 warps; a warp owns 16 rows (queries, or keys in the dk/dv pass) and
- * multiplies with mma.sync m16n8k16 (bf16 in, fp32 accumulate). The warp's own operand (q; or
+ * multiplies with mma.sync m16n8k16 (E in, fp32 accumulate). The warp's own operand (q; or
  * k and v) stays in registers as A fragments for the whole pass (head size 64; at 128 it is read
  * from shared memory at each use), and score tiles go from accumulators to A fragments in
  * registers. Streamed tiles come in with cp.async into FA_STAGES buffers, FA_STAGES - 1 tiles
@@ -33,6 +41,7 @@
  *            dQ += dS K.
  */
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
 #include "backend/cuda/common.cuh"
@@ -45,8 +54,10 @@
 #define FA_LOG2E 1.4426950408889634f
 
 typedef __nv_bfloat16 bf16;
+typedef __half f16;
+static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2, "byte offsets count 2 bytes an element");
 
-/* Geometry for head size D: shared rows of LD bf16 (D plus 16 bytes of padding); KS 16-wide k
+/* Geometry for head size D: shared rows of LD elements (D plus 16 bytes of padding); KS 16-wide k
  * steps and NT 8-wide n tiles over the head dimension; QT queries per tile of the dk/dv pass;
  * RES: a warp keeps its own operand in registers. */
 template <int D>
@@ -59,12 +70,13 @@ struct fa_geom {
 };
 
 /* Arguments of the kernels (those of one pass are set). */
+template <class E>
 struct fa_args {
     const float *qkv;        /* forward: the fp32 q rows */
     const float *lse, *Dv;   /* backward inputs [B, NH, T] */
     float *out, *lse_out;    /* forward outputs */
     float *dqkv;             /* backward output */
-    const bf16 *q, *k, *v, *dout; /* head-major bf16 copies */
+    const E *q, *k, *v, *dout; /* head-major 16-bit copies */
     int B, T, NH, NKV, causal;
     float sl2;   /* scale * log2(e) */
     float scale;
@@ -72,16 +84,41 @@ struct fa_args {
 
 /* ---- device primitives ---- */
 
-__device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+/* c (16 x 8, fp32) += a (16 x 16) . b (16 x 8), operands of element type E (mma.sync
+ * m16n8k16; fragments as below). */
+template <class E>
+__device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void fa_mma<bf16>(float c[4], const uint32_t a[4], uint32_t b0,
+                                             uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+template <>
+__device__ __forceinline__ void fa_mma<f16>(float c[4], const uint32_t a[4], uint32_t b0,
+                                            uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
-__device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
+/* lo and hi rounded to E (to nearest even; fp16 overflows to infinity) in one register, lo in
+ * the low half. */
+template <class E>
+__device__ __forceinline__ uint32_t fa_pack(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t fa_pack<bf16>(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+template <>
+__device__ __forceinline__ uint32_t fa_pack<f16>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
     return *(uint32_t *)&v;
 }
 
@@ -113,7 +150,7 @@ __device__ __forceinline__ void fa_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* Four 8x8 bf16 matrices from shared memory (lane l gives the row address of matrix l / 8);
+/* Four 8x8 16-bit matrices from shared memory (lane l gives the row address of matrix l / 8);
  * lane l receives row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of each, or with _t the
  * transposed matrices (column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1). */
 __device__ __forceinline__ void fa_ldsm(uint32_t r[4], uint32_t addr) {
@@ -132,10 +169,10 @@ __device__ __forceinline__ void fa_ldsm_t(uint32_t r[4], uint32_t addr) {
  * 2t, 2t+1), a[1] = row g+8, a[2] = columns + 8, a[3] = both; B (16 x 8) b0 = (rows 2t, 2t+1,
  * column g), b1 = rows + 8; C (16 x 8) c[0..1] = (row g, columns 2t, 2t+1), c[2..3] = row g+8. */
 
-/* Start copying rows [row0, row0 + R) of a head-major [T, D] bf16 array into the shared tile at
+/* Start copying rows [row0, row0 + R) of a head-major [T, D] E array into the shared tile at
  * dst (rows of LD; rows at or past T are zeros). Every thread of the block takes part. */
-template <int D, int R>
-__device__ __forceinline__ void fa_load(uint32_t dst, const bf16 *src, int row0, int T) {
+template <int D, int R, class E>
+__device__ __forceinline__ void fa_load(uint32_t dst, const E *src, int row0, int T) {
     constexpr int CH = D / 8, LD = fa_geom<D>::LD;
     static_assert(R * CH % FA_THREADS == 0, "a tile's 16-byte chunks divide among the threads");
 #pragma unroll
@@ -156,7 +193,7 @@ __device__ __forceinline__ void fa_afrag(uint32_t f[4], uint32_t rows, int st, i
 
 /* acc (16 x N) += A . B^T: A (16 x 16 KS) given k step by k step by af(st, f); B an N x 16 KS
  * shared tile at b whose row n holds the k values of output column n (rows of LD). */
-template <int KS, int N, int LD, class AF>
+template <class E, int KS, int N, int LD, class AF>
 __device__ __forceinline__ void fa_mm_nt(float (&acc)[N / 8][4], AF af, uint32_t b, int lane) {
     const uint32_t base = b + (uint32_t)(((lane & 7) + ((lane >> 4) << 3)) * LD + (lane & 8)) * 2;
 #pragma unroll
@@ -167,15 +204,15 @@ __device__ __forceinline__ void fa_mm_nt(float (&acc)[N / 8][4], AF af, uint32_t
         for (int np = 0; np < N / 16; np++) {
             uint32_t r[4];
             fa_ldsm(r, base + (uint32_t)(np * 16 * LD + st * 16) * 2);
-            fa_mma(acc[2 * np], a, r[0], r[1]);
-            fa_mma(acc[2 * np + 1], a, r[2], r[3]);
+            fa_mma<E>(acc[2 * np], a, r[0], r[1]);
+            fa_mma<E>(acc[2 * np + 1], a, r[2], r[3]);
         }
     }
 }
 
 /* acc (16 x N) += A . B: A (16 x 16 KS) in fragments a; B a 16 KS x N shared tile at b whose row
  * k holds the n values (rows of LD), read transposed. */
-template <int KS, int N, int LD>
+template <class E, int KS, int N, int LD>
 __device__ __forceinline__ void fa_mm_nn(float (&acc)[N / 8][4], const uint32_t (&a)[KS][4],
                                          uint32_t b, int lane) {
     const uint32_t base = b + (uint32_t)(((lane & 7) + (lane & 8)) * LD + (lane >> 4) * 8) * 2;
@@ -185,20 +222,20 @@ __device__ __forceinline__ void fa_mm_nn(float (&acc)[N / 8][4], const uint32_t 
         for (int np = 0; np < N / 16; np++) {
             uint32_t r[4];
             fa_ldsm_t(r, base + (uint32_t)(st * 16 * LD + np * 16) * 2);
-            fa_mma(acc[2 * np], a[st], r[0], r[1]);
-            fa_mma(acc[2 * np + 1], a[st], r[2], r[3]);
+            fa_mma<E>(acc[2 * np], a[st], r[0], r[1]);
+            fa_mma<E>(acc[2 * np + 1], a[st], r[2], r[3]);
         }
 }
 
-/* The A fragments (16 x N, rounded to bf16) of an accumulator tile p (16 x N). */
-template <int N>
+/* The A fragments (16 x N, rounded to E) of an accumulator tile p (16 x N). */
+template <class E, int N>
 __device__ __forceinline__ void fa_tofrag(uint32_t (&a)[N / 16][4], const float (&p)[N / 8][4]) {
 #pragma unroll
     for (int st = 0; st < N / 16; st++) {
-        a[st][0] = fa_pack(p[2 * st][0], p[2 * st][1]);
-        a[st][1] = fa_pack(p[2 * st][2], p[2 * st][3]);
-        a[st][2] = fa_pack(p[2 * st + 1][0], p[2 * st + 1][1]);
-        a[st][3] = fa_pack(p[2 * st + 1][2], p[2 * st + 1][3]);
+        a[st][0] = fa_pack<E>(p[2 * st][0], p[2 * st][1]);
+        a[st][1] = fa_pack<E>(p[2 * st][2], p[2 * st][3]);
+        a[st][2] = fa_pack<E>(p[2 * st + 1][0], p[2 * st + 1][1]);
+        a[st][3] = fa_pack<E>(p[2 * st + 1][2], p[2 * st + 1][3]);
     }
 }
 
@@ -214,22 +251,22 @@ __device__ __forceinline__ int fa_kcol(int kvh, int G, int D) { return (kvh * (G
 
 /* ---- layout conversion ---- */
 
-/* Slot blockIdx.y of bf16 head-major copies: first the slots of qkv[B,T,(NH+2NKV)*D] in
+/* Slot blockIdx.y of E head-major copies: first the slots of qkv[B,T,(NH+2NKV)*D] in
  * grouped order, with q set all of them (q heads to q[B,NH,T,D], k and v heads to
  * k, v[B,NKV,T,D]), with q NULL only the k and v slots; then, with dout set, the NH heads of
  * dout[B,T,NH*D] to d[B,NH,T,D], and Dv[B,NH,T] = rowsum(dout * out) over each head's D columns
  * in fp32 (out[B,T,NH*D]). A thread takes 8 columns of a row; the D / 8 threads of a row are
  * aligned lanes of one warp (blocks are whole warps, so lane = i % 32, and D / 8 divides 32),
  * which add their partial sums in a fixed butterfly: Dv does not depend on the launch shape. */
-template <int D>
-__global__ void fa_convert_kernel(bf16 *q, bf16 *k, bf16 *v, bf16 *d, float *Dv,
+template <class E, int D>
+__global__ void fa_convert_kernel(E *q, E *k, E *v, E *d, float *Dv,
                                   const float *qkv, const float *dout, const float *out, int B,
                                   int T, int NH, int NKV) {
     static_assert(D % 8 == 0 && D / 8 <= 16, "a row's threads are at most half a warp");
     const int G = NH / NKV, qslots = q ? NH + 2 * NKV : 2 * NKV, y = blockIdx.y;
     int slots, slot, head, heads;
     const float *src;
-    bf16 *dst;
+    E *dst;
     if (y < qslots) {
         const int grp = q ? y / (G + 2) : y / 2, in = q ? y % (G + 2) : G + y % 2;
         src = qkv;
@@ -255,10 +292,10 @@ __global__ void fa_convert_kernel(bf16 *q, bf16 *k, bf16 *v, bf16 *d, float *Dv,
         const float4 *x4 = (const float4 *)(src + off);
         const float4 x = x4[0], z = x4[1];
         uint4 o;
-        o.x = fa_pack(x.x, x.y);
-        o.y = fa_pack(x.z, x.w);
-        o.z = fa_pack(z.x, z.y);
-        o.w = fa_pack(z.z, z.w);
+        o.x = fa_pack<E>(x.x, x.y);
+        o.y = fa_pack<E>(x.z, x.w);
+        o.z = fa_pack<E>(z.x, z.y);
+        o.w = fa_pack<E>(z.z, z.w);
         *(uint4 *)(dst + (((int64_t)b * heads + head) * T + t) * D + c8 * 8) = o;
         if (dot) {
             const float4 *y4 = (const float4 *)(out + off);
@@ -280,8 +317,9 @@ __global__ void fa_convert_kernel(bf16 *q, bf16 *k, bf16 *v, bf16 *d, float *Dv,
 
 /* ---- forward ---- */
 
-template <int D>
-__global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1) fa_forward_kernel(const fa_args a) {
+template <class E, int D>
+__global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
+    fa_forward_kernel(const fa_args<E> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr uint32_t TILE = FA_KT * LD * 2; /* bytes of a K or V tile */
     extern __shared__ uint4 fa_smem[];
@@ -295,7 +333,7 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1) fa_forward_kernel
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int r0 = i0 + 16 * w; /* the warp's first query */
     const int64_t kvoff = ((int64_t)b * a.NKV + h / G) * T * D;
-    const bf16 *kh = a.k + kvoff, *vh = a.v + kvoff;
+    const E *kh = a.k + kvoff, *vh = a.v + kvoff;
     const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
     const int nt = (kend + FA_KT - 1) / FA_KT;
 
@@ -311,7 +349,7 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1) fa_forward_kernel
 #pragma unroll
     for (int t = 0; t < FA_STAGES - 1; t++) load_kv(t);
 
-    /* the warp's q rows as bf16 A fragments, straight from qkv (zeros past T) */
+    /* the warp's q rows as E A fragments, straight from qkv (zeros past T) */
     uint32_t qf[KS][4];
     {
         const int64_t stride = (int64_t)(NH + 2 * a.NKV) * D;
@@ -331,10 +369,10 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1) fa_forward_kernel
                 x1 = *(const float2 *)(pb + c);
                 x3 = *(const float2 *)(pb + c + 8);
             }
-            qf[st][0] = fa_pack(x0.x, x0.y);
-            qf[st][1] = fa_pack(x1.x, x1.y);
-            qf[st][2] = fa_pack(x2.x, x2.y);
-            qf[st][3] = fa_pack(x3.x, x3.y);
+            qf[st][0] = fa_pack<E>(x0.x, x0.y);
+            qf[st][1] = fa_pack<E>(x1.x, x1.y);
+            qf[st][2] = fa_pack<E>(x2.x, x2.y);
+            qf[st][3] = fa_pack<E>(x3.x, x3.y);
         }
     }
     auto qfrag = [&](int st, uint32_t f[4]) {
@@ -355,7 +393,7 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1) fa_forward_kernel
         if (r0 < T && (!a.causal || k0 <= r0 + 15)) {
             float s[FA_KT / 8][4];
             fa_zero(s);
-            fa_mm_nt<KS, FA_KT, LD>(s, qfrag, ks, lane); /* S = Q K^T */
+            fa_mm_nt<E, KS, FA_KT, LD>(s, qfrag, ks, lane); /* S = Q K^T */
             if ((a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T) {
 #pragma unroll
                 for (int j = 0; j < FA_KT / 8; j++)
@@ -394,8 +432,8 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1) fa_forward_kernel
                     s[j][e] = p;
                 }
             uint32_t pf[FA_KT / 16][4];
-            fa_tofrag<FA_KT>(pf, s);
-            fa_mm_nn<FA_KT / 16, D, LD>(o, pf, vs, lane); /* O += P V */
+            fa_tofrag<E, FA_KT>(pf, s);
+            fa_mm_nn<E, FA_KT / 16, D, LD>(o, pf, vs, lane); /* O += P V */
         }
     }
 #pragma unroll
@@ -416,8 +454,8 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1) fa_forward_kernel
 
 /* ---- backward: dk, dv ---- */
 
-template <int D>
-__global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args a) {
+template <class E, int D>
+__global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr int QT = fa_geom<D>::QT;
     constexpr bool RES = fa_geom<D>::RES;
@@ -504,8 +542,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args a)
             float s[QT / 8][4], dp[QT / 8][4];
             fa_zero(s);
             fa_zero(dp);
-            fa_mm_nt<KS, QT, LD>(s, kfrag, qs, lane);   /* S^T = K Q^T */
-            fa_mm_nt<KS, QT, LD>(dp, vfrag, dos, lane); /* dP^T = V dO^T */
+            fa_mm_nt<E, KS, QT, LD>(s, kfrag, qs, lane);   /* S^T = K Q^T */
+            fa_mm_nt<E, KS, QT, LD>(dp, vfrag, dos, lane); /* dP^T = V dO^T */
             const bool mask = a.causal && kw + 15 > i0;
 #pragma unroll
             for (int j = 0; j < QT / 8; j++) {
@@ -521,10 +559,10 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args a)
                 }
             }
             uint32_t pf[QT / 16][4], sf[QT / 16][4];
-            fa_tofrag<QT>(pf, s);
-            fa_tofrag<QT>(sf, dp);
-            fa_mm_nn<QT / 16, D, LD>(dv, pf, dos, lane); /* dV += P^T dO */
-            fa_mm_nn<QT / 16, D, LD>(dk, sf, qs, lane);  /* dK += dS^T Q */
+            fa_tofrag<E, QT>(pf, s);
+            fa_tofrag<E, QT>(sf, dp);
+            fa_mm_nn<E, QT / 16, D, LD>(dv, pf, dos, lane); /* dV += P^T dO */
+            fa_mm_nn<E, QT / 16, D, LD>(dk, sf, qs, lane);  /* dK += dS^T Q */
         }
     }
     const int64_t stride = (int64_t)(NH + 2 * NKV) * D;
@@ -545,8 +583,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args a)
 
 /* ---- backward: dq ---- */
 
-template <int D>
-__global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args a) {
+template <class E, int D>
+__global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr bool RES = fa_geom<D>::RES;
     constexpr uint32_t BLK = FA_ROWS * LD * 2; /* bytes of the block's q or dout rows */
@@ -562,7 +600,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args a) {
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int r0 = i0 + 16 * w;
     const int64_t hq = (int64_t)b * NH + h, kvoff = ((int64_t)b * a.NKV + h / G) * T * D;
-    const bf16 *kh = a.k + kvoff, *vh = a.v + kvoff;
+    const E *kh = a.k + kvoff, *vh = a.v + kvoff;
     const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
     const int nt = (kend + FA_KT - 1) / FA_KT;
 
@@ -626,8 +664,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args a) {
             float s[FA_KT / 8][4], dp[FA_KT / 8][4];
             fa_zero(s);
             fa_zero(dp);
-            fa_mm_nt<KS, FA_KT, LD>(s, qfrag, ks, lane);  /* S = Q K^T */
-            fa_mm_nt<KS, FA_KT, LD>(dp, ofrag, vs, lane); /* dP = dO V^T */
+            fa_mm_nt<E, KS, FA_KT, LD>(s, qfrag, ks, lane);  /* S = Q K^T */
+            fa_mm_nt<E, KS, FA_KT, LD>(dp, ofrag, vs, lane); /* dP = dO V^T */
             const bool mask = (a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T;
 #pragma unroll
             for (int j = 0; j < FA_KT / 8; j++)
@@ -642,8 +680,8 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args a) {
                     dp[j][e] = p * (dp[j][e] - dr[hi]);
                 }
             uint32_t sf[FA_KT / 16][4];
-            fa_tofrag<FA_KT>(sf, dp);
-            fa_mm_nn<FA_KT / 16, D, LD>(dq, sf, ks, lane); /* dQ += dS K */
+            fa_tofrag<E, FA_KT>(sf, dp);
+            fa_mm_nn<E, FA_KT / 16, D, LD>(dq, sf, ks, lane); /* dQ += dS K */
         }
     }
     const int64_t stride = (int64_t)(NH + 2 * a.NKV) * D;
@@ -663,14 +701,14 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args a) {
 /* ---- host side ---- */
 
 int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn *a) {
-    return loom_cuda_impl(be)->matmul_bf16 && !loom_cuda_impl(be)->matmul_f16 &&
-           (a->HS == 64 || a->HS == 128) && a->dropout_p == 0.0f && a->scale > 0.0f &&
-           a->NKV > 0 && a->NH % a->NKV == 0 && a->NH + 2 * a->NKV <= 65535 && a->B <= 65535 &&
-           a->B * a->T <= INT32_MAX;
+    return loom_cuda_impl(be)->matmul_bf16 && (a->HS == 64 || a->HS == 128) &&
+           a->dropout_p == 0.0f && a->scale > 0.0f && a->NKV > 0 && a->NH % a->NKV == 0 &&
+           a->NH + 2 * a->NKV <= 65535 && a->B <= 65535 && a->B * a->T <= INT32_MAX;
 }
 
-static fa_args fa_make_args(const struct loom_attn *a) {
-    fa_args p = {};
+template <class E>
+static fa_args<E> fa_make_args(const struct loom_attn *a) {
+    fa_args<E> p = {};
     p.B = (int)a->B;
     p.T = (int)a->T;
     p.NH = (int)a->NH;
@@ -681,17 +719,17 @@ static fa_args fa_make_args(const struct loom_attn *a) {
     return p;
 }
 
-/* bf16 copies in the attention workspace: k and v of qkv, and q when with_q; dout's heads when
+/* E copies in the attention workspace: k and v of qkv, and q when with_q; dout's heads when
  * dout is given, with Dv[B,NH,T] = rowsum(dout * out) per head (fp32). One launch. */
-template <int D>
+template <class E, int D>
 static void fa_convert(struct loom_backend *be, const float *qkv, const float *dout,
                        const float *out, float *Dv, int with_q, const struct loom_attn *a,
-                       fa_args *p) {
+                       fa_args<E> *p) {
     struct loom_cuda *c = loom_cuda_impl(be);
     size_t nq = (size_t)(a->B * a->NH * a->T * D), nk = (size_t)(a->B * a->NKV * a->T * D);
-    loom_cuda_grow(be, &c->attn_ws, &c->attn_ws_bytes, (2 * nq + 2 * nk) * sizeof(bf16),
-                   "bf16 attention workspace");
-    bf16 *q = (bf16 *)c->attn_ws, *k = q + nq, *v = k + nk, *d = v + nk;
+    loom_cuda_grow(be, &c->attn_ws, &c->attn_ws_bytes, (2 * nq + 2 * nk) * sizeof(E),
+                   "16-bit attention workspace");
+    E *q = (E *)c->attn_ws, *k = q + nq, *v = k + nk, *d = v + nk;
     p->q = q;
     p->k = k;
     p->v = v;
@@ -703,68 +741,84 @@ static void fa_convert(struct loom_backend *be, const float *qkv, const float *d
     unsigned bx = (unsigned)((chunks + 255) / 256);
     if (bx > 4096) bx = 4096;
     unsigned slots = (unsigned)((with_q ? a->NH + 2 * a->NKV : 2 * a->NKV) + (dout ? a->NH : 0));
-    fa_convert_kernel<D><<<dim3(bx, slots), 256, 0, loom_cuda_stream(be)>>>(
+    fa_convert_kernel<E, D><<<dim3(bx, slots), 256, 0, loom_cuda_stream(be)>>>(
         with_q ? q : NULL, k, v, d, Dv, qkv, dout, out, p->B, p->T, p->NH, p->NKV);
     LOOM_CUDA_LAUNCHED();
 }
 
-template <int D>
+template <class E, int D>
 static void fa_forward(struct loom_backend *be, float *out, float *lse, const float *qkv,
                        const struct loom_attn *a) {
-    fa_args p = fa_make_args(a);
-    fa_convert<D>(be, qkv, NULL, NULL, NULL, 0, a, &p);
+    fa_args<E> p = fa_make_args<E>(a);
+    fa_convert<E, D>(be, qkv, NULL, NULL, NULL, 0, a, &p);
     p.qkv = qkv;
     p.out = out;
     p.lse_out = lse;
-    size_t smem = (size_t)FA_STAGES * 2 * FA_KT * fa_geom<D>::LD * sizeof(bf16); /* K, V */
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_forward_kernel<D>,
+    size_t smem = (size_t)FA_STAGES * 2 * FA_KT * fa_geom<D>::LD * sizeof(E); /* K, V */
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_forward_kernel<E, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     unsigned blocks = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS * a->NH * a->B);
-    fa_forward_kernel<D><<<blocks, FA_THREADS, smem, loom_cuda_stream(be)>>>(p);
+    fa_forward_kernel<E, D><<<blocks, FA_THREADS, smem, loom_cuda_stream(be)>>>(p);
     LOOM_CUDA_LAUNCHED();
 }
 
-template <int D>
+template <class E, int D>
 static void fa_backward(struct loom_backend *be, float *dqkv, const float *dout, const float *out,
                         const float *lse, const float *qkv, const struct loom_attn *a) {
     typedef fa_geom<D> geo;
-    fa_args p = fa_make_args(a);
+    fa_args<E> p = fa_make_args<E>(a);
     float *Dv = (float *)loom_cuda_scratch(be, (size_t)(a->B * a->NH * a->T) * sizeof(float));
-    fa_convert<D>(be, qkv, dout, out, Dv, 1, a, &p);
+    fa_convert<E, D>(be, qkv, dout, out, Dv, 1, a, &p);
     p.lse = lse;
     p.Dv = Dv;
     p.dqkv = dqkv;
     cudaStream_t st = loom_cuda_stream(be);
     unsigned tiles = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS);
     /* K, V rows; stages of q, dout, lse, D */
-    size_t smem = (size_t)2 * FA_ROWS * geo::LD * sizeof(bf16) +
-                  FA_STAGES * ((size_t)2 * geo::QT * geo::LD * sizeof(bf16) +
+    size_t smem = (size_t)2 * FA_ROWS * geo::LD * sizeof(E) +
+                  FA_STAGES * ((size_t)2 * geo::QT * geo::LD * sizeof(E) +
                                2 * geo::QT * sizeof(float));
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dkdv_kernel<D>,
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dkdv_kernel<E, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_dkdv_kernel<D><<<(unsigned)(tiles * a->NKV * a->B), FA_THREADS, smem, st>>>(p);
+    fa_dkdv_kernel<E, D><<<(unsigned)(tiles * a->NKV * a->B), FA_THREADS, smem, st>>>(p);
     LOOM_CUDA_LAUNCHED();
     /* q, dout rows; buffers of K, V */
-    smem = (size_t)(2 * FA_ROWS + FA_STAGES * 2 * FA_KT) * geo::LD * sizeof(bf16);
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dq_kernel<D>,
+    smem = (size_t)(2 * FA_ROWS + FA_STAGES * 2 * FA_KT) * geo::LD * sizeof(E);
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dq_kernel<E, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_dq_kernel<D><<<(unsigned)(tiles * a->NH * a->B), FA_THREADS, smem, st>>>(p);
+    fa_dq_kernel<E, D><<<(unsigned)(tiles * a->NH * a->B), FA_THREADS, smem, st>>>(p);
     LOOM_CUDA_LAUNCHED();
 }
 
+/* The instantiation for the backend's 16-bit type (fp16 with matmul_f16, else bf16) and head
+ * size (64 or 128). */
 void loom_cuda_attention_forward_bf16(struct loom_backend *be, float *out, float *lse,
                                       const float *qkv, const struct loom_attn *a) {
-    if (a->HS == 64)
-        fa_forward<64>(be, out, lse, qkv, a);
-    else
-        fa_forward<128>(be, out, lse, qkv, a);
+    if (loom_cuda_impl(be)->matmul_f16) {
+        if (a->HS == 64)
+            fa_forward<f16, 64>(be, out, lse, qkv, a);
+        else
+            fa_forward<f16, 128>(be, out, lse, qkv, a);
+    } else {
+        if (a->HS == 64)
+            fa_forward<bf16, 64>(be, out, lse, qkv, a);
+        else
+            fa_forward<bf16, 128>(be, out, lse, qkv, a);
+    }
 }
 
 void loom_cuda_attention_backward_bf16(struct loom_backend *be, float *dqkv, const float *dout,
                                        const float *out, const float *lse, const float *qkv,
                                        const struct loom_attn *a) {
-    if (a->HS == 64)
-        fa_backward<64>(be, dqkv, dout, out, lse, qkv, a);
-    else
-        fa_backward<128>(be, dqkv, dout, out, lse, qkv, a);
+    if (loom_cuda_impl(be)->matmul_f16) {
+        if (a->HS == 64)
+            fa_backward<f16, 64>(be, dqkv, dout, out, lse, qkv, a);
+        else
+            fa_backward<f16, 128>(be, dqkv, dout, out, lse, qkv, a);
+    } else {
+        if (a->HS == 64)
+            fa_backward<bf16, 64>(be, dqkv, dout, out, lse, qkv, a);
+        else
+            fa_backward<bf16, 128>(be, dqkv, dout, out, lse, qkv, a);
+    }
 }

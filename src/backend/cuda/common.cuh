@@ -61,7 +61,7 @@ struct loom_cuda {
     size_t act_ws_bytes;
     struct loom_cuda_lt_plan *plans;
     int nplans, cap_plans;
-    void *attn_ws;        /* bf16 q, k, v, dout of the bf16 attention (attention_bf16.cu) */
+    void *attn_ws;        /* 16-bit q, k, v, dout of the attention_bf16.cu kernels */
     size_t attn_ws_bytes;
 };
 
@@ -241,8 +241,9 @@ void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float
                                 const float *kcache, const float *vcache, int64_t L, int64_t NH,
                                 int64_t NKV, int64_t HS, float scale);
 
-/* attention_bf16.cu: tensor-core attention for bf16 products, head size 64 or 128, no dropout;
- * the backward computes Dv = rowsum(dout * out) itself */
+/* attention_bf16.cu: tensor-core attention for 16-bit products (matmul_bf16: in bf16, or in fp16
+ * with matmul_f16), head size 64 or 128, no dropout; the backward computes Dv = rowsum(dout * out)
+ * itself */
 int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn *a);
 void loom_cuda_attention_forward_bf16(struct loom_backend *be, float *out, float *lse,
                                       const float *qkv, const struct loom_attn *a);
