@@ -79,7 +79,8 @@ void loom_comm_finalize(void);
 _Noreturn void loom_comm_abort_job(int code);
 /* Print the last recorded error (loom_print_error) and end the job with status `code`.
  * collective != 0 promises that every rank met the same error (e.g. a layout check that all ranks
- * make alike): rank 0 alone prints it, then every rank finalises MPI and exits normally.
+ * make alike): rank 0 alone prints it, then every rank finalises MPI; rank 0 exits with `code`,
+ * the others with 0, so that the launcher reports the job's failure only once rank 0 is done.
  * collective == 0: this rank prints its message and aborts the job (loom_comm_abort_job). */
 _Noreturn void loom_comm_exit_error(int code, int collective);
 

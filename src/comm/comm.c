@@ -168,10 +168,14 @@ _Noreturn void loom_comm_exit_error(int code, int collective) {
         loom_print_error();
         loom_comm_abort_job(code);
     }
-    if (job_rank() == 0) loom_print_error();
+    /* Rank 0 alone carries the failure: a launcher that sees another rank exit non-zero first
+     * may tear the job down before it has forwarded rank 0's message. */
+    int rank0 = job_rank() == 0;
+    if (rank0) loom_print_error();
     fflush(stdout);
+    fflush(stderr);
     loom_comm_finalize();
-    exit(code);
+    exit(rank0 ? code : 0);
 }
 
 /* ---- argument checks ---------------------------------------------------------------------- */
