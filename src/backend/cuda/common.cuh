@@ -280,12 +280,13 @@ void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, 
                            int64_t Vvalid);
 enum loom_dtype loom_cuda_linear_xent_dtype(struct loom_backend *be);
 
-/* matmul_bf16.cu: linear_xent's products on logits in the 16-bit type of the products
- * (out16 = bf16(inp) . bf16(w)^T written in that type; dinp = dout16 . bf16(w) assigned and
- * dw += dout16^T . bf16(inp), each skipped if NULL) */
+/* matmul_bf16.cu: products with one operand in the 16-bit type of the products
+ * (out16 = bf16(inp) . bf16(w)^T written in that type; dinp = dout16 . bf16(w) assigned,
+ * dw += dout16^T . bf16(inp) and db += sum_rows dout16, each skipped if NULL), for linear_xent
+ * and the typed linear_backward */
 void loom_cuda_linear_forward_out16(struct loom_backend *be, void *out16, const float *inp,
                                     const float *w, int64_t N, int64_t C, int64_t OC);
-void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float *dw,
+void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float *dw, float *db,
                                     const void *dout16, const float *inp, const float *w,
                                     int64_t N, int64_t C, int64_t OC);
 
@@ -305,6 +306,17 @@ __device__ __forceinline__ float loom_warp_sum(float v) {
 __device__ __forceinline__ double loom_warp_sum_d(double v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+/* Block sum in double, the warps' sums added in warp order; every thread gets the result.
+ * blockDim.x is a multiple of 32; shared32 holds 32 doubles. */
+__device__ __forceinline__ double loom_block_sum_d(double v, double *shared32) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = loom_warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) shared32[warp] = v;
+    __syncthreads();
+    v = lane < nw ? shared32[lane] : 0.0;
+    return loom_warp_sum_d(v);
 }
 __device__ __forceinline__ float loom_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

@@ -56,17 +56,6 @@ void loom_cuda_scale(struct loom_backend *be, float *x, float alpha, int64_t n) 
 #define LOOM_SUMSQ_THREADS 256
 #define LOOM_SUMSQ_MAX_BLOCKS 1024
 
-/* Block sum in double; every thread gets the result. blockDim.x is a multiple of 32. */
-__device__ double block_sum_d(double v, double *shared32) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = loom_warp_sum_d(v);
-    __syncthreads();
-    if (lane == 0) shared32[warp] = v;
-    __syncthreads();
-    v = lane < nw ? shared32[lane] : 0.0;
-    return loom_warp_sum_d(v);
-}
-
 __global__ void sumsq_partial_kernel(double *partial, const float *x, int64_t n) {
     __shared__ double sh[32];
     double acc = 0.0;
@@ -75,7 +64,7 @@ __global__ void sumsq_partial_kernel(double *partial, const float *x, int64_t n)
         double v = (double)x[i];
         acc += v * v;
     }
-    acc = block_sum_d(acc, sh);
+    acc = loom_block_sum_d(acc, sh);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
@@ -83,7 +72,7 @@ __global__ void sum_doubles_kernel(double *out, const double *partial, int n) {
     __shared__ double sh[32];
     double acc = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-    acc = block_sum_d(acc, sh);
+    acc = loom_block_sum_d(acc, sh);
     if (threadIdx.x == 0) *out = acc;
 }
 

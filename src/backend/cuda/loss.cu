@@ -266,7 +266,7 @@ void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, 
     if (dt != LOOM_DTYPE_F32 && C > 0 && Vl > 0) {
         loom_cuda_linear_forward_out16(be, logits, inp, w, N, C, Vl);
         loom_cuda_xent_fused(be, losses, logits, dt, targets, dloss, grad, N, Vl, Vvalid);
-        if (grad) loom_cuda_linear_backward_in16(be, dinp, dw, logits, inp, w, N, C, Vl);
+        if (grad) loom_cuda_linear_backward_in16(be, dinp, dw, NULL, logits, inp, w, N, C, Vl);
         return;
     }
     float *x = (float *)logits;

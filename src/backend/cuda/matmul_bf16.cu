@@ -664,23 +664,7 @@ void loom_cuda_linear_backward_dout16(struct loom_backend *be, float *dinp, floa
     if (N <= 0) return;
     need_act16(be, dout_dt, "linear_backward_typed");
     LOOM_ASSERT(C > 0 && OC > 0);
-    const void *wb = dinp ? weight_copy(be, w, OC * C) : NULL;
-    size_t bytes[3] = {dw ? b16(N * C) : 0, dinp && !wb ? b16(OC * C) : 0, dw && db ? b32(OC) : 0};
-    void *ws[3];
-    workspace(be, 3, bytes, ws);
-    if (dinp) {
-        if (!wb) {
-            to_bf16(be, ws[1], w, OC * C);
-            wb = ws[1];
-        }
-        lt_gemm(be, 0, 0, C, N, OC, wb, C, dout16, OC, 0.0f, dinp, C, NULL);
-    }
-    if (dw) {
-        to_bf16(be, ws[0], inp, N * C);
-        product_weight_grad(be, dw, db, (float *)ws[2], dout16, ws[0], dout16, 1, N, C, OC);
-    } else if (db) {
-        colsum16_accumulate(be, db, dout16, N, OC);
-    }
+    loom_cuda_linear_backward_in16(be, dinp, dw, db, dout16, inp, w, N, C, OC);
 }
 
 /* ---- selection ---- */
@@ -763,14 +747,16 @@ void loom_cuda_linear_forward_out16(struct loom_backend *be, void *out16, const 
     lt_gemm_out16(be, 1, 0, OC, N, C, wb, C, ws[0], C, out16, OC);
 }
 
-void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float *dw,
+void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float *dw, float *db,
                                     const void *dout16, const float *inp, const float *w,
                                     int64_t N, int64_t C, int64_t OC) {
+    if (N <= 0) return;
     int want_dinp = dinp && C > 0, want_dw = dw && C > 0;
     const void *wb = want_dinp ? weight_copy(be, w, OC * C) : NULL;
-    size_t bytes[2] = {want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0};
-    void *ws[2];
-    workspace(be, 2, bytes, ws);
+    size_t bytes[3] = {want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0,
+                       want_dw && db ? b32(OC) : 0};
+    void *ws[3];
+    workspace(be, 3, bytes, ws);
     if (want_dinp) {
         if (!wb) {
             to_bf16(be, ws[1], w, OC * C);
@@ -780,6 +766,8 @@ void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float 
     }
     if (want_dw) {
         to_bf16(be, ws[0], inp, N * C);
-        lt_gemm(be, 0, 1, C, OC, N, ws[0], C, dout16, OC, 1.0f, dw, C, NULL);
+        product_weight_grad(be, dw, db, (float *)ws[2], dout16, ws[0], dout16, 1, N, C, OC);
+    } else if (db) {
+        colsum16_accumulate(be, db, dout16, N, OC);
     }
 }

@@ -56,16 +56,6 @@ void loom_cuda_adamw(struct loom_backend *be, float *param, const float *grad, f
 #define LOOM_SUMSQ_PIECE 16384
 #define LOOM_SUMSQ_RANGE_THREADS 256
 
-/* The block's sum in thread 0 (warps' sums added in warp order); blockDim.x a multiple of 32. */
-static __device__ double block_sum_d(double v, double *shared32) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = loom_warp_sum_d(v);
-    if (lane == 0) shared32[warp] = v;
-    __syncthreads();
-    if (warp == 0) v = loom_warp_sum_d(lane < (int)(blockDim.x >> 5) ? shared32[lane] : 0.0);
-    return v;
-}
-
 /* desc holds, per range, (offset, length, first piece); piece p belongs to the last range whose
  * first piece is <= p. */
 __global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64_t *desc,
@@ -86,7 +76,7 @@ __global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64
         double v = (double)xp[i];
         acc += v * v;
     }
-    acc = block_sum_d(acc, sh);
+    acc = loom_block_sum_d(acc, sh);
     if (threadIdx.x == 0) partial[p] = acc;
 }
 
@@ -96,7 +86,7 @@ __global__ void sumsq_total_kernel(double *out, const double *partial, int64_t n
     __shared__ double sh[32];
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-    acc = block_sum_d(acc, sh);
+    acc = loom_block_sum_d(acc, sh);
     if (threadIdx.x == 0) *out = acc;
 }
 
