@@ -87,7 +87,7 @@ for model in $MODELS; do
       echo "torch $model $mode failed:"; tail -5 "$LOGS/torch-$model-$mode.log"; rc=1
     fi
   done
-  echo "== loom $model time by op (LOOM_CUDA_PROFILE=1, 21 iterations including the first, stream waits around every op)"
+  echo "== loom $model device time by op and shape (LOOM_CUDA_PROFILE=1, 21 iterations, the first left out)"
   LOOM_CUDA_PROFILE=1 "$LOOM" train "${flags[@]}" --train-iters 21 > "$LOGS/loom-$model-profile.log" 2>&1 || rc=1
   sed -n '/loom cuda profile/,$p' "$LOGS/loom-$model-profile.log"
   grep -m1 "elapsed time" "$LOGS/loom-$model.log" | sed 's/.*elapsed/  first iteration: elapsed/' | cut -c1-80

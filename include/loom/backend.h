@@ -116,7 +116,8 @@ struct loom_backend_ops {
      * Such an array holds its N*C (or N*OC) elements at that type's size, written rounded to it
      * (round to nearest even) and read as they are, with no fp32 copy. */
     /* Linear then GELU: pre[N,OC] = inp . w^T + b (b may be NULL), saved for the backward, and
-     * out[N,OC] = gelu(pre), both of type act_dt; as linear_forward followed by gelu_forward. */
+     * out[N,OC] = gelu(pre) of pre as stored, both of type act_dt; as linear_forward followed by
+     * gelu_forward (with a 16-bit act_dt the bias may be rounded to it before the add). */
     void (*linear_gelu_forward)(struct loom_backend *be, void *out, void *pre,
                                 enum loom_dtype act_dt, const float *inp, const float *w,
                                 const float *b, int64_t N, int64_t C, int64_t OC);
@@ -124,7 +125,7 @@ struct loom_backend_ops {
      * dpre[N,C] = (dout . w) * gelu'(pre) (assigned); dpre_b[C] += sum_rows dpre (the bias
      * gradient of the product that made pre; skipped if NULL); dw += dout^T . act;
      * db += sum_rows dout. As linear_backward, gelu_backward, then the column sums of dpre.
-     * dpre, act and pre are of type act_dt (the sums of dpre are taken before its rounding). */
+     * dpre, act and pre are of type act_dt (the sums of dpre are taken of its stored values). */
     void (*linear_gelu_backward)(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
                                  float *dpre_b, float *dw, float *db, const float *dout,
                                  const void *act, const void *pre, const float *w, int64_t N,
@@ -234,8 +235,7 @@ struct loom_backend_ops {
      * (inputs rounded to 16 bits, products accumulated and written in fp32; parameters,
      * activations and gradients stay fp32 except those passed as activation_dtype's type to the
      * ops with typed activations; bias gradients may then be summed from the rounded
-     * output gradient, and the GELU of linear_gelu_* evaluated by the matrix library, both within
-     * the 16-bit rounding of the fp32 ops). Weights inside [params, params + n) get a bf16 copy that is refreshed once after
+     * output gradient, within the 16-bit rounding of the fp32 ops). Weights inside [params, params + n) get a bf16 copy that is refreshed once after
      * they change (the backend notices its own writes there: to_device, copy, zero, add, axpy,
      * scale, adamw); other operands are converted per call into a reusable workspace.
      * Any other type is LOOM_ERR_UNSUPPORTED. */

@@ -165,8 +165,8 @@ static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered,
              (long long)C, (long long)OC, tag);
     compare(what, h = dget(g_gpu, gw, OC * C), dw_ref, OC * C, 1e-4);
     free(h);
-    /* db += column sums of dout: of the rounded dout where the weight-gradient product sums
-     * them (cuBLASLt's BGRADB epilogue), of the fp32 dout where it has no algorithm for that */
+    /* db += column sums of dout: the contract allows the sums of the rounded dout; the backend
+     * sums the fp32 dout (in the pass that rounds it) */
     double *dbs = calloc((size_t)OC, sizeof(double)), *dbs_r = calloc((size_t)OC, sizeof(double));
     float *db_ref = malloc((size_t)OC * sizeof(float));
     float *db_ref_r = malloc((size_t)OC * sizeof(float));
@@ -224,8 +224,9 @@ static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered,
 /* The GELU MLP's fused products with bf16 inputs: linear_gelu_forward (pre = h . w1^T + b1 and
  * out = gelu(pre) from one product) and linear_gelu_backward (dpre = (dy . w2) * gelu'(pre), the
  * sums of dpre into db1, then dw2 and db2), against the CPU's fp32 ops on inputs rounded to
- * bf16: pre within 1e-4 as a plain product, the rest within 1e-2 (cuBLASLt's own GELU, the
- * activation rounded again for dw2, the bias gradient db2 from the rounded dy or the fp32 one).
+ * bf16: pre within 1e-4 as a plain product, the rest within 1e-2 (the GELU evaluated by the
+ * backend, the activation rounded again for dw2, the bias gradient db2 from the rounded dy or
+ * the fp32 one).
  * Two runs agree bit for bit. F not a multiple of 8 takes the path without the epilogues. */
 static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int registered,
                             uint64_t seed) {
@@ -336,7 +337,7 @@ static float *dget16(struct loom_backend *be, const void *d, int64_t n) {
  * twice more with a bias gradient summed from the bf16 dpre: alone, and with dw). Reference: the CPU's fp32 ops
  * composed on inputs rounded to bf16, each stage fed the rounded output of the one before
  * (a, pre and dpre rounded as the GPU stores them), all within normwise 1e-2 (the rounding of
- * the stored activations and cuBLASLt's own GELU). Two runs agree bit for bit. F not a multiple
+ * the stored activations, a = gelu of the rounded pre). Two runs agree bit for bit. F not a multiple
  * of 8 takes the path without the epilogues. */
 static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registered,
                           uint64_t seed) {

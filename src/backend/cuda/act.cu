@@ -15,39 +15,77 @@
 #define LOOM_GELU_K 0.7978845608028654f
 #define LOOM_GELU_A 0.044715f
 
+__device__ __forceinline__ float gelu_of(float x) {
+    float u = LOOM_GELU_K * (x + LOOM_GELU_A * x * x * x);
+    return x / (1.0f + expf(-2.0f * u));
+}
+
+__device__ __forceinline__ float gelu_grad_of(float x) {
+    float u = LOOM_GELU_K * (x + LOOM_GELU_A * x * x * x);
+    float du = LOOM_GELU_K * (1.0f + 3.0f * LOOM_GELU_A * x * x);
+    float s = 1.0f / (1.0f + expf(-2.0f * u));
+    return s + 2.0f * x * s * (1.0f - s) * du;
+}
+
+/* Elementwise over n elements; four a thread (16-byte loads) where every pointer is 16-byte
+ * aligned and n a multiple of 4, else one. */
 __global__ void gelu_forward_kernel(float *out, const float *inp, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = gelu_of(inp[i]);
+}
+
+__global__ void gelu_forward_x4_kernel(float4 *__restrict__ out, const float4 *__restrict__ inp,
+                                       int64_t n4) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
-        float u = LOOM_GELU_K * (x + LOOM_GELU_A * x * x * x);
-        out[i] = x / (1.0f + expf(-2.0f * u));
+        float4 x = inp[i];
+        out[i] = make_float4(gelu_of(x.x), gelu_of(x.y), gelu_of(x.z), gelu_of(x.w));
     }
 }
 
 __global__ void gelu_backward_kernel(float *dinp, const float *dout, const float *inp,
                                      int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dinp[i] = dout[i] * gelu_grad_of(inp[i]);
+}
+
+__global__ void gelu_backward_x4_kernel(float4 *dinp, const float4 *dout,
+                                        const float4 *__restrict__ inp, int64_t n4) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
-        float u = LOOM_GELU_K * (x + LOOM_GELU_A * x * x * x);
-        float du = LOOM_GELU_K * (1.0f + 3.0f * LOOM_GELU_A * x * x);
-        float s = 1.0f / (1.0f + expf(-2.0f * u));
-        dinp[i] = dout[i] * (s + 2.0f * x * s * (1.0f - s) * du);
+        float4 x = inp[i], d = dout[i];
+        dinp[i] = make_float4(d.x * gelu_grad_of(x.x), d.y * gelu_grad_of(x.y),
+                              d.z * gelu_grad_of(x.z), d.w * gelu_grad_of(x.w));
     }
 }
 
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 void loom_cuda_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n) {
     if (n <= 0) return;
-    gelu_forward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
-                          loom_cuda_stream(be)>>>(out, inp, n);
+    cudaStream_t st = loom_cuda_stream(be);
+    if (n % 4 == 0 && aligned16(out) && aligned16(inp))
+        gelu_forward_x4_kernel<<<loom_cuda_grid(n / 4, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
+                                 st>>>((float4 *)out, (const float4 *)inp, n / 4);
+    else
+        gelu_forward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
+            out, inp, n);
     LOOM_CUDA_LAUNCHED();
 }
 
 void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
                              const float *inp, int64_t n) {
     if (n <= 0) return;
-    gelu_backward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
-                           loom_cuda_stream(be)>>>(dinp, dout, inp, n);
+    cudaStream_t st = loom_cuda_stream(be);
+    if (n % 4 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp))
+        gelu_backward_x4_kernel<<<loom_cuda_grid(n / 4, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
+                                  st>>>((float4 *)dinp, (const float4 *)dout,
+                                        (const float4 *)inp, n / 4);
+    else
+        gelu_backward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
+            dinp, dout, inp, n);
     LOOM_CUDA_LAUNCHED();
 }
 

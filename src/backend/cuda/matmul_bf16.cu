@@ -1,25 +1,27 @@
 /* bf16 matrix products for the linear ops (set_matmul_dtype(LOOM_DTYPE_BF16)): the inputs of
  * each product are rounded to bf16 (round to nearest even), the tensor cores multiply them and
  * accumulate in fp32, and the result is written in fp32. Parameters, activations, gradients and
- * the optimizer state stay fp32; only the product inputs are narrowed. (The exception is the
- * fused classifier's logits, at the end of the file: written and read in the 16-bit type.)
+ * the optimizer state stay fp32; only the product inputs are narrowed. (The exceptions are the
+ * typed activations below and the fused classifier's logits, at the end of the file.)
  *
  *   forward:  out[N,OC] = bf16(inp) . bf16(w)^T + b          (bias through cuBLASLt's epilogue)
  *   backward: dinp[N,C] = bf16(dout) . bf16(w)               (assigned)
- *             dw[OC,C] += bf16(dout)^T . bf16(inp)           db[OC] += sum over rows of bf16(dout)
- *   The bias gradient comes out of the weight-gradient product (epilogue BGRADB, which sums the
- *   product's bf16 operand in fp32) into a scratch vector that is then added to db: the epilogue
- *   assigns, db accumulates.
+ *             dw[OC,C] += bf16(dout)^T . bf16(inp)           db[OC] += sum over rows of dout
+ *   The bias gradient is summed by a column-sum kernel in the same pass that converts dout to
+ *   bf16 (in double over fixed row chunks, as loom_cuda_colsum_accumulate, so it equals the fp32
+ *   op's sum bit for bit). cuBLASLt's bias-gradient epilogues (BGRADB, DGELU_BGRAD) and its GELU
+ *   forward epilogue (GELU_AUX_BIAS) measured 2-3x slower than the plain product plus a pass on
+ *   an H200 at GPT-2's shapes (bench/bench_cuda_linear), so they are not used.
  *
- *   linear + GELU (linear_gelu_forward):  pre = bf16(inp) . bf16(w)^T + b, out = gelu(pre),
- *             both written by one product (epilogue GELU_AUX_BIAS: cuBLASLt's tanh GELU, with
- *             the pre-activation as the auxiliary output, fp32, leading dimension OC);
+ *   linear + GELU (linear_gelu_forward):  pre = bf16(inp) . bf16(w)^T + b, then out = gelu(pre)
+ *             by the GELU kernel;
  *   its backward (linear_gelu_backward): dpre = (bf16(dout) . bf16(w)) * gelu'(pre) from one
- *             product (epilogue DGELU_BGRAD, which also sums dpre over the rows in fp32 for the
- *             bias gradient of the product that made pre), then dw and db as above.
- *   Where cuBLASLt offers no algorithm for an epilogue (the heuristic decides, per shape and
- *   alignment; the auxiliary matrix needs a leading dimension divisible by 8), the product runs
- *   plain and the separate kernels follow (bias fill, gelu_forward / gelu_backward, column sums).
+ *             product (epilogue DGELU, reading pre as the auxiliary matrix, leading dimension C),
+ *             dpre's column sums (the bias gradient of the product that made pre) by the
+ *             column-sum kernel, then dw and db as above. Where cuBLASLt offers no algorithm for
+ *             an epilogue (the heuristic decides, per shape and alignment; the auxiliary matrix
+ *             needs a leading dimension divisible by 8), the product runs plain and the separate
+ *             kernels follow (bias fill, gelu_backward).
  *
  * Weights inside the registered range [params, params + n) (the model's flat parameter buffer)
  * are converted as a whole, once after they change: the backend marks the copy stale when one
@@ -35,15 +37,14 @@
  *
  * Activations in bf16 (the ops with typed activations given LOOM_DTYPE_BF16, bf16 products only):
  * the GELU MLP's pre, act and dpre are stored in bf16 and never exist in fp32. The forward
- * product writes pre (the auxiliary output) and out = gelu(pre) in bf16 through the same
- * epilogue; the backward product writes dpre in bf16 (epilogue DGELU_BGRAD reading the bf16 pre;
- * the bias gradient, summed before the rounding, stays fp32); the products that read them (fc2's
- * forward and weight gradient, fc1's backward) take them as bf16 operands with no conversion.
- * cuBLASLt stores the auxiliary matrix in the type of D unless told otherwise, and bias vectors
- * too: the bias type is set to fp32 explicitly. Where cuBLASLt offers no algorithm for such an
- * epilogue, or refuses it when called, the product runs in fp32 into the workspace and a kernel
- * rounds what the epilogue would have written (pre and gelu(pre); dpre, whose column sums are
- * then taken from the fp32 values).
+ * product writes pre in bf16 (with its bias), and the GELU kernel reads it back and writes
+ * out = gelu(pre) in bf16; the backward product writes dpre in bf16 (epilogue DGELU reading the
+ * bf16 pre), whose column sums are then taken from the stored bf16 values; the products that
+ * read them (fc2's forward and weight gradient, fc1's backward) take them as bf16 operands with
+ * no conversion. cuBLASLt takes the auxiliary matrix and the bias in the type of D, so the
+ * forward adds the bias's bf16 copy (rounded once, as the weights). Where cuBLASLt offers no
+ * algorithm for such a product, or refuses it when called, the product runs in fp32 into the
+ * workspace (with the fp32 bias) and a kernel rounds what it would have written.
  *
  * set_matmul_dtype(LOOM_DTYPE_F16) takes the same path with fp16 operands (round to nearest even,
  * values beyond 65504 become infinite: that is for a loss scaler to notice); attention then stays
@@ -179,9 +180,9 @@ static const void *weight_copy(struct loom_backend *be, const float *w, int64_t 
 /* ---- cuBLASLt plans ---- */
 
 /* What a product does after multiplying (cuBLASLt's epilogue). epi is a cublasLtEpilogue_t; bias
- * is the bias vector it reads (BIAS, GELU_AUX_BIAS) or the bias gradient it writes (BGRADB,
- * DGELU_BGRAD), fp32; aux is the fp32 GELU input matrix it writes (GELU_AUX, GELU_AUX_BIAS) or
- * reads (DGELU, DGELU_BGRAD), column-major with leading dimension aux_ld. */
+ * is the bias vector it adds (BIAS); aux is the GELU input matrix it reads (DGELU); both of the
+ * type of the product's output (cuBLASLt's default), the matrix column-major with leading
+ * dimension aux_ld. */
 struct lt_epilogue {
     cublasLtEpilogue_t epi;
     const void *bias;
@@ -189,14 +190,8 @@ struct lt_epilogue {
     int64_t aux_ld;
 };
 
-static int epi_has_bias(int epi) {
-    return epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-           epi == CUBLASLT_EPILOGUE_BGRADB || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
-}
-static int epi_has_aux(int epi) {
-    return epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-           epi == CUBLASLT_EPILOGUE_DGELU || epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
-}
+static int epi_has_bias(int epi) { return epi == CUBLASLT_EPILOGUE_BIAS; }
+static int epi_has_aux(int epi) { return epi == CUBLASLT_EPILOGUE_DGELU; }
 
 static unsigned alignment(const void *p) {
     uintptr_t a = (uintptr_t)p;
@@ -240,10 +235,6 @@ static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p,
     if (ep) {
         set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep->epi, sizeof ep->epi);
         set_epilogue_pointers(p->desc, ep);
-        if (p->c16 && epi_has_bias(ep->epi)) { /* the default would be the 16-bit type of D */
-            int32_t bt = CUDA_R_32F;
-            set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
-        }
     }
     /* stored shapes: op(A) is m x k, op(B) is k x n */
     cudaDataType_t t16 = p->f16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -374,6 +365,108 @@ static int lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n
     return lt_gemm_any(be, ta, tb, m, n, k, A, lda, B, ldb, beta, C, 0, ldc, ep);
 }
 
+/* ---- column sums (bias gradients), fused with the conversion of an operand ---- */
+
+__device__ __forceinline__ float val_f32(float x) { return x; }
+__device__ __forceinline__ float val_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float val_f32(__half x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T val_from(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 val_from<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half val_from<__half>(float x) { return __float2half_rn(x); }
+
+template <typename T, int VEC> struct alignas(VEC * sizeof(T)) vals {
+    T v[VEC];
+};
+
+/* partial[k, c] = the sum in double of in[r, c] over the rows r of chunk k, in row order
+ * (rows_per_chunk consecutive rows: the scheme of loom_cuda_colsum_accumulate, so the sums are
+ * the same bit for bit), in of type TIN (fp32 or a 16-bit type). With CONVERT the same pass
+ * writes dst[r, c] = in[r, c] rounded to T16 (an fp32 operand of the products whose column sums
+ * are a bias gradient is read once). VEC columns a thread (2 where C is even). */
+template <typename TIN, typename T16, int VEC, bool CONVERT>
+__global__ void colsum_kernel(double *__restrict__ partial, T16 *__restrict__ dst,
+                              const TIN *__restrict__ in, int64_t N, int64_t C,
+                              int64_t rows_per_chunk) {
+    const int64_t c = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * VEC;
+    const int64_t k = blockIdx.y;
+    if (c >= C) return;
+    const int64_t r0 = k * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+    double acc[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) acc[j] = 0.0;
+    enum { R = 8 }; /* rows loaded before they are summed, in order */
+    int64_t r = r0;
+    for (; r < r1; r += R) {
+        const int nr = r1 - r < R ? (int)(r1 - r) : R;
+        vals<TIN, VEC> x[R];
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (i < nr) x[i] = *(const vals<TIN, VEC> *)(in + (r + i) * C + c);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            if (i >= nr) break;
+            vals<T16, VEC> y;
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float f = val_f32(x[i].v[j]);
+                acc[j] += (double)f;
+                if (CONVERT) y.v[j] = val_from<T16>(f);
+            }
+            if (CONVERT) *(vals<T16, VEC> *)(dst + (r + i) * C + c) = y;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) partial[k * C + c + j] = acc[j];
+}
+
+template <typename TIN, typename T16, bool CONVERT>
+static void colsum_launch(struct loom_backend *be, double *partial, void *dst, const void *in,
+                          int64_t N, int64_t C, int64_t rows, int64_t chunks) {
+    const int vec2 = C % 2 == 0 && ((uintptr_t)in & (2 * sizeof(TIN) - 1)) == 0 &&
+                     ((uintptr_t)dst & (2 * sizeof(T16) - 1)) == 0;
+    const int64_t threads = vec2 ? C / 2 : C;
+    dim3 grid((unsigned)((threads + 127) / 128), (unsigned)chunks);
+    cudaStream_t st = loom_cuda_stream(be);
+    if (vec2)
+        colsum_kernel<TIN, T16, 2, CONVERT><<<grid, 128, 0, st>>>(
+            partial, (T16 *)dst, (const TIN *)in, N, C, rows);
+    else
+        colsum_kernel<TIN, T16, 1, CONVERT><<<grid, 128, 0, st>>>(
+            partial, (T16 *)dst, (const TIN *)in, N, C, rows);
+    LOOM_CUDA_LAUNCHED();
+}
+
+/* out[C] += the column sums of in[N,C], in fp32 (in16 = 0) or in the products' 16-bit type
+ * (in16 = 1), summed as loom_cuda_colsum_accumulate does. With dst (fp32 in only), the same pass
+ * also converts in into dst in the 16-bit type, as to_bf16. out NULL: only that conversion. */
+static void colsum_convert(struct loom_backend *be, float *out, void *dst, const void *in,
+                           int in16, int64_t N, int64_t C) {
+    if (N <= 0 || C <= 0) return;
+    LOOM_ASSERT(!(dst && in16));
+    if (!out) {
+        if (dst) to_bf16(be, dst, (const float *)in, N * C);
+        return;
+    }
+    const int f16 = loom_cuda_impl(be)->matmul_f16;
+    const int64_t chunks = loom_cuda_row_chunks(N), rows = (N + chunks - 1) / chunks;
+    double *partial = (double *)loom_cuda_scratch(be, (size_t)(chunks * C) * sizeof(double));
+    if (dst && f16)
+        colsum_launch<float, __half, true>(be, partial, dst, in, N, C, rows, chunks);
+    else if (dst)
+        colsum_launch<float, __nv_bfloat16, true>(be, partial, dst, in, N, C, rows, chunks);
+    else if (in16 && f16)
+        colsum_launch<__half, __half, false>(be, partial, NULL, in, N, C, rows, chunks);
+    else if (in16)
+        colsum_launch<__nv_bfloat16, __nv_bfloat16, false>(be, partial, NULL, in, N, C, rows,
+                                                           chunks);
+    else
+        colsum_launch<float, __nv_bfloat16, false>(be, partial, NULL, in, N, C, rows, chunks);
+    loom_cuda_sum_partials(be, out, partial, chunks, C);
+}
+
 /* ---- the products of the linear ops, on converted operands ---- */
 
 /* out[N,OC] = xb . wb^T + b (b may be NULL): the bias through the epilogue, or filled in first
@@ -386,48 +479,10 @@ static void product_forward(struct loom_backend *be, float *out, const void *xb,
     lt_gemm(be, 1, 0, OC, N, C, wb, C, xb, C, 1.0f, out, OC, NULL);
 }
 
-/* Deterministic column sums of a 16-bit (bf16) matrix in[N,C] added to out[C]: the scheme of
- * loom_cuda_colsum_accumulate (double sums over the same row chunks). */
-__global__ void colsum16_partial_kernel(double *partial, const __nv_bfloat16 *in, int64_t N,
-                                        int64_t C, int64_t rows_per_chunk) {
-    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    int64_t k = blockIdx.y;
-    if (c >= C) return;
-    int64_t r0 = k * rows_per_chunk, r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-    double acc = 0.0;
-    for (int64_t r = r0; r < r1; r++) acc += (double)__bfloat162float(in[r * C + c]);
-    partial[k * C + c] = acc;
-}
-
-static void colsum16_accumulate(struct loom_backend *be, float *out, const void *in, int64_t N,
-                                int64_t C) {
-    if (N <= 0 || C <= 0) return;
-    int64_t chunks = loom_cuda_row_chunks(N);
-    int64_t rows = (N + chunks - 1) / chunks;
-    double *partial = (double *)loom_cuda_scratch(be, (size_t)(chunks * C) * sizeof(double));
-    dim3 grid((unsigned)((C + 127) / 128), (unsigned)chunks);
-    colsum16_partial_kernel<<<grid, 128, 0, loom_cuda_stream(be)>>>(
-        partial, (const __nv_bfloat16 *)in, N, C, rows);
-    LOOM_CUDA_LAUNCHED();
-    loom_cuda_sum_partials(be, out, partial, chunks, C);
-}
-
-/* dw[OC,C] += doutb^T . xb; with db, db[OC] += the column sums of dout: from the product's
- * epilogue (BGRADB over doutb, into the fp32 scratch vector dbs[OC]) or, without an algorithm
- * for it, from dout itself (fp32, or bf16 with dout16). */
-static void product_weight_grad(struct loom_backend *be, float *dw, float *db, float *dbs,
-                                const void *doutb, const void *xb, const void *dout, int dout16,
-                                int64_t N, int64_t C, int64_t OC) {
-    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_BGRADB, dbs, NULL, 0};
-    if (db && lt_gemm(be, 0, 1, C, OC, N, xb, C, doutb, OC, 1.0f, dw, C, &ep)) {
-        loom_cuda_axpy(be, db, 1.0f, dbs, OC);
-        return;
-    }
+/* dw[OC,C] += doutb^T . xb */
+static void product_weight_grad(struct loom_backend *be, float *dw, const void *doutb,
+                                const void *xb, int64_t N, int64_t C, int64_t OC) {
     lt_gemm(be, 0, 1, C, OC, N, xb, C, doutb, OC, 1.0f, dw, C, NULL);
-    if (db && dout16)
-        colsum16_accumulate(be, db, dout, N, OC);
-    else if (db)
-        loom_cuda_colsum_accumulate(be, db, (const float *)dout, N, OC);
 }
 
 /* ---- the linear ops ---- */
@@ -451,12 +506,15 @@ void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float 
                                     const float *dout, const float *inp, const float *w,
                                     int64_t N, int64_t C, int64_t OC) {
     int want_dinp = dinp && C > 0, want_dw = dw && C > 0;
+    if (!want_dinp && !want_dw) {
+        if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+        return;
+    }
     const void *wb = want_dinp ? weight_copy(be, w, OC * C) : NULL;
-    size_t bytes[4] = {b16(N * OC), want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0,
-                       want_dw && db ? b32(OC) : 0};
-    void *ws[4];
-    workspace(be, 4, bytes, ws);
-    if (want_dinp || want_dw) to_bf16(be, ws[0], dout, N * OC);
+    size_t bytes[3] = {b16(N * OC), want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0};
+    void *ws[3];
+    workspace(be, 3, bytes, ws);
+    colsum_convert(be, db, ws[0], dout, 0, N, OC);
     if (want_dinp) {
         if (!wb) {
             to_bf16(be, ws[2], w, OC * C);
@@ -466,28 +524,14 @@ void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float 
     }
     if (want_dw) {
         to_bf16(be, ws[1], inp, N * C);
-        product_weight_grad(be, dw, db, (float *)ws[3], ws[0], ws[1], dout, 0, N, C, OC);
-    } else if (db) {
-        loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+        product_weight_grad(be, dw, ws[0], ws[1], N, C, OC);
     }
 }
 
 void loom_cuda_linear_gelu_forward_bf16(struct loom_backend *be, float *out, float *pre,
                                         const float *inp, const float *w, const float *b,
                                         int64_t N, int64_t C, int64_t OC) {
-    const void *wb = weight_copy(be, w, OC * C);
-    size_t bytes[2] = {b16(N * C), wb ? 0 : b16(OC * C)};
-    void *ws[2];
-    workspace(be, 2, bytes, ws);
-    to_bf16(be, ws[0], inp, N * C);
-    if (!wb) {
-        to_bf16(be, ws[1], w, OC * C);
-        wb = ws[1];
-    }
-    struct lt_epilogue ep = {b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, b,
-                             pre, OC};
-    if (lt_gemm(be, 1, 0, OC, N, C, wb, C, ws[0], C, 0.0f, out, OC, &ep)) return;
-    product_forward(be, pre, ws[0], wb, b, N, C, OC);
+    loom_cuda_linear_forward_bf16(be, pre, inp, w, b, N, C, OC);
     loom_cuda_gelu_forward(be, out, pre, N * OC);
 }
 
@@ -497,30 +541,24 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
                                          int64_t N, int64_t C, int64_t OC) {
     int want_dw = dw != NULL;
     const void *wb = weight_copy(be, w, OC * C);
-    size_t bytes[5] = {b16(N * OC), want_dw ? b16(N * C) : 0, wb ? 0 : b16(OC * C),
-                       want_dw && db ? b32(OC) : 0, dpre_b ? b32(C) : 0};
-    void *ws[5];
-    workspace(be, 5, bytes, ws);
-    to_bf16(be, ws[0], dout, N * OC);
+    size_t bytes[3] = {b16(N * OC), want_dw ? b16(N * C) : 0, wb ? 0 : b16(OC * C)};
+    void *ws[3];
+    workspace(be, 3, bytes, ws);
+    colsum_convert(be, db, ws[0], dout, 0, N, OC);
     if (!wb) {
         to_bf16(be, ws[2], w, OC * C);
         wb = ws[2];
     }
-    /* dpre = (dout . w) * gelu'(pre), with its column sums when dpre_b is wanted */
-    struct lt_epilogue ep = {dpre_b ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU,
-                             ws[4], pre, C};
-    if (lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, C, &ep)) {
-        if (dpre_b) loom_cuda_axpy(be, dpre_b, 1.0f, (const float *)ws[4], C);
-    } else {
+    /* dpre = (dout . w) * gelu'(pre) */
+    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, pre, C};
+    if (!lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, C, &ep)) {
         lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, C, NULL);
         loom_cuda_gelu_backward(be, dpre, dpre, pre, N * C);
-        if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, dpre, N, C);
     }
+    if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, dpre, N, C);
     if (want_dw) {
         to_bf16(be, ws[1], act, N * C);
-        product_weight_grad(be, dw, db, (float *)ws[3], ws[0], ws[1], dout, 0, N, C, OC);
-    } else if (db) {
-        loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+        product_weight_grad(be, dw, ws[0], ws[1], N, C, OC);
     }
 }
 
@@ -529,32 +567,66 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
 #define LOOM_GELU16_K 0.7978845608028654f /* sqrt(2/pi) */
 #define LOOM_GELU16_A 0.044715f
 
-/* What the GELU epilogue writes, from an fp32 product x: pre = bf16(x), out = bf16(gelu(x)),
- * the tanh GELU written as x sigmoid(2u) as in act.cu. */
-__global__ void gelu16_forward_kernel(__nv_bfloat16 *out, __nv_bfloat16 *pre, const float *x,
-                                      int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+/* the tanh GELU written as x sigmoid(2u), as in act.cu */
+__device__ __forceinline__ float gelu16_of(float v) {
+    float u = LOOM_GELU16_K * (v + LOOM_GELU16_A * v * v * v);
+    return v / (1.0f + expf(-2.0f * u));
+}
+
+/* out = bf16(gelu(pre)) from the stored bf16 pre-activation, eight elements a thread */
+__global__ void gelu16_forward_x8_kernel(uint4 *__restrict__ out, const uint4 *__restrict__ pre,
+                                         int64_t n8) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float v = x[i];
-        float u = LOOM_GELU16_K * (v + LOOM_GELU16_A * v * v * v);
-        pre[i] = __float2bfloat16_rn(v);
-        out[i] = __float2bfloat16_rn(v / (1.0f + expf(-2.0f * u)));
+        uint4 v = pre[i];
+        __nv_bfloat162 *h = (__nv_bfloat162 *)&v;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 f = __bfloat1622float2(h[j]);
+            h[j] = __floats2bfloat162_rn(gelu16_of(f.x), gelu16_of(f.y));
+        }
+        out[i] = v;
     }
 }
 
-/* What the DGELU epilogue writes, from an fp32 product d: d = d * gelu'(pre) (kept in fp32 for
- * the column sums) and dpre = bf16(d). */
-__global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, float *d, const __nv_bfloat16 *pre,
-                                       int64_t n) {
+__global__ void gelu16_forward_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *pre, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(gelu16_of(__bfloat162float(pre[i])));
+}
+
+static void gelu16_forward(struct loom_backend *be, void *out, const void *pre, int64_t n) {
+    cudaStream_t st = loom_cuda_stream(be);
+    if (n % 8 == 0 && ((uintptr_t)pre & 15) == 0 && ((uintptr_t)out & 15) == 0)
+        gelu16_forward_x8_kernel<<<loom_cuda_grid(n / 8, 256), 256, 0, st>>>(
+            (uint4 *)out, (const uint4 *)pre, n / 8);
+    else
+        gelu16_forward_kernel<<<loom_cuda_grid(n, 256), 256, 0, st>>>(
+            (__nv_bfloat16 *)out, (const __nv_bfloat16 *)pre, n);
+    LOOM_CUDA_LAUNCHED();
+}
+
+/* From an fp32 product x (no epilogue): pre = bf16(x), out = bf16(gelu(pre)). */
+__global__ void gelu16_forward_f32_kernel(__nv_bfloat16 *out, __nv_bfloat16 *pre, const float *x,
+                                          int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const __nv_bfloat16 p = __float2bfloat16_rn(x[i]);
+        pre[i] = p;
+        out[i] = __float2bfloat16_rn(gelu16_of(__bfloat162float(p)));
+    }
+}
+
+/* What the DGELU epilogue writes, from an fp32 product d: dpre = bf16(d * gelu'(pre)). */
+__global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, const float *d,
+                                       const __nv_bfloat16 *pre, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float x = __bfloat162float(pre[i]);
         float u = LOOM_GELU16_K * (x + LOOM_GELU16_A * x * x * x);
         float du = LOOM_GELU16_K * (1.0f + 3.0f * LOOM_GELU16_A * x * x);
         float s = 1.0f / (1.0f + expf(-2.0f * u));
-        float g = d[i] * (s + 2.0f * x * s * (1.0f - s) * du);
-        d[i] = g;
-        dpre[i] = __float2bfloat16_rn(g);
+        dpre[i] = __float2bfloat16_rn(d[i] * (s + 2.0f * x * s * (1.0f - s) * du));
     }
 }
 
@@ -567,13 +639,14 @@ static void need_act16(struct loom_backend *be, enum loom_dtype dt, const char *
                    op, loom_dtype_name(dt));
 }
 
-/* The workspace with the given pieces; x[nx] converted into piece 0 and, when wreg is NULL (w
- * has no registered copy), w[nw] into piece 1. Returns the bf16 w. */
+/* The workspace with the given pieces; x[nx] converted into piece 0 (with its column sums added
+ * to xsum when that is set) and, when wreg is NULL (w has no registered copy), w[nw] into piece
+ * 1. Returns the bf16 w. */
 static const void *operands16(struct loom_backend *be, int count, const size_t *bytes, void **ws,
-                              const float *x, int64_t nx, const float *w, int64_t nw,
-                              const void *wreg) {
+                              const float *x, int64_t rows, int64_t cols, float *xsum,
+                              const float *w, int64_t nw, const void *wreg) {
     workspace(be, count, bytes, ws);
-    to_bf16(be, ws[0], x, nx);
+    colsum_convert(be, xsum, ws[0], x, 0, rows, cols);
     if (wreg) return wreg;
     to_bf16(be, ws[1], w, nw);
     return ws[1];
@@ -584,28 +657,43 @@ enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be) {
     return c->matmul_bf16 && !c->matmul_f16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F32;
 }
 
+/* pre = the product with its bias (the bias's bf16 copy), written in bf16 by the product itself;
+ * out = gelu(pre) by a kernel that reads it back (a product with cuBLASLt's GELU epilogue
+ * measured 2.7x slower on an H200 at GPT-2's fc1). Without an algorithm for that product, the
+ * fp32 product with the fp32 bias goes to the workspace and one kernel rounds pre and evaluates
+ * gelu of the rounded value. */
 void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
                                          enum loom_dtype act_dt, const float *inp, const float *w,
                                          const float *b, int64_t N, int64_t C, int64_t OC) {
     need_act16(be, act_dt, "linear_gelu_forward");
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
     const void *wreg = weight_copy(be, w, OC * C);
-    size_t bytes[3] = {b16(N * C), wreg ? 0 : b16(OC * C), 0};
-    void *ws[3];
-    const void *wb = operands16(be, 3, bytes, ws, inp, N * C, w, OC * C, wreg);
-    struct lt_epilogue ep = {b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, b,
-                             pre, OC};
-    if (lt_gemm_any(be, 1, 0, OC, N, C, wb, C, ws[0], C, 0.0f, out, 1, OC, &ep)) return;
-    /* without the epilogue: the fp32 product in the workspace (grown: the operands again) */
-    bytes[2] = b32(N * OC);
-    wb = operands16(be, 3, bytes, ws, inp, N * C, w, OC * C, wreg);
-    product_forward(be, (float *)ws[2], ws[0], wb, b, N, C, OC);
-    int64_t n = N * OC;
-    gelu16_forward_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
-        (__nv_bfloat16 *)out, (__nv_bfloat16 *)pre, (const float *)ws[2], n);
+    const void *breg = b ? weight_copy(be, b, OC) : NULL;
+    size_t bytes[4] = {b16(N * C), wreg ? 0 : b16(OC * C), b && !breg ? b16(OC) : 0, 0};
+    void *ws[4];
+    const void *wb = operands16(be, 4, bytes, ws, inp, N, C, NULL, w, OC * C, wreg);
+    if (b && !breg) {
+        to_bf16(be, ws[2], b, OC);
+        breg = ws[2];
+    }
+    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_BIAS, breg, NULL, 0};
+    const int64_t n = N * OC;
+    if (lt_gemm_any(be, 1, 0, OC, N, C, wb, C, ws[0], C, 0.0f, pre, 1, OC, b ? &ep : NULL)) {
+        gelu16_forward(be, out, pre, n);
+        return;
+    }
+    bytes[3] = b32(n); /* the workspace grows: the operands again */
+    wb = operands16(be, 4, bytes, ws, inp, N, C, NULL, w, OC * C, wreg);
+    product_forward(be, (float *)ws[3], ws[0], wb, b, N, C, OC);
+    gelu16_forward_f32_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
+        (__nv_bfloat16 *)out, (__nv_bfloat16 *)pre, (const float *)ws[3], n);
     LOOM_CUDA_LAUNCHED();
 }
 
+/* dpre from one product with cuBLASLt's DGELU epilogue (reading the bf16 pre, writing bf16); its
+ * column sums (dpre_b) and those of dout (db) by the column-sum kernels, dout's in the pass that
+ * converts it (the epilogues that sum in the product measured 2-3x slower on an H200). Without
+ * an algorithm for DGELU, the fp32 product goes to the workspace and a kernel applies gelu'. */
 void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre,
                                           enum loom_dtype act_dt, float *dpre_b, float *dw,
                                           float *db, const float *dout, const void *act,
@@ -614,30 +702,22 @@ void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre,
     need_act16(be, act_dt, "linear_gelu_backward");
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
     const void *wreg = weight_copy(be, w, OC * C);
-    size_t bytes[5] = {b16(N * OC), wreg ? 0 : b16(OC * C), dw && db ? b32(OC) : 0,
-                       dpre_b ? b32(C) : 0, 0};
-    void *ws[5];
-    const void *wb = operands16(be, 5, bytes, ws, dout, N * OC, w, OC * C, wreg);
-    /* dpre = (dout . w) * gelu'(pre) in bf16, with its fp32 column sums when dpre_b is wanted */
-    struct lt_epilogue ep = {dpre_b ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU,
-                             ws[3], pre, C};
-    if (lt_gemm_any(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, 1, C, &ep)) {
-        if (dpre_b) loom_cuda_axpy(be, dpre_b, 1.0f, (const float *)ws[3], C);
-    } else {
-        bytes[4] = b32(N * C);
-        wb = operands16(be, 5, bytes, ws, dout, N * OC, w, OC * C, wreg);
-        float *d = (float *)ws[4];
+    size_t bytes[3] = {b16(N * OC), wreg ? 0 : b16(OC * C), 0};
+    void *ws[3];
+    const void *wb = operands16(be, 3, bytes, ws, dout, N, OC, db, w, OC * C, wreg);
+    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, pre, C};
+    if (!lt_gemm_any(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, 1, C, &ep)) {
+        bytes[2] = b32(N * C); /* the workspace grows: the operands again (db has its sums) */
+        wb = operands16(be, 3, bytes, ws, dout, N, OC, NULL, w, OC * C, wreg);
+        float *d = (float *)ws[2];
         lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, d, C, NULL);
         int64_t n = N * C;
         gelu16_backward_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
             (__nv_bfloat16 *)dpre, d, (const __nv_bfloat16 *)pre, n);
         LOOM_CUDA_LAUNCHED();
-        if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, d, N, C);
     }
-    if (dw)
-        product_weight_grad(be, dw, db, (float *)ws[2], ws[0], act, dout, 0, N, C, OC);
-    else if (db)
-        loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+    if (dpre_b) colsum_convert(be, dpre_b, NULL, dpre, 1, N, C);
+    if (dw) product_weight_grad(be, dw, ws[0], act, N, C, OC);
 }
 
 void loom_cuda_linear_forward_in16(struct loom_backend *be, float *out, const void *inp16,
@@ -753,10 +833,9 @@ void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float 
     if (N <= 0) return;
     int want_dinp = dinp && C > 0, want_dw = dw && C > 0;
     const void *wb = want_dinp ? weight_copy(be, w, OC * C) : NULL;
-    size_t bytes[3] = {want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0,
-                       want_dw && db ? b32(OC) : 0};
-    void *ws[3];
-    workspace(be, 3, bytes, ws);
+    size_t bytes[2] = {want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0};
+    void *ws[2];
+    workspace(be, 2, bytes, ws);
     if (want_dinp) {
         if (!wb) {
             to_bf16(be, ws[1], w, OC * C);
@@ -766,8 +845,7 @@ void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float 
     }
     if (want_dw) {
         to_bf16(be, ws[0], inp, N * C);
-        product_weight_grad(be, dw, db, (float *)ws[2], dout16, ws[0], dout16, 1, N, C, OC);
-    } else if (db) {
-        colsum16_accumulate(be, db, dout16, N, OC);
+        product_weight_grad(be, dw, dout16, ws[0], N, C, OC);
     }
+    if (db) colsum_convert(be, db, NULL, dout16, 1, N, OC);
 }

@@ -1,12 +1,14 @@
 /* Per-op time of the CUDA backend, for finding where a training step spends its time.
  *
  * With LOOM_CUDA_PROFILE=1 in the environment the backend's vtable is replaced by one whose
- * entries wait for the stream, run the op, wait again and add the elapsed wall time to the op's
- * total. The waits serialise the host with the device, so the step gets slower (launch latency
- * is no longer hidden) and each op is charged its own launch overhead; the split between op
- * families is what this is for. The table goes to stderr when the backend is destroyed. Time
- * outside the backend's ops (communication, host work of the loss) is what the step time
- * minus the table's total leaves.
+ * entries record a CUDA event on the stream before and after the op: the time charged to an op
+ * is the device time between its two events, so the host keeps running ahead as it does without
+ * the profile and the step time stays what it is. Rows are kept per op and per shape (the op's
+ * first three integer arguments, e.g. N, C, OC of a linear op), so that the products of a layer
+ * are told apart. Steps are counted at the optimizer (the first adamw call after other ops); the
+ * first step (plans, workspaces, first touches) is left out, up to the end of its optimizer. The table goes to stderr when the
+ * backend is destroyed, in ms per counted step; the step time minus the table's total is the
+ * time the stream spent outside the backend's ops (waiting for communication or the host).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,13 +16,53 @@
 
 #include "backend/cuda/common.cuh"
 
-enum { PROF_MAX = 48 };
+enum { PROF_MAX = 48, PROF_ROWS = 256, PROF_PENDING = 4096 };
 
 static const struct loom_backend_ops *g_base;
 static struct loom_backend_ops g_prof;
 static const char *g_name[PROF_MAX];
-static double g_sec[PROF_MAX];
-static long long g_calls[PROF_MAX];
+
+struct prof_row {
+    int id;
+    int64_t dims[3];
+    double ms;
+    long long calls;
+};
+static struct prof_row g_rows[PROF_ROWS];
+static int g_nrows;
+
+/* events recorded but not yet read back: pairs (start, end) and the row they belong to */
+static cudaEvent_t g_ev[2 * PROF_PENDING];
+static int g_pending_row[PROF_PENDING];
+static int g_npending, g_have_events;
+static int g_last_id = -1;
+static long long g_steps; /* optimizer steps begun (adamw after another op) */
+static int g_counting;     /* from the first op after the first step's optimizer on */
+
+static int row_of(int id, const int64_t *dims) {
+    for (int i = 0; i < g_nrows; i++)
+        if (g_rows[i].id == id && g_rows[i].dims[0] == dims[0] && g_rows[i].dims[1] == dims[1] &&
+            g_rows[i].dims[2] == dims[2])
+            return i;
+    if (g_nrows == PROF_ROWS) return PROF_ROWS - 1; /* the last row takes the overflow */
+    struct prof_row *r = &g_rows[g_nrows];
+    r->id = id;
+    for (int k = 0; k < 3; k++) r->dims[k] = dims[k];
+    return g_nrows++;
+}
+
+/* Read back every pending pair (waiting for the last one) and add it to its row. */
+static void harvest(void) {
+    if (!g_npending) return;
+    LOOM_CUDA_CHECK(cudaEventSynchronize(g_ev[2 * g_npending - 1]));
+    for (int k = 0; k < g_npending; k++) {
+        float ms = 0;
+        LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, g_ev[2 * k], g_ev[2 * k + 1]));
+        g_rows[g_pending_row[k]].ms += ms;
+        g_rows[g_pending_row[k]].calls++;
+    }
+    g_npending = 0;
+}
 
 template <int ID, auto M> struct prof_op;
 
@@ -28,19 +70,34 @@ template <int ID, typename R, typename... A,
           R (*loom_backend_ops::*M)(struct loom_backend *, A...)>
 struct prof_op<ID, M> {
     static R call(struct loom_backend *be, A... a) {
+        if (ID == 27 && g_last_id != 27) g_steps++; /* adamw starts an optimizer step */
+        g_last_id = ID;
+        if (g_steps >= 1 && ID != 27) g_counting = 1;
+        if (!g_counting) return (g_base->*M)(be, a...);
+        if (!g_have_events) {
+            for (int i = 0; i < 2 * PROF_PENDING; i++)
+                LOOM_CUDA_CHECK(cudaEventCreate(&g_ev[i]));
+            g_have_events = 1;
+        }
+        if (g_npending == PROF_PENDING) harvest();
+        int64_t dims[3] = {0, 0, 0};
+        int nd = 0;
+        auto grab = [&](auto v) {
+            if constexpr (std::is_same_v<decltype(v), int64_t>)
+                if (nd < 3) dims[nd++] = v;
+        };
+        (grab(a), ...);
+        if (ID == 27) dims[1] = dims[2] = 0; /* adamw: its n (the rest is the step) */
+        const int k = g_npending++;
+        g_pending_row[k] = row_of(ID, dims);
         cudaStream_t s = loom_cuda_stream(be);
-        LOOM_CUDA_CHECK(cudaStreamSynchronize(s));
-        double t0 = loom_time_s();
+        LOOM_CUDA_CHECK(cudaEventRecord(g_ev[2 * k], s));
         if constexpr (std::is_void_v<R>) {
             (g_base->*M)(be, a...);
-            LOOM_CUDA_CHECK(cudaStreamSynchronize(s));
-            g_sec[ID] += loom_time_s() - t0;
-            g_calls[ID]++;
+            LOOM_CUDA_CHECK(cudaEventRecord(g_ev[2 * k + 1], s));
         } else {
             R r = (g_base->*M)(be, a...);
-            LOOM_CUDA_CHECK(cudaStreamSynchronize(s));
-            g_sec[ID] += loom_time_s() - t0;
-            g_calls[ID]++;
+            LOOM_CUDA_CHECK(cudaEventRecord(g_ev[2 * k + 1], s));
             return r;
         }
     }
@@ -97,24 +154,31 @@ const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_o
 }
 
 void loom_cuda_profile_report(void) {
-    int idx[PROF_MAX], n = 0;
+    harvest();
+    const double steps = g_steps > 1 ? (double)(g_steps - 1) : 1.0; /* steps 2 .. last */
+    int idx[PROF_ROWS];
     double total = 0;
-    for (int i = 0; i < PROF_MAX; i++)
-        if (g_calls[i]) {
-            idx[n++] = i;
-            total += g_sec[i];
-        }
-    for (int i = 1; i < n; i++) /* by time, largest first */
-        for (int j = i; j > 0 && g_sec[idx[j]] > g_sec[idx[j - 1]]; j--) {
+    for (int i = 0; i < g_nrows; i++) {
+        idx[i] = i;
+        total += g_rows[i].ms;
+    }
+    for (int i = 1; i < g_nrows; i++) /* by time, largest first */
+        for (int j = i; j > 0 && g_rows[idx[j]].ms > g_rows[idx[j - 1]].ms; j--) {
             int t = idx[j];
             idx[j] = idx[j - 1];
             idx[j - 1] = t;
         }
-    fprintf(stderr, "loom cuda profile (LOOM_CUDA_PROFILE): op, calls, total ms, share\n");
-    for (int k = 0; k < n; k++) {
-        int i = idx[k];
-        fprintf(stderr, "  %-20s %9lld %12.2f %6.1f%%\n", g_name[i], g_calls[i],
-                1000.0 * g_sec[i], total > 0 ? 100.0 * g_sec[i] / total : 0.0);
+    fprintf(stderr, "loom cuda profile (LOOM_CUDA_PROFILE, device time between events, %.0f "
+                    "steps after the first): op, shape, calls/step, ms/step, us/call, share\n",
+            steps);
+    for (int k = 0; k < g_nrows; k++) {
+        const struct prof_row *r = &g_rows[idx[k]];
+        char shape[64];
+        snprintf(shape, sizeof shape, "%lld,%lld,%lld", (long long)r->dims[0],
+                 (long long)r->dims[1], (long long)r->dims[2]);
+        fprintf(stderr, "  %-26s %-20s %7.1f %9.3f %9.1f %6.1f%%\n", g_name[r->id], shape,
+                (double)r->calls / steps, r->ms / steps, 1000.0 * r->ms / (double)r->calls,
+                total > 0 ? 100.0 * r->ms / total : 0.0);
     }
-    fprintf(stderr, "  %-20s %9s %12.2f\n", "total", "", 1000.0 * total);
+    fprintf(stderr, "  %-26s %-20s %7s %9.3f\n", "total", "", "", total / steps);
 }

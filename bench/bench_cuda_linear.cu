@@ -1,0 +1,172 @@
+/* Microbenchmark of the linear ops of the CUDA backend with bf16 matrix products, as the trainer
+ * calls them with --bf16, at GPT-2 124M's shapes (N = 16 x 1024 rows, hidden 768, FFN 3072):
+ * qkv (768 -> 2304), proj (768 -> 768), fc1 (768 -> 3072, with GELU) and fc2 (3072 -> 768).
+ * The weights lie in one registered parameter buffer (set_matmul_dtype), as the model's do, so
+ * their bf16 copy is made once; activations are fp32 or bf16 as each op takes them. Each case
+ * runs 3 times to warm up, then `calls` times between two CUDA events on the backend's stream;
+ * the mean is printed with the rate of its matrix products (2 N C OC FLOPs each: one for a
+ * forward, one for a backward's dinp, one for its dw). The backward is also timed with only
+ * dinp and only dw, to split it.
+ *
+ *   bench_cuda_linear [calls [layer]]      (default 30 calls, every layer; layer: qkv, proj, fc1, fc2)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+
+#include "backend/cuda/common.cuh"
+
+static __global__ void bench_fill(float *x, int64_t n, uint64_t purpose, float sd) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = sd * loom_rng_normal(7, purpose, (uint64_t)i);
+}
+
+static __global__ void bench_fill16(__nv_bfloat16 *x, int64_t n, uint64_t purpose, float sd) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16_rn(sd * loom_rng_normal(7, purpose, (uint64_t)i));
+}
+
+static void *bench_alloc(struct loom_backend *be, size_t bytes) {
+    void *p = be->ops->malloc(be, bytes);
+    if (!p) {
+        fprintf(stderr, "bench_cuda_linear: out of device memory\n");
+        exit(1);
+    }
+    be->ops->zero(be, p, bytes);
+    return p;
+}
+
+static void fill(struct loom_backend *be, float *x, int64_t n, uint64_t purpose, float sd) {
+    bench_fill<<<1024, 256, 0, loom_cuda_stream(be)>>>(x, n, purpose, sd);
+    LOOM_CUDA_LAUNCHED();
+}
+
+struct lin {
+    const char *name;
+    int64_t C, OC;
+    int gelu; /* the product carries the GELU (fc1's forward; fc2's backward goes through it) */
+};
+
+static cudaEvent_t g_e0, g_e1;
+static int g_calls;
+
+#define TIME(label, products, N, C, OC, call)                                                 \
+    do {                                                                                      \
+        cudaStream_t st_ = loom_cuda_stream(be);                                              \
+        for (int i_ = 0; i_ < 3 + g_calls; i_++) {                                            \
+            if (i_ == 3) LOOM_CUDA_CHECK(cudaEventRecord(g_e0, st_));                         \
+            call;                                                                             \
+        }                                                                                     \
+        LOOM_CUDA_CHECK(cudaEventRecord(g_e1, st_));                                          \
+        LOOM_CUDA_CHECK(cudaEventSynchronize(g_e1));                                          \
+        float ms_;                                                                            \
+        LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms_, g_e0, g_e1));                              \
+        const double us_ = 1000.0 * ms_ / g_calls;                                            \
+        printf("  %-44s %9.1f us %7.0f TFLOP/s\n", label, us_,                                \
+               (products) * 2.0 * (double)(N) * (C) * (OC) / (us_ * 1e6));                    \
+    } while (0)
+
+int main(int argc, char **argv) {
+    g_calls = argc > 1 ? atoi(argv[1]) : 30;
+    if (g_calls < 1) g_calls = 1;
+    struct loom_backend *be;
+    if (loom_backend_create(&be, "cuda", 0) != LOOM_OK) {
+        loom_print_error();
+        return 1;
+    }
+    const int64_t N = 16 * 1024;
+    const struct lin lins[] = {
+        {"qkv", 768, 2304, 0}, {"proj", 768, 768, 0}, {"fc1", 768, 3072, 1}, {"fc2", 3072, 768, 0}};
+    const int nl = (int)(sizeof lins / sizeof lins[0]);
+    /* the registered parameters: each weight then its bias */
+    int64_t off[8], np = 0;
+    for (int i = 0; i < nl; i++) {
+        off[i] = np;
+        np += lins[i].OC * lins[i].C + lins[i].OC;
+    }
+    float *params = (float *)bench_alloc(be, (size_t)np * sizeof(float));
+    float *grads = (float *)bench_alloc(be, (size_t)np * sizeof(float));
+    fill(be, params, np, 1, 0.02f);
+    if (be->ops->set_matmul_dtype(be, LOOM_DTYPE_BF16, params, np) != LOOM_OK) {
+        loom_print_error();
+        return 1;
+    }
+    const enum loom_dtype bf = LOOM_DTYPE_BF16, f32 = LOOM_DTYPE_F32;
+    const int64_t wide = N * 3072;
+    float *x32 = (float *)bench_alloc(be, (size_t)wide * 4), *y32 = (float *)bench_alloc(be, (size_t)wide * 4);
+    float *d32 = (float *)bench_alloc(be, (size_t)wide * 4), *g32 = (float *)bench_alloc(be, (size_t)wide * 4);
+    void *x16 = bench_alloc(be, (size_t)wide * 2), *y16 = bench_alloc(be, (size_t)wide * 2);
+    void *p16 = bench_alloc(be, (size_t)wide * 2), *d16 = bench_alloc(be, (size_t)wide * 2);
+    fill(be, x32, wide, 2, 1.0f);
+    fill(be, d32, wide, 3, 0.01f);
+    fill(be, y32, wide, 4, 1.0f);
+    const void *fills16[4] = {x16, y16, p16, d16};
+    for (int k = 0; k < 4; k++) {
+        bench_fill16<<<1024, 256, 0, loom_cuda_stream(be)>>>((__nv_bfloat16 *)fills16[k], wide,
+                                                             10 + k, k == 3 ? 0.01f : 1.0f);
+        LOOM_CUDA_LAUNCHED();
+    }
+    LOOM_CUDA_CHECK(cudaEventCreate(&g_e0));
+    LOOM_CUDA_CHECK(cudaEventCreate(&g_e1));
+    printf("bf16 linear ops at GPT-2 124M shapes, N %lld rows, mean of %d calls\n", (long long)N,
+           g_calls);
+    for (int i = 0; i < nl; i++) {
+        const struct lin *L = &lins[i];
+        if (argc > 2 && strcmp(argv[2], L->name) != 0) continue;
+        const int64_t C = L->C, OC = L->OC;
+        const float *w = params + off[i], *b = w + OC * C;
+        float *dw = grads + off[i], *db = dw + OC * C;
+        char lab[96];
+        printf("%s: C %lld -> OC %lld\n", L->name, (long long)C, (long long)OC);
+        snprintf(lab, sizeof lab, "linear_forward (fp32 in/out, bias)");
+        TIME(lab, 1, N, C, OC, be->ops->linear_forward(be, y32, x32, w, b, N, C, OC));
+        snprintf(lab, sizeof lab, "linear_forward_typed (bf16 in, fp32 out, bias)");
+        TIME(lab, 1, N, C, OC, be->ops->linear_forward_typed(be, y32, x16, bf, w, b, N, C, OC));
+        snprintf(lab, sizeof lab, "linear_backward (fp32, dinp + dw + db)");
+        TIME(lab, 2, N, C, OC, be->ops->linear_backward(be, g32, dw, db, d32, x32, w, N, C, OC));
+        snprintf(lab, sizeof lab, "linear_backward dinp only");
+        TIME(lab, 1, N, C, OC, be->ops->linear_backward(be, g32, NULL, NULL, d32, x32, w, N, C, OC));
+        snprintf(lab, sizeof lab, "linear_backward dw only");
+        TIME(lab, 1, N, C, OC, be->ops->linear_backward(be, NULL, dw, NULL, d32, x32, w, N, C, OC));
+        snprintf(lab, sizeof lab, "linear_backward dw + db");
+        TIME(lab, 1, N, C, OC, be->ops->linear_backward(be, NULL, dw, db, d32, x32, w, N, C, OC));
+        snprintf(lab, sizeof lab, "linear_backward_typed (bf16 dout, dinp+dw)");
+        TIME(lab, 2, N, C, OC,
+             be->ops->linear_backward_typed(be, g32, dw, NULL, d16, bf, x32, w, N, C, OC));
+        if (L->gelu) {
+            snprintf(lab, sizeof lab, "linear_gelu_forward (bf16 act, bias)");
+            TIME(lab, 1, N, C, OC,
+                 be->ops->linear_gelu_forward(be, y16, p16, bf, x32, w, b, N, C, OC));
+            snprintf(lab, sizeof lab, "linear_gelu_forward (fp32 act, bias)");
+            TIME(lab, 1, N, C, OC,
+                 be->ops->linear_gelu_forward(be, y32, g32, f32, x32, w, b, N, C, OC));
+        }
+        if (i == 3) { /* fc2's backward through fc1's GELU: dpre[N,3072], act/pre bf16 */
+            float *db1 = grads + off[2] + 3072 * 768;
+            snprintf(lab, sizeof lab, "linear_gelu_backward (bf16, dinp+dw+db+dpre_b)");
+            TIME(lab, 2, N, C, OC,
+                 be->ops->linear_gelu_backward(be, d16, bf, db1, dw, db, d32, y16, p16, w, N, C,
+                                               OC));
+            snprintf(lab, sizeof lab, "linear_gelu_backward dpre only (no sums)");
+            TIME(lab, 1, N, C, OC,
+                 be->ops->linear_gelu_backward(be, d16, bf, NULL, NULL, NULL, d32, y16, p16, w,
+                                               N, C, OC));
+            snprintf(lab, sizeof lab, "linear_gelu_backward dpre + dpre_b");
+            TIME(lab, 1, N, C, OC,
+                 be->ops->linear_gelu_backward(be, d16, bf, db1, NULL, NULL, d32, y16, p16, w,
+                                               N, C, OC));
+            snprintf(lab, sizeof lab, "linear_gelu_backward (fp32, dinp+dw+db+dpre_b)");
+            TIME(lab, 2, N, C, OC,
+                 be->ops->linear_gelu_backward(be, g32, f32, db1, dw, db, d32, y32, x32, w, N,
+                                               C, OC));
+        }
+    }
+    LOOM_CUDA_CHECK(cudaEventDestroy(g_e0));
+    LOOM_CUDA_CHECK(cudaEventDestroy(g_e1));
+    loom_backend_destroy(be);
+    return 0;
+}
