@@ -125,7 +125,8 @@ int main(int argc, char **argv) {
         snprintf(lab, sizeof lab, "linear_forward (fp32 in/out, bias)");
         TIME(lab, 1, N, C, OC, be->ops->linear_forward(be, y32, x32, w, b, N, C, OC));
         snprintf(lab, sizeof lab, "linear_forward_typed (bf16 in, fp32 out, bias)");
-        TIME(lab, 1, N, C, OC, be->ops->linear_forward_typed(be, y32, x16, bf, w, b, N, C, OC));
+        TIME(lab, 1, N, C, OC,
+             be->ops->linear_forward_typed(be, y32, f32, x16, bf, w, b, N, C, OC));
         snprintf(lab, sizeof lab, "linear_backward (fp32, dinp + dw + db)");
         TIME(lab, 2, N, C, OC, be->ops->linear_backward(be, g32, dw, db, d32, x32, w, N, C, OC));
         snprintf(lab, sizeof lab, "linear_backward dinp only");
@@ -136,7 +137,7 @@ int main(int argc, char **argv) {
         TIME(lab, 1, N, C, OC, be->ops->linear_backward(be, NULL, dw, db, d32, x32, w, N, C, OC));
         snprintf(lab, sizeof lab, "linear_backward_typed (bf16 dout, dinp+dw)");
         TIME(lab, 2, N, C, OC,
-             be->ops->linear_backward_typed(be, g32, dw, NULL, d16, bf, x32, w, N, C, OC));
+             be->ops->linear_backward_typed(be, g32, f32, dw, NULL, d16, bf, x32, f32, w, N, C, OC));
         if (L->gelu) {
             snprintf(lab, sizeof lab, "linear_gelu_forward (bf16 act, bias)");
             TIME(lab, 1, N, C, OC,

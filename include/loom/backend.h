@@ -33,8 +33,12 @@ struct loom_dropout {
     int64_t sample0, pos0, T_global, feat0, C_global;
 };
 
-/* Attention problem. Local heads [head0, head0 + NH) of NH_global drive the dropout index. */
+/* Attention problem. Local heads [head0, head0 + NH) of NH_global drive the dropout index.
+ * dt is the element type of qkv, out, dout and dqkv: LOOM_DTYPE_F32 (zero, the default) on every
+ * backend, or the backend's activation_dtype where it has one (read and written as the typed
+ * activations below); lse is fp32 always. */
 struct loom_attn {
+    enum loom_dtype dt;
     int64_t B, T, NH, NKV, HS;
     int causal;
     float scale;      /* usually 1/sqrt(HS) */
@@ -111,7 +115,7 @@ struct loom_backend_ops {
                             const float *dout, const float *inp, const float *w, int64_t N,
                             int64_t C, int64_t OC);
     /* The ops below take some activations in an explicit element type (act_dt, inp_dt,
-     * dout_dt): LOOM_DTYPE_F32 on every backend, meaning fp32 arrays and exactly the fp32 ops
+     * out_dt, dout_dt, dinp_dt; the attention ops' a->dt): LOOM_DTYPE_F32 on every backend, meaning fp32 arrays and exactly the fp32 ops
      * described; or the 16-bit type that activation_dtype reports, where the backend has one.
      * Such an array holds its N*C (or N*OC) elements at that type's size, written rounded to it
      * (round to nearest even) and read as they are, with no fp32 copy. */
@@ -130,15 +134,17 @@ struct loom_backend_ops {
                                  float *dpre_b, float *dw, float *db, const float *dout,
                                  const void *act, const void *pre, const float *w, int64_t N,
                                  int64_t C, int64_t OC);
-    /* linear_forward with the input inp[N,C] of type inp_dt (out stays fp32). */
-    void (*linear_forward_typed)(struct loom_backend *be, float *out, const void *inp,
-                                 enum loom_dtype inp_dt, const float *w, const float *b,
-                                 int64_t N, int64_t C, int64_t OC);
-    /* linear_backward with the output gradient dout[N,OC] of type dout_dt (db then sums the
-     * values as stored). */
-    void (*linear_backward_typed)(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                  const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                  const float *w, int64_t N, int64_t C, int64_t OC);
+    /* linear_forward with the output out[N,OC] of type out_dt and the input inp[N,C] of type
+     * inp_dt (with a 16-bit out_dt the bias may be rounded to it before the add). */
+    void (*linear_forward_typed)(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                 const void *inp, enum loom_dtype inp_dt, const float *w,
+                                 const float *b, int64_t N, int64_t C, int64_t OC);
+    /* linear_backward with dinp[N,C] of type dinp_dt, the output gradient dout[N,OC] of type
+     * dout_dt (db then sums the values as stored) and the input inp[N,C] of type inp_dt. */
+    void (*linear_backward_typed)(struct loom_backend *be, void *dinp, enum loom_dtype dinp_dt,
+                                  float *dw, float *db, const void *dout, enum loom_dtype dout_dt,
+                                  const void *inp, enum loom_dtype inp_dt, const float *w,
+                                  int64_t N, int64_t C, int64_t OC);
 
     /* ---- attention ----
      * Rotary embedding applied in place to the q and k heads of qkv[B,T,(NH+2*NKV)*HS], rotating
@@ -147,12 +153,13 @@ struct loom_backend_ops {
     void (*rope)(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
                  int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
     /* out[B,T,NH*HS] = softmax(scale * q k^T (+ causal mask)) v; saves lse[B,NH,T]
-     * (log-sum-exp of each score row) so backward recomputes the probabilities. */
-    void (*attention_forward)(struct loom_backend *be, float *out, float *lse, const float *qkv,
+     * (log-sum-exp of each score row) so backward recomputes the probabilities. qkv, out (and
+     * dout, dqkv) of type a->dt. */
+    void (*attention_forward)(struct loom_backend *be, void *out, float *lse, const void *qkv,
                               const struct loom_attn *a);
     /* dqkv assigned */
-    void (*attention_backward)(struct loom_backend *be, float *dqkv, const float *dout,
-                               const float *out, const float *lse, const float *qkv,
+    void (*attention_backward)(struct loom_backend *be, void *dqkv, const void *dout,
+                               const void *out, const float *lse, const void *qkv,
                                const struct loom_attn *a);
 
     /* One query position against a key/value cache (generation): q[NH*HS] (one token's query
@@ -245,8 +252,8 @@ struct loom_backend_ops {
      * set_matmul_dtype: LOOM_DTYPE_F32, or the 16-bit type of the products. NULL (the CPU):
      * always LOOM_DTYPE_F32. */
     enum loom_dtype (*linear_xent_dtype)(struct loom_backend *be);
-    /* The 16-bit element type the ops with typed activations (linear_gelu_*, linear_*_typed)
-     * accept besides LOOM_DTYPE_F32 under the current set_matmul_dtype, or LOOM_DTYPE_F32 when
+    /* The 16-bit element type the ops with typed activations (linear_gelu_*, linear_*_typed,
+     * attention_* through loom_attn.dt) accept besides LOOM_DTYPE_F32 under the current set_matmul_dtype, or LOOM_DTYPE_F32 when
      * they take fp32 only. NULL (the CPU): fp32 only. On cuda: LOOM_DTYPE_BF16 with bf16
      * products; fp16 products keep fp32 activations. The type must stay the same between the
      * forward that writes such an array and the backward that reads it. */

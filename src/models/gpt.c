@@ -129,25 +129,32 @@ static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
     }
 }
 
-/* The element type of the GELU MLP's pre-activation, activation and activation gradient (fc1,
- * act and dpre in dwide): the backend's 16-bit activation type under its current matrix-product
- * type (activation_dtype; bf16 with bf16 products on cuda), else fp32; fp32 with SwiGLU. */
-static enum loom_dtype mlp_dtype_now(const struct loom_gpt *m) {
+/* The element type of the typed activations: the backend's 16-bit activation type under its
+ * current matrix-product type (activation_dtype; bf16 with bf16 products on cuda), else fp32.
+ * The GELU MLP keeps its pre-activation, activation and activation gradient (fc1, act and dpre
+ * in dwide) in it, fp32 with SwiGLU; attention its qkv, output and their gradients (qkv, att,
+ * dqkv in dwide, d(att) in dwide2), fp32 with rotary embeddings (the rope op is fp32). */
+static enum loom_dtype act_dtype_now(const struct loom_gpt *m) {
     struct loom_backend *be = m->be;
-    if (m->cfg.swiglu || !be->ops->activation_dtype) return LOOM_DTYPE_F32;
-    return be->ops->activation_dtype(be);
+    return be->ops->activation_dtype ? be->ops->activation_dtype(be) : LOOM_DTYPE_F32;
 }
 
-/* The MLP's type for a forward or backward: the type now, which must fit the buffers (fc1, act
- * and dpre's room in dwide). They are sized when the model is made, for the type then: made after the backend's 16-bit matrix
- * products are chosen, they take 2 bytes an element, else 4 (room for either type). */
-static enum loom_dtype mlp_dtype(const struct loom_gpt *m) {
-    enum loom_dtype dt = mlp_dtype_now(m);
-    if (loom_dtype_size(dt) > m->acts[0].mlp_elem)
-        loom_abort(__FILE__, __LINE__, "gpt: the MLP's activations were sized for %zu-byte "
-                   "elements, the backend now wants %s (matrix-product type changed back)",
-                   m->acts[0].mlp_elem, loom_dtype_name(dt));
+/* The type now, which must fit the buffers: they are sized when the model is made, for the type
+ * then (made after the backend's 16-bit matrix products are chosen, they take 2 bytes an
+ * element, else 4: room for either type). */
+static enum loom_dtype act_dtype(const struct loom_gpt *m) {
+    enum loom_dtype dt = act_dtype_now(m);
+    if (loom_dtype_size(dt) > m->acts[0].act_elem)
+        loom_abort(__FILE__, __LINE__, "gpt: the activations were sized for %zu-byte elements, "
+                   "the backend now wants %s (matrix-product type changed back)",
+                   m->acts[0].act_elem, loom_dtype_name(dt));
     return dt;
+}
+static enum loom_dtype mlp_dtype(const struct loom_gpt *m) {
+    return m->cfg.swiglu ? LOOM_DTYPE_F32 : act_dtype(m);
+}
+static enum loom_dtype attn_dtype(const struct loom_gpt *m) {
+    return m->cfg.posemb == LOOM_POSEMB_ROPE ? LOOM_DTYPE_F32 : act_dtype(m);
 }
 
 /* ---- activations: two passes over the same layout, first to size, then to carve ---- */
@@ -162,12 +169,21 @@ static void *carve(struct carver *cv, size_t bytes) {
 }
 #define CF(cv, n) ((float *)carve((cv), (size_t)(n) * sizeof(float)))
 
+/* Bytes an element of the MLP's and of attention's typed activations (fp32 where their type is
+ * fp32 anyway: SwiGLU, rotary embeddings), for the type now. */
+static void typed_elems(const struct loom_gpt *m, size_t *mlp_elem, size_t *attn_elem) {
+    const size_t elem = loom_dtype_size(act_dtype_now(m));
+    *mlp_elem = m->cfg.swiglu ? sizeof(float) : elem;
+    *attn_elem = m->cfg.posemb == LOOM_POSEMB_ROPE ? sizeof(float) : elem;
+}
+
 static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carver *cv) {
     const struct loom_gpt_config *c = &m->cfg;
     struct dims d = dims_of(m);
     int ln = c->norm == LOOM_NORM_LAYERNORM;
-    size_t elem = loom_dtype_size(mlp_dtype_now(m));
-    a->mlp_elem = elem;
+    size_t mlp_elem, attn_elem;
+    typed_elems(m, &mlp_elem, &attn_elem);
+    a->act_elem = loom_dtype_size(act_dtype_now(m));
     for (int64_t l = 0; l < c->num_layers; l++) {
         if (!loom_gpt_layer_is_local(c, m->par, l)) continue;
         struct loom_gpt_layer_acts *la = &a->layers[l];
@@ -176,16 +192,16 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
         la->ln1_full = d.sp ? CF(cv, d.N * d.C) : la->ln1;
         la->ln1_mean = ln ? CF(cv, d.Nr) : NULL;
         la->ln1_rstd = CF(cv, d.Nr);
-        la->qkv = CF(cv, d.N * d.QKVl);
-        la->att = CF(cv, d.N * d.NHl * d.HS);
+        la->qkv = carve(cv, (size_t)(d.N * d.QKVl) * attn_elem);
+        la->att = carve(cv, (size_t)(d.N * d.NHl * d.HS) * attn_elem);
         la->lse = CF(cv, d.B * d.NHl * d.T);
         la->xmid = CF(cv, d.Nr * d.C);
         la->ln2 = CF(cv, d.Nr * d.C);
         la->ln2_full = d.sp ? CF(cv, d.N * d.C) : la->ln2;
         la->ln2_mean = ln ? CF(cv, d.Nr) : NULL;
         la->ln2_rstd = CF(cv, d.Nr);
-        la->fc1 = carve(cv, (size_t)(d.N * d.F1l) * elem);
-        la->act = carve(cv, (size_t)(d.N * d.Fl) * elem);
+        la->fc1 = carve(cv, (size_t)(d.N * d.F1l) * mlp_elem);
+        la->act = carve(cv, (size_t)(d.N * d.Fl) * mlp_elem);
     }
     a->x_out = CF(cv, d.Nr * d.C);
     a->tokens = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
@@ -228,11 +244,14 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     a->dc = CF(cv, d.N * d.C);
     a->full = CF(cv, d.N * d.C);
     a->sp_scratch = d.sp ? CF(cv, d.N * d.C) : NULL;
-    /* dwide: the qkv gradient in fp32, or the MLP's dpre in its type (mlp_elem, set by
-     * layout_slot) */
-    a->dwide = (float *)carve(cv, (size_t)(d.N * max64(d.QKVl * (int64_t)sizeof(float),
-                                                       d.F1l * (int64_t)a->mlp_elem)));
-    a->dwide2 = CF(cv, d.N * max64(d.NHl * d.HS, d.Fl));
+    /* dwide: dqkv or the MLP's dpre; dwide2: d(att), or SwiGLU's d(act) in fp32 */
+    size_t mlp_elem, attn_elem;
+    typed_elems(m, &mlp_elem, &attn_elem);
+    a->dwide = (float *)carve(cv, (size_t)d.N * (size_t)max64(d.QKVl * (int64_t)attn_elem,
+                                                              d.F1l * (int64_t)mlp_elem));
+    a->dwide2 = (float *)carve(cv, (size_t)d.N *
+                                       (size_t)max64(d.NHl * d.HS * (int64_t)attn_elem,
+                                                     m->cfg.swiglu ? d.Fl * 4 : 0));
     if (m->last_stage && d.tp == 1) { /* sized for fp32 logits: the type is set later */
         a->xent_rows = xent_chunk_rows(&d, (int64_t)sizeof(float));
         a->xent_chunk = CF(cv, a->xent_rows * d.Vl);
@@ -398,6 +417,7 @@ static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom
     a.sample0 = ctx->sample0;
     a.head0 = (int64_t)d.tpr * d.NHl;
     a.NH_global = m->cfg.heads;
+    a.dt = attn_dtype(m);
     return a;
 }
 
@@ -408,8 +428,8 @@ static enum loom_status row_parallel_forward(struct loom_gpt *m, float *out, con
                                              const float *b, int64_t K) {
     struct dims d = dims_of(m);
     float *full = d.sp ? m->acts[0].full : out;
-    loom_op(m->be, linear_forward_typed, full, inp, inp_dt, w, d.tpr == 0 ? b : NULL, d.N, K,
-            d.C);
+    loom_op(m->be, linear_forward_typed, full, LOOM_DTYPE_F32, inp, inp_dt, w,
+            d.tpr == 0 ? b : NULL, d.N, K, d.C);
     return region_leave(m, out, full);
 }
 
@@ -473,12 +493,14 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     if (!feeds_local_layer(m, l - 1))
         norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b, d.Nr);
     LOOM_CHECK(region_enter(m, la->ln1_full, la->ln1));
-    loom_op(be, linear_forward, la->qkv, la->ln1_full, w->qkv_w, w->qkv_b, d.N, d.C, d.QKVl);
-    if (c->posemb == LOOM_POSEMB_ROPE)
-        loom_op(be, rope, la->qkv, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 0);
     struct loom_attn ap = attn_problem(m, ctx, l);
+    loom_op(be, linear_forward_typed, la->qkv, ap.dt, la->ln1_full, LOOM_DTYPE_F32, w->qkv_w,
+            w->qkv_b, d.N, d.C, d.QKVl);
+    if (c->posemb == LOOM_POSEMB_ROPE) /* attention in fp32 then */
+        loom_op(be, rope, (float *)la->qkv, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
+                (float)c->rope_theta, 0);
     loom_op(be, attention_forward, la->att, la->lse, la->qkv, &ap);
-    LOOM_CHECK(row_parallel_forward(m, la->xmid, la->att, LOOM_DTYPE_F32, w->proj_w, w->proj_b,
+    LOOM_CHECK(row_parallel_forward(m, la->xmid, la->att, ap.dt, w->proj_w, w->proj_b,
                                     d.NHl * d.HS));
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
     if (dr.p > 0) loom_op(be, dropout_forward, la->xmid, la->xmid, d.B, d.Tl, d.C, &dr);
@@ -686,8 +708,8 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
         const enum loom_dtype act_dt = mlp_dtype(m);
         loom_op(be, linear_gelu_backward, a->dwide, act_dt, g->fc1_b, g->fc2_w, g->fc2_b, dy,
                 la->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
-        loom_op(be, linear_backward_typed, a->full, g->fc1_w, NULL, a->dwide, act_dt,
-                la->ln2_full, w->fc1_w, d.N, d.C, d.Fl);
+        loom_op(be, linear_backward_typed, a->full, LOOM_DTYPE_F32, g->fc1_w, NULL, a->dwide,
+                act_dt, la->ln2_full, LOOM_DTYPE_F32, w->fc1_w, d.N, d.C, d.Fl);
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
     norm_backward(m, a->dres, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, la->xmid, w->ln2_w,
@@ -695,14 +717,14 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
 
     /* attention branch: dres is now d(xmid) */
     LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_ATTN_OUT, &dy));
-    loom_op(be, linear_backward, a->dwide2, g->proj_w, g->proj_b, dy, la->att, w->proj_w, d.N,
-            d.NHl * d.HS, d.C);
     struct loom_attn ap = attn_problem(m, ctx, l);
+    loom_op(be, linear_backward_typed, a->dwide2, ap.dt, g->proj_w, g->proj_b, dy,
+            LOOM_DTYPE_F32, la->att, ap.dt, w->proj_w, d.N, d.NHl * d.HS, d.C);
     loom_op(be, attention_backward, a->dwide, a->dwide2, la->att, la->lse, la->qkv, &ap);
-    if (c->posemb == LOOM_POSEMB_ROPE)
+    if (c->posemb == LOOM_POSEMB_ROPE) /* attention in fp32 then */
         loom_op(be, rope, a->dwide, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 1);
-    loom_op(be, linear_backward, a->full, g->qkv_w, g->qkv_b, a->dwide, la->ln1_full, w->qkv_w, d.N,
-            d.C, d.QKVl);
+    loom_op(be, linear_backward_typed, a->full, LOOM_DTYPE_F32, g->qkv_w, g->qkv_b, a->dwide,
+            ap.dt, la->ln1_full, LOOM_DTYPE_F32, w->qkv_w, d.N, d.C, d.QKVl);
     if (g->qkv_b) {
         int64_t R = d.NHl / d.NKVl;
         for (int64_t grp = 0; grp < d.NKVl; grp++)

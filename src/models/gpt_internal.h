@@ -12,8 +12,9 @@ struct loom_gpt_layer_acts {
     float *x;                 /* [N,C] layer input (residual stream) */
     float *ln1, *ln1_mean, *ln1_rstd; /* residual rows (the sequence shard under SP) */
     float *ln1_full;          /* [N,C] ln1 gathered over the sequence (= ln1 without SP) */
-    float *qkv;               /* [N, (NHl + 2 NKVl) HS], after rotary */
-    float *att, *lse;         /* [N, NHl HS], [B, NHl, T] */
+    void *qkv;                /* [N, (NHl + 2 NKVl) HS], after rotary, of the attention's type */
+    void *att;                /* [N, NHl HS], of the attention's type */
+    float *lse;               /* [B, NHl, T] */
     float *xmid;              /* [N,C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *ln2_full;
@@ -48,9 +49,10 @@ struct loom_gpt_acts {
     float *dc;                /* [N,C] */
     float *full;              /* [N,C] a full-sequence buffer for region transitions */
     float *sp_scratch;        /* [N,C] the sequence-parallel collectives' scratch */
-    float *dwide;             /* [N, max(QKVl, F1l)]: F1l of the MLP's type (mlp_elem) */
-    float *dwide2;            /* [N, max(NHl HS, Fl)] */
-    size_t mlp_elem;          /* bytes an element fc1, act and dpre (dwide) got (gpt.c mlp_dtype) */
+    float *dwide;             /* [N, max(QKVl, F1l)]: dqkv of the attention's type, or dpre of the
+                                 MLP's type (act_elem bytes an element, fp32 for SwiGLU) */
+    float *dwide2;            /* [N, max(NHl HS, Fl)]: d(att) of the attention's type, or fp32 */
+    size_t act_elem;          /* bytes an element the typed activations got (gpt.c act_dtype) */
     void *mem;                /* the one allocation everything above lives in */
 };
 

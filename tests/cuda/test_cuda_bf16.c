@@ -403,16 +403,18 @@ static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registe
     for (int rep = 0; rep < 2; rep++) {
         g_gpu->ops->to_device(g_gpu, gg, g0, (size_t)ng * sizeof(float));
         g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_BF16, gh, gw1, gb1, N, C, F);
-        g_gpu->ops->linear_forward_typed(g_gpu, gy, ga, LOOM_DTYPE_BF16, gw2, gb2, N, F, C);
+        g_gpu->ops->linear_forward_typed(g_gpu, gy, LOOM_DTYPE_F32, ga, LOOM_DTYPE_BF16, gw2, gb2,
+                                         N, F, C);
         g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_BF16, bias ? gg + oDB1 : NULL,
                                          gg + oDW2, bias ? gg + oDB2 : NULL, gdy, ga, gpre, gw2, N,
                                          F, C);
-        g_gpu->ops->linear_backward_typed(g_gpu, gdh, gg, NULL, gdpre, LOOM_DTYPE_BF16, gh, gw1,
-                                          N, C, F);
-        g_gpu->ops->linear_backward_typed(g_gpu, NULL, NULL, gg + oDBA, gdpre, LOOM_DTYPE_BF16,
-                                          gh, gw1, N, C, F);
-        g_gpu->ops->linear_backward_typed(g_gpu, NULL, gg + oDWB, gg + oDBB, gdpre,
-                                          LOOM_DTYPE_BF16, gh, gw1, N, C, F);
+        g_gpu->ops->linear_backward_typed(g_gpu, gdh, LOOM_DTYPE_F32, gg, NULL, gdpre,
+                                          LOOM_DTYPE_BF16, gh, LOOM_DTYPE_F32, gw1, N, C, F);
+        g_gpu->ops->linear_backward_typed(g_gpu, NULL, LOOM_DTYPE_F32, NULL, gg + oDBA, gdpre,
+                                          LOOM_DTYPE_BF16, gh, LOOM_DTYPE_F32, gw1, N, C, F);
+        g_gpu->ops->linear_backward_typed(g_gpu, NULL, LOOM_DTYPE_F32, gg + oDWB, gg + oDBB,
+                                          gdpre, LOOM_DTYPE_BF16, gh, LOOM_DTYPE_F32, gw1, N, C,
+                                          F);
         run[rep][0] = dget16(g_gpu, gpre, N * F);
         run[rep][1] = dget16(g_gpu, ga, N * F);
         run[rep][2] = dget(g_gpu, gy, N * C);
@@ -473,8 +475,10 @@ static void run_typed_f32(int64_t N, int64_t C, int64_t OC, uint64_t seed) {
         float *dx = dput(be, x, N * C), *dw = dput(be, w, OC * C), *db = dput(be, b, OC);
         float *dd = dput(be, dout, N * OC), *o = dput(be, NULL, N * OC);
         float *gi = dput(be, NULL, N * C), *g = dput(be, g0, OC * C + OC);
-        be->ops->linear_forward_typed(be, o, dx, LOOM_DTYPE_F32, dw, db, N, C, OC);
-        be->ops->linear_backward_typed(be, gi, g, g + OC * C, dd, LOOM_DTYPE_F32, dx, dw, N, C,
+        be->ops->linear_forward_typed(be, o, LOOM_DTYPE_F32, dx, LOOM_DTYPE_F32, dw, db, N, C,
+                                      OC);
+        be->ops->linear_backward_typed(be, gi, LOOM_DTYPE_F32, g, g + OC * C, dd, LOOM_DTYPE_F32,
+                                       dx, LOOM_DTYPE_F32, dw, N, C,
                                        OC);
         res[k][0] = dget(be, o, N * OC);
         res[k][1] = dget(be, gi, N * C);
@@ -569,6 +573,132 @@ static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     run_attention_typed(LOOM_DTYPE_BF16, B, T, NH, NKV, HS, causal, seed);
 }
 
+/* host floats (bf16 values already) to a bf16 device array */
+static void *dput16(struct loom_backend *be, const float *h, int64_t n) {
+    uint16_t *u = malloc((size_t)(n > 0 ? n : 1) * 2);
+    if (!u) exit(2);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t v;
+        memcpy(&v, &h[i], 4);
+        u[i] = (uint16_t)(v >> 16);
+    }
+    void *d = be->ops->malloc(be, (size_t)(n > 0 ? n : 1) * 2);
+    if (!d) exit(2);
+    if (n > 0) be->ops->to_device(be, d, u, (size_t)n * 2);
+    free(u);
+    return d;
+}
+
+static void exact(const char *what, const float *got, const float *want, int64_t n) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += memcmp(&got[i], &want[i], 4) != 0;
+    printf("%s %s: %lld of %lld differ\n", bad ? "FAIL" : "ok  ", what, (long long)bad,
+           (long long)n);
+    bad ? g_fail++ : g_pass++;
+}
+
+/* Attention with bf16 arrays (loom_attn.dt = BF16) against the same op on fp32 arrays holding the
+ * same bf16 values, under bf16 products: the kernels round q, k, v and dout to bf16 in both, so
+ * the bf16 out must be the fp32 out rounded, bit for bit, and the bf16 dqkv the fp32 dqkv
+ * rounded, when the fp32 backward is given the rounded out (D = rowsum(dout * out) of the
+ * stored values). lse is the same. Head sizes 64 and 128 take the tensor-core kernels; others
+ * (and dropout) the fp32 kernels through fp32 copies, which must agree just as exactly. */
+static void run_attention_bf16_arrays(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                      int causal, uint64_t seed) {
+    struct loom_attn a = {0};
+    a.B = B;
+    a.T = T;
+    a.NH = NH;
+    a.NKV = NKV;
+    a.HS = HS;
+    a.causal = causal;
+    a.scale = 1.0f / sqrtf((float)HS);
+    a.NH_global = NH;
+    const int64_t nqkv = B * T * (NH + 2 * NKV) * HS, nout = B * T * NH * HS, nl = B * NH * T;
+    float *qkv = hrand(nqkv, seed + 1, 1.0f), *dout = hrand(nout, seed + 2, 0.1f);
+    float *qkv_r = rounded_as(0, qkv, nqkv), *dout_r = rounded_as(0, dout, nout);
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, NULL, 0);
+    /* fp32 arrays */
+    float *q32 = dput(g_gpu, qkv_r, nqkv), *d32 = dput(g_gpu, dout_r, nout);
+    float *o32 = dput(g_gpu, NULL, nout), *l32 = dput(g_gpu, NULL, nl);
+    float *g32 = dput(g_gpu, NULL, nqkv);
+    g_gpu->ops->attention_forward(g_gpu, o32, l32, q32, &a);
+    float *ho32 = dget(g_gpu, o32, nout), *hl32 = dget(g_gpu, l32, nl);
+    float *ho_r = rounded_as(0, ho32, nout);
+    g_gpu->ops->to_device(g_gpu, o32, ho_r, (size_t)nout * sizeof(float));
+    g_gpu->ops->attention_backward(g_gpu, g32, d32, o32, l32, q32, &a);
+    float *hg32 = dget(g_gpu, g32, nqkv), *hg_r = rounded_as(0, hg32, nqkv);
+    /* bf16 arrays */
+    a.dt = LOOM_DTYPE_BF16;
+    void *q16 = dput16(g_gpu, qkv_r, nqkv), *d16 = dput16(g_gpu, dout_r, nout);
+    void *o16 = g_gpu->ops->malloc(g_gpu, (size_t)nout * 2);
+    void *g16 = g_gpu->ops->malloc(g_gpu, (size_t)nqkv * 2);
+    if (!o16 || !g16) exit(2);
+    float *l16 = dput(g_gpu, NULL, nl);
+    g_gpu->ops->attention_forward(g_gpu, o16, l16, q16, &a);
+    g_gpu->ops->attention_backward(g_gpu, g16, d16, o16, l16, q16, &a);
+    float *ho16 = dget16(g_gpu, o16, nout), *hl16 = dget(g_gpu, l16, nl);
+    float *hg16 = dget16(g_gpu, g16, nqkv);
+    char what[160];
+    snprintf(what, sizeof what, "attention on bf16 arrays B%lld T%lld NH%lld NKV%lld HS%lld %s: out",
+             (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS,
+             causal ? "causal" : "full");
+    exact(what, ho16, ho_r, nout);
+    exact("  lse", hl16, hl32, nl);
+    exact("  dqkv", hg16, hg_r, nqkv);
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
+    void *gb[] = {q32, d32, o32, l32, g32, q16, d16, o16, g16, l16};
+    for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) g_gpu->ops->free(g_gpu, gb[i]);
+    float *hb[] = {qkv, dout, qkv_r, dout_r, ho32, hl32, ho_r, hg32, hg_r, ho16, hl16, hg16};
+    for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
+}
+
+/* linear_forward_typed writing bf16 (with the bias) and linear_backward_typed writing a bf16 dinp
+ * from a bf16 input, against the CPU's fp32 ops on the rounded inputs (normwise 1e-2: the output
+ * and the bias rounded to bf16); db sums the bf16 dout as stored. */
+static void run_linear_bf16_arrays(int64_t N, int64_t C, int64_t OC, uint64_t seed) {
+    float *x0 = hrand(N * C, seed + 1, 1.0f), *dy0 = hrand(N * OC, seed + 4, 0.01f);
+    float *x = rounded_as(0, x0, N * C), *dy = rounded_as(0, dy0, N * OC);
+    float *w = hrand(OC * C, seed + 2, 0.05f), *b = hrand(OC, seed + 3, 0.1f);
+    float *w_r = rounded_as(0, w, OC * C);
+    float *ref_out = malloc((size_t)(N * OC) * 4), *ref_dx = malloc((size_t)(N * C) * 4);
+    float *ref_dw = calloc((size_t)(OC * C), 4), *zero = calloc((size_t)(OC * C), 4);
+    if (!ref_out || !ref_dx || !ref_dw || !zero) exit(2);
+    cpu_linear(ref_out, ref_dx, ref_dw, x, w_r, b, dy, zero, N, C, OC);
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, NULL, 0);
+    void *x16 = dput16(g_gpu, x, N * C), *dy16 = dput16(g_gpu, dy, N * OC);
+    float *wd = dput(g_gpu, w, OC * C), *bd = dput(g_gpu, b, OC);
+    void *o16 = g_gpu->ops->malloc(g_gpu, (size_t)(N * OC) * 2);
+    void *dx16 = g_gpu->ops->malloc(g_gpu, (size_t)(N * C) * 2);
+    float *dw = dput(g_gpu, zero, OC * C), *db = dput(g_gpu, zero, OC);
+    const enum loom_dtype bf = LOOM_DTYPE_BF16;
+    g_gpu->ops->linear_forward_typed(g_gpu, o16, bf, x16, bf, wd, bd, N, C, OC);
+    g_gpu->ops->linear_backward_typed(g_gpu, dx16, bf, dw, db, dy16, bf, x16, bf, wd, N, C, OC);
+    float *h;
+    char what[128];
+    snprintf(what, sizeof what, "bf16 arrays %lldx%lldx%lld: linear_forward_typed out", (long long)N,
+             (long long)C, (long long)OC);
+    compare(what, h = dget16(g_gpu, o16, N * OC), ref_out, N * OC, 1e-2);
+    free(h);
+    compare("  linear_backward_typed dinp", h = dget16(g_gpu, dx16, N * C), ref_dx, N * C, 1e-2);
+    free(h);
+    compare("  linear_backward_typed dw", h = dget(g_gpu, dw, OC * C), ref_dw, OC * C, 1e-4);
+    free(h);
+    double *sum = calloc((size_t)OC, sizeof(double));
+    float *ref_db = malloc((size_t)OC * 4);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < OC; k++) sum[k] += dy[n * OC + k];
+    for (int64_t k = 0; k < OC; k++) ref_db[k] = (float)sum[k];
+    compare("  linear_backward_typed db", h = dget(g_gpu, db, OC), ref_db, OC, 1e-5);
+    free(h);
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
+    void *gb[] = {x16, dy16, wd, bd, o16, dx16, dw, db};
+    for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) g_gpu->ops->free(g_gpu, gb[i]);
+    float *hb[] = {x0, dy0, x, w, b, dy, w_r, ref_out, ref_dx, ref_dw, zero, ref_db};
+    for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
+    free(sum);
+}
+
 int main(void) {
     if (loom_backend_create(&g_gpu, "cuda", 0) != LOOM_OK) {
         const char *req = getenv("LOOM_REQUIRE_CUDA");
@@ -609,6 +739,13 @@ int main(void) {
     run_attention(2, 200, 4, 2, 128, 1, 1200);  /* head size 128: grouped, partial last tile */
     run_attention(1, 300, 4, 4, 128, 0, 1300);  /* head size 128, no causal mask */
     run_attention(1, 1024, 16, 16, 128, 1, 1400); /* head size 128 at the 1.3B model's heads */
+    run_attention_bf16_arrays(2, 200, 4, 2, 64, 1, 3000);
+    run_attention_bf16_arrays(1, 300, 4, 4, 128, 0, 3100);
+    run_attention_bf16_arrays(2, 1024, 12, 12, 64, 1, 3200); /* GPT-2 124M shapes */
+    run_attention_bf16_arrays(1, 100, 4, 2, 32, 1, 3300);   /* fp32 kernels through copies */
+    run_linear_bf16_arrays(64, 96, 80, 3400);
+    run_linear_bf16_arrays(2048, 768, 2304, 3500); /* GPT-2 qkv */
+    run_linear_bf16_arrays(37, 72, 50, 3600);      /* unaligned rows */
     /* the same kernels in fp16 (fp16 products) */
     run_attention_typed(LOOM_DTYPE_F16, 2, 200, 4, 2, 64, 1, 2500);
     run_attention_typed(LOOM_DTYPE_F16, 1, 77, 4, 1, 64, 0, 2600);

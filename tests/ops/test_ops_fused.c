@@ -171,7 +171,8 @@ static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
     for (int64_t i = 0; i < N * F; i++) dpre[i] = NAN; /* assigned: every element written */
     loom_op(be, linear_gelu_backward, dpre, LOOM_DTYPE_F32, has_b ? n_db1 : NULL, n_dw2,
             has_b ? n_db2 : NULL, dy, a, pre, w2, N, F, C);
-    loom_op(be, linear_backward_typed, dh, n_dw1, NULL, dpre, LOOM_DTYPE_F32, h, w1, N, C, F);
+    loom_op(be, linear_backward_typed, dh, LOOM_DTYPE_F32, n_dw1, NULL, dpre, LOOM_DTYPE_F32, h,
+            LOOM_DTYPE_F32, w1, N, C, F);
 
     snprintf(name, sizeof name,
              "GELU MLP backward N=%lld C=%lld F=%lld%s: dpre, dinp, dw1, dw2%s bit for bit",
@@ -205,13 +206,14 @@ static void test_typed_f32(int64_t N, int64_t C, int64_t OC) {
     ops_fill(dout, N * OC, 333, -1.0f, 1.0f);
     float *out_ref = falloc(N * OC), *out = falloc(N * OC);
     loom_op(be, linear_forward, out_ref, x, w, b, N, C, OC);
-    loom_op(be, linear_forward_typed, out, x, LOOM_DTYPE_F32, w, b, N, C, OC);
+    loom_op(be, linear_forward_typed, out, LOOM_DTYPE_F32, x, LOOM_DTYPE_F32, w, b, N, C, OC);
     float *g0 = falloc(OC * C + OC);
     ops_fill(g0, OC * C + OC, 334, -0.1f, 0.1f);
     float *g_ref = copy_of(g0, OC * C + OC), *g = copy_of(g0, OC * C + OC);
     float *dx_ref = falloc(N * C), *dx = falloc(N * C);
     loom_op(be, linear_backward, dx_ref, g_ref, g_ref + OC * C, dout, x, w, N, C, OC);
-    loom_op(be, linear_backward_typed, dx, g, g + OC * C, dout, LOOM_DTYPE_F32, x, w, N, C, OC);
+    loom_op(be, linear_backward_typed, dx, LOOM_DTYPE_F32, g, g + OC * C, dout, LOOM_DTYPE_F32, x,
+            LOOM_DTYPE_F32, w, N, C, OC);
     snprintf(name, sizeof name,
              "linear_*_typed fp32 N=%lld C=%lld OC=%lld: out, dinp, dw, db bit for bit",
              (long long)N, (long long)C, (long long)OC);

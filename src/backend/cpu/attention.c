@@ -640,8 +640,8 @@ void loom_cpu_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, in
 /* ------------------------------------------------------------------------------------------ */
 /* forward                                                                                    */
 
-void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse, const float *qkv,
-                                const struct loom_attn *a) {
+static void attention_forward_f32(struct loom_backend *be, float *out, float *lse,
+                                  const float *qkv, const struct loom_attn *a) {
     const struct geom g = geom_of(a);
     const int64_t B = g.B, T = g.T, NH = g.NH, NKV = g.NKV, HS = g.HS, R = g.R, C = g.C;
     if (B <= 0 || T <= 0) return;
@@ -715,9 +715,9 @@ void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse,
 /* ------------------------------------------------------------------------------------------ */
 /* backward                                                                                   */
 
-void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const float *dout,
-                                 const float *out, const float *lse, const float *qkv,
-                                 const struct loom_attn *a) {
+static void attention_backward_f32(struct loom_backend *be, float *dqkv, const float *dout,
+                                   const float *out, const float *lse, const float *qkv,
+                                   const struct loom_attn *a) {
     const struct geom g = geom_of(a);
     const int64_t B = g.B, T = g.T, NH = g.NH, NKV = g.NKV, HS = g.HS, R = g.R, C = g.C;
     if (B <= 0 || T <= 0) return;
@@ -814,4 +814,25 @@ void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const flo
     }
     blas_single_end(blas_nt);
     ws_put(ws);
+}
+
+/* The ops: the cpu keeps its activations in fp32 (loom_attn.dt other than fp32 is a misuse). */
+static void need_f32_attn(const struct loom_attn *a, const char *op) {
+    if (a->dt != LOOM_DTYPE_F32)
+        loom_abort(__FILE__, __LINE__, "cpu: %s with %s activations (the cpu backend has fp32 only)",
+                   op, loom_dtype_name(a->dt));
+}
+
+void loom_cpu_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
+                                const struct loom_attn *a) {
+    need_f32_attn(a, "attention_forward");
+    attention_forward_f32(be, (float *)out, lse, (const float *)qkv, a);
+}
+
+void loom_cpu_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,
+                                 const void *out, const float *lse, const void *qkv,
+                                 const struct loom_attn *a) {
+    need_f32_attn(a, "attention_backward");
+    attention_backward_f32(be, (float *)dqkv, (const float *)dout, (const float *)out, lse,
+                           (const float *)qkv, a);
 }

@@ -52,20 +52,22 @@ void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loo
                                    float *dpre_b, float *dw, float *db, const float *dout,
                                    const void *act, const void *pre, const float *w, int64_t N,
                                    int64_t C, int64_t OC);
-void loom_cpu_linear_forward_typed(struct loom_backend *be, float *out, const void *inp,
-                                   enum loom_dtype inp_dt, const float *w, const float *b,
-                                   int64_t N, int64_t C, int64_t OC);
-void loom_cpu_linear_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                    const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                    const float *w, int64_t N, int64_t C, int64_t OC);
+void loom_cpu_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                   const void *inp, enum loom_dtype inp_dt, const float *w,
+                                   const float *b, int64_t N, int64_t C, int64_t OC);
+void loom_cpu_linear_backward_typed(struct loom_backend *be, void *dinp, enum loom_dtype dinp_dt,
+                                    float *dw, float *db, const void *dout,
+                                    enum loom_dtype dout_dt, const void *inp,
+                                    enum loom_dtype inp_dt, const float *w, int64_t N, int64_t C,
+                                    int64_t OC);
 
 /* attention.c */
 void loom_cpu_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
                    int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
-void loom_cpu_attention_forward(struct loom_backend *be, float *out, float *lse, const float *qkv,
+void loom_cpu_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
                                 const struct loom_attn *a);
-void loom_cpu_attention_backward(struct loom_backend *be, float *dqkv, const float *dout,
-                                 const float *out, const float *lse, const float *qkv,
+void loom_cpu_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,
+                                 const void *out, const float *lse, const void *qkv,
                                  const struct loom_attn *a);
 
 /* decode.c */

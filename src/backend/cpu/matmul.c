@@ -179,17 +179,23 @@ void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loo
     if (dpre_b) cpu_bias_grad(dpre_b, d, N, C);
 }
 
-/* The plain linear ops with a typed input / output gradient: fp32 only, as they are. */
-void loom_cpu_linear_forward_typed(struct loom_backend *be, float *out, const void *inp,
-                                   enum loom_dtype inp_dt, const float *w, const float *b,
-                                   int64_t N, int64_t C, int64_t OC) {
+/* The plain linear ops with typed activations: fp32 only, as they are. */
+void loom_cpu_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                   const void *inp, enum loom_dtype inp_dt, const float *w,
+                                   const float *b, int64_t N, int64_t C, int64_t OC) {
+    need_f32(out_dt, "linear_forward_typed");
     need_f32(inp_dt, "linear_forward_typed");
-    loom_cpu_linear_forward(be, out, (const float *)inp, w, b, N, C, OC);
+    loom_cpu_linear_forward(be, (float *)out, (const float *)inp, w, b, N, C, OC);
 }
 
-void loom_cpu_linear_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                    const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                    const float *w, int64_t N, int64_t C, int64_t OC) {
+void loom_cpu_linear_backward_typed(struct loom_backend *be, void *dinp, enum loom_dtype dinp_dt,
+                                    float *dw, float *db, const void *dout,
+                                    enum loom_dtype dout_dt, const void *inp,
+                                    enum loom_dtype inp_dt, const float *w, int64_t N, int64_t C,
+                                    int64_t OC) {
+    need_f32(dinp_dt, "linear_backward_typed");
     need_f32(dout_dt, "linear_backward_typed");
-    loom_cpu_linear_backward(be, dinp, dw, db, (const float *)dout, inp, w, N, C, OC);
+    need_f32(inp_dt, "linear_backward_typed");
+    loom_cpu_linear_backward(be, (float *)dinp, dw, db, (const float *)dout, (const float *)inp,
+                             w, N, C, OC);
 }

@@ -21,6 +21,7 @@
  * 128 threads: thread (r = tid/4, s = tid%4) owns row r of the tile and the float4 columns
  * s, s+4, s+8, ... of the head dimension, padded to D (a template constant, 16..256).
  */
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "backend/cuda/common.cuh"
@@ -414,14 +415,8 @@ static void at_check(const struct loom_attn *a) {
     LOOM_ASSERT(a->dropout_p >= 0.0f && a->dropout_p < 1.0f);
 }
 
-void loom_cuda_attention_forward(struct loom_backend *be, float *out, float *lse,
-                                 const float *qkv, const struct loom_attn *a) {
-    if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
-    at_check(a);
-    if (loom_cuda_attention_bf16_ok(be, a)) {
-        loom_cuda_attention_forward_bf16(be, out, lse, qkv, a);
-        return;
-    }
+static void at_forward_f32(struct loom_backend *be, float *out, float *lse, const float *qkv,
+                           const struct loom_attn *a) {
     if (a->HS <= 16)
         at_forward<16>(be, out, lse, qkv, a);
     else if (a->HS <= 32)
@@ -434,15 +429,9 @@ void loom_cuda_attention_forward(struct loom_backend *be, float *out, float *lse
         at_forward<256>(be, out, lse, qkv, a);
 }
 
-void loom_cuda_attention_backward(struct loom_backend *be, float *dqkv, const float *dout,
-                                  const float *out, const float *lse, const float *qkv,
-                                  const struct loom_attn *a) {
-    if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
-    at_check(a);
-    if (loom_cuda_attention_bf16_ok(be, a)) {
-        loom_cuda_attention_backward_bf16(be, dqkv, dout, out, lse, qkv, a);
-        return;
-    }
+static void at_backward_f32(struct loom_backend *be, float *dqkv, const float *dout,
+                            const float *out, const float *lse, const float *qkv,
+                            const struct loom_attn *a) {
     int64_t rows = a->B * a->T * a->NH;
     float *Dv = (float *)loom_cuda_scratch(be, (size_t)rows * sizeof(float));
     attention_dot_kernel<<<(unsigned)((rows + 3) / 4), 128, 0, loom_cuda_stream(be)>>>(
@@ -458,6 +447,89 @@ void loom_cuda_attention_backward(struct loom_backend *be, float *dqkv, const fl
         at_backward<128>(be, dqkv, dout, lse, Dv, qkv, a);
     else
         at_backward<256>(be, dqkv, dout, lse, Dv, qkv, a);
+}
+
+/* bf16 <-> fp32 copies for typed arrays that take the fp32 kernels */
+__global__ void at_widen_kernel(float *dst, const __nv_bfloat16 *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+__global__ void at_narrow_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+static void at_widen(struct loom_backend *be, float *dst, const void *src, int64_t n) {
+    at_widen_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
+        dst, (const __nv_bfloat16 *)src, n);
+    LOOM_CUDA_LAUNCHED();
+}
+static void at_narrow(struct loom_backend *be, void *dst, const float *src, int64_t n) {
+    at_narrow_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
+        (__nv_bfloat16 *)dst, src, n);
+    LOOM_CUDA_LAUNCHED();
+}
+
+/* Typed arrays (a->dt bf16) are the backend's activation type: bf16 products. */
+static void at_check_dt(struct loom_backend *be, const struct loom_attn *a, const char *op) {
+    if (a->dt != LOOM_DTYPE_F32 && a->dt != loom_cuda_activation_dtype(be))
+        loom_abort(__FILE__, __LINE__,
+                   "cuda: %s with %s activations needs bf16 matrix products (activation_dtype)",
+                   op, loom_dtype_name(a->dt));
+}
+
+/* Typed arrays on a problem the tensor-core kernels do not take (head size other than 64 or
+ * 128, attention dropout) go through fp32 copies in the attention workspace and the fp32
+ * kernels: the results are those of the fp32 op on the stored values, rounded at the end. */
+void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
+                                 const struct loom_attn *a) {
+    if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
+    at_check(a);
+    at_check_dt(be, a, "attention_forward");
+    if (loom_cuda_attention_bf16_ok(be, a)) {
+        loom_cuda_attention_forward_bf16(be, out, lse, qkv, a);
+        return;
+    }
+    if (a->dt == LOOM_DTYPE_F32) {
+        at_forward_f32(be, (float *)out, lse, (const float *)qkv, a);
+        return;
+    }
+    struct loom_cuda *c = loom_cuda_impl(be);
+    const int64_t nqkv = a->B * a->T * (a->NH + 2 * a->NKV) * a->HS, nout = a->B * a->T * a->NH * a->HS;
+    loom_cuda_grow(be, &c->attn_ws, &c->attn_ws_bytes, (size_t)(nqkv + nout) * sizeof(float),
+                   "attention workspace");
+    float *q32 = (float *)c->attn_ws, *o32 = q32 + nqkv;
+    at_widen(be, q32, qkv, nqkv);
+    at_forward_f32(be, o32, lse, q32, a);
+    at_narrow(be, out, o32, nout);
+}
+
+void loom_cuda_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,
+                                  const void *out, const float *lse, const void *qkv,
+                                  const struct loom_attn *a) {
+    if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
+    at_check(a);
+    at_check_dt(be, a, "attention_backward");
+    if (loom_cuda_attention_bf16_ok(be, a)) {
+        loom_cuda_attention_backward_bf16(be, dqkv, dout, out, lse, qkv, a);
+        return;
+    }
+    if (a->dt == LOOM_DTYPE_F32) {
+        at_backward_f32(be, (float *)dqkv, (const float *)dout, (const float *)out, lse,
+                        (const float *)qkv, a);
+        return;
+    }
+    struct loom_cuda *c = loom_cuda_impl(be);
+    const int64_t nqkv = a->B * a->T * (a->NH + 2 * a->NKV) * a->HS, nout = a->B * a->T * a->NH * a->HS;
+    loom_cuda_grow(be, &c->attn_ws, &c->attn_ws_bytes,
+                   (size_t)(2 * nqkv + 2 * nout) * sizeof(float), "attention workspace");
+    float *q32 = (float *)c->attn_ws, *dq32 = q32 + nqkv, *d32 = dq32 + nqkv, *o32 = d32 + nout;
+    at_widen(be, q32, qkv, nqkv);
+    at_widen(be, d32, dout, nout);
+    at_widen(be, o32, out, nout);
+    at_backward_f32(be, dq32, d32, o32, lse, q32, a);
+    at_narrow(be, dqkv, dq32, nqkv);
 }
 
 /* ---- one query position against a key/value cache (generation) ----

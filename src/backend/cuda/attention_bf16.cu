@@ -3,7 +3,8 @@
  * the matmul_bf16 flag, after which the functions here are named), the head size is 64 or 128,
  * the scale is positive and there is no attention dropout; everything else takes the fp32
  * kernels of attention.cu. Same contract: out and lse (natural log, of the unscaled-by-dropout
- * scores) in fp32, dqkv assigned.
+ * scores), dqkv assigned. The op's own arrays qkv, out, dout and dqkv are of type X: fp32, or
+ * bf16 (loom_attn.dt, with bf16 products), read as stored and written rounded; lse is fp32.
  *
  * Element type E: bf16 with bf16 products, fp16 (__half) with fp16 products (matmul_f16). The
  * kernels are templates over E; the two instantiations differ only in the rounding of fp32
@@ -18,8 +19,8 @@
  *
  * Layout: a conversion pass writes E head-major copies [B, heads, T, D] of what the kernels
  * stream tile by tile out of qkv[B,T,(NH+2NKV)*D] (Megatron's grouped order) and dout[B,T,NH*D]:
- * k and v for the forward, which reads its own q rows straight from the fp32 qkv; q, k, v and
- * dout for the backward, whose pass also makes D from the fp32 dout and out.
+ * k and v for the forward, which reads its own q rows straight from qkv; q, k, v and dout for
+ * the backward, whose pass also makes D from dout and out as stored.
  *
  * Kernels: blocks of 8 warps; a warp owns 16 rows (queries, or keys in the dk/dv pass) and
  * multiplies with mma.sync m16n8k16 (E in, fp32 accumulate). The warp's own operand (q; or
@@ -69,13 +70,15 @@ struct fa_geom {
     static constexpr bool RES = D <= 64;
 };
 
-/* Arguments of the kernels (those of one pass are set). */
-template <class E>
+/* Arguments of the kernels (those of one pass are set). X is the element type of the op's own
+ * arrays qkv, out, dout and dqkv (loom_attn.dt): fp32, or E itself. */
+template <class E, class X>
 struct fa_args {
-    const float *qkv;        /* forward: the fp32 q rows */
+    const X *qkv;            /* forward: the q rows */
     const float *lse, *Dv;   /* backward inputs [B, NH, T] */
-    float *out, *lse_out;    /* forward outputs */
-    float *dqkv;             /* backward output */
+    X *out;                  /* forward output */
+    float *lse_out;          /* forward output */
+    X *dqkv;                 /* backward output */
     const E *q, *k, *v, *dout; /* head-major 16-bit copies */
     int B, T, NH, NKV, causal;
     float sl2;   /* scale * log2(e) */
@@ -121,6 +124,46 @@ __device__ __forceinline__ uint32_t fa_pack<f16>(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *(uint32_t *)&v;
 }
+
+/* The op's arrays of type X (fp32 or E): two or eight values read as fp32, two written rounded
+ * to X (a value of type E read and packed again keeps its bits). */
+template <class X> struct fa_io;
+template <> struct fa_io<float> {
+    static __device__ __forceinline__ float2 ld2(const float *p) { return *(const float2 *)p; }
+    static __device__ __forceinline__ void ld8(const float *p, float v[8]) {
+        const float4 x = ((const float4 *)p)[0], z = ((const float4 *)p)[1];
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = z.x, v[5] = z.y, v[6] = z.z,
+        v[7] = z.w;
+    }
+    static __device__ __forceinline__ void st2(float *p, float lo, float hi) {
+        *(float2 *)p = make_float2(lo, hi);
+    }
+};
+template <class E> struct fa_io16 {
+    static __device__ __forceinline__ float2 unpack(uint32_t u);
+    static __device__ __forceinline__ float2 ld2(const E *p) { return unpack(*(const uint32_t *)p); }
+    static __device__ __forceinline__ void ld8(const E *p, float v[8]) {
+        const uint4 u = *(const uint4 *)p;
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = unpack(w[i]);
+            v[2 * i] = f.x;
+            v[2 * i + 1] = f.y;
+        }
+    }
+    static __device__ __forceinline__ void st2(E *p, float lo, float hi) {
+        *(uint32_t *)p = fa_pack<E>(lo, hi);
+    }
+};
+template <> __device__ __forceinline__ float2 fa_io16<bf16>::unpack(uint32_t u) {
+    return __bfloat1622float2(*(const __nv_bfloat162 *)&u);
+}
+template <> __device__ __forceinline__ float2 fa_io16<f16>::unpack(uint32_t u) {
+    return __half22float2(*(const __half2 *)&u);
+}
+template <> struct fa_io<bf16> : fa_io16<bf16> {};
+template <> struct fa_io<f16> : fa_io16<f16> {};
 
 /* 2^x (ex2.approx: relative error about 2^-22; results below 2^-126 flush to 0) */
 __device__ __forceinline__ float fa_exp2(float x) {
@@ -258,14 +301,13 @@ __device__ __forceinline__ int fa_kcol(int kvh, int G, int D) { return (kvh * (G
  * in fp32 (out[B,T,NH*D]). A thread takes 8 columns of a row; the D / 8 threads of a row are
  * aligned lanes of one warp (blocks are whole warps, so lane = i % 32, and D / 8 divides 32),
  * which add their partial sums in a fixed butterfly: Dv does not depend on the launch shape. */
-template <class E, int D>
-__global__ void fa_convert_kernel(E *q, E *k, E *v, E *d, float *Dv,
-                                  const float *qkv, const float *dout, const float *out, int B,
-                                  int T, int NH, int NKV) {
+template <class E, class X, int D>
+__global__ void fa_convert_kernel(E *q, E *k, E *v, E *d, float *Dv, const X *qkv, const X *dout,
+                                  const X *out, int B, int T, int NH, int NKV) {
     static_assert(D % 8 == 0 && D / 8 <= 16, "a row's threads are at most half a warp");
     const int G = NH / NKV, qslots = q ? NH + 2 * NKV : 2 * NKV, y = blockIdx.y;
     int slots, slot, head, heads;
-    const float *src;
+    const X *src;
     E *dst;
     if (y < qslots) {
         const int grp = q ? y / (G + 2) : y / 2, in = q ? y % (G + 2) : G + y % 2;
@@ -289,25 +331,20 @@ __global__ void fa_convert_kernel(E *q, E *k, E *v, E *d, float *Dv,
          i += (int64_t)gridDim.x * blockDim.x) {
         const int c8 = (int)(i % (D / 8)), bt = (int)(i / (D / 8)), b = bt / T, t = bt - b * T;
         const int64_t off = ((int64_t)bt * slots + slot) * D + c8 * 8;
-        const float4 *x4 = (const float4 *)(src + off);
-        const float4 x = x4[0], z = x4[1];
+        float x[8];
+        fa_io<X>::ld8(src + off, x);
         uint4 o;
-        o.x = fa_pack<E>(x.x, x.y);
-        o.y = fa_pack<E>(x.z, x.w);
-        o.z = fa_pack<E>(z.x, z.y);
-        o.w = fa_pack<E>(z.z, z.w);
+        o.x = fa_pack<E>(x[0], x[1]);
+        o.y = fa_pack<E>(x[2], x[3]);
+        o.z = fa_pack<E>(x[4], x[5]);
+        o.w = fa_pack<E>(x[6], x[7]);
         *(uint4 *)(dst + (((int64_t)b * heads + head) * T + t) * D + c8 * 8) = o;
         if (dot) {
-            const float4 *y4 = (const float4 *)(out + off);
-            const float4 u = y4[0], w = y4[1];
-            float s = x.x * u.x;
-            s = fmaf(x.y, u.y, s);
-            s = fmaf(x.z, u.z, s);
-            s = fmaf(x.w, u.w, s);
-            s = fmaf(z.x, w.x, s);
-            s = fmaf(z.y, w.y, s);
-            s = fmaf(z.z, w.z, s);
-            s = fmaf(z.w, w.w, s);
+            float u[8];
+            fa_io<X>::ld8(out + off, u);
+            float s = x[0] * u[0];
+#pragma unroll
+            for (int j = 1; j < 8; j++) s = fmaf(x[j], u[j], s);
 #pragma unroll
             for (int m = D / 16; m > 0; m >>= 1) s += __shfl_xor_sync(row_lanes, s, m);
             if (c8 == 0) Dv[((int64_t)b * heads + head) * T + t] = s;
@@ -317,9 +354,9 @@ __global__ void fa_convert_kernel(E *q, E *k, E *v, E *d, float *Dv,
 
 /* ---- forward ---- */
 
-template <class E, int D>
+template <class E, class X, int D>
 __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
-    fa_forward_kernel(const fa_args<E> a) {
+    fa_forward_kernel(const fa_args<E, X> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr uint32_t TILE = FA_KT * LD * 2; /* bytes of a K or V tile */
     extern __shared__ uint4 fa_smem[];
@@ -353,21 +390,21 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
     uint32_t qf[KS][4];
     {
         const int64_t stride = (int64_t)(NH + 2 * a.NKV) * D;
-        const float *qb = a.qkv + (int64_t)b * T * stride + fa_qcol(h, G, D);
+        const X *qb = a.qkv + (int64_t)b * T * stride + fa_qcol(h, G, D);
         const int ra = r0 + g, rb = ra + 8;
-        const float *pa = qb + (int64_t)min(ra, T - 1) * stride,
-                    *pb = qb + (int64_t)min(rb, T - 1) * stride;
+        const X *pa = qb + (int64_t)min(ra, T - 1) * stride,
+                *pb = qb + (int64_t)min(rb, T - 1) * stride;
 #pragma unroll
         for (int st = 0; st < KS; st++) {
             const int c = 16 * st + 2 * t4;
             float2 x0 = make_float2(0.f, 0.f), x1 = x0, x2 = x0, x3 = x0;
             if (ra < T) {
-                x0 = *(const float2 *)(pa + c);
-                x2 = *(const float2 *)(pa + c + 8);
+                x0 = fa_io<X>::ld2(pa + c);
+                x2 = fa_io<X>::ld2(pa + c + 8);
             }
             if (rb < T) {
-                x1 = *(const float2 *)(pb + c);
-                x3 = *(const float2 *)(pb + c + 8);
+                x1 = fa_io<X>::ld2(pb + c);
+                x3 = fa_io<X>::ld2(pb + c + 8);
             }
             qf[st][0] = fa_pack<E>(x0.x, x0.y);
             qf[st][1] = fa_pack<E>(x1.x, x1.y);
@@ -443,19 +480,18 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
         const int row = r0 + g + 8 * hi;
         if (row >= T) continue;
         const float inv = 1.0f / l[hi];
-        float *orow = a.out + (((int64_t)b * T + row) * NH + h) * D;
+        X *orow = a.out + (((int64_t)b * T + row) * NH + h) * D;
 #pragma unroll
         for (int j = 0; j < NT; j++)
-            *(float2 *)(orow + 8 * j + 2 * t4) =
-                make_float2(o[j][2 * hi] * inv, o[j][2 * hi + 1] * inv);
+            fa_io<X>::st2(orow + 8 * j + 2 * t4, o[j][2 * hi] * inv, o[j][2 * hi + 1] * inv);
         if (t4 == 0) a.lse_out[((int64_t)b * NH + h) * T + row] = (m[hi] + log2f(l[hi])) / FA_LOG2E;
     }
 }
 
 /* ---- backward: dk, dv ---- */
 
-template <class E, int D>
-__global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E> a) {
+template <class E, class X, int D>
+__global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E, X> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr int QT = fa_geom<D>::QT;
     constexpr bool RES = fa_geom<D>::RES;
@@ -571,20 +607,20 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E>
     for (int hi = 0; hi < 2; hi++) {
         const int key = kw + g + 8 * hi;
         if (key >= T) continue;
-        float *r = a.dqkv + ((int64_t)b * T + key) * stride;
+        X *r = a.dqkv + ((int64_t)b * T + key) * stride;
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            *(float2 *)(r + kc + 8 * j + 2 * t4) =
-                make_float2(dk[j][2 * hi] * a.scale, dk[j][2 * hi + 1] * a.scale);
-            *(float2 *)(r + vc + 8 * j + 2 * t4) = make_float2(dv[j][2 * hi], dv[j][2 * hi + 1]);
+            fa_io<X>::st2(r + kc + 8 * j + 2 * t4, dk[j][2 * hi] * a.scale,
+                          dk[j][2 * hi + 1] * a.scale);
+            fa_io<X>::st2(r + vc + 8 * j + 2 * t4, dv[j][2 * hi], dv[j][2 * hi + 1]);
         }
     }
 }
 
 /* ---- backward: dq ---- */
 
-template <class E, int D>
-__global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E> a) {
+template <class E, class X, int D>
+__global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr bool RES = fa_geom<D>::RES;
     constexpr uint32_t BLK = FA_ROWS * LD * 2; /* bytes of the block's q or dout rows */
@@ -690,11 +726,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E> a
     for (int hi = 0; hi < 2; hi++) {
         const int row = r0 + g + 8 * hi;
         if (row >= T) continue;
-        float *r = a.dqkv + ((int64_t)b * T + row) * stride + qc;
+        X *r = a.dqkv + ((int64_t)b * T + row) * stride + qc;
 #pragma unroll
         for (int j = 0; j < NT; j++)
-            *(float2 *)(r + 8 * j + 2 * t4) =
-                make_float2(dq[j][2 * hi] * a.scale, dq[j][2 * hi + 1] * a.scale);
+            fa_io<X>::st2(r + 8 * j + 2 * t4, dq[j][2 * hi] * a.scale,
+                          dq[j][2 * hi + 1] * a.scale);
     }
 }
 
@@ -706,9 +742,9 @@ int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn 
            a->NH + 2 * a->NKV <= 65535 && a->B <= 65535 && a->B * a->T <= INT32_MAX;
 }
 
-template <class E>
-static fa_args<E> fa_make_args(const struct loom_attn *a) {
-    fa_args<E> p = {};
+template <class E, class X>
+static fa_args<E, X> fa_make_args(const struct loom_attn *a) {
+    fa_args<E, X> p = {};
     p.B = (int)a->B;
     p.T = (int)a->T;
     p.NH = (int)a->NH;
@@ -721,10 +757,9 @@ static fa_args<E> fa_make_args(const struct loom_attn *a) {
 
 /* E copies in the attention workspace: k and v of qkv, and q when with_q; dout's heads when
  * dout is given, with Dv[B,NH,T] = rowsum(dout * out) per head (fp32). One launch. */
-template <class E, int D>
-static void fa_convert(struct loom_backend *be, const float *qkv, const float *dout,
-                       const float *out, float *Dv, int with_q, const struct loom_attn *a,
-                       fa_args<E> *p) {
+template <class E, class X, int D>
+static void fa_convert(struct loom_backend *be, const X *qkv, const X *dout, const X *out,
+                       float *Dv, int with_q, const struct loom_attn *a, fa_args<E, X> *p) {
     struct loom_cuda *c = loom_cuda_impl(be);
     size_t nq = (size_t)(a->B * a->NH * a->T * D), nk = (size_t)(a->B * a->NKV * a->T * D);
     loom_cuda_grow(be, &c->attn_ws, &c->attn_ws_bytes, (2 * nq + 2 * nk) * sizeof(E),
@@ -741,84 +776,97 @@ static void fa_convert(struct loom_backend *be, const float *qkv, const float *d
     unsigned bx = (unsigned)((chunks + 255) / 256);
     if (bx > 4096) bx = 4096;
     unsigned slots = (unsigned)((with_q ? a->NH + 2 * a->NKV : 2 * a->NKV) + (dout ? a->NH : 0));
-    fa_convert_kernel<E, D><<<dim3(bx, slots), 256, 0, loom_cuda_stream(be)>>>(
+    fa_convert_kernel<E, X, D><<<dim3(bx, slots), 256, 0, loom_cuda_stream(be)>>>(
         with_q ? q : NULL, k, v, d, Dv, qkv, dout, out, p->B, p->T, p->NH, p->NKV);
     LOOM_CUDA_LAUNCHED();
 }
 
-template <class E, int D>
-static void fa_forward(struct loom_backend *be, float *out, float *lse, const float *qkv,
+template <class E, class X, int D>
+static void fa_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
                        const struct loom_attn *a) {
-    fa_args<E> p = fa_make_args<E>(a);
-    fa_convert<E, D>(be, qkv, NULL, NULL, NULL, 0, a, &p);
-    p.qkv = qkv;
-    p.out = out;
+    fa_args<E, X> p = fa_make_args<E, X>(a);
+    fa_convert<E, X, D>(be, (const X *)qkv, NULL, NULL, NULL, 0, a, &p);
+    p.qkv = (const X *)qkv;
+    p.out = (X *)out;
     p.lse_out = lse;
     size_t smem = (size_t)FA_STAGES * 2 * FA_KT * fa_geom<D>::LD * sizeof(E); /* K, V */
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_forward_kernel<E, D>,
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_forward_kernel<E, X, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     unsigned blocks = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS * a->NH * a->B);
-    fa_forward_kernel<E, D><<<blocks, FA_THREADS, smem, loom_cuda_stream(be)>>>(p);
+    fa_forward_kernel<E, X, D><<<blocks, FA_THREADS, smem, loom_cuda_stream(be)>>>(p);
     LOOM_CUDA_LAUNCHED();
 }
 
-template <class E, int D>
-static void fa_backward(struct loom_backend *be, float *dqkv, const float *dout, const float *out,
-                        const float *lse, const float *qkv, const struct loom_attn *a) {
+template <class E, class X, int D>
+static void fa_backward(struct loom_backend *be, void *dqkv, const void *dout, const void *out,
+                        const float *lse, const void *qkv, const struct loom_attn *a) {
     typedef fa_geom<D> geo;
-    fa_args<E> p = fa_make_args<E>(a);
+    fa_args<E, X> p = fa_make_args<E, X>(a);
     float *Dv = (float *)loom_cuda_scratch(be, (size_t)(a->B * a->NH * a->T) * sizeof(float));
-    fa_convert<E, D>(be, qkv, dout, out, Dv, 1, a, &p);
+    fa_convert<E, X, D>(be, (const X *)qkv, (const X *)dout, (const X *)out, Dv, 1, a, &p);
     p.lse = lse;
     p.Dv = Dv;
-    p.dqkv = dqkv;
+    p.dqkv = (X *)dqkv;
     cudaStream_t st = loom_cuda_stream(be);
     unsigned tiles = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS);
     /* K, V rows; stages of q, dout, lse, D */
     size_t smem = (size_t)2 * FA_ROWS * geo::LD * sizeof(E) +
                   FA_STAGES * ((size_t)2 * geo::QT * geo::LD * sizeof(E) +
                                2 * geo::QT * sizeof(float));
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dkdv_kernel<E, D>,
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dkdv_kernel<E, X, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_dkdv_kernel<E, D><<<(unsigned)(tiles * a->NKV * a->B), FA_THREADS, smem, st>>>(p);
+    fa_dkdv_kernel<E, X, D><<<(unsigned)(tiles * a->NKV * a->B), FA_THREADS, smem, st>>>(p);
     LOOM_CUDA_LAUNCHED();
     /* q, dout rows; buffers of K, V */
     smem = (size_t)(2 * FA_ROWS + FA_STAGES * 2 * FA_KT) * geo::LD * sizeof(E);
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dq_kernel<E, D>,
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dq_kernel<E, X, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_dq_kernel<E, D><<<(unsigned)(tiles * a->NH * a->B), FA_THREADS, smem, st>>>(p);
+    fa_dq_kernel<E, X, D><<<(unsigned)(tiles * a->NH * a->B), FA_THREADS, smem, st>>>(p);
     LOOM_CUDA_LAUNCHED();
 }
 
-/* The instantiation for the backend's 16-bit type (fp16 with matmul_f16, else bf16) and head
- * size (64 or 128). */
-void loom_cuda_attention_forward_bf16(struct loom_backend *be, float *out, float *lse,
-                                      const float *qkv, const struct loom_attn *a) {
+/* The instantiation for the backend's 16-bit type E (fp16 with matmul_f16, else bf16), the
+ * op's array type X (fp32, or bf16 when loom_attn.dt is bf16: typed activations come with bf16
+ * products only, activation_dtype) and head size (64 or 128). */
+template <class E, class X>
+static void fa_forward_d(struct loom_backend *be, void *out, float *lse, const void *qkv,
+                         const struct loom_attn *a) {
+    if (a->HS == 64)
+        fa_forward<E, X, 64>(be, out, lse, qkv, a);
+    else
+        fa_forward<E, X, 128>(be, out, lse, qkv, a);
+}
+
+template <class E, class X>
+static void fa_backward_d(struct loom_backend *be, void *dqkv, const void *dout, const void *out,
+                          const float *lse, const void *qkv, const struct loom_attn *a) {
+    if (a->HS == 64)
+        fa_backward<E, X, 64>(be, dqkv, dout, out, lse, qkv, a);
+    else
+        fa_backward<E, X, 128>(be, dqkv, dout, out, lse, qkv, a);
+}
+
+void loom_cuda_attention_forward_bf16(struct loom_backend *be, void *out, float *lse,
+                                      const void *qkv, const struct loom_attn *a) {
     if (loom_cuda_impl(be)->matmul_f16) {
-        if (a->HS == 64)
-            fa_forward<f16, 64>(be, out, lse, qkv, a);
-        else
-            fa_forward<f16, 128>(be, out, lse, qkv, a);
+        LOOM_ASSERT(a->dt == LOOM_DTYPE_F32);
+        fa_forward_d<f16, float>(be, out, lse, qkv, a);
+    } else if (a->dt == LOOM_DTYPE_BF16) {
+        fa_forward_d<bf16, bf16>(be, out, lse, qkv, a);
     } else {
-        if (a->HS == 64)
-            fa_forward<bf16, 64>(be, out, lse, qkv, a);
-        else
-            fa_forward<bf16, 128>(be, out, lse, qkv, a);
+        fa_forward_d<bf16, float>(be, out, lse, qkv, a);
     }
 }
 
-void loom_cuda_attention_backward_bf16(struct loom_backend *be, float *dqkv, const float *dout,
-                                       const float *out, const float *lse, const float *qkv,
+void loom_cuda_attention_backward_bf16(struct loom_backend *be, void *dqkv, const void *dout,
+                                       const void *out, const float *lse, const void *qkv,
                                        const struct loom_attn *a) {
     if (loom_cuda_impl(be)->matmul_f16) {
-        if (a->HS == 64)
-            fa_backward<f16, 64>(be, dqkv, dout, out, lse, qkv, a);
-        else
-            fa_backward<f16, 128>(be, dqkv, dout, out, lse, qkv, a);
+        LOOM_ASSERT(a->dt == LOOM_DTYPE_F32);
+        fa_backward_d<f16, float>(be, dqkv, dout, out, lse, qkv, a);
+    } else if (a->dt == LOOM_DTYPE_BF16) {
+        fa_backward_d<bf16, bf16>(be, dqkv, dout, out, lse, qkv, a);
     } else {
-        if (a->HS == 64)
-            fa_backward<bf16, 64>(be, dqkv, dout, out, lse, qkv, a);
-        else
-            fa_backward<bf16, 128>(be, dqkv, dout, out, lse, qkv, a);
+        fa_backward_d<bf16, float>(be, dqkv, dout, out, lse, qkv, a);
     }
 }

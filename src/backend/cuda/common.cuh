@@ -166,17 +166,47 @@ void loom_cuda_residual_layernorm_forward(struct loom_backend *be, float *xs, fl
 void loom_cuda_residual_rmsnorm_forward(struct loom_backend *be, float *xs, float *out,
                                         float *rstd, const float *x, const float *r,
                                         const float *w, int64_t N, int64_t C, float eps);
+/* The same ops with the normalised output out[N,C] of type out_dt, or the output gradient
+ * dout[N,C] of type dout_dt: LOOM_DTYPE_F32 (exactly the ops above, which call these) or
+ * LOOM_DTYPE_BF16 (out: the fp32 op's values rounded to nearest even; dout: read as stored);
+ * any other type aborts. mean, rstd, xs, dinp, dw, db stay fp32. C linkage, for the C tests. */
+extern "C" {
+void loom_cuda_layernorm_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                       float *mean, float *rstd, const float *inp, const float *w,
+                                       const float *b, int64_t N, int64_t C, float eps);
+void loom_cuda_residual_layernorm_forward_typed(struct loom_backend *be, float *xs, void *out,
+                                                enum loom_dtype out_dt, float *mean, float *rstd,
+                                                const float *x, const float *r, const float *w,
+                                                const float *b, int64_t N, int64_t C, float eps);
+void loom_cuda_rmsnorm_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                     float *rstd, const float *inp, const float *w, int64_t N,
+                                     int64_t C, float eps);
+void loom_cuda_residual_rmsnorm_forward_typed(struct loom_backend *be, float *xs, void *out,
+                                              enum loom_dtype out_dt, float *rstd, const float *x,
+                                              const float *r, const float *w, int64_t N,
+                                              int64_t C, float eps);
+void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                        const void *dout, enum loom_dtype dout_dt,
+                                        const float *inp, const float *w, const float *mean,
+                                        const float *rstd, int64_t N, int64_t C);
+void loom_cuda_rmsnorm_backward_typed(struct loom_backend *be, float *dinp, float *dw,
+                                      const void *dout, enum loom_dtype dout_dt, const float *inp,
+                                      const float *w, const float *rstd, int64_t N, int64_t C);
+}
 
 /* matmul_bf16.cu: the bf16 path of the linear ops (inputs rounded to bf16, fp32 accumulation
  * and outputs, cuBLASLt), and the backend op that selects it. */
 enum loom_status loom_cuda_set_matmul_dtype(struct loom_backend *be, enum loom_dtype dt,
                                             const float *params, int64_t n);
-void loom_cuda_linear_forward_bf16(struct loom_backend *be, float *out, const float *inp,
-                                   const float *w, const float *b, int64_t N, int64_t C,
-                                   int64_t OC);
-void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                    const float *dout, const float *inp, const float *w,
-                                    int64_t N, int64_t C, int64_t OC);
+/* The plain linear ops on arrays each fp32 or of the products' 16-bit type (the x16 flags):
+ * fp32 operands converted per call, 16-bit ones read as stored, a 16-bit output written by the
+ * product (with the bias's 16-bit copy); db sums dout as stored. */
+void loom_cuda_linear_forward_16(struct loom_backend *be, void *out, int out16, const void *inp,
+                                 int inp16, const float *w, const float *b, int64_t N, int64_t C,
+                                 int64_t OC);
+void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp16, float *dw,
+                                  float *db, const void *dout, int dout16, const void *inp,
+                                  int inp16, const float *w, int64_t N, int64_t C, int64_t OC);
 void loom_cuda_linear_gelu_forward_bf16(struct loom_backend *be, float *out, float *pre,
                                         const float *inp, const float *w, const float *b,
                                         int64_t N, int64_t C, int64_t OC);
@@ -184,10 +214,10 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
                                          float *dw, float *db, const float *dout,
                                          const float *act, const float *pre, const float *w,
                                          int64_t N, int64_t C, int64_t OC);
-/* The same ops with bf16 activations (act_dt / inp_dt / dout_dt LOOM_DTYPE_BF16, which needs
- * bf16 products: anything else aborts; C and OC > 0): pre, out, dpre, act and the typed input or
- * output gradient stored in bf16, written by the products' epilogues and read by the products
- * directly. activation_dtype: LOOM_DTYPE_BF16 with bf16 products, else LOOM_DTYPE_F32. */
+/* The GELU ops with bf16 activations (act_dt LOOM_DTYPE_BF16, which needs bf16 products:
+ * anything else aborts; C and OC > 0): pre, out, dpre and act stored in bf16, written by the
+ * products and read by the products directly. activation_dtype: LOOM_DTYPE_BF16 with bf16
+ * products, else LOOM_DTYPE_F32. */
 enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be);
 void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
                                          enum loom_dtype act_dt, const float *inp, const float *w,
@@ -197,13 +227,6 @@ void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre,
                                           float *db, const float *dout, const void *act,
                                           const void *pre, const float *w, int64_t N, int64_t C,
                                           int64_t OC);
-void loom_cuda_linear_forward_in16(struct loom_backend *be, float *out, const void *inp16,
-                                   enum loom_dtype inp_dt, const float *w, const float *b,
-                                   int64_t N, int64_t C, int64_t OC);
-void loom_cuda_linear_backward_dout16(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                      const void *dout16, enum loom_dtype dout_dt,
-                                      const float *inp, const float *w, int64_t N, int64_t C,
-                                      int64_t OC);
 void loom_cuda_matmul_free(struct loom_backend *be);
 
 /* matmul.cu */
@@ -222,20 +245,22 @@ void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum lo
                                     float *dpre_b, float *dw, float *db, const float *dout,
                                     const void *act, const void *pre, const float *w, int64_t N,
                                     int64_t C, int64_t OC);
-void loom_cuda_linear_forward_typed(struct loom_backend *be, float *out, const void *inp,
-                                    enum loom_dtype inp_dt, const float *w, const float *b,
-                                    int64_t N, int64_t C, int64_t OC);
-void loom_cuda_linear_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                     const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                     const float *w, int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                    const void *inp, enum loom_dtype inp_dt, const float *w,
+                                    const float *b, int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_backward_typed(struct loom_backend *be, void *dinp, enum loom_dtype dinp_dt,
+                                     float *dw, float *db, const void *dout,
+                                     enum loom_dtype dout_dt, const void *inp,
+                                     enum loom_dtype inp_dt, const float *w, int64_t N, int64_t C,
+                                     int64_t OC);
 
 /* attention.cu */
 void loom_cuda_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
                     int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
-void loom_cuda_attention_forward(struct loom_backend *be, float *out, float *lse,
-                                 const float *qkv, const struct loom_attn *a);
-void loom_cuda_attention_backward(struct loom_backend *be, float *dqkv, const float *dout,
-                                  const float *out, const float *lse, const float *qkv,
+void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
+                                 const struct loom_attn *a);
+void loom_cuda_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,
+                                  const void *out, const float *lse, const void *qkv,
                                   const struct loom_attn *a);
 void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float *q,
                                 const float *kcache, const float *vcache, int64_t L, int64_t NH,
@@ -243,12 +268,12 @@ void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float
 
 /* attention_bf16.cu: tensor-core attention for 16-bit products (matmul_bf16: in bf16, or in fp16
  * with matmul_f16), head size 64 or 128, no dropout; the backward computes Dv = rowsum(dout * out)
- * itself */
+ * itself. Arrays of type a->dt (fp32, or bf16 with bf16 products). */
 int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn *a);
-void loom_cuda_attention_forward_bf16(struct loom_backend *be, float *out, float *lse,
-                                      const float *qkv, const struct loom_attn *a);
-void loom_cuda_attention_backward_bf16(struct loom_backend *be, float *dqkv, const float *dout,
-                                       const float *out, const float *lse, const float *qkv,
+void loom_cuda_attention_forward_bf16(struct loom_backend *be, void *out, float *lse,
+                                      const void *qkv, const struct loom_attn *a);
+void loom_cuda_attention_backward_bf16(struct loom_backend *be, void *dqkv, const void *dout,
+                                       const void *out, const float *lse, const void *qkv,
                                        const struct loom_attn *a);
 
 /* act.cu */
@@ -279,16 +304,6 @@ void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, 
                            const int32_t *targets, float dloss, int64_t N, int64_t C, int64_t Vl,
                            int64_t Vvalid);
 enum loom_dtype loom_cuda_linear_xent_dtype(struct loom_backend *be);
-
-/* matmul_bf16.cu: products with one operand in the 16-bit type of the products
- * (out16 = bf16(inp) . bf16(w)^T written in that type; dinp = dout16 . bf16(w) assigned,
- * dw += dout16^T . bf16(inp) and db += sum_rows dout16, each skipped if NULL), for linear_xent
- * and the typed linear_backward */
-void loom_cuda_linear_forward_out16(struct loom_backend *be, void *out16, const float *inp,
-                                    const float *w, int64_t N, int64_t C, int64_t OC);
-void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                    const void *dout16, const float *inp, const float *w,
-                                    int64_t N, int64_t C, int64_t OC);
 
 /* optim.cu */
 void loom_cuda_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,

@@ -264,9 +264,9 @@ void loom_cuda_linear_xent(struct loom_backend *be, float *losses, float *dinp, 
     const int grad = dinp || dw;
     const enum loom_dtype dt = loom_cuda_linear_xent_dtype(be);
     if (dt != LOOM_DTYPE_F32 && C > 0 && Vl > 0) {
-        loom_cuda_linear_forward_out16(be, logits, inp, w, N, C, Vl);
+        loom_cuda_linear_forward_16(be, logits, 1, inp, 0, w, NULL, N, C, Vl);
         loom_cuda_xent_fused(be, losses, logits, dt, targets, dloss, grad, N, Vl, Vvalid);
-        if (grad) loom_cuda_linear_backward_in16(be, dinp, dw, NULL, logits, inp, w, N, C, Vl);
+        if (grad) loom_cuda_linear_backward_16(be, dinp, 0, dw, NULL, logits, 1, inp, 0, w, N, C, Vl);
         return;
     }
     float *x = (float *)logits;

@@ -47,7 +47,7 @@ void loom_cuda_linear_forward(struct loom_backend *be, float *out, const float *
                               const float *w, const float *b, int64_t N, int64_t C, int64_t OC) {
     if (N <= 0 || OC <= 0) return;
     if (C > 0 && loom_cuda_impl(be)->matmul_bf16) {
-        loom_cuda_linear_forward_bf16(be, out, inp, w, b, N, C, OC);
+        loom_cuda_linear_forward_16(be, out, 0, inp, 0, w, b, N, C, OC);
         return;
     }
     if (b) {
@@ -64,7 +64,7 @@ void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, 
                                int64_t C, int64_t OC) {
     if (N <= 0) return;
     if (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16) {
-        loom_cuda_linear_backward_bf16(be, dinp, dw, db, dout, inp, w, N, C, OC);
+        loom_cuda_linear_backward_16(be, dinp, 0, dw, db, dout, 0, inp, 0, w, N, C, OC);
         return;
     }
     if (dinp && C > 0) {
@@ -117,20 +117,39 @@ void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum lo
     if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, d, N, C);
 }
 
-void loom_cuda_linear_forward_typed(struct loom_backend *be, float *out, const void *inp,
-                                    enum loom_dtype inp_dt, const float *w, const float *b,
-                                    int64_t N, int64_t C, int64_t OC) {
-    if (inp_dt == LOOM_DTYPE_F32)
-        loom_cuda_linear_forward(be, out, (const float *)inp, w, b, N, C, OC);
-    else
-        loom_cuda_linear_forward_in16(be, out, inp, inp_dt, w, b, N, C, OC);
+/* Typed arrays: fp32 ones take the ops above unchanged; any other type must be the backend's
+ * activation type (bf16 with bf16 products). */
+static int typed16(struct loom_backend *be, enum loom_dtype dt, const char *op) {
+    if (dt == LOOM_DTYPE_F32) return 0;
+    if (dt != loom_cuda_activation_dtype(be))
+        loom_abort(__FILE__, __LINE__,
+                   "cuda: %s with %s activations needs bf16 matrix products (activation_dtype)",
+                   op, loom_dtype_name(dt));
+    return 1;
 }
 
-void loom_cuda_linear_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                     const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                     const float *w, int64_t N, int64_t C, int64_t OC) {
-    if (dout_dt == LOOM_DTYPE_F32)
-        loom_cuda_linear_backward(be, dinp, dw, db, (const float *)dout, inp, w, N, C, OC);
+void loom_cuda_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                    const void *inp, enum loom_dtype inp_dt, const float *w,
+                                    const float *b, int64_t N, int64_t C, int64_t OC) {
+    const int o16 = typed16(be, out_dt, "linear_forward_typed");
+    const int i16 = typed16(be, inp_dt, "linear_forward_typed");
+    if (!o16 && !i16)
+        loom_cuda_linear_forward(be, (float *)out, (const float *)inp, w, b, N, C, OC);
     else
-        loom_cuda_linear_backward_dout16(be, dinp, dw, db, dout, dout_dt, inp, w, N, C, OC);
+        loom_cuda_linear_forward_16(be, out, o16, inp, i16, w, b, N, C, OC);
+}
+
+void loom_cuda_linear_backward_typed(struct loom_backend *be, void *dinp, enum loom_dtype dinp_dt,
+                                     float *dw, float *db, const void *dout,
+                                     enum loom_dtype dout_dt, const void *inp,
+                                     enum loom_dtype inp_dt, const float *w, int64_t N, int64_t C,
+                                     int64_t OC) {
+    const int di16 = typed16(be, dinp_dt, "linear_backward_typed");
+    const int do16 = typed16(be, dout_dt, "linear_backward_typed");
+    const int i16 = typed16(be, inp_dt, "linear_backward_typed");
+    if (!di16 && !do16 && !i16)
+        loom_cuda_linear_backward(be, (float *)dinp, dw, db, (const float *)dout,
+                                  (const float *)inp, w, N, C, OC);
+    else
+        loom_cuda_linear_backward_16(be, dinp, di16, dw, db, dout, do16, inp, i16, w, N, C, OC);
 }

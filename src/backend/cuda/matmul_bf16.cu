@@ -487,51 +487,103 @@ static void product_weight_grad(struct loom_backend *be, float *dw, const void *
 
 /* ---- the linear ops ---- */
 
-void loom_cuda_linear_forward_bf16(struct loom_backend *be, float *out, const float *inp,
-                                   const float *w, const float *b, int64_t N, int64_t C,
-                                   int64_t OC) {
+/* b[OC] added to the rows of a 16-bit out[N,OC], rounded again: where cuBLASLt has no algorithm
+ * for a 16-bit output with the bias epilogue. */
+template <typename T16>
+__global__ void bias16_add_kernel(T16 *out, const float *b, int64_t N, int64_t OC) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = val_from<T16>(val_f32(out[i]) + b[i % OC]);
+}
+
+/* The linear ops on arrays that are each fp32 or of the products' 16-bit type (the flags x16:
+ * bf16, or fp16 with fp16 products). An fp32 operand is converted into the workspace, a 16-bit
+ * one read as it is; a 16-bit output is written by the product itself.
+ *   forward:  out[N,OC] = x . w^T + b        (b may be NULL; with out16 the bias's 16-bit copy
+ *                                           is added by the epilogue)
+ *   backward: dinp[N,C] = dout . w (assigned, if dinp), dw[OC,C] += dout^T . inp (if dw),
+ *             db[OC] += sum over rows of dout as stored (if db; in the pass that converts an
+ *             fp32 dout). */
+void loom_cuda_linear_forward_16(struct loom_backend *be, void *out, int out16, const void *inp,
+                                 int inp16, const float *w, const float *b, int64_t N, int64_t C,
+                                 int64_t OC) {
+    if (N <= 0 || OC <= 0) return;
+    LOOM_ASSERT(C > 0);
     const void *wb = weight_copy(be, w, OC * C);
-    size_t bytes[2] = {b16(N * C), wb ? 0 : b16(OC * C)};
-    void *ws[2];
-    workspace(be, 2, bytes, ws);
-    to_bf16(be, ws[0], inp, N * C);
+    const void *bb = b && out16 ? weight_copy(be, b, OC) : NULL;
+    size_t bytes[3] = {inp16 ? 0 : b16(N * C), wb ? 0 : b16(OC * C), b && out16 && !bb ? b16(OC) : 0};
+    void *ws[3];
+    workspace(be, 3, bytes, ws);
+    const void *x = inp;
+    if (!inp16) {
+        to_bf16(be, ws[0], (const float *)inp, N * C);
+        x = ws[0];
+    }
     if (!wb) {
         to_bf16(be, ws[1], w, OC * C);
         wb = ws[1];
     }
-    product_forward(be, out, ws[0], wb, b, N, C, OC);
-}
-
-void loom_cuda_linear_backward_bf16(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                    const float *dout, const float *inp, const float *w,
-                                    int64_t N, int64_t C, int64_t OC) {
-    int want_dinp = dinp && C > 0, want_dw = dw && C > 0;
-    if (!want_dinp && !want_dw) {
-        if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
+    if (!out16) {
+        product_forward(be, (float *)out, x, wb, b, N, C, OC);
         return;
     }
+    if (b && !bb) {
+        to_bf16(be, ws[2], b, OC);
+        bb = ws[2];
+    }
+    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_BIAS, bb, NULL, 0};
+    if (lt_gemm_any(be, 1, 0, OC, N, C, wb, C, x, C, 0.0f, out, 1, OC, b ? &ep : NULL)) return;
+    lt_gemm_any(be, 1, 0, OC, N, C, wb, C, x, C, 0.0f, out, 1, OC, NULL);
+    cudaStream_t st = loom_cuda_stream(be);
+    if (loom_cuda_impl(be)->matmul_f16)
+        bias16_add_kernel<__half><<<loom_cuda_grid(N * OC, 256), 256, 0, st>>>((__half *)out, b,
+                                                                              N, OC);
+    else
+        bias16_add_kernel<__nv_bfloat16><<<loom_cuda_grid(N * OC, 256), 256, 0, st>>>(
+            (__nv_bfloat16 *)out, b, N, OC);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp16, float *dw,
+                                  float *db, const void *dout, int dout16, const void *inp,
+                                  int inp16, const float *w, int64_t N, int64_t C, int64_t OC) {
+    if (N <= 0 || OC <= 0) return;
+    const int want_dinp = dinp && C > 0, want_dw = dw && C > 0;
     const void *wb = want_dinp ? weight_copy(be, w, OC * C) : NULL;
-    size_t bytes[3] = {b16(N * OC), want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0};
+    size_t bytes[3] = {!dout16 && (want_dinp || want_dw) ? b16(N * OC) : 0,
+                       want_dw && !inp16 ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0};
     void *ws[3];
     workspace(be, 3, bytes, ws);
-    colsum_convert(be, db, ws[0], dout, 0, N, OC);
+    const void *d = dout;
+    if (dout16) {
+        colsum_convert(be, db, NULL, dout, 1, N, OC);
+    } else if (want_dinp || want_dw) {
+        colsum_convert(be, db, ws[0], dout, 0, N, OC);
+        d = ws[0];
+    } else {
+        colsum_convert(be, db, NULL, dout, 0, N, OC);
+    }
     if (want_dinp) {
         if (!wb) {
             to_bf16(be, ws[2], w, OC * C);
             wb = ws[2];
         }
-        lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dinp, C, NULL);
+        lt_gemm_any(be, 0, 0, C, N, OC, wb, C, d, OC, 0.0f, dinp, dinp16, C, NULL);
     }
     if (want_dw) {
-        to_bf16(be, ws[1], inp, N * C);
-        product_weight_grad(be, dw, ws[0], ws[1], N, C, OC);
+        const void *x = inp;
+        if (!inp16) {
+            to_bf16(be, ws[1], (const float *)inp, N * C);
+            x = ws[1];
+        }
+        product_weight_grad(be, dw, d, x, N, C, OC);
     }
 }
 
 void loom_cuda_linear_gelu_forward_bf16(struct loom_backend *be, float *out, float *pre,
                                         const float *inp, const float *w, const float *b,
                                         int64_t N, int64_t C, int64_t OC) {
-    loom_cuda_linear_forward_bf16(be, pre, inp, w, b, N, C, OC);
+    loom_cuda_linear_forward_16(be, pre, 0, inp, 0, w, b, N, C, OC);
     loom_cuda_gelu_forward(be, out, pre, N * OC);
 }
 
@@ -720,33 +772,6 @@ void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre,
     if (dw) product_weight_grad(be, dw, ws[0], act, N, C, OC);
 }
 
-void loom_cuda_linear_forward_in16(struct loom_backend *be, float *out, const void *inp16,
-                                   enum loom_dtype inp_dt, const float *w, const float *b,
-                                   int64_t N, int64_t C, int64_t OC) {
-    if (N <= 0 || OC <= 0) return;
-    need_act16(be, inp_dt, "linear_forward_typed");
-    LOOM_ASSERT(C > 0);
-    const void *wb = weight_copy(be, w, OC * C);
-    size_t bytes[1] = {wb ? 0 : b16(OC * C)};
-    void *ws[1];
-    workspace(be, 1, bytes, ws);
-    if (!wb) {
-        to_bf16(be, ws[0], w, OC * C);
-        wb = ws[0];
-    }
-    product_forward(be, out, inp16, wb, b, N, C, OC);
-}
-
-void loom_cuda_linear_backward_dout16(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                      const void *dout16, enum loom_dtype dout_dt,
-                                      const float *inp, const float *w, int64_t N, int64_t C,
-                                      int64_t OC) {
-    if (N <= 0) return;
-    need_act16(be, dout_dt, "linear_backward_typed");
-    LOOM_ASSERT(C > 0 && OC > 0);
-    loom_cuda_linear_backward_in16(be, dinp, dw, db, dout16, inp, w, N, C, OC);
-}
-
 /* ---- selection ---- */
 
 enum loom_status loom_cuda_set_matmul_dtype(struct loom_backend *be, enum loom_dtype dt,
@@ -798,54 +823,4 @@ void loom_cuda_matmul_free(struct loom_backend *be) {
     c->nplans = c->cap_plans = 0;
     if (c->lt) cublasLtDestroy(c->lt);
     c->lt = NULL;
-}
-
-/* ---- 16-bit logits of the fused classifier (linear_xent, loss.cu) ----
- *   forward:  out16[N,OC] = bf16(inp) . bf16(w)^T, written in the 16-bit type (no bias)
- *   backward: dinp[N,C] = dout16 . bf16(w)            (assigned; skipped if NULL)
- *             dw[OC,C] += dout16^T . bf16(inp)         (skipped if NULL)
- * dout16 is in the 16-bit type already: both products read it as it is, with no conversion. */
-
-/* C[m,n] (col-major, ld ldc) = op(A) op(B), written in the 16-bit type. */
-static void lt_gemm_out16(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                          const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
-                          int64_t ldc) {
-    lt_gemm_any(be, ta, tb, m, n, k, A, lda, B, ldb, 0.0f, C, 1, ldc, NULL);
-}
-
-void loom_cuda_linear_forward_out16(struct loom_backend *be, void *out16, const float *inp,
-                                    const float *w, int64_t N, int64_t C, int64_t OC) {
-    const void *wb = weight_copy(be, w, OC * C);
-    size_t bytes[2] = {b16(N * C), wb ? 0 : b16(OC * C)};
-    void *ws[2];
-    workspace(be, 2, bytes, ws);
-    to_bf16(be, ws[0], inp, N * C);
-    if (!wb) {
-        to_bf16(be, ws[1], w, OC * C);
-        wb = ws[1];
-    }
-    lt_gemm_out16(be, 1, 0, OC, N, C, wb, C, ws[0], C, out16, OC);
-}
-
-void loom_cuda_linear_backward_in16(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                    const void *dout16, const float *inp, const float *w,
-                                    int64_t N, int64_t C, int64_t OC) {
-    if (N <= 0) return;
-    int want_dinp = dinp && C > 0, want_dw = dw && C > 0;
-    const void *wb = want_dinp ? weight_copy(be, w, OC * C) : NULL;
-    size_t bytes[2] = {want_dw ? b16(N * C) : 0, want_dinp && !wb ? b16(OC * C) : 0};
-    void *ws[2];
-    workspace(be, 2, bytes, ws);
-    if (want_dinp) {
-        if (!wb) {
-            to_bf16(be, ws[1], w, OC * C);
-            wb = ws[1];
-        }
-        lt_gemm(be, 0, 0, C, N, OC, wb, C, dout16, OC, 0.0f, dinp, C, NULL);
-    }
-    if (want_dw) {
-        to_bf16(be, ws[0], inp, N * C);
-        product_weight_grad(be, dw, dout16, ws[0], N, C, OC);
-    }
-    if (db) colsum_convert(be, db, NULL, dout16, 1, N, OC);
 }
