@@ -6,224 +6,582 @@
  * RMSNorm:    xhat = x * rstd,  out = xhat * w,  rstd = 1/sqrt(mean(x^2) + eps)
  *   dinp += rstd * (g - xhat * mean(g * xhat)),  dw += sum_rows dout * xhat
  *
- * dinp accumulates (a norm's input is the residual stream). Row statistics: one warp per row,
- * summed in double (a residual row can carry a large mean next to a small spread). Weight
- * gradients: fixed row chunks summed column-wise in double, the chunk sums added in order.
+ * dinp accumulates (a norm's input is the residual stream). The fp32 arithmetic of an element of
+ * out and dinp is the CPU backend's, operation for operation (no fused multiply-adds), and the row
+ * sums are taken in double as there (a residual row can carry a large mean next to a small
+ * spread).
  *
- * residual_*norm_forward: the row is first formed as xs = x + r (fp32, as the add op) and
- * written; the same warp then reads it back and normalises it with the code of the plain
- * forward (one kernel template for both), so the results equal add + norm bit for bit.
+ * Layout. A row is handled by a group of tpr threads, the fewest warps (at most NORM_THREADS
+ * threads) that hold it in K <= 8 chunks per thread in the forward, K <= 4 in the backward (x, dout
+ * and the column sums); blockDim = (tpr, groups). Thread t of a group owns the chunks of 4 columns
+ * c = 4 (k tpr + t), k = 0, 1, ... It keeps its first K chunks in registers, so the row is read
+ * from memory once; chunks beyond (C over 4 NORM_THREADS K) are read again at each pass. A row sum
+ * adds each thread's columns in chunk order, then the lanes of a warp (a butterfly: every lane gets
+ * the same bits), then the warps of the group in order. With C a multiple of 4 and every row
+ * pointer aligned, chunks move as one 16-byte access (8 bytes for 4 bf16); otherwise the same
+ * columns move one at a time, with the same results.
+ *
+ * Forward: one row per group. out is fp32 or bf16, a bf16 out being the fp32 value rounded to
+ * nearest even at the store (one kernel template for both). residual_*norm_forward forms xs = x + r
+ * while loading the row, writes it, and normalises the values it holds: equal bit for bit to add
+ * followed by the plain forward, which runs the same code on xs.
+ *
+ * Backward: block b owns rows [64 b, 64 b + 64) (NORM_BWD_ROWS), taken in turn by its groups. One
+ * pass over x and dout (fp32 or bf16, read as stored) gives the row sums and, in each thread, fp32
+ * sums over its group's rows of dout * xhat and dout for its columns; a second pass updates dinp
+ * from the registers. While the block's column sums fit in shared memory and the row in registers
+ * (C up to 2944 for LayerNorm, 4096 for RMSNorm) the groups add theirs there in double, in group
+ * order, and the block writes one partial row; beyond, a second kernel makes the same partial rows
+ * from x and dout. The ceil(N / 64) partial rows are then added in a fixed order. No atomics: two
+ * runs give the same bits, on any GPU.
  */
+#include <cuda_bf16.h>
+
 #include "backend/cuda/common.cuh"
 
-#define LOOM_NORM_WARPS 4
-#define LOOM_NORM_COL_THREADS 128
+#define NORM_THREADS 256           /* threads of a block, and the most one row gets */
+#define NORM_FWD_CHUNKS 8          /* float4 chunks a thread keeps: forward */
+#define NORM_BWD_CHUNKS 4          /* backward (x and dout, plus the column sums) */
+#define NORM_BWD_ROWS 64           /* rows of a backward block, and of one partial row */
+#define NORM_FUSED_SMEM (46 * 1024) /* shared memory of the backward's column sums, at most */
 
-static unsigned norm_row_blocks(int64_t N) {
-    return (unsigned)((N + LOOM_NORM_WARPS - 1) / LOOM_NORM_WARPS);
+typedef __nv_bfloat16 bf16;
+
+/* 4 bf16, moved as one 8-byte access */
+struct __align__(8) norm_bf16x4 {
+    __nv_bfloat162 lo, hi;
+};
+
+__device__ __forceinline__ float norm_get(const float4 &v, int j) {
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ void norm_set(float4 &v, int j, float x) {
+    if (j == 0) v.x = x;
+    else if (j == 1) v.y = x;
+    else if (j == 2) v.z = x;
+    else v.w = x;
 }
 
-/* Row `row` of the norm's input: inp's, or with RESID xs = inp + res formed and written first.
- * Each lane writes and later reads only its columns lane, lane + 32, ..., so xs may alias inp
- * or res. */
-template <bool RESID>
-__device__ __forceinline__ const float *norm_input_row(float *xs, const float *inp,
-                                                       const float *res, int64_t row, int64_t C,
-                                                       int lane) {
-    if (!RESID) return inp + row * C;
-    float *s = xs + row * C;
-    const float *a = inp + row * C, *d = res + row * C;
-    for (int64_t c = lane; c < C; c += 32) s[c] = a[c] + d[c];
-    return s;
+/* Columns c .. c+3 of row p (c < C): one access when vec, else those below C one at a time (the
+ * others read as 0, never written). */
+__device__ __forceinline__ float4 norm_load(const float *p, int64_t c, int64_t C, int vec) {
+    if (vec) return *reinterpret_cast<const float4 *>(p + c);
+    float4 v = make_float4(p[c], 0.0f, 0.0f, 0.0f);
+    if (c + 1 < C) v.y = p[c + 1];
+    if (c + 2 < C) v.z = p[c + 2];
+    if (c + 3 < C) v.w = p[c + 3];
+    return v;
+}
+__device__ __forceinline__ float4 norm_load(const bf16 *p, int64_t c, int64_t C, int vec) {
+    if (vec) {
+        const norm_bf16x4 u = *reinterpret_cast<const norm_bf16x4 *>(p + c);
+        const float2 a = __bfloat1622float2(u.lo), b = __bfloat1622float2(u.hi);
+        return make_float4(a.x, a.y, b.x, b.y);
+    }
+    float4 v = make_float4(__bfloat162float(p[c]), 0.0f, 0.0f, 0.0f);
+    if (c + 1 < C) v.y = __bfloat162float(p[c + 1]);
+    if (c + 2 < C) v.z = __bfloat162float(p[c + 2]);
+    if (c + 3 < C) v.w = __bfloat162float(p[c + 3]);
+    return v;
+}
+__device__ __forceinline__ void norm_store(float *p, int64_t c, int64_t C, int vec, float4 v) {
+    if (vec) {
+        *reinterpret_cast<float4 *>(p + c) = v;
+        return;
+    }
+    p[c] = v.x;
+    if (c + 1 < C) p[c + 1] = v.y;
+    if (c + 2 < C) p[c + 2] = v.z;
+    if (c + 3 < C) p[c + 3] = v.w;
+}
+/* rounded to nearest even */
+__device__ __forceinline__ void norm_store(bf16 *p, int64_t c, int64_t C, int vec, float4 v) {
+    if (vec) {
+        norm_bf16x4 u;
+        u.lo = __floats2bfloat162_rn(v.x, v.y);
+        u.hi = __floats2bfloat162_rn(v.z, v.w);
+        *reinterpret_cast<norm_bf16x4 *>(p + c) = u;
+        return;
+    }
+    p[c] = __float2bfloat16_rn(v.x);
+    if (c + 1 < C) p[c + 1] = __float2bfloat16_rn(v.y);
+    if (c + 2 < C) p[c + 2] = __float2bfloat16_rn(v.z);
+    if (c + 3 < C) p[c + 3] = __float2bfloat16_rn(v.w);
 }
 
-template <bool RESID>
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, float *xs,
-                                         const float *inp, const float *res, const float *w,
-                                         const float *b, int64_t N, int64_t C, float eps) {
-    int64_t row = blockIdx.x * (int64_t)LOOM_NORM_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
+/* The sums of a and b over the threads of the group, in the fixed order described above; every
+ * thread of the group gets the same bits. sh: NORM_THREADS / 32 slots shared by the block. A group
+ * of several warps synchronises the block: then every thread of the block calls this. */
+__device__ __forceinline__ double2 norm_row_sum(double a, double b, double2 *sh) {
+    a = loom_warp_sum_d(a);
+    b = loom_warp_sum_d(b);
+    if (blockDim.x == 32) return make_double2(a, b);
+    const int nw = (int)blockDim.x >> 5;
+    double2 *s = sh + threadIdx.y * nw;
+    __syncthreads(); /* the previous sum has been read */
+    if ((threadIdx.x & 31) == 0) s[threadIdx.x >> 5] = make_double2(a, b);
+    __syncthreads();
+    double2 r = s[0];
+    for (int i = 1; i < nw; i++) {
+        r.x += s[i].x;
+        r.y += s[i].y;
+    }
+    return r;
+}
+
+/* xhat of one element, as the CPU computes it */
+template <bool RMS>
+__device__ __forceinline__ float norm_xhat(float x, float m, float r) {
+    return RMS ? __fmul_rn(x, r) : __fmul_rn(__fsub_rn(x, m), r);
+}
+
+/* One row per group: out = norm(x) * w (+ b), with RESID x = xs = inp + res formed and written
+ * first (xs may alias inp or res: each element is read, then written, by one thread). mean (not
+ * RMS), rstd, b may be NULL. A group of several warps is alone in its block. */
+template <bool RMS, bool RESID, typename OT, int K>
+__global__ void __launch_bounds__(NORM_THREADS)
+    norm_forward_kernel(OT *out, float *mean, float *rstd, float *xs, const float *inp,
+                        const float *res, const float *w, const float *b, int64_t N, int64_t C,
+                        float eps, int vec) {
+    __shared__ double2 sh[NORM_THREADS / 32];
+    const int t = threadIdx.x;
+    const int64_t row = blockIdx.x * (int64_t)blockDim.y + threadIdx.y;
     if (row >= N) return;
-    const float *x = norm_input_row<RESID>(xs, inp, res, row, C, lane);
-    double s = 0.0;
-    for (int64_t c = lane; c < C; c += 32) s += (double)x[c];
-    const double md = loom_warp_sum_d(s) / (double)C;
-    double v = 0.0;
-    for (int64_t c = lane; c < C; c += 32) {
-        double d = (double)x[c] - md;
-        v += d * d;
+    const int64_t off = row * C, step = 4 * (int64_t)blockDim.x;
+    const float *x = RESID ? xs + off : inp + off; /* the row once formed */
+    auto input = [&](int64_t c) {
+        if (!RESID) return norm_load(inp + off, c, C, vec);
+        const float4 a = norm_load(inp + off, c, C, vec), d = norm_load(res + off, c, C, vec);
+        const float4 s = make_float4(a.x + d.x, a.y + d.y, a.z + d.z, a.w + d.w);
+        norm_store(xs + off, c, C, vec, s);
+        return s;
+    };
+    /* LayerNorm: sum of x; RMSNorm: sum of x^2 */
+    double s1 = 0.0;
+    auto sum1 = [&](float4 v, int64_t c) {
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (c + j < C) {
+                const double d = (double)norm_get(v, j);
+                s1 = RMS ? fma(d, d, s1) : s1 + d;
+            }
+    };
+    float4 v[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int64_t c = k * step + 4 * t;
+        v[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (c < C) {
+            v[k] = input(c);
+            sum1(v[k], c);
+        }
     }
-    v = loom_warp_sum_d(v) / (double)C;
-    const float m = (float)md;
-    const float r = (float)(1.0 / sqrt(v + (double)eps));
-    float *o = out + row * C;
-    for (int64_t c = lane; c < C; c += 32) {
-        float y = (x[c] - m) * r * w[c];
-        o[c] = b ? y + b[c] : y;
+    for (int64_t c = K * step + 4 * t; c < C; c += step) sum1(input(c), c);
+    const double q1 = norm_row_sum(s1, 0.0, sh).x / (double)C;
+
+    double q2 = q1; /* mean square (RMSNorm) or variance (LayerNorm) */
+    if (!RMS) {
+        double s2 = 0.0;
+        auto sum2 = [&](float4 u, int64_t c) {
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (c + j < C) {
+                    const double d = (double)norm_get(u, j) - q1;
+                    s2 = fma(d, d, s2);
+                }
+        };
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int64_t c = k * step + 4 * t;
+            if (c < C) sum2(v[k], c);
+        }
+        for (int64_t c = K * step + 4 * t; c < C; c += step) sum2(norm_load(x, c, C, vec), c);
+        q2 = norm_row_sum(s2, 0.0, sh).x / (double)C;
     }
-    if (lane == 0) {
-        if (mean) mean[row] = m;
+    const float m = RMS ? 0.0f : (float)q1;
+    const float r = (float)(1.0 / sqrt(q2 + (double)eps));
+
+    OT *o = out + off;
+    auto emit = [&](float4 u, int64_t c) {
+        const float4 wv = norm_load(w, c, C, vec);
+        const float4 bv = b ? norm_load(b, c, C, vec) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 y;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float z = __fmul_rn(norm_xhat<RMS>(norm_get(u, j), m, r), norm_get(wv, j));
+            if (b) z = __fadd_rn(z, norm_get(bv, j));
+            norm_set(y, j, z);
+        }
+        norm_store(o, c, C, vec, y);
+    };
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int64_t c = k * step + 4 * t;
+        if (c < C) emit(v[k], c);
+    }
+    for (int64_t c = K * step + 4 * t; c < C; c += step) emit(norm_load(x, c, C, vec), c);
+    if (t == 0) {
+        if (!RMS && mean) mean[row] = m;
         if (rstd) rstd[row] = r;
     }
 }
 
-__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                               const float *w, const float *mean,
-                                               const float *rstd, int64_t N, int64_t C) {
-    int64_t row = blockIdx.x * (int64_t)LOOM_NORM_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const float *x = inp + row * C, *dy = dout + row * C;
-    float m = mean[row], r = rstd[row];
-    double sgd = 0.0, sgxd = 0.0;
-    for (int64_t c = lane; c < C; c += 32) {
-        float g = dy[c] * w[c];
-        sgd += (double)g;
-        sgxd += (double)(g * ((x[c] - m) * r));
+/* dinp += ... (skipped if NULL) for the rows of block b, and with WGRAD the block's partial
+ * column sums: partial[b*C + c] = sum over its rows of dout * xhat, and (LayerNorm)
+ * partial[(G + b)*C + c] = sum of dout, G = gridDim.x. WGRAD needs the row within K chunks per
+ * thread and (RMS ? 1 : 2) * C doubles of dynamic shared memory. */
+template <bool RMS, typename DT, int K, bool WGRAD>
+__global__ void __launch_bounds__(NORM_THREADS, 2)
+    norm_backward_kernel(float *dinp, double *partial, const DT *dout, const float *inp,
+                         const float *w, const float *mean, const float *rstd, int64_t N,
+                         int64_t C, int vec) {
+    extern __shared__ double colsum[];
+    __shared__ double2 sh[NORM_THREADS / 32];
+    const int t = threadIdx.x, groups = blockDim.y;
+    const int64_t step = 4 * (int64_t)blockDim.x;
+    const int64_t r0 = blockIdx.x * (int64_t)NORM_BWD_ROWS;
+    float4 aw[K], ab[K]; /* WGRAD: this thread's sums of dout * xhat and of dout */
+#pragma unroll
+    for (int k = 0; k < K; k++) aw[k] = ab[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+    /* every group makes the same number of turns (groups divides NORM_BWD_ROWS), as the row sums
+     * may synchronise the block; a row past N has no columns (cend 0) */
+    for (int i = threadIdx.y; i < NORM_BWD_ROWS; i += groups) {
+        const int64_t row = r0 + i < N ? r0 + i : N - 1, off = row * C;
+        const int64_t cend = r0 + i < N ? C : 0;
+        const float m = RMS ? 0.0f : mean[row], r = rstd[row];
+        double sg = 0.0, sgx = 0.0;
+        /* the row sums of g and g * xhat */
+        auto sums = [&](float4 xv, float4 dv, int64_t c) {
+            const float4 wv = norm_load(w, c, C, vec);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (c + j < C) {
+                    const float g = __fmul_rn(norm_get(dv, j), norm_get(wv, j));
+                    if (!RMS) sg += (double)g;
+                    sgx += (double)__fmul_rn(g, norm_xhat<RMS>(norm_get(xv, j), m, r));
+                }
+        };
+        float4 xv[K], dv[K], yv[K]; /* x, dout, dinp (loaded with the others: one wait a row) */
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int64_t c = k * step + 4 * t;
+            xv[k] = dv[k] = yv[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (c < cend) {
+                xv[k] = norm_load(inp + off, c, C, vec);
+                dv[k] = norm_load(dout + off, c, C, vec);
+                if (dinp) yv[k] = norm_load(dinp + off, c, C, vec);
+                if (dinp) sums(xv[k], dv[k], c);
+                if (WGRAD) {
+                    /* columns past C hold dout 0 and add nothing */
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const float d = norm_get(dv[k], j);
+                        const float xh = norm_xhat<RMS>(norm_get(xv[k], j), m, r);
+                        norm_set(aw[k], j, __fmaf_rn(d, xh, norm_get(aw[k], j)));
+                        if (!RMS) norm_set(ab[k], j, __fadd_rn(norm_get(ab[k], j), d));
+                    }
+                }
+            }
+        }
+        if (!dinp) continue;
+        for (int64_t c = K * step + 4 * t; c < cend; c += step)
+            sums(norm_load(inp + off, c, C, vec), norm_load(dout + off, c, C, vec), c);
+        const double2 s = norm_row_sum(sg, sgx, sh);
+        const float a = (float)(s.x / (double)C), bx = (float)(s.y / (double)C);
+        float *dx = dinp + off;
+        auto update = [&](float4 xq, float4 dq, float4 y, int64_t c) {
+            const float4 wv = norm_load(w, c, C, vec);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float g = __fmul_rn(norm_get(dq, j), norm_get(wv, j));
+                const float xh = norm_xhat<RMS>(norm_get(xq, j), m, r);
+                const float u = __fsub_rn(RMS ? g : __fsub_rn(g, a), __fmul_rn(xh, bx));
+                norm_set(y, j, __fadd_rn(norm_get(y, j), __fmul_rn(r, u)));
+            }
+            norm_store(dx, c, C, vec, y);
+        };
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int64_t c = k * step + 4 * t;
+            if (c < cend) update(xv[k], dv[k], yv[k], c);
+        }
+        for (int64_t c = K * step + 4 * t; c < cend; c += step)
+            update(norm_load(inp + off, c, C, vec), norm_load(dout + off, c, C, vec),
+                   norm_load(dx, c, C, vec), c);
     }
-    const float sg = (float)(loom_warp_sum_d(sgd) / (double)C);
-    const float sgx = (float)(loom_warp_sum_d(sgxd) / (double)C);
-    float *dx = dinp + row * C;
-    for (int64_t c = lane; c < C; c += 32) {
-        float g = dy[c] * w[c];
-        float xh = (x[c] - m) * r;
-        dx[c] += r * (g - sg - xh * sgx);
+
+    if (WGRAD) {
+        /* the groups' column sums, added in group order */
+        for (int grp = 0; grp < groups; grp++) {
+            if ((int)threadIdx.y == grp) {
+#pragma unroll
+                for (int k = 0; k < K; k++) {
+                    const int64_t c = k * step + 4 * t;
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        if (c + j < C) {
+                            double *pw = colsum + c + j;
+                            *pw = (grp ? *pw : 0.0) + (double)norm_get(aw[k], j);
+                            if (!RMS) {
+                                double *pb = colsum + C + c + j;
+                                *pb = (grp ? *pb : 0.0) + (double)norm_get(ab[k], j);
+                            }
+                        }
+                }
+            }
+            __syncthreads();
+        }
+        const int64_t G = gridDim.x;
+        for (int64_t i = threadIdx.y * (int64_t)blockDim.x + t; i < C;
+             i += (int64_t)blockDim.x * groups) {
+            partial[blockIdx.x * C + i] = colsum[i];
+            if (!RMS) partial[(G + blockIdx.x) * C + i] = colsum[C + i];
+        }
     }
 }
 
-/* partial_dw[k, c], partial_db[k, c] over the rows of chunk k; mean may be NULL (RMSNorm). */
-__global__ void norm_weight_partial_kernel(double *partial_dw, double *partial_db,
-                                           const float *dout, const float *inp,
-                                           const float *mean, const float *rstd, int64_t N,
-                                           int64_t C, int64_t rows_per_chunk) {
-    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    int64_t k = blockIdx.y;
-    if (c >= C) return;
-    int64_t r0 = k * rows_per_chunk, r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-    double aw = 0.0, ab = 0.0;
-    for (int64_t r = r0; r < r1; r++) {
-        float dy = dout[r * C + c];
-        float xh = mean ? (inp[r * C + c] - mean[r]) * rstd[r] : inp[r * C + c] * rstd[r];
-        aw += (double)(dy * xh);
-        ab += (double)dy;
-    }
-    partial_dw[k * C + c] = aw;
-    if (partial_db) partial_db[k * C + c] = ab;
+/* The partial rows of norm_backward_kernel made from x and dout alone, for rows too long for its
+ * shared memory: block (x, y) of (32, 8) threads takes the 64 rows of chunk blockIdx.x and the
+ * 128 columns of blockIdx.y; thread (tx, ty) sums rows ty, ty + 8, ... of the chunk for columns
+ * c .. c+3, c = 4 (32 blockIdx.y + tx), and the 8 sums are added in ty order. */
+template <bool RMS, typename DT>
+__global__ void __launch_bounds__(NORM_THREADS)
+    norm_weight_partial_kernel(double *partial, const DT *dout, const float *inp,
+                               const float *mean, const float *rstd, int64_t N, int64_t C,
+                               int vec) {
+    __shared__ float4 sw[8][32], sb[8][32];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t c = 4 * (blockIdx.y * (int64_t)32 + tx);
+    const int64_t r0 = blockIdx.x * (int64_t)NORM_BWD_ROWS;
+    const int64_t r1 = r0 + NORM_BWD_ROWS < N ? r0 + NORM_BWD_ROWS : N;
+    float4 aw = make_float4(0.0f, 0.0f, 0.0f, 0.0f), ab = aw;
+    if (c < C)
+        for (int64_t row = r0 + ty; row < r1; row += 8) {
+            const float m = RMS ? 0.0f : mean[row], r = rstd[row];
+            const float4 xv = norm_load(inp + row * C, c, C, vec);
+            const float4 dv = norm_load(dout + row * C, c, C, vec);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float d = norm_get(dv, j), xh = norm_xhat<RMS>(norm_get(xv, j), m, r);
+                norm_set(aw, j, __fmaf_rn(d, xh, norm_get(aw, j)));
+                if (!RMS) norm_set(ab, j, __fadd_rn(norm_get(ab, j), d));
+            }
+        }
+    sw[ty][tx] = aw;
+    sb[ty][tx] = ab;
+    __syncthreads();
+    if (ty != 0 || c >= C) return;
+    const int64_t G = gridDim.x;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        if (c + j < C) {
+            double pw = 0.0, pb = 0.0;
+            for (int i = 0; i < 8; i++) {
+                pw += (double)norm_get(sw[i][tx], j);
+                pb += (double)norm_get(sb[i][tx], j);
+            }
+            partial[blockIdx.x * C + c + j] = pw;
+            if (!RMS) partial[(G + blockIdx.x) * C + c + j] = pb;
+        }
 }
 
-static void norm_weight_grads(struct loom_backend *be, float *dw, float *db, const float *dout,
-                              const float *inp, const float *mean, const float *rstd, int64_t N,
-                              int64_t C) {
-    if (!dw && !db) return;
-    int64_t chunks = loom_cuda_row_chunks(N);
-    int64_t rows = (N + chunks - 1) / chunks;
-    double *partial = (double *)loom_cuda_scratch(be, (size_t)(2 * chunks * C) * sizeof(double));
-    double *pdw = partial, *pdb = db ? partial + chunks * C : NULL;
-    dim3 grid((unsigned)((C + LOOM_NORM_COL_THREADS - 1) / LOOM_NORM_COL_THREADS),
-              (unsigned)chunks);
-    norm_weight_partial_kernel<<<grid, LOOM_NORM_COL_THREADS, 0, loom_cuda_stream(be)>>>(
-        pdw, pdb, dout, inp, mean, rstd, N, C, rows);
-    LOOM_CUDA_LAUNCHED();
-    if (dw) loom_cuda_sum_partials(be, dw, pdw, chunks, C);
-    if (db) loom_cuda_sum_partials(be, db, pdb, chunks, C);
-}
-
-void loom_cuda_layernorm_forward(struct loom_backend *be, float *out, float *mean, float *rstd,
-                                 const float *inp, const float *w, const float *b, int64_t N,
-                                 int64_t C, float eps) {
-    if (N <= 0 || C <= 0) return;
-    layernorm_forward_kernel<false><<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
-                                      loom_cuda_stream(be)>>>(out, mean, rstd, NULL, inp, NULL, w,
-                                                              b, N, C, eps);
-    LOOM_CUDA_LAUNCHED();
-}
-
-void loom_cuda_residual_layernorm_forward(struct loom_backend *be, float *xs, float *out,
-                                          float *mean, float *rstd, const float *x,
-                                          const float *r, const float *w, const float *b,
-                                          int64_t N, int64_t C, float eps) {
-    if (N <= 0 || C <= 0) return;
-    loom_cuda_wrote(be, xs, (size_t)(N * C) * sizeof(float));
-    layernorm_forward_kernel<true><<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
-                                     loom_cuda_stream(be)>>>(out, mean, rstd, xs, x, r, w, b, N,
-                                                             C, eps);
-    LOOM_CUDA_LAUNCHED();
-}
-
-void loom_cuda_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                  const float *dout, const float *inp, const float *w,
-                                  const float *mean, const float *rstd, int64_t N, int64_t C) {
-    if (N <= 0 || C <= 0) return;
-    if (dinp) {
-        layernorm_backward_dinp_kernel<<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
-                                         loom_cuda_stream(be)>>>(dinp, dout, inp, w, mean, rstd,
-                                                                 N, C);
-        LOOM_CUDA_LAUNCHED();
-    }
-    norm_weight_grads(be, dw, db, dout, inp, mean, rstd, N, C);
-}
-
-template <bool RESID>
-__global__ void rmsnorm_forward_kernel(float *out, float *rstd, float *xs, const float *inp,
-                                       const float *res, const float *w, int64_t N, int64_t C,
-                                       float eps) {
-    int64_t row = blockIdx.x * (int64_t)LOOM_NORM_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const float *x = norm_input_row<RESID>(xs, inp, res, row, C, lane);
+/* dw[c] += sum over k < G of partial[k*C + c], db[c] += likewise of partial[(G + k)*C + c]
+ * (blockIdx.y 0: dw, 1: db; a NULL one is skipped). Block (32, 16): thread (tx, ty) adds rows
+ * ty, ty + 16, ... in double, then the 16 sums are added in ty order. */
+__global__ void norm_sum_partials_kernel(float *dw, float *db, const double *partial, int64_t G,
+                                         int64_t C) {
+    __shared__ double sh[16][33];
+    float *out = blockIdx.y ? db : dw;
+    if (!out) return;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t c = blockIdx.x * (int64_t)32 + tx;
+    const double *p = partial + blockIdx.y * G * C;
     double s = 0.0;
-    for (int64_t c = lane; c < C; c += 32) s += (double)x[c] * (double)x[c];
-    const float r = (float)(1.0 / sqrt(loom_warp_sum_d(s) / (double)C + (double)eps));
-    float *o = out + row * C;
-    for (int64_t c = lane; c < C; c += 32) o[c] = x[c] * r * w[c];
-    if (lane == 0 && rstd) rstd[row] = r;
+    if (c < C)
+        for (int64_t k = ty; k < G; k += 16) s += p[k * C + c];
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty != 0 || c >= C) return;
+    for (int i = 1; i < 16; i++) s += sh[i][tx];
+    out[c] += (float)s;
 }
 
-__global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                             const float *w, const float *rstd, int64_t N,
-                                             int64_t C) {
-    int64_t row = blockIdx.x * (int64_t)LOOM_NORM_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const float *x = inp + row * C, *dy = dout + row * C;
-    float r = rstd[row];
-    double sgxd = 0.0;
-    for (int64_t c = lane; c < C; c += 32) sgxd += (double)((dy[c] * w[c]) * (x[c] * r));
-    const float sgx = (float)(loom_warp_sum_d(sgxd) / (double)C);
-    float *dx = dinp + row * C;
-    for (int64_t c = lane; c < C; c += 32) {
-        float g = dy[c] * w[c];
-        dx[c] += r * (g - (x[c] * r) * sgx);
+/* ---- host side ---- */
+
+static int norm_aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+/* Threads per row (tpr) and float4 chunks kept per thread (k, at most kmax) for rows of C: the
+ * fewest warps, up to NORM_THREADS / 32, whose threads hold the row in kmax chunks, then the
+ * fewest chunks among 1, 2, 3, 4, 6, 8 that hold it. Longer rows keep kmax chunks in registers and
+ * read the rest again. */
+static void norm_shape(int64_t C, int kmax, int *tpr, int *k) {
+    const int64_t q = (C + 3) / 4;
+    int64_t warps = (q + 32 * kmax - 1) / (32 * kmax);
+    if (warps > NORM_THREADS / 32) warps = NORM_THREADS / 32;
+    const int64_t need = (q + 32 * warps - 1) / (32 * warps);
+    const int kk = need <= 4 ? (int)need : need <= 6 ? 6 : 8;
+    *k = kk < kmax ? kk : kmax;
+    *tpr = (int)(32 * warps);
+}
+
+template <bool RMS, bool RESID, typename OT>
+static void norm_forward(struct loom_backend *be, OT *out, float *mean, float *rstd, float *xs,
+                         const float *inp, const float *res, const float *w, const float *b,
+                         int64_t N, int64_t C, float eps) {
+    int tpr, k;
+    norm_shape(C, NORM_FWD_CHUNKS, &tpr, &k);
+    const int groups = tpr == 32 ? NORM_THREADS / 32 : 1;
+    const dim3 block((unsigned)tpr, (unsigned)groups);
+    const unsigned grid = (unsigned)((N + groups - 1) / groups);
+    const int vec = C % 4 == 0 && norm_aligned(inp, 16) && norm_aligned(res, 16) &&
+                    norm_aligned(xs, 16) && norm_aligned(w, 16) && norm_aligned(b, 16) &&
+                    norm_aligned(out, 4 * sizeof(OT));
+    cudaStream_t st = loom_cuda_stream(be);
+#define NORM_FWD_CASE(KK)                                                                      \
+    case KK:                                                                                   \
+        norm_forward_kernel<RMS, RESID, OT, KK>                                                \
+            <<<grid, block, 0, st>>>(out, mean, rstd, xs, inp, res, w, b, N, C, eps, vec);     \
+        break;
+    switch (k) {
+        NORM_FWD_CASE(1)
+        NORM_FWD_CASE(2)
+        NORM_FWD_CASE(3)
+        NORM_FWD_CASE(4)
+        NORM_FWD_CASE(6)
+        NORM_FWD_CASE(8)
     }
-}
-
-void loom_cuda_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, const float *inp,
-                               const float *w, int64_t N, int64_t C, float eps) {
-    if (N <= 0 || C <= 0) return;
-    rmsnorm_forward_kernel<false><<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
-                                    loom_cuda_stream(be)>>>(out, rstd, NULL, inp, NULL, w, N, C,
-                                                            eps);
+#undef NORM_FWD_CASE
     LOOM_CUDA_LAUNCHED();
 }
 
-void loom_cuda_residual_rmsnorm_forward(struct loom_backend *be, float *xs, float *out,
-                                        float *rstd, const float *x, const float *r,
-                                        const float *w, int64_t N, int64_t C, float eps) {
-    if (N <= 0 || C <= 0) return;
-    loom_cuda_wrote(be, xs, (size_t)(N * C) * sizeof(float));
-    rmsnorm_forward_kernel<true><<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
-                                   loom_cuda_stream(be)>>>(out, rstd, xs, x, r, w, N, C, eps);
-    LOOM_CUDA_LAUNCHED();
-}
-
-void loom_cuda_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const float *dout,
-                                const float *inp, const float *w, const float *rstd, int64_t N,
-                                int64_t C) {
-    if (N <= 0 || C <= 0) return;
-    if (dinp) {
-        rmsnorm_backward_dinp_kernel<<<norm_row_blocks(N), LOOM_NORM_WARPS * 32, 0,
-                                       loom_cuda_stream(be)>>>(dinp, dout, inp, w, rstd, N, C);
+template <bool RMS, typename DT>
+static void norm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
+                          const DT *dout, const float *inp, const float *w, const float *mean,
+                          const float *rstd, int64_t N, int64_t C) {
+    if (RMS) db = NULL;
+    const int wgrad = dw || db;
+    if (!dinp && !wgrad) return;
+    int tpr, k;
+    norm_shape(C, NORM_BWD_CHUNKS, &tpr, &k);
+    const int groups = NORM_THREADS / tpr;
+    const dim3 block((unsigned)tpr, (unsigned)groups);
+    const int64_t G = (N + NORM_BWD_ROWS - 1) / NORM_BWD_ROWS;
+    const size_t smem = (size_t)(RMS ? 1 : 2) * (size_t)C * sizeof(double);
+    const int fused = wgrad && smem <= NORM_FUSED_SMEM && (C + 3) / 4 <= (int64_t)tpr * k;
+    double *partial =
+        wgrad ? (double *)loom_cuda_scratch(be, (size_t)((RMS ? 1 : 2) * G * C) * sizeof(double))
+              : NULL;
+    const int vec = C % 4 == 0 && norm_aligned(inp, 16) && norm_aligned(w, 16) &&
+                    norm_aligned(dinp, 16) && norm_aligned(dout, 4 * sizeof(DT));
+    cudaStream_t st = loom_cuda_stream(be);
+    if (dinp || fused) {
+#define NORM_BWD_CASE(KK)                                                                      \
+    case KK:                                                                                   \
+        if (fused)                                                                             \
+            norm_backward_kernel<RMS, DT, KK, true><<<(unsigned)G, block, smem, st>>>(         \
+                dinp, partial, dout, inp, w, mean, rstd, N, C, vec);                           \
+        else                                                                                   \
+            norm_backward_kernel<RMS, DT, KK, false><<<(unsigned)G, block, 0, st>>>(           \
+                dinp, partial, dout, inp, w, mean, rstd, N, C, vec);                           \
+        break;
+        switch (k) {
+            NORM_BWD_CASE(1)
+            NORM_BWD_CASE(2)
+            NORM_BWD_CASE(3)
+            NORM_BWD_CASE(4)
+        }
+#undef NORM_BWD_CASE
         LOOM_CUDA_LAUNCHED();
     }
-    norm_weight_grads(be, dw, NULL, dout, inp, NULL, rstd, N, C);
+    if (!wgrad) return;
+    if (!fused) {
+        const dim3 grid((unsigned)G, (unsigned)((C + 127) / 128));
+        norm_weight_partial_kernel<RMS, DT><<<grid, dim3(32, 8), 0, st>>>(partial, dout, inp, mean,
+                                                                          rstd, N, C, vec);
+        LOOM_CUDA_LAUNCHED();
+    }
+    const dim3 grid((unsigned)((C + 31) / 32), db ? 2u : 1u);
+    norm_sum_partials_kernel<<<grid, dim3(32, 16), 0, st>>>(dw, db, partial, G, C);
+    LOOM_CUDA_LAUNCHED();
+}
+
+/* Aborts unless dt is fp32 or bf16. */
+static void norm_check_type(enum loom_dtype dt, const char *op) {
+    if (dt != LOOM_DTYPE_F32 && dt != LOOM_DTYPE_BF16)
+        loom_abort(__FILE__, __LINE__, "cuda %s: element type %s is not supported (f32, bf16)", op,
+                   loom_dtype_name(dt));
+}
+
+void loom_cuda_layernorm_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                       float *mean, float *rstd, const float *inp, const float *w,
+                                       const float *b, int64_t N, int64_t C, float eps) {
+    norm_check_type(out_dt, "layernorm_forward");
+    if (N <= 0 || C <= 0) return;
+    if (out_dt == LOOM_DTYPE_BF16)
+        norm_forward<false, false>(be, (bf16 *)out, mean, rstd, NULL, inp, NULL, w, b, N, C, eps);
+    else
+        norm_forward<false, false>(be, (float *)out, mean, rstd, NULL, inp, NULL, w, b, N, C, eps);
+}
+
+void loom_cuda_residual_layernorm_forward_typed(struct loom_backend *be, float *xs, void *out,
+                                                enum loom_dtype out_dt, float *mean, float *rstd,
+                                                const float *x, const float *r, const float *w,
+                                                const float *b, int64_t N, int64_t C, float eps) {
+    norm_check_type(out_dt, "residual_layernorm_forward");
+    if (N <= 0 || C <= 0) return;
+    loom_cuda_wrote(be, xs, (size_t)(N * C) * sizeof(float));
+    if (out_dt == LOOM_DTYPE_BF16)
+        norm_forward<false, true>(be, (bf16 *)out, mean, rstd, xs, x, r, w, b, N, C, eps);
+    else
+        norm_forward<false, true>(be, (float *)out, mean, rstd, xs, x, r, w, b, N, C, eps);
+}
+
+void loom_cuda_rmsnorm_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                     float *rstd, const float *inp, const float *w, int64_t N,
+                                     int64_t C, float eps) {
+    norm_check_type(out_dt, "rmsnorm_forward");
+    if (N <= 0 || C <= 0) return;
+    if (out_dt == LOOM_DTYPE_BF16)
+        norm_forward<true, false>(be, (bf16 *)out, NULL, rstd, NULL, inp, NULL, w, NULL, N, C,
+                                  eps);
+    else
+        norm_forward<true, false>(be, (float *)out, NULL, rstd, NULL, inp, NULL, w, NULL, N, C,
+                                  eps);
+}
+
+void loom_cuda_residual_rmsnorm_forward_typed(struct loom_backend *be, float *xs, void *out,
+                                              enum loom_dtype out_dt, float *rstd, const float *x,
+                                              const float *r, const float *w, int64_t N,
+                                              int64_t C, float eps) {
+    norm_check_type(out_dt, "residual_rmsnorm_forward");
+    if (N <= 0 || C <= 0) return;
+    loom_cuda_wrote(be, xs, (size_t)(N * C) * sizeof(float));
+    if (out_dt == LOOM_DTYPE_BF16)
+        norm_forward<true, true>(be, (bf16 *)out, NULL, rstd, xs, x, r, w, NULL, N, C, eps);
+    else
+        norm_forward<true, true>(be, (float *)out, NULL, rstd, xs, x, r, w, NULL, N, C, eps);
+}
+
+void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                        const void *dout, enum loom_dtype dout_dt,
+                                        const float *inp, const float *w, const float *mean,
+                                        const float *rstd, int64_t N, int64_t C) {
+    norm_check_type(dout_dt, "layernorm_backward");
+    if (N <= 0 || C <= 0) return;
+    if (dout_dt == LOOM_DTYPE_BF16)
+        norm_backward<false>(be, dinp, dw, db, (const bf16 *)dout, inp, w, mean, rstd, N, C);
+    else
+        norm_backward<false>(be, dinp, dw, db, (const float *)dout, inp, w, mean, rstd, N, C);
+}
+
+void loom_cuda_rmsnorm_backward_typed(struct loom_backend *be, float *dinp, float *dw,
+                                      const void *dout, enum loom_dtype dout_dt, const float *inp,
+                                      const float *w, const float *rstd, int64_t N, int64_t C) {
+    norm_check_type(dout_dt, "rmsnorm_backward");
+    if (N <= 0 || C <= 0) return;
+    if (dout_dt == LOOM_DTYPE_BF16)
+        norm_backward<true>(be, dinp, dw, NULL, (const bf16 *)dout, inp, w, NULL, rstd, N, C);
+    else
+        norm_backward<true>(be, dinp, dw, NULL, (const float *)dout, inp, w, NULL, rstd, N, C);
 }
