@@ -1,0 +1,138 @@
+/* Microbenchmark of the CUDA backend's LayerNorm and RMSNorm (norm.cu) at a GPT-2 124M training
+ * step's rows (N = 16 x 1024 by default): forward, residual add + forward, and backward (dinp, dw,
+ * db; also split into dinp alone and the weight gradients alone), in fp32 at C = 768, 1024 and
+ * 2048, and at C = 768 with a bf16 out (forward) or a bf16 dout (backward). Each op runs 3 times to
+ * warm up, then `calls` times between two CUDA events on the backend's stream; the mean time is
+ * printed with the rate of the traffic the op cannot avoid (each array read or written once:
+ * forward x and out; residual x, r, xs and out; backward x, dout, dinp read and written; the
+ * per-row statistics and the weights are counted, the weight gradients' partial sums are not).
+ *
+ *   bench_cuda_norm [calls [N]]      (default 50 calls, N = 16384)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cuda/common.cuh"
+
+static __global__ void bench_fill(float *x, int64_t n, uint64_t purpose, float sd, float mean) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = mean + sd * loom_rng_normal(7, purpose, (uint64_t)i);
+}
+
+static void *bench_alloc(struct loom_backend *be, size_t bytes) {
+    void *p = be->ops->malloc(be, bytes);
+    if (!p) {
+        fprintf(stderr, "bench_cuda_norm: out of device memory\n");
+        exit(1);
+    }
+    be->ops->zero(be, p, bytes);
+    return p;
+}
+
+static void fill(struct loom_backend *be, float *x, int64_t n, uint64_t purpose, float sd,
+                 float mean) {
+    bench_fill<<<1024, 256, 0, loom_cuda_stream(be)>>>(x, n, purpose, sd, mean);
+    LOOM_CUDA_LAUNCHED();
+}
+
+static cudaEvent_t g_e0, g_e1;
+static int g_calls;
+
+/* times `call`, prints us/call and GB/s for `bytes` moved a call */
+#define TIME(label, bytes, call)                                                              \
+    do {                                                                                      \
+        cudaStream_t st_ = loom_cuda_stream(be);                                              \
+        for (int i_ = 0; i_ < 3 + g_calls; i_++) {                                            \
+            if (i_ == 3) LOOM_CUDA_CHECK(cudaEventRecord(g_e0, st_));                         \
+            call;                                                                             \
+        }                                                                                     \
+        LOOM_CUDA_CHECK(cudaEventRecord(g_e1, st_));                                          \
+        LOOM_CUDA_CHECK(cudaEventSynchronize(g_e1));                                          \
+        float ms_;                                                                            \
+        LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms_, g_e0, g_e1));                              \
+        const double us_ = 1000.0 * ms_ / g_calls;                                            \
+        printf("  %-46s %9.1f us %7.0f GB/s\n", label, us_, (double)(bytes) / (us_ * 1e3));   \
+    } while (0)
+
+int main(int argc, char **argv) {
+    g_calls = argc > 1 ? atoi(argv[1]) : 50;
+    if (g_calls < 1) g_calls = 1;
+    const int64_t N = argc > 2 ? atoll(argv[2]) : 16 * 1024;
+    if (N < 1) return 1;
+    struct loom_backend *be;
+    if (loom_backend_create(&be, "cuda", 0) != LOOM_OK) {
+        loom_print_error();
+        return 1;
+    }
+    const int64_t Cmax = 2048, nmax = N * Cmax;
+    const size_t big = (size_t)nmax * 4, row = (size_t)Cmax * 4, col = (size_t)N * 4;
+    float *x = (float *)bench_alloc(be, big), *r = (float *)bench_alloc(be, big);
+    float *xs = (float *)bench_alloc(be, big), *out = (float *)bench_alloc(be, big);
+    float *dout = (float *)bench_alloc(be, big), *dinp = (float *)bench_alloc(be, big);
+    void *out16 = bench_alloc(be, big / 2), *dout16 = bench_alloc(be, big / 2);
+    float *w = (float *)bench_alloc(be, row), *b = (float *)bench_alloc(be, row);
+    float *dw = (float *)bench_alloc(be, row), *db = (float *)bench_alloc(be, row);
+    float *mean = (float *)bench_alloc(be, col), *rstd = (float *)bench_alloc(be, col);
+    fill(be, x, nmax, 1, 1.0f, 0.5f);
+    fill(be, r, nmax, 2, 1.0f, 0.0f);
+    fill(be, dout, nmax, 3, 0.01f, 0.0f);
+    fill(be, w, Cmax, 4, 0.1f, 1.0f);
+    fill(be, b, Cmax, 5, 0.1f, 0.0f);
+    LOOM_CUDA_CHECK(cudaEventCreate(&g_e0));
+    LOOM_CUDA_CHECK(cudaEventCreate(&g_e1));
+    const enum loom_dtype f32 = LOOM_DTYPE_F32, bf = LOOM_DTYPE_BF16;
+    const float eps = 1e-5f;
+    printf("norms of the CUDA backend, N %lld rows, mean of %d calls\n", (long long)N, g_calls);
+    const int64_t Cs[] = {768, 1024, 2048};
+    for (int ci = 0; ci < 3; ci++) {
+        const int64_t C = Cs[ci], n = N * C;
+        const double stats = 8.0 * N, wts = 8.0 * C;
+        printf("C = %lld, fp32\n", (long long)C);
+        TIME("layernorm_forward", 8.0 * n + stats + wts,
+             loom_cuda_layernorm_forward_typed(be, out, f32, mean, rstd, x, w, b, N, C, eps));
+        TIME("residual_layernorm_forward", 16.0 * n + stats + wts,
+             loom_cuda_residual_layernorm_forward_typed(be, xs, out, f32, mean, rstd, x, r, w, b,
+                                                        N, C, eps));
+        TIME("layernorm_backward (dinp, dw, db)", 16.0 * n + stats + wts,
+             loom_cuda_layernorm_backward_typed(be, dinp, dw, db, dout, f32, x, w, mean, rstd, N,
+                                                C));
+        TIME("layernorm_backward, dinp only", 16.0 * n + stats + wts,
+             loom_cuda_layernorm_backward_typed(be, dinp, NULL, NULL, dout, f32, x, w, mean, rstd,
+                                                N, C));
+        TIME("layernorm_backward, dw and db only", 8.0 * n + stats + wts,
+             loom_cuda_layernorm_backward_typed(be, NULL, dw, db, dout, f32, x, w, mean, rstd, N,
+                                                C));
+        TIME("rmsnorm_forward", 8.0 * n + stats / 2 + wts / 2,
+             loom_cuda_rmsnorm_forward_typed(be, out, f32, rstd, x, w, N, C, eps));
+        TIME("residual_rmsnorm_forward", 16.0 * n + stats / 2 + wts / 2,
+             loom_cuda_residual_rmsnorm_forward_typed(be, xs, out, f32, rstd, x, r, w, N, C, eps));
+        TIME("rmsnorm_backward (dinp, dw)", 16.0 * n + stats / 2 + wts,
+             loom_cuda_rmsnorm_backward_typed(be, dinp, dw, dout, f32, x, w, rstd, N, C));
+    }
+    {
+        const int64_t C = 768, n = N * C;
+        const double stats = 8.0 * N, wts = 8.0 * C;
+        /* a bf16 dout: dout normalised by the RMSNorm forward (values of order 1) */
+        loom_cuda_rmsnorm_forward_typed(be, dout16, bf, rstd, dout, w, N, C, eps);
+        printf("C = %lld, bf16 out (forward) / bf16 dout (backward)\n", (long long)C);
+        TIME("layernorm_forward, bf16 out", 6.0 * n + stats + wts,
+             loom_cuda_layernorm_forward_typed(be, out16, bf, mean, rstd, x, w, b, N, C, eps));
+        TIME("residual_layernorm_forward, bf16 out", 14.0 * n + stats + wts,
+             loom_cuda_residual_layernorm_forward_typed(be, xs, out16, bf, mean, rstd, x, r, w, b,
+                                                        N, C, eps));
+        TIME("layernorm_backward, bf16 dout", 14.0 * n + stats + wts,
+             loom_cuda_layernorm_backward_typed(be, dinp, dw, db, dout16, bf, x, w, mean, rstd, N,
+                                                C));
+        TIME("rmsnorm_forward, bf16 out", 6.0 * n + stats / 2 + wts / 2,
+             loom_cuda_rmsnorm_forward_typed(be, out16, bf, rstd, x, w, N, C, eps));
+        TIME("residual_rmsnorm_forward, bf16 out", 14.0 * n + stats / 2 + wts / 2,
+             loom_cuda_residual_rmsnorm_forward_typed(be, xs, out16, bf, rstd, x, r, w, N, C, eps));
+        TIME("rmsnorm_backward, bf16 dout", 14.0 * n + stats / 2 + wts,
+             loom_cuda_rmsnorm_backward_typed(be, dinp, dw, dout16, bf, x, w, rstd, N, C));
+    }
+    LOOM_CUDA_CHECK(cudaEventDestroy(g_e0));
+    LOOM_CUDA_CHECK(cudaEventDestroy(g_e1));
+    loom_backend_destroy(be);
+    return 0;
+}
