@@ -154,24 +154,24 @@ int main(int argc, char **argv) {
             struct acts *al = &a[l];
             struct layer *wl = &w[l];
             float *y = l + 1 < L ? a[l + 1].x : x_out;
-            TIMED(F_NORM, loom_op(be, layernorm_forward, al->ln1, al->ln1_mean, al->ln1_rstd, al->x,
-                                  wl->ln1_w, wl->ln1_b, N, C, 1e-5f));
+            TIMED(F_NORM, loom_op(be, layernorm_forward, al->ln1, LOOM_DTYPE_F32, al->ln1_mean,
+                                  al->ln1_rstd, al->x, wl->ln1_w, wl->ln1_b, N, C, 1e-5f));
             TIMED(F_LINEAR, loom_op(be, linear_forward, al->qkv, al->ln1, wl->qkv_w, wl->qkv_b, N,
                                     C, 3 * C));
             TIMED(F_ATTN, loom_op(be, attention_forward, al->att, al->lse, al->qkv, &ap));
             TIMED(F_LINEAR, loom_op(be, linear_forward, al->xmid, al->att, wl->proj_w, wl->proj_b,
                                     N, C, C));
             TIMED(F_ADD, loom_op(be, add, al->xmid, al->xmid, al->x, N * C));
-            TIMED(F_NORM, loom_op(be, layernorm_forward, al->ln2, al->ln2_mean, al->ln2_rstd,
-                                  al->xmid, wl->ln2_w, wl->ln2_b, N, C, 1e-5f));
+            TIMED(F_NORM, loom_op(be, layernorm_forward, al->ln2, LOOM_DTYPE_F32, al->ln2_mean,
+                                  al->ln2_rstd, al->xmid, wl->ln2_w, wl->ln2_b, N, C, 1e-5f));
             TIMED(F_LINEAR, loom_op(be, linear_forward, al->fc1, al->ln2, wl->fc1_w, wl->fc1_b, N,
                                     C, F));
             TIMED(F_GELU, loom_op(be, gelu_forward, al->act, al->fc1, N * F));
             TIMED(F_LINEAR, loom_op(be, linear_forward, y, al->act, wl->fc2_w, wl->fc2_b, N, F, C));
             TIMED(F_ADD, loom_op(be, add, y, y, al->xmid, N * C));
         }
-        TIMED(F_NORM, loom_op(be, layernorm_forward, lnf, lnf_mean, lnf_rstd, x_out, pmem + o_lnfw,
-                              pmem + o_lnfb, N, C, 1e-5f));
+        TIMED(F_NORM, loom_op(be, layernorm_forward, lnf, LOOM_DTYPE_F32, lnf_mean, lnf_rstd, x_out,
+                              pmem + o_lnfw, pmem + o_lnfb, N, C, 1e-5f));
         TIMED(F_HEAD, loom_op(be, linear_forward, logits, lnf, pmem + o_wte, NULL, N, C, Vp));
         TIMED(F_XENT, loom_op(be, xent_forward, stats, logits, targets, N, Vp, 0, V));
         for (int64_t i = 0; i < N; i++) {
@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
                               pmem + o_wte, N, C, Vp));
         TIMED(F_NORM, be->ops->zero(be, dres, (size_t)(N * C) * sizeof(float)));
         TIMED(F_NORM, loom_op(be, layernorm_backward, dres, gmem + o_lnfw, gmem + o_lnfb, dc,
-                              x_out, pmem + o_lnfw, lnf_mean, lnf_rstd, N, C));
+                              LOOM_DTYPE_F32, x_out, pmem + o_lnfw, lnf_mean, lnf_rstd, N, C));
         for (int64_t l = L - 1; l >= 0; l--) {
             struct acts *al = &a[l];
             struct layer *wl = &w[l], *gl = &g[l];
@@ -193,16 +193,18 @@ int main(int argc, char **argv) {
             TIMED(F_GELU, loom_op(be, gelu_backward, dwide, dwide2, al->fc1, N * F));
             TIMED(F_LINEAR, loom_op(be, linear_backward, full, gl->fc1_w, gl->fc1_b, dwide,
                                     al->ln2, wl->fc1_w, N, C, F));
-            TIMED(F_NORM, loom_op(be, layernorm_backward, dres, gl->ln2_w, gl->ln2_b, full,
-                                  al->xmid, wl->ln2_w, al->ln2_mean, al->ln2_rstd, N, C));
+            TIMED(F_NORM,
+                  loom_op(be, layernorm_backward, dres, gl->ln2_w, gl->ln2_b, full, LOOM_DTYPE_F32,
+                          al->xmid, wl->ln2_w, al->ln2_mean, al->ln2_rstd, N, C));
             TIMED(F_LINEAR, loom_op(be, linear_backward, dwide2, gl->proj_w, gl->proj_b, dres,
                                     al->att, wl->proj_w, N, C, C));
             TIMED(F_ATTN, loom_op(be, attention_backward, dwide, dwide2, al->att, al->lse, al->qkv,
                                   &ap));
             TIMED(F_LINEAR, loom_op(be, linear_backward, full, gl->qkv_w, gl->qkv_b, dwide,
                                     al->ln1, wl->qkv_w, N, C, 3 * C));
-            TIMED(F_NORM, loom_op(be, layernorm_backward, dres, gl->ln1_w, gl->ln1_b, full, al->x,
-                                  wl->ln1_w, al->ln1_mean, al->ln1_rstd, N, C));
+            TIMED(F_NORM,
+                  loom_op(be, layernorm_backward, dres, gl->ln1_w, gl->ln1_b, full, LOOM_DTYPE_F32,
+                          al->x, wl->ln1_w, al->ln1_mean, al->ln1_rstd, N, C));
         }
         TIMED(F_EMBED, loom_op(be, embedding_backward, gmem + o_wte, gmem + o_wpe, dres, tokens,
                                B, T, C, 0, Vp, 0));

@@ -82,30 +82,35 @@ struct loom_backend_ops {
                                int64_t Vl, int64_t pos0);
 
     /* ---- normalisation over the last dimension, N rows of C ----
+     * The normalised output out (forward) and its gradient dout (backward) are typed
+     * activations (out_dt, dout_dt: see the linear ops with typed activations below); the
+     * input, mean, rstd and the parameter gradients are fp32.
      * LayerNorm: out = (x - mean) * rstd * w + b; saves mean[N], rstd[N]. b may be NULL. */
-    void (*layernorm_forward)(struct loom_backend *be, float *out, float *mean, float *rstd,
-                              const float *inp, const float *w, const float *b, int64_t N,
-                              int64_t C, float eps);
+    void (*layernorm_forward)(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                              float *mean, float *rstd, const float *inp, const float *w,
+                              const float *b, int64_t N, int64_t C, float eps);
     /* dinp += ... (accumulates: the input of a norm is the residual stream); dw, db += */
     void (*layernorm_backward)(struct loom_backend *be, float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int64_t N, int64_t C);
+                               const void *dout, enum loom_dtype dout_dt, const float *inp,
+                               const float *w, const float *mean, const float *rstd, int64_t N,
+                               int64_t C);
     /* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) */
-    void (*rmsnorm_forward)(struct loom_backend *be, float *out, float *rstd, const float *inp,
-                            const float *w, int64_t N, int64_t C, float eps);
-    void (*rmsnorm_backward)(struct loom_backend *be, float *dinp, float *dw, const float *dout,
-                             const float *inp, const float *w, const float *rstd, int64_t N,
-                             int64_t C);
+    void (*rmsnorm_forward)(struct loom_backend *be, void *out, enum loom_dtype out_dt, float *rstd,
+                            const float *inp, const float *w, int64_t N, int64_t C, float eps);
+    void (*rmsnorm_backward)(struct loom_backend *be, float *dinp, float *dw, const void *dout,
+                             enum loom_dtype dout_dt, const float *inp, const float *w,
+                             const float *rstd, int64_t N, int64_t C);
     /* A residual add fused with the norm that follows it: xs = x + r (xs may alias x or r), then
      * out = layernorm(xs) or rmsnorm(xs) exactly as the ops above (mean, rstd saved). Equal, bit
      * for bit, to add followed by layernorm_forward / rmsnorm_forward. */
-    void (*residual_layernorm_forward)(struct loom_backend *be, float *xs, float *out, float *mean,
-                                       float *rstd, const float *x, const float *r,
-                                       const float *w, const float *b, int64_t N, int64_t C,
-                                       float eps);
-    void (*residual_rmsnorm_forward)(struct loom_backend *be, float *xs, float *out, float *rstd,
-                                     const float *x, const float *r, const float *w, int64_t N,
-                                     int64_t C, float eps);
+    void (*residual_layernorm_forward)(struct loom_backend *be, float *xs, void *out,
+                                       enum loom_dtype out_dt, float *mean, float *rstd,
+                                       const float *x, const float *r, const float *w,
+                                       const float *b, int64_t N, int64_t C, float eps);
+    void (*residual_rmsnorm_forward)(struct loom_backend *be, float *xs, void *out,
+                                     enum loom_dtype out_dt, float *rstd, const float *x,
+                                     const float *r, const float *w, int64_t N, int64_t C,
+                                     float eps);
 
     /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + b[OC] (b may be NULL) ---- */
     void (*linear_forward)(struct loom_backend *be, float *out, const float *inp, const float *w,
@@ -114,17 +119,19 @@ struct loom_backend_ops {
     void (*linear_backward)(struct loom_backend *be, float *dinp, float *dw, float *db,
                             const float *dout, const float *inp, const float *w, int64_t N,
                             int64_t C, int64_t OC);
-    /* The ops below take some activations in an explicit element type (act_dt, inp_dt,
-     * out_dt, dout_dt, dinp_dt; the attention ops' a->dt): LOOM_DTYPE_F32 on every backend, meaning fp32 arrays and exactly the fp32 ops
-     * described; or the 16-bit type that activation_dtype reports, where the backend has one.
-     * Such an array holds its N*C (or N*OC) elements at that type's size, written rounded to it
-     * (round to nearest even) and read as they are, with no fp32 copy. */
+    /* The ops below (and the norms above) take some activations in an explicit element type
+     * (act_dt, inp_dt, out_dt, dout_dt, dinp_dt; the attention ops' a->dt): LOOM_DTYPE_F32 on
+     * every backend, meaning fp32 arrays and exactly the fp32 ops described; or the 16-bit type
+     * that activation_dtype reports, where the backend has one. Such an array holds its N*C (or
+     * N*OC) elements at that type's size, written rounded to it (round to nearest even) and
+     * read as they are, with no fp32 copy. */
     /* Linear then GELU: pre[N,OC] = inp . w^T + b (b may be NULL), saved for the backward, and
-     * out[N,OC] = gelu(pre) of pre as stored, both of type act_dt; as linear_forward followed by
-     * gelu_forward (with a 16-bit act_dt the bias may be rounded to it before the add). */
+     * out[N,OC] = gelu(pre) of pre as stored, both of type act_dt, inp[N,C] of type inp_dt; as
+     * linear_forward followed by gelu_forward (with a 16-bit act_dt the bias may be rounded to
+     * it before the add). */
     void (*linear_gelu_forward)(struct loom_backend *be, void *out, void *pre,
-                                enum loom_dtype act_dt, const float *inp, const float *w,
-                                const float *b, int64_t N, int64_t C, int64_t OC);
+                                enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
+                                const float *w, const float *b, int64_t N, int64_t C, int64_t OC);
     /* Backward of a linear whose input is act = gelu(pre), continued through the GELU:
      * dpre[N,C] = (dout . w) * gelu'(pre) (assigned); dpre_b[C] += sum_rows dpre (the bias
      * gradient of the product that made pre; skipped if NULL); dw += dout^T . act;
@@ -252,11 +259,12 @@ struct loom_backend_ops {
      * set_matmul_dtype: LOOM_DTYPE_F32, or the 16-bit type of the products. NULL (the CPU):
      * always LOOM_DTYPE_F32. */
     enum loom_dtype (*linear_xent_dtype)(struct loom_backend *be);
-    /* The 16-bit element type the ops with typed activations (linear_gelu_*, linear_*_typed,
-     * attention_* through loom_attn.dt) accept besides LOOM_DTYPE_F32 under the current set_matmul_dtype, or LOOM_DTYPE_F32 when
-     * they take fp32 only. NULL (the CPU): fp32 only. On cuda: LOOM_DTYPE_BF16 with bf16
-     * products; fp16 products keep fp32 activations. The type must stay the same between the
-     * forward that writes such an array and the backward that reads it. */
+    /* The 16-bit element type the ops with typed activations (the norms, linear_gelu_*,
+     * linear_*_typed, attention_* through loom_attn.dt) accept besides LOOM_DTYPE_F32 under the
+     * current set_matmul_dtype, or LOOM_DTYPE_F32 when they take fp32 only. NULL (the CPU): fp32
+     * only. On cuda: LOOM_DTYPE_BF16 with bf16 products; fp16 products keep fp32 activations. The
+     * type must stay the same between the forward that writes such an array and the backward that
+     * reads it. */
     enum loom_dtype (*activation_dtype)(struct loom_backend *be);
     /* Device memory the backend holds (its own allocations and workspaces). */
     void (*memory_stats)(struct loom_backend *be, struct loom_mem_stats *st);

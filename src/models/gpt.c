@@ -156,6 +156,17 @@ static enum loom_dtype mlp_dtype(const struct loom_gpt *m) {
 static enum loom_dtype attn_dtype(const struct loom_gpt *m) {
     return m->cfg.posemb == LOOM_POSEMB_ROPE ? LOOM_DTYPE_F32 : act_dtype(m);
 }
+/* The layers' norm outputs ln1, ln2 (the products' inputs) are typed too where no communication
+ * touches them (sequence parallelism gathers them: fp32 then); so are the products' input
+ * gradients in `full` (the norms' output gradients) where nothing reduces them (tensor
+ * parallelism does: fp32 then). The final norm's output, which the output layer reads, stays
+ * fp32. */
+static enum loom_dtype ln_dtype(const struct loom_gpt *m) {
+    return m->par->sequence_parallel && loom_tp_size(m->par) > 1 ? LOOM_DTYPE_F32 : act_dtype(m);
+}
+static enum loom_dtype dln_dtype(const struct loom_gpt *m) {
+    return loom_tp_size(m->par) > 1 ? LOOM_DTYPE_F32 : act_dtype(m);
+}
 
 /* ---- activations: two passes over the same layout, first to size, then to carve ---- */
 struct carver {
@@ -171,24 +182,26 @@ static void *carve(struct carver *cv, size_t bytes) {
 
 /* Bytes an element of the MLP's and of attention's typed activations (fp32 where their type is
  * fp32 anyway: SwiGLU, rotary embeddings), for the type now. */
-static void typed_elems(const struct loom_gpt *m, size_t *mlp_elem, size_t *attn_elem) {
+static void typed_elems(const struct loom_gpt *m, size_t *mlp_elem, size_t *attn_elem,
+                        size_t *ln_elem) {
     const size_t elem = loom_dtype_size(act_dtype_now(m));
     *mlp_elem = m->cfg.swiglu ? sizeof(float) : elem;
     *attn_elem = m->cfg.posemb == LOOM_POSEMB_ROPE ? sizeof(float) : elem;
+    *ln_elem = m->par->sequence_parallel && loom_tp_size(m->par) > 1 ? sizeof(float) : elem;
 }
 
 static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carver *cv) {
     const struct loom_gpt_config *c = &m->cfg;
     struct dims d = dims_of(m);
     int ln = c->norm == LOOM_NORM_LAYERNORM;
-    size_t mlp_elem, attn_elem;
-    typed_elems(m, &mlp_elem, &attn_elem);
+    size_t mlp_elem, attn_elem, ln_elem;
+    typed_elems(m, &mlp_elem, &attn_elem, &ln_elem);
     a->act_elem = loom_dtype_size(act_dtype_now(m));
     for (int64_t l = 0; l < c->num_layers; l++) {
         if (!loom_gpt_layer_is_local(c, m->par, l)) continue;
         struct loom_gpt_layer_acts *la = &a->layers[l];
         la->x = CF(cv, d.Nr * d.C);
-        la->ln1 = CF(cv, d.Nr * d.C);
+        la->ln1 = carve(cv, (size_t)(d.Nr * d.C) * ln_elem);
         la->ln1_full = d.sp ? CF(cv, d.N * d.C) : la->ln1;
         la->ln1_mean = ln ? CF(cv, d.Nr) : NULL;
         la->ln1_rstd = CF(cv, d.Nr);
@@ -196,7 +209,7 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
         la->att = carve(cv, (size_t)(d.N * d.NHl * d.HS) * attn_elem);
         la->lse = CF(cv, d.B * d.NHl * d.T);
         la->xmid = CF(cv, d.Nr * d.C);
-        la->ln2 = CF(cv, d.Nr * d.C);
+        la->ln2 = carve(cv, (size_t)(d.Nr * d.C) * ln_elem);
         la->ln2_full = d.sp ? CF(cv, d.N * d.C) : la->ln2;
         la->ln2_mean = ln ? CF(cv, d.Nr) : NULL;
         la->ln2_rstd = CF(cv, d.Nr);
@@ -245,8 +258,8 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     a->full = CF(cv, d.N * d.C);
     a->sp_scratch = d.sp ? CF(cv, d.N * d.C) : NULL;
     /* dwide: dqkv or the MLP's dpre; dwide2: d(att), or SwiGLU's d(act) in fp32 */
-    size_t mlp_elem, attn_elem;
-    typed_elems(m, &mlp_elem, &attn_elem);
+    size_t mlp_elem, attn_elem, ln_elem;
+    typed_elems(m, &mlp_elem, &attn_elem, &ln_elem);
     a->dwide = (float *)carve(cv, (size_t)d.N * (size_t)max64(d.QKVl * (int64_t)attn_elem,
                                                               d.F1l * (int64_t)mlp_elem));
     a->dwide2 = (float *)carve(cv, (size_t)d.N *
@@ -365,24 +378,26 @@ void loom_gpt_free(struct loom_gpt *m) {
 }
 
 /* ---- pieces ---- */
-static void norm_forward(struct loom_gpt *m, float *out, float *mean, float *rstd, const float *x,
-                         const float *w, const float *b, int64_t N) {
+static void norm_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, float *mean,
+                         float *rstd, const float *x, const float *w, const float *b, int64_t N) {
     struct loom_backend *be = m->be;
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
-        loom_op(be, layernorm_forward, out, mean, rstd, x, w, b, N, m->cfg.hidden,
+        loom_op(be, layernorm_forward, out, out_dt, mean, rstd, x, w, b, N, m->cfg.hidden,
                 (float)m->cfg.norm_eps);
     else
-        loom_op(be, rmsnorm_forward, out, rstd, x, w, N, m->cfg.hidden, (float)m->cfg.norm_eps);
+        loom_op(be, rmsnorm_forward, out, out_dt, rstd, x, w, N, m->cfg.hidden,
+                (float)m->cfg.norm_eps);
 }
 
-static void norm_backward(struct loom_gpt *m, float *dx, float *dw, float *db, const float *dout,
-                          const float *x, const float *w, const float *mean, const float *rstd,
-                          int64_t N) {
+static void norm_backward(struct loom_gpt *m, float *dx, float *dw, float *db, const void *dout,
+                          enum loom_dtype dout_dt, const float *x, const float *w,
+                          const float *mean, const float *rstd, int64_t N) {
     struct loom_backend *be = m->be;
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
-        loom_op(be, layernorm_backward, dx, dw, db, dout, x, w, mean, rstd, N, m->cfg.hidden);
+        loom_op(be, layernorm_backward, dx, dw, db, dout, dout_dt, x, w, mean, rstd, N,
+                m->cfg.hidden);
     else
-        loom_op(be, rmsnorm_backward, dx, dw, dout, x, w, rstd, N, m->cfg.hidden);
+        loom_op(be, rmsnorm_backward, dx, dw, dout, dout_dt, x, w, rstd, N, m->cfg.hidden);
 }
 
 static struct loom_dropout hidden_dropout(const struct loom_gpt *m, const struct loom_step_ctx *ctx,
@@ -451,15 +466,15 @@ enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int3
 }
 
 /* A residual add and the norm after it in one op: xs = x + r, out = norm(xs) (rows local). */
-static void residual_norm_forward(struct loom_gpt *m, float *xs, float *out, float *mean,
-                                  float *rstd, const float *x, const float *r, const float *w,
-                                  const float *b, int64_t N) {
+static void residual_norm_forward(struct loom_gpt *m, float *xs, void *out, enum loom_dtype out_dt,
+                                  float *mean, float *rstd, const float *x, const float *r,
+                                  const float *w, const float *b, int64_t N) {
     struct loom_backend *be = m->be;
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
-        loom_op(be, residual_layernorm_forward, xs, out, mean, rstd, x, r, w, b, N, m->cfg.hidden,
-                (float)m->cfg.norm_eps);
+        loom_op(be, residual_layernorm_forward, xs, out, out_dt, mean, rstd, x, r, w, b, N,
+                m->cfg.hidden, (float)m->cfg.norm_eps);
     else
-        loom_op(be, residual_rmsnorm_forward, xs, out, rstd, x, r, w, N, m->cfg.hidden,
+        loom_op(be, residual_rmsnorm_forward, xs, out, out_dt, rstd, x, r, w, N, m->cfg.hidden,
                 (float)m->cfg.norm_eps);
 }
 
@@ -490,12 +505,14 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     float *y = loom_gpt_layer_output(m, slot, l);
 
     /* attention branch */
+    const enum loom_dtype ln_dt = ln_dtype(m);
     if (!feeds_local_layer(m, l - 1))
-        norm_forward(m, la->ln1, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b, d.Nr);
+        norm_forward(m, la->ln1, ln_dt, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b,
+                     d.Nr);
     LOOM_CHECK(region_enter(m, la->ln1_full, la->ln1));
     struct loom_attn ap = attn_problem(m, ctx, l);
-    loom_op(be, linear_forward_typed, la->qkv, ap.dt, la->ln1_full, LOOM_DTYPE_F32, w->qkv_w,
-            w->qkv_b, d.N, d.C, d.QKVl);
+    loom_op(be, linear_forward_typed, la->qkv, ap.dt, la->ln1_full, ln_dt, w->qkv_w, w->qkv_b, d.N,
+            d.C, d.QKVl);
     if (c->posemb == LOOM_POSEMB_ROPE) /* attention in fp32 then */
         loom_op(be, rope, (float *)la->qkv, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
                 (float)c->rope_theta, 0);
@@ -504,17 +521,18 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                     d.NHl * d.HS));
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
     if (dr.p > 0) loom_op(be, dropout_forward, la->xmid, la->xmid, d.B, d.Tl, d.C, &dr);
-    residual_norm_forward(m, la->xmid, la->ln2, la->ln2_mean, la->ln2_rstd, la->x, la->xmid,
+    residual_norm_forward(m, la->xmid, la->ln2, ln_dt, la->ln2_mean, la->ln2_rstd, la->x, la->xmid,
                           w->ln2_w, w->ln2_b, d.Nr);
 
     /* MLP branch */
     const enum loom_dtype act_dt = mlp_dtype(m);
     LOOM_CHECK(region_enter(m, la->ln2_full, la->ln2));
     if (c->swiglu) {
-        loom_op(be, linear_forward, la->fc1, la->ln2_full, w->fc1_w, w->fc1_b, d.N, d.C, d.F1l);
+        loom_op(be, linear_forward_typed, la->fc1, LOOM_DTYPE_F32, la->ln2_full, ln_dt, w->fc1_w,
+                w->fc1_b, d.N, d.C, d.F1l);
         loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
     } else {
-        loom_op(be, linear_gelu_forward, la->act, la->fc1, act_dt, la->ln2_full, w->fc1_w,
+        loom_op(be, linear_gelu_forward, la->act, la->fc1, act_dt, la->ln2_full, ln_dt, w->fc1_w,
                 w->fc1_b, d.N, d.C, d.Fl);
     }
     LOOM_CHECK(row_parallel_forward(m, y, la->act, act_dt, w->fc2_w, w->fc2_b, d.Fl));
@@ -523,8 +541,8 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     if (feeds_local_layer(m, l)) {
         struct loom_gpt_layer_acts *nx = &m->acts[slot].layers[l + 1];
         const struct loom_gpt_layer_ptrs *nw = &m->w.layers[l + 1];
-        residual_norm_forward(m, y, nx->ln1, nx->ln1_mean, nx->ln1_rstd, la->xmid, y, nw->ln1_w,
-                              nw->ln1_b, d.Nr);
+        residual_norm_forward(m, y, nx->ln1, ln_dt, nx->ln1_mean, nx->ln1_rstd, la->xmid, y,
+                              nw->ln1_w, nw->ln1_b, d.Nr);
     } else {
         loom_op(be, add, y, y, la->xmid, d.Nr * d.C);
     }
@@ -586,7 +604,8 @@ enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32
     struct loom_backend *be = m->be;
     struct loom_gpt_acts *a = &m->acts[slot];
     float *x = a->x_out;
-    norm_forward(m, a->lnf, a->lnf_mean, a->lnf_rstd, x, m->w.lnf_w, m->w.lnf_b, d.Nr);
+    norm_forward(m, a->lnf, LOOM_DTYPE_F32, a->lnf_mean, a->lnf_rstd, x, m->w.lnf_w, m->w.lnf_b,
+                 d.Nr);
     be->ops->to_device(be, a->targets, targets, (size_t)d.N * sizeof(int32_t));
     memcpy(a->host_targets, targets, (size_t)d.N * sizeof(int32_t));
     if (d.tp == 1) return head_forward_fused(m, slot, targets, ctx, loss_sum, count);
@@ -647,8 +666,8 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
         LOOM_ASSERT(a->dlnf_ready);
         a->dlnf_ready = 0;
         be->ops->zero(be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
-        norm_backward(m, a->dres, m->g.lnf_w, m->g.lnf_b, a->dlnf, a->x_out, m->w.lnf_w,
-                      a->lnf_mean, a->lnf_rstd, d.Nr);
+        norm_backward(m, a->dres, m->g.lnf_w, m->g.lnf_b, a->dlnf, LOOM_DTYPE_F32, a->x_out,
+                      m->w.lnf_w, a->lnf_mean, a->lnf_rstd, d.Nr);
         return LOOM_OK;
     }
     loom_op(be, xent_backward, a->logits, a->logits, a->targets, a->gstats, a->dloss, d.N, d.Vl,
@@ -658,8 +677,8 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
             d.C, d.Vl);
     LOOM_CHECK(region_enter_backward(m, a->dc, a->dc));
     be->ops->zero(be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
-    norm_backward(m, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc, a->x_out, m->w.lnf_w, a->lnf_mean,
-                  a->lnf_rstd, d.Nr);
+    norm_backward(m, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc, LOOM_DTYPE_F32, a->x_out, m->w.lnf_w,
+                  a->lnf_mean, a->lnf_rstd, d.Nr);
     return LOOM_OK;
 }
 
@@ -697,23 +716,24 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
      * fc1's bias gradient (linear_gelu_backward), as dpre of mlp_dtype in dwide (which holds it
      * in either type), read so by fc1's backward. */
     float *dy;
+    const enum loom_dtype ln_dt = ln_dtype(m), dln_dt = dln_dtype(m);
     LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy));
     if (c->swiglu) {
         loom_op(be, linear_backward, a->dwide2, g->fc2_w, g->fc2_b, dy, la->act, w->fc2_w, d.N,
                 d.Fl, d.C);
         loom_op(be, swiglu_backward, a->dwide, a->dwide2, la->fc1, d.N, d.Fl);
-        loom_op(be, linear_backward, a->full, g->fc1_w, g->fc1_b, a->dwide, la->ln2_full,
-                w->fc1_w, d.N, d.C, d.F1l);
+        loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, g->fc1_b, a->dwide,
+                LOOM_DTYPE_F32, la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.F1l);
     } else {
         const enum loom_dtype act_dt = mlp_dtype(m);
         loom_op(be, linear_gelu_backward, a->dwide, act_dt, g->fc1_b, g->fc2_w, g->fc2_b, dy,
                 la->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
-        loom_op(be, linear_backward_typed, a->full, LOOM_DTYPE_F32, g->fc1_w, NULL, a->dwide,
-                act_dt, la->ln2_full, LOOM_DTYPE_F32, w->fc1_w, d.N, d.C, d.Fl);
+        loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, NULL, a->dwide, act_dt,
+                la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.Fl);
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
-    norm_backward(m, a->dres, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, la->xmid, w->ln2_w,
-                  la->ln2_mean, la->ln2_rstd, d.Nr);
+    norm_backward(m, a->dres, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, dln_dt, la->xmid,
+                  w->ln2_w, la->ln2_mean, la->ln2_rstd, d.Nr);
 
     /* attention branch: dres is now d(xmid) */
     LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_ATTN_OUT, &dy));
@@ -723,15 +743,15 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     loom_op(be, attention_backward, a->dwide, a->dwide2, la->att, la->lse, la->qkv, &ap);
     if (c->posemb == LOOM_POSEMB_ROPE) /* attention in fp32 then */
         loom_op(be, rope, a->dwide, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 1);
-    loom_op(be, linear_backward_typed, a->full, LOOM_DTYPE_F32, g->qkv_w, g->qkv_b, a->dwide,
-            ap.dt, la->ln1_full, LOOM_DTYPE_F32, w->qkv_w, d.N, d.C, d.QKVl);
+    loom_op(be, linear_backward_typed, a->full, dln_dt, g->qkv_w, g->qkv_b, a->dwide, ap.dt,
+            la->ln1_full, ln_dt, w->qkv_w, d.N, d.C, d.QKVl);
     if (g->qkv_b) {
         int64_t R = d.NHl / d.NKVl;
         for (int64_t grp = 0; grp < d.NKVl; grp++)
             be->ops->zero(be, g->qkv_b + (grp * (R + 2) + R) * d.HS, (size_t)d.HS * sizeof(float));
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
-    norm_backward(m, a->dres, g->ln1_w, g->ln1_b, d.sp ? a->dc : a->full, la->x, w->ln1_w,
+    norm_backward(m, a->dres, g->ln1_w, g->ln1_b, d.sp ? a->dc : a->full, dln_dt, la->x, w->ln1_w,
                   la->ln1_mean, la->ln1_rstd, d.Nr);
     return LOOM_OK;
 }

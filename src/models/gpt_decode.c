@@ -73,10 +73,11 @@ static void norm(struct loom_gpt *m, float *out, const float *x, const float *w,
     struct loom_backend *be = m->be;
     /* mean/rstd of the single row go to scratch (two floats) */
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
-        loom_op(be, layernorm_forward, out, scratch, scratch + 1, x, w, b, 1, m->cfg.hidden,
-                (float)m->cfg.norm_eps);
+        loom_op(be, layernorm_forward, out, LOOM_DTYPE_F32, scratch, scratch + 1, x, w, b, 1,
+                m->cfg.hidden, (float)m->cfg.norm_eps);
     else
-        loom_op(be, rmsnorm_forward, out, scratch, x, w, 1, m->cfg.hidden, (float)m->cfg.norm_eps);
+        loom_op(be, rmsnorm_forward, out, LOOM_DTYPE_F32, scratch, x, w, 1, m->cfg.hidden,
+                (float)m->cfg.norm_eps);
 }
 
 enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token, float *logits) {

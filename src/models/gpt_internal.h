@@ -10,14 +10,16 @@
 /* Saved activations of one decoder layer for one micro-batch (N = B*T rows). */
 struct loom_gpt_layer_acts {
     float *x;                 /* [N,C] layer input (residual stream) */
-    float *ln1, *ln1_mean, *ln1_rstd; /* residual rows (the sequence shard under SP) */
-    float *ln1_full;          /* [N,C] ln1 gathered over the sequence (= ln1 without SP) */
+    void *ln1;                /* residual rows (the sequence shard under SP), of ln_dtype */
+    float *ln1_mean, *ln1_rstd;
+    void *ln1_full;           /* [N,C] ln1 gathered over the sequence (= ln1 without SP) */
     void *qkv;                /* [N, (NHl + 2 NKVl) HS], after rotary, of the attention's type */
     void *att;                /* [N, NHl HS], of the attention's type */
     float *lse;               /* [B, NHl, T] */
     float *xmid;              /* [N,C] residual after attention */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *ln2_full;
+    void *ln2;
+    float *ln2_mean, *ln2_rstd;
+    void *ln2_full;
     void *fc1;                /* [N, F1l] (GELU: the pre-activation), of the MLP's type */
     void *act;                /* [N, Fl], of the MLP's type */
 };

@@ -247,7 +247,8 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
     float *cb1 = bias ? dput(cb, b1, F) : NULL, *cw2 = dput(cb, w2_r, C * F);
     float *cdy = dput(cb, dy_r, N * C), *cpre = dput(cb, NULL, N * F), *ca = dput(cb, NULL, N * F);
     float *cdpre = dput(cb, NULL, N * F), *cg = dput(cb, g0, ng);
-    cb->ops->linear_gelu_forward(cb, ca, cpre, LOOM_DTYPE_F32, ch, cw1, cb1, N, C, F);
+    cb->ops->linear_gelu_forward(cb, ca, cpre, LOOM_DTYPE_F32, ch, LOOM_DTYPE_F32, cw1, cb1, N, C,
+                                 F);
     float *ref_a = dget(cb, ca, N * F), *ref_pre = dget(cb, cpre, N * F);
     float *a_r = rounded(ref_a, N * F);
     cb->ops->to_device(cb, ca, a_r, (size_t)(N * F) * sizeof(float));
@@ -274,7 +275,8 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
     float *run[2][4];
     for (int rep = 0; rep < 2; rep++) {
         g_gpu->ops->to_device(g_gpu, gg, g0, (size_t)ng * sizeof(float));
-        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_F32, gh, gw1, gb1, N, C, F);
+        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_F32, gh, LOOM_DTYPE_F32, gw1,
+                                        gb1, N, C, F);
         g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_F32, bias ? gg + F * C : NULL,
                                          gg, bias ? gg + F * C + F : NULL, gdy, ga, gpre, gw2, N,
                                          F, C);
@@ -362,7 +364,8 @@ static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registe
     float *cdy = dput(cb, dy_r, N * C), *cpre = dput(cb, NULL, N * F), *ca = dput(cb, NULL, N * F);
     float *cy = dput(cb, NULL, N * C), *cdpre = dput(cb, NULL, N * F), *cdh = dput(cb, NULL, N * C);
     float *cg = dput(cb, g0, ng), *cscratch = dput(cb, NULL, F * C);
-    cb->ops->linear_gelu_forward(cb, ca, cpre, LOOM_DTYPE_F32, ch, cw1, cb1, N, C, F);
+    cb->ops->linear_gelu_forward(cb, ca, cpre, LOOM_DTYPE_F32, ch, LOOM_DTYPE_F32, cw1, cb1, N, C,
+                                 F);
     float *ref_pre = dget(cb, cpre, N * F), *ref_a = dget(cb, ca, N * F);
     float *pre_r = rounded(ref_pre, N * F), *a_r = rounded(ref_a, N * F);
     cb->ops->to_device(cb, cpre, pre_r, (size_t)(N * F) * sizeof(float));
@@ -402,7 +405,8 @@ static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registe
     float *run[2][6];
     for (int rep = 0; rep < 2; rep++) {
         g_gpu->ops->to_device(g_gpu, gg, g0, (size_t)ng * sizeof(float));
-        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_BF16, gh, gw1, gb1, N, C, F);
+        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_BF16, gh, LOOM_DTYPE_F32, gw1,
+                                        gb1, N, C, F);
         g_gpu->ops->linear_forward_typed(g_gpu, gy, LOOM_DTYPE_F32, ga, LOOM_DTYPE_BF16, gw2, gb2,
                                          N, F, C);
         g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_BF16, bias ? gg + oDB1 : NULL,

@@ -263,8 +263,9 @@ static void test_layernorm(int64_t N, int64_t C, int with_bias) {
         float *out = dputf(be, NULL, N * C), *mean = dputf(be, NULL, N), *rstd = dputf(be, NULL, N);
         float *ddout = dputf(be, dout, N * C), *gx = dputf(be, dx0, N * C);
         float *gw = dputf(be, dw0, C), *gb = dputf(be, db0, C);
-        loom_op(be, layernorm_forward, out, mean, rstd, dx_, dw_, db_, N, C, 1e-5f);
-        loom_op(be, layernorm_backward, gx, gw, gb, ddout, dx_, dw_, mean, rstd, N, C);
+        loom_op(be, layernorm_forward, out, LOOM_DTYPE_F32, mean, rstd, dx_, dw_, db_, N, C, 1e-5f);
+        loom_op(be, layernorm_backward, gx, gw, gb, ddout, LOOM_DTYPE_F32, dx_, dw_, mean, rstd, N,
+                C);
         res[r][0] = dtake(be, out, N * C);
         res[r][1] = dtake(be, mean, N);
         res[r][2] = dtake(be, rstd, N);
@@ -307,8 +308,8 @@ static void test_rmsnorm(int64_t N, int64_t C) {
         float *dx_ = dputf(be, x, N * C), *dw_ = dputf(be, w, C);
         float *out = dputf(be, NULL, N * C), *rstd = dputf(be, NULL, N);
         float *ddout = dputf(be, dout, N * C), *gx = dputf(be, dx0, N * C), *gw = dputf(be, dw0, C);
-        loom_op(be, rmsnorm_forward, out, rstd, dx_, dw_, N, C, 1e-6f);
-        loom_op(be, rmsnorm_backward, gx, gw, ddout, dx_, dw_, rstd, N, C);
+        loom_op(be, rmsnorm_forward, out, LOOM_DTYPE_F32, rstd, dx_, dw_, N, C, 1e-6f);
+        loom_op(be, rmsnorm_backward, gx, gw, ddout, LOOM_DTYPE_F32, dx_, dw_, rstd, N, C);
         res[r][0] = dtake(be, out, N * C);
         res[r][1] = dtake(be, rstd, N);
         res[r][2] = dtake(be, gx, N * C);
@@ -645,10 +646,11 @@ static void test_residual_norm(int64_t N, int64_t C, int rms) {
         float *db = dputf(be, bias, C), *out = dputf(be, NULL, N * C);
         float *mean = dputf(be, NULL, N), *rstd = dputf(be, NULL, N);
         if (rms)
-            loom_op(be, residual_rmsnorm_forward, dr, out, rstd, dx, dr, dw, N, C, 1e-5f);
-        else
-            loom_op(be, residual_layernorm_forward, dr, out, mean, rstd, dx, dr, dw, db, N, C,
+            loom_op(be, residual_rmsnorm_forward, dr, out, LOOM_DTYPE_F32, rstd, dx, dr, dw, N, C,
                     1e-5f);
+        else
+            loom_op(be, residual_layernorm_forward, dr, out, LOOM_DTYPE_F32, mean, rstd, dx, dr, dw,
+                    db, N, C, 1e-5f);
         res[r][0] = dtake(be, dr, N * C);
         res[r][1] = dtake(be, out, N * C);
         res[r][2] = dtake(be, mean, N);
@@ -660,9 +662,9 @@ static void test_residual_norm(int64_t N, int64_t C, int rms) {
             float *dr2 = dputf(be, rr, N * C);
             loom_op(be, add, s, dx, dr2, N * C);
             if (rms)
-                loom_op(be, rmsnorm_forward, o, r2, s, dw, N, C, 1e-5f);
+                loom_op(be, rmsnorm_forward, o, LOOM_DTYPE_F32, r2, s, dw, N, C, 1e-5f);
             else
-                loom_op(be, layernorm_forward, o, m2, r2, s, dw, db, N, C, 1e-5f);
+                loom_op(be, layernorm_forward, o, LOOM_DTYPE_F32, m2, r2, s, dw, db, N, C, 1e-5f);
             float *hs = dtake(be, s, N * C), *ho = dtake(be, o, N * C);
             float *hm = dtake(be, m2, N), *hr = dtake(be, r2, N);
             char what[96];
@@ -717,7 +719,8 @@ static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
         float *a = dputf(be, NULL, N * F);
         float *dpre = dputf(be, NULL, N * F), *dh = dputf(be, NULL, N * C), *g = dputf(be, g0, ng);
         float *gw1 = g, *gw2 = g + F * C, *gb1 = g + 2 * F * C, *gb2 = gb1 + F;
-        loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, dh_, dw1, db1, N, C, F);
+        loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, dh_, LOOM_DTYPE_F32, dw1, db1, N,
+                C, F);
         loom_op(be, linear_gelu_backward, dpre, LOOM_DTYPE_F32, with_bias ? gb1 : NULL, gw2,
                 with_bias ? gb2 : NULL, ddy, a, pre, dw2, N, F, C);
         loom_op(be, linear_backward, dh, gw1, NULL, dpre, dh_, dw1, N, C, F);
@@ -813,9 +816,10 @@ static void bench_memory_bound(struct loom_backend *be, int64_t B, int64_t T, in
     float *ones = hrand(C, 140, 0.0f, 1.0f);
     be->ops->to_device(be, w, ones, (size_t)C * sizeof(float));
     free(ones);
-    BENCH_MS(be, iters, ms, loom_op(be, layernorm_forward, y, mean, rstd, x, w, b, N, C, 1e-5f));
+    BENCH_MS(be, iters, ms,
+             loom_op(be, layernorm_forward, y, LOOM_DTYPE_F32, mean, rstd, x, w, b, N, C, 1e-5f));
     BENCH_MS(be, iters, ms2,
-             loom_op(be, layernorm_backward, g, dw, db, y, x, w, mean, rstd, N, C));
+             loom_op(be, layernorm_backward, g, dw, db, y, LOOM_DTYPE_F32, x, w, mean, rstd, N, C));
     printf("  layernorm N=%lld C=%lld: fwd %7.3f ms (%6.0f GB/s)  bwd %7.3f ms (%6.0f GB/s)\n",
            (long long)N, (long long)C, ms, 8.0 * N * C / ms * 1e-6, ms2,
            16.0 * N * C / ms2 * 1e-6);

@@ -73,18 +73,19 @@ static void test_residual_norm(int rms, int has_b, int64_t N, int64_t C, int whe
     float *s_ref = falloc(n), *o_ref = falloc(n), *m_ref = falloc(N), *r_ref = falloc(N);
     loom_op(be, add, s_ref, x, r, n);
     if (rms)
-        loom_op(be, rmsnorm_forward, o_ref, r_ref, s_ref, w, N, C, EPS);
+        loom_op(be, rmsnorm_forward, o_ref, LOOM_DTYPE_F32, r_ref, s_ref, w, N, C, EPS);
     else
-        loom_op(be, layernorm_forward, o_ref, m_ref, r_ref, s_ref, w, b, N, C, EPS);
+        loom_op(be, layernorm_forward, o_ref, LOOM_DTYPE_F32, m_ref, r_ref, s_ref, w, b, N, C, EPS);
 
     /* the fused op, in place when asked */
     float *xi = copy_of(x, n), *ri = copy_of(r, n), *apart = falloc(n);
     float *xs = where == 1 ? xi : where == 2 ? ri : apart;
     float *out = falloc(n), *mean = falloc(N), *rstd = falloc(N);
     if (rms)
-        loom_op(be, residual_rmsnorm_forward, xs, out, rstd, xi, ri, w, N, C, EPS);
+        loom_op(be, residual_rmsnorm_forward, xs, out, LOOM_DTYPE_F32, rstd, xi, ri, w, N, C, EPS);
     else
-        loom_op(be, residual_layernorm_forward, xs, out, mean, rstd, xi, ri, w, b, N, C, EPS);
+        loom_op(be, residual_layernorm_forward, xs, out, LOOM_DTYPE_F32, mean, rstd, xi, ri, w, b,
+                N, C, EPS);
     snprintf(name, sizeof name, "%s N=%lld C=%lld, %s: xs, out, %s bit for bit", kind,
              (long long)N, (long long)C, place[where], rms ? "rstd" : "mean, rstd");
     ops_check_true(name, same(xs, s_ref, n) && same(out, o_ref, n) && same(rstd, r_ref, N) &&
@@ -123,7 +124,7 @@ static void test_linear_gelu_forward(int64_t N, int64_t C, int64_t OC, int has_b
     loom_op(be, linear_forward, pre_ref, x, w, b, N, C, OC);
     loom_op(be, gelu_forward, out_ref, pre_ref, N * OC);
     float *pre = falloc(N * OC), *out = falloc(N * OC);
-    loom_op(be, linear_gelu_forward, out, pre, LOOM_DTYPE_F32, x, w, b, N, C, OC);
+    loom_op(be, linear_gelu_forward, out, pre, LOOM_DTYPE_F32, x, LOOM_DTYPE_F32, w, b, N, C, OC);
     snprintf(name, sizeof name, "linear_gelu_forward N=%lld C=%lld OC=%lld%s: pre, out bit for bit",
              (long long)N, (long long)C, (long long)OC, has_b ? "" : " (no bias)");
     ops_check_true(name, same(pre, pre_ref, N * OC) && same(out, out_ref, N * OC));
@@ -152,7 +153,7 @@ static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
     ops_fill(w2, C * F, 323, -0.3f, 0.3f);
     ops_fill(dy, N * C, 324, -1.0f, 1.0f);
     float *pre = falloc(N * F), *a = falloc(N * F);
-    loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, h, w1, b1, N, C, F);
+    loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, h, LOOM_DTYPE_F32, w1, b1, N, C, F);
 
     /* parameter gradients start from earlier micro-batches' values */
     float *g0 = falloc(2 * F * C + F + C);

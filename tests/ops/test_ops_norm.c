@@ -64,9 +64,10 @@ static void run(int rms, int has_b, int64_t N, int64_t C, float offset, int64_t 
                      ops_alloc((size_t)N * sizeof(double)), ops_alloc((size_t)N * sizeof(double))};
     ref_forward(&p);
     if (rms)
-        loom_op(be, rmsnorm_forward, out, rstd, x, w, N, C, EPS);
+        loom_op(be, rmsnorm_forward, out, LOOM_DTYPE_F32, rstd, x, w, N, C, EPS);
     else
-        loom_op(be, layernorm_forward, out, mean, rstd, x, w, has_b ? b : NULL, N, C, EPS);
+        loom_op(be, layernorm_forward, out, LOOM_DTYPE_F32, mean, rstd, x, w, has_b ? b : NULL, N,
+                C, EPS);
     snprintf(name, sizeof name, "%s forward N=%lld C=%lld mean~%g: out", kind, (long long)N,
              (long long)C, offset);
     ops_check(name, ops_max_norm_err(out, p.out, n), fwd_tol);
@@ -86,9 +87,10 @@ static void run(int rms, int has_b, int64_t N, int64_t C, float offset, int64_t 
     memset(dw, 0, (size_t)C * sizeof *dw);
     memset(db, 0, (size_t)C * sizeof *db);
     if (rms)
-        loom_op(be, rmsnorm_backward, dx, dw, R, x, w, rstd, N, C);
+        loom_op(be, rmsnorm_backward, dx, dw, R, LOOM_DTYPE_F32, x, w, rstd, N, C);
     else
-        loom_op(be, layernorm_backward, dx, dw, has_b ? db : NULL, R, x, w, mean, rstd, N, C);
+        loom_op(be, layernorm_backward, dx, dw, has_b ? db : NULL, R, LOOM_DTYPE_F32, x, w, mean,
+                rstd, N, C);
     const double h = 1e-4, tol = 1e-4;
     snprintf(name, sizeof name, "%s backward dinp against central differences", kind);
     ops_check(name, ops_grad_check_some(loss_fn, &p, p.x, n, dx, h, fd_count), tol);
@@ -110,9 +112,10 @@ static void run(int rms, int has_b, int64_t N, int64_t C, float offset, int64_t 
     for (int64_t c = 0; c < C; c++) ew[c] += dw[c];
     for (int64_t c = 0; c < C; c++) eb[c] += db[c];
     if (rms)
-        loom_op(be, rmsnorm_backward, ax, aw, R, x, w, rstd, N, C);
+        loom_op(be, rmsnorm_backward, ax, aw, R, LOOM_DTYPE_F32, x, w, rstd, N, C);
     else
-        loom_op(be, layernorm_backward, ax, aw, has_b ? ab : NULL, R, x, w, mean, rstd, N, C);
+        loom_op(be, layernorm_backward, ax, aw, has_b ? ab : NULL, R, LOOM_DTYPE_F32, x, w, mean,
+                rstd, N, C);
     double e = ops_max_rel_err(ax, ex, n), e2 = ops_max_rel_err(aw, ew, C);
     if (e2 > e) e = e2;
     if (!rms && has_b) {
@@ -148,16 +151,16 @@ static void threads(int rms) {
         int nt = k < 3 ? k + 1 : 2;
         omp_set_num_threads(nt);
         if (rms)
-            loom_op(be, rmsnorm_forward, out, rstd, x, w, N, C, EPS);
+            loom_op(be, rmsnorm_forward, out, LOOM_DTYPE_F32, rstd, x, w, N, C, EPS);
         else
-            loom_op(be, layernorm_forward, out, mean, rstd, x, w, b, N, C, EPS);
+            loom_op(be, layernorm_forward, out, LOOM_DTYPE_F32, mean, rstd, x, w, b, N, C, EPS);
         res[k] = ops_alloc(sz * sizeof(float));
         memset(res[k], 0, sz * sizeof(float));
         if (rms)
-            loom_op(be, rmsnorm_backward, res[k], res[k] + n, g, x, w, rstd, N, C);
+            loom_op(be, rmsnorm_backward, res[k], res[k] + n, g, LOOM_DTYPE_F32, x, w, rstd, N, C);
         else
-            loom_op(be, layernorm_backward, res[k], res[k] + n, res[k] + n + C, g, x, w, mean,
-                    rstd, N, C);
+            loom_op(be, layernorm_backward, res[k], res[k] + n, res[k] + n + C, g, LOOM_DTYPE_F32,
+                    x, w, mean, rstd, N, C);
     }
     omp_set_num_threads(maxt);
     const char *kind = rms ? "rmsnorm" : "layernorm";

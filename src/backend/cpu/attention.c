@@ -816,23 +816,17 @@ static void attention_backward_f32(struct loom_backend *be, float *dqkv, const f
     ws_put(ws);
 }
 
-/* The ops: the cpu keeps its activations in fp32 (loom_attn.dt other than fp32 is a misuse). */
-static void need_f32_attn(const struct loom_attn *a, const char *op) {
-    if (a->dt != LOOM_DTYPE_F32)
-        loom_abort(__FILE__, __LINE__, "cpu: %s with %s activations (the cpu backend has fp32 only)",
-                   op, loom_dtype_name(a->dt));
-}
-
+/* The ops: the cpu keeps its activations in fp32. */
 void loom_cpu_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
                                 const struct loom_attn *a) {
-    need_f32_attn(a, "attention_forward");
+    loom_cpu_need_f32(a->dt, "attention_forward");
     attention_forward_f32(be, (float *)out, lse, (const float *)qkv, a);
 }
 
 void loom_cpu_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,
                                  const void *out, const float *lse, const void *qkv,
                                  const struct loom_attn *a) {
-    need_f32_attn(a, "attention_backward");
+    loom_cpu_need_f32(a->dt, "attention_backward");
     attention_backward_f32(be, (float *)dqkv, (const float *)dout, (const float *)out, lse,
                            (const float *)qkv, a);
 }

@@ -14,6 +14,13 @@
 
 #include "backend/cpu/cpu_ops.h"
 
+void loom_cpu_need_f32(enum loom_dtype dt, const char *op) {
+    if (dt != LOOM_DTYPE_F32)
+        loom_abort(__FILE__, __LINE__,
+                   "cpu: %s with %s activations (the cpu backend has fp32 only)", op,
+                   loom_dtype_name(dt));
+}
+
 static void *cpu_malloc(struct loom_backend *be, size_t bytes) {
     (void)be;
     void *p = NULL;

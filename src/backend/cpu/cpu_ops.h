@@ -20,24 +20,30 @@ void loom_cpu_embedding_backward(struct loom_backend *be, float *dwte, float *dw
                                  int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
 
 /* norm.c */
-void loom_cpu_layernorm_forward(struct loom_backend *be, float *out, float *mean, float *rstd,
-                                const float *inp, const float *w, const float *b, int64_t N,
-                                int64_t C, float eps);
+void loom_cpu_layernorm_forward(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                float *mean, float *rstd, const float *inp, const float *w,
+                                const float *b, int64_t N, int64_t C, float eps);
 void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                 const float *dout, const float *inp, const float *w,
-                                 const float *mean, const float *rstd, int64_t N, int64_t C);
-void loom_cpu_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, const float *inp,
-                              const float *w, int64_t N, int64_t C, float eps);
-void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const float *dout,
-                               const float *inp, const float *w, const float *rstd, int64_t N,
-                               int64_t C);
-void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, float *out,
-                                         float *mean, float *rstd, const float *x, const float *r,
-                                         const float *w, const float *b, int64_t N, int64_t C,
-                                         float eps);
-void loom_cpu_residual_rmsnorm_forward(struct loom_backend *be, float *xs, float *out, float *rstd,
-                                       const float *x, const float *r, const float *w, int64_t N,
-                                       int64_t C, float eps);
+                                 const void *dout, enum loom_dtype dout_dt, const float *inp,
+                                 const float *w, const float *mean, const float *rstd, int64_t N,
+                                 int64_t C);
+void loom_cpu_rmsnorm_forward(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                              float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
+                              float eps);
+void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const void *dout,
+                               enum loom_dtype dout_dt, const float *inp, const float *w,
+                               const float *rstd, int64_t N, int64_t C);
+void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, void *out,
+                                         enum loom_dtype out_dt, float *mean, float *rstd,
+                                         const float *x, const float *r, const float *w,
+                                         const float *b, int64_t N, int64_t C, float eps);
+void loom_cpu_residual_rmsnorm_forward(struct loom_backend *be, float *xs, void *out,
+                                       enum loom_dtype out_dt, float *rstd, const float *x,
+                                       const float *r, const float *w, int64_t N, int64_t C,
+                                       float eps);
+/* The CPU keeps every activation in fp32: a typed activation of another type is a misuse
+ * (aborts, naming the op). */
+void loom_cpu_need_f32(enum loom_dtype dt, const char *op);
 
 /* matmul.c */
 void loom_cpu_linear_forward(struct loom_backend *be, float *out, const float *inp, const float *w,
@@ -46,8 +52,8 @@ void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, f
                               const float *dout, const float *inp, const float *w, int64_t N,
                               int64_t C, int64_t OC);
 void loom_cpu_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
-                                  enum loom_dtype act_dt, const float *inp, const float *w,
-                                  const float *b, int64_t N, int64_t C, int64_t OC);
+                                  enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
+                                  const float *w, const float *b, int64_t N, int64_t C, int64_t OC);
 void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
                                    float *dpre_b, float *dw, float *db, const float *dout,
                                    const void *act, const void *pre, const float *w, int64_t N,

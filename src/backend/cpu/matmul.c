@@ -150,20 +150,15 @@ void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, f
     if (db) cpu_bias_grad(db, dout, N, OC);
 }
 
-/* The CPU keeps every activation in fp32: a typed activation of another type is a misuse. */
-static void need_f32(enum loom_dtype dt, const char *op) {
-    if (dt != LOOM_DTYPE_F32)
-        loom_abort(__FILE__, __LINE__, "cpu: %s with %s activations (the cpu backend has fp32 only)",
-                   op, loom_dtype_name(dt));
-}
-
 /* Linear then GELU, and the backward through both: the linear ops above with gelu_forward /
  * gelu_backward (act.c), so the results are those of the separate ops. fp32 activations only. */
 void loom_cpu_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
-                                  enum loom_dtype act_dt, const float *inp, const float *w,
-                                  const float *b, int64_t N, int64_t C, int64_t OC) {
-    need_f32(act_dt, "linear_gelu_forward");
-    loom_cpu_linear_forward(be, (float *)pre, inp, w, b, N, C, OC);
+                                  enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
+                                  const float *w, const float *b, int64_t N, int64_t C,
+                                  int64_t OC) {
+    loom_cpu_need_f32(act_dt, "linear_gelu_forward");
+    loom_cpu_need_f32(inp_dt, "linear_gelu_forward");
+    loom_cpu_linear_forward(be, (float *)pre, (const float *)inp, w, b, N, C, OC);
     if (N > 0 && OC > 0) loom_cpu_gelu_forward(be, (float *)out, (const float *)pre, N * OC);
 }
 
@@ -171,7 +166,7 @@ void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loo
                                    float *dpre_b, float *dw, float *db, const float *dout,
                                    const void *act, const void *pre, const float *w, int64_t N,
                                    int64_t C, int64_t OC) {
-    need_f32(act_dt, "linear_gelu_backward");
+    loom_cpu_need_f32(act_dt, "linear_gelu_backward");
     float *d = (float *)dpre;
     loom_cpu_linear_backward(be, d, dw, db, dout, (const float *)act, w, N, C, OC);
     if (N <= 0 || C <= 0) return;
@@ -183,8 +178,8 @@ void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loo
 void loom_cpu_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                                    const void *inp, enum loom_dtype inp_dt, const float *w,
                                    const float *b, int64_t N, int64_t C, int64_t OC) {
-    need_f32(out_dt, "linear_forward_typed");
-    need_f32(inp_dt, "linear_forward_typed");
+    loom_cpu_need_f32(out_dt, "linear_forward_typed");
+    loom_cpu_need_f32(inp_dt, "linear_forward_typed");
     loom_cpu_linear_forward(be, (float *)out, (const float *)inp, w, b, N, C, OC);
 }
 
@@ -193,9 +188,9 @@ void loom_cpu_linear_backward_typed(struct loom_backend *be, void *dinp, enum lo
                                     enum loom_dtype dout_dt, const void *inp,
                                     enum loom_dtype inp_dt, const float *w, int64_t N, int64_t C,
                                     int64_t OC) {
-    need_f32(dinp_dt, "linear_backward_typed");
-    need_f32(dout_dt, "linear_backward_typed");
-    need_f32(inp_dt, "linear_backward_typed");
+    loom_cpu_need_f32(dinp_dt, "linear_backward_typed");
+    loom_cpu_need_f32(dout_dt, "linear_backward_typed");
+    loom_cpu_need_f32(inp_dt, "linear_backward_typed");
     loom_cpu_linear_backward(be, (float *)dinp, dw, db, (const float *)dout, (const float *)inp,
                              w, N, C, OC);
 }

@@ -23,9 +23,9 @@
 /* Below this many elements the ops run on one thread. */
 #define CPU_NORM_PAR_MIN 16384
 
-void loom_cpu_layernorm_forward(struct loom_backend *be, float *out, float *mean, float *rstd,
-                                const float *inp, const float *w, const float *b, int64_t N,
-                                int64_t C, float eps) {
+static void layernorm_forward_f32(struct loom_backend *be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *w, const float *b, int64_t N,
+                                  int64_t C, float eps) {
     (void)be;
 #pragma omp parallel for schedule(static) if (N * C >= CPU_NORM_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
@@ -66,9 +66,9 @@ static void cpu_norm_reduce(float *dst, const double *part, int nt, int64_t stri
     }
 }
 
-void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                 const float *dout, const float *inp, const float *w,
-                                 const float *mean, const float *rstd, int64_t N, int64_t C) {
+static void layernorm_backward_f32(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                   const float *dout, const float *inp, const float *w,
+                                   const float *mean, const float *rstd, int64_t N, int64_t C) {
     (void)be;
     if (N <= 0 || C <= 0) return;
     const int maxt = N * C >= CPU_NORM_PAR_MIN ? omp_get_max_threads() : 1;
@@ -111,8 +111,8 @@ void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, float *dw
     free(part);
 }
 
-void loom_cpu_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, const float *inp,
-                              const float *w, int64_t N, int64_t C, float eps) {
+static void rmsnorm_forward_f32(struct loom_backend *be, float *out, float *rstd, const float *inp,
+                                const float *w, int64_t N, int64_t C, float eps) {
     (void)be;
 #pragma omp parallel for schedule(static) if (N * C >= CPU_NORM_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
@@ -128,9 +128,9 @@ void loom_cpu_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, 
     }
 }
 
-void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const float *dout,
-                               const float *inp, const float *w, const float *rstd, int64_t N,
-                               int64_t C) {
+static void rmsnorm_backward_f32(struct loom_backend *be, float *dinp, float *dw, const float *dout,
+                                 const float *inp, const float *w, const float *rstd, int64_t N,
+                                 int64_t C) {
     (void)be;
     if (N <= 0 || C <= 0) return;
     const int maxt = N * C >= CPU_NORM_PAR_MIN ? omp_get_max_threads() : 1;
@@ -165,18 +165,51 @@ void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, 
     free(part);
 }
 
-/* Residual add, then the norm: the two ops above in sequence (so the results are theirs). */
-void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, float *out,
-                                         float *mean, float *rstd, const float *x, const float *r,
-                                         const float *w, const float *b, int64_t N, int64_t C,
-                                         float eps) {
-    loom_cpu_add(be, xs, x, r, N * C);
-    loom_cpu_layernorm_forward(be, out, mean, rstd, xs, w, b, N, C, eps);
+/* The ops (fp32 arrays only). Residual add, then the norm: the two ops in sequence (so the
+ * results are theirs). */
+void loom_cpu_layernorm_forward(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                                float *mean, float *rstd, const float *inp, const float *w,
+                                const float *b, int64_t N, int64_t C, float eps) {
+    loom_cpu_need_f32(out_dt, "layernorm_forward");
+    layernorm_forward_f32(be, (float *)out, mean, rstd, inp, w, b, N, C, eps);
 }
 
-void loom_cpu_residual_rmsnorm_forward(struct loom_backend *be, float *xs, float *out, float *rstd,
-                                       const float *x, const float *r, const float *w, int64_t N,
-                                       int64_t C, float eps) {
+void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
+                                 const void *dout, enum loom_dtype dout_dt, const float *inp,
+                                 const float *w, const float *mean, const float *rstd, int64_t N,
+                                 int64_t C) {
+    loom_cpu_need_f32(dout_dt, "layernorm_backward");
+    layernorm_backward_f32(be, dinp, dw, db, (const float *)dout, inp, w, mean, rstd, N, C);
+}
+
+void loom_cpu_rmsnorm_forward(struct loom_backend *be, void *out, enum loom_dtype out_dt,
+                              float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
+                              float eps) {
+    loom_cpu_need_f32(out_dt, "rmsnorm_forward");
+    rmsnorm_forward_f32(be, (float *)out, rstd, inp, w, N, C, eps);
+}
+
+void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const void *dout,
+                               enum loom_dtype dout_dt, const float *inp, const float *w,
+                               const float *rstd, int64_t N, int64_t C) {
+    loom_cpu_need_f32(dout_dt, "rmsnorm_backward");
+    rmsnorm_backward_f32(be, dinp, dw, (const float *)dout, inp, w, rstd, N, C);
+}
+
+void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, void *out,
+                                         enum loom_dtype out_dt, float *mean, float *rstd,
+                                         const float *x, const float *r, const float *w,
+                                         const float *b, int64_t N, int64_t C, float eps) {
+    loom_cpu_need_f32(out_dt, "residual_layernorm_forward");
     loom_cpu_add(be, xs, x, r, N * C);
-    loom_cpu_rmsnorm_forward(be, out, rstd, xs, w, N, C, eps);
+    layernorm_forward_f32(be, (float *)out, mean, rstd, xs, w, b, N, C, eps);
+}
+
+void loom_cpu_residual_rmsnorm_forward(struct loom_backend *be, float *xs, void *out,
+                                       enum loom_dtype out_dt, float *rstd, const float *x,
+                                       const float *r, const float *w, int64_t N, int64_t C,
+                                       float eps) {
+    loom_cpu_need_f32(out_dt, "residual_rmsnorm_forward");
+    loom_cpu_add(be, xs, x, r, N * C);
+    rmsnorm_forward_f32(be, (float *)out, rstd, xs, w, N, C, eps);
 }

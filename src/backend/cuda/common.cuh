@@ -148,26 +148,8 @@ void loom_cuda_embedding_backward(struct loom_backend *be, float *dwte, float *d
                                   int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
 
 /* norm.cu */
-void loom_cuda_layernorm_forward(struct loom_backend *be, float *out, float *mean, float *rstd,
-                                 const float *inp, const float *w, const float *b, int64_t N,
-                                 int64_t C, float eps);
-void loom_cuda_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                  const float *dout, const float *inp, const float *w,
-                                  const float *mean, const float *rstd, int64_t N, int64_t C);
-void loom_cuda_rmsnorm_forward(struct loom_backend *be, float *out, float *rstd, const float *inp,
-                               const float *w, int64_t N, int64_t C, float eps);
-void loom_cuda_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const float *dout,
-                                const float *inp, const float *w, const float *rstd, int64_t N,
-                                int64_t C);
-void loom_cuda_residual_layernorm_forward(struct loom_backend *be, float *xs, float *out,
-                                          float *mean, float *rstd, const float *x,
-                                          const float *r, const float *w, const float *b,
-                                          int64_t N, int64_t C, float eps);
-void loom_cuda_residual_rmsnorm_forward(struct loom_backend *be, float *xs, float *out,
-                                        float *rstd, const float *x, const float *r,
-                                        const float *w, int64_t N, int64_t C, float eps);
-/* The same ops with the normalised output out[N,C] of type out_dt, or the output gradient
- * dout[N,C] of type dout_dt: LOOM_DTYPE_F32 (exactly the ops above, which call these) or
+/* The norm ops (the vtable's), with the normalised output out[N,C] of type out_dt, or the output
+ * gradient dout[N,C] of type dout_dt: LOOM_DTYPE_F32 (the fp32 ops) or
  * LOOM_DTYPE_BF16 (out: the fp32 op's values rounded to nearest even; dout: read as stored);
  * any other type aborts. mean, rstd, xs, dinp, dw, db stay fp32. C linkage, for the C tests. */
 extern "C" {
@@ -207,9 +189,6 @@ void loom_cuda_linear_forward_16(struct loom_backend *be, void *out, int out16, 
 void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp16, float *dw,
                                   float *db, const void *dout, int dout16, const void *inp,
                                   int inp16, const float *w, int64_t N, int64_t C, int64_t OC);
-void loom_cuda_linear_gelu_forward_bf16(struct loom_backend *be, float *out, float *pre,
-                                        const float *inp, const float *w, const float *b,
-                                        int64_t N, int64_t C, int64_t OC);
 void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, float *dpre_b,
                                          float *dw, float *db, const float *dout,
                                          const float *act, const float *pre, const float *w,
@@ -220,8 +199,9 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
  * products, else LOOM_DTYPE_F32. */
 enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be);
 void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
-                                         enum loom_dtype act_dt, const float *inp, const float *w,
-                                         const float *b, int64_t N, int64_t C, int64_t OC);
+                                         enum loom_dtype act_dt, const void *inp, int inp16,
+                                         const float *w, const float *b, int64_t N, int64_t C,
+                                         int64_t OC);
 void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre,
                                           enum loom_dtype act_dt, float *dpre_b, float *dw,
                                           float *db, const float *dout, const void *act,
@@ -239,8 +219,9 @@ void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, 
                                const float *dout, const float *inp, const float *w, int64_t N,
                                int64_t C, int64_t OC);
 void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
-                                   enum loom_dtype act_dt, const float *inp, const float *w,
-                                   const float *b, int64_t N, int64_t C, int64_t OC);
+                                   enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
+                                   const float *w, const float *b, int64_t N, int64_t C,
+                                   int64_t OC);
 void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
                                     float *dpre_b, float *dw, float *db, const float *dout,
                                     const void *act, const void *pre, const float *w, int64_t N,

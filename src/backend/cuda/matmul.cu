@@ -79,20 +79,23 @@ void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, 
     if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
 }
 
+static int typed16(struct loom_backend *be, enum loom_dtype dt, const char *op);
+
 void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
-                                   enum loom_dtype act_dt, const float *inp, const float *w,
-                                   const float *b, int64_t N, int64_t C, int64_t OC) {
+                                   enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
+                                   const float *w, const float *b, int64_t N, int64_t C,
+                                   int64_t OC) {
     if (N <= 0 || OC <= 0) return;
+    const int i16 = typed16(be, inp_dt, "linear_gelu_forward");
     if (act_dt != LOOM_DTYPE_F32) {
-        loom_cuda_linear_gelu_forward_act16(be, out, pre, act_dt, inp, w, b, N, C, OC);
+        loom_cuda_linear_gelu_forward_act16(be, out, pre, act_dt, inp, i16, w, b, N, C, OC);
         return;
     }
     float *o = (float *)out, *p = (float *)pre;
-    if (C > 0 && loom_cuda_impl(be)->matmul_bf16) {
-        loom_cuda_linear_gelu_forward_bf16(be, o, p, inp, w, b, N, C, OC);
-        return;
-    }
-    loom_cuda_linear_forward(be, p, inp, w, b, N, C, OC);
+    if (i16 || (C > 0 && loom_cuda_impl(be)->matmul_bf16))
+        loom_cuda_linear_forward_16(be, p, 0, inp, i16, w, b, N, C, OC);
+    else
+        loom_cuda_linear_forward(be, p, (const float *)inp, w, b, N, C, OC);
     loom_cuda_gelu_forward(be, o, p, N * OC);
 }
 

@@ -580,13 +580,6 @@ void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp1
     }
 }
 
-void loom_cuda_linear_gelu_forward_bf16(struct loom_backend *be, float *out, float *pre,
-                                        const float *inp, const float *w, const float *b,
-                                        int64_t N, int64_t C, int64_t OC) {
-    loom_cuda_linear_forward_16(be, pre, 0, inp, 0, w, b, N, C, OC);
-    loom_cuda_gelu_forward(be, out, pre, N * OC);
-}
-
 void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, float *dpre_b,
                                          float *dw, float *db, const float *dout,
                                          const float *act, const float *pre, const float *w,
@@ -658,17 +651,6 @@ static void gelu16_forward(struct loom_backend *be, void *out, const void *pre, 
     LOOM_CUDA_LAUNCHED();
 }
 
-/* From an fp32 product x (no epilogue): pre = bf16(x), out = bf16(gelu(pre)). */
-__global__ void gelu16_forward_f32_kernel(__nv_bfloat16 *out, __nv_bfloat16 *pre, const float *x,
-                                          int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const __nv_bfloat16 p = __float2bfloat16_rn(x[i]);
-        pre[i] = p;
-        out[i] = __float2bfloat16_rn(gelu16_of(__bfloat162float(p)));
-    }
-}
-
 /* What the DGELU epilogue writes, from an fp32 product d: dpre = bf16(d * gelu'(pre)). */
 __global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, const float *d,
                                        const __nv_bfloat16 *pre, int64_t n) {
@@ -709,37 +691,17 @@ enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be) {
     return c->matmul_bf16 && !c->matmul_f16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F32;
 }
 
-/* pre = the product with its bias (the bias's bf16 copy), written in bf16 by the product itself;
- * out = gelu(pre) by a kernel that reads it back (a product with cuBLASLt's GELU epilogue
- * measured 2.7x slower on an H200 at GPT-2's fc1). Without an algorithm for that product, the
- * fp32 product with the fp32 bias goes to the workspace and one kernel rounds pre and evaluates
- * gelu of the rounded value. */
+/* pre = the product with its bias (the bias's bf16 copy), written in bf16 by the product itself
+ * (linear_forward_16); out = gelu(pre) by a kernel that reads it back (a product with cuBLASLt's
+ * GELU epilogue measured 2.7x slower on an H200 at GPT-2's fc1). */
 void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
-                                         enum loom_dtype act_dt, const float *inp, const float *w,
-                                         const float *b, int64_t N, int64_t C, int64_t OC) {
+                                         enum loom_dtype act_dt, const void *inp, int inp16,
+                                         const float *w, const float *b, int64_t N, int64_t C,
+                                         int64_t OC) {
     need_act16(be, act_dt, "linear_gelu_forward");
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
-    const void *wreg = weight_copy(be, w, OC * C);
-    const void *breg = b ? weight_copy(be, b, OC) : NULL;
-    size_t bytes[4] = {b16(N * C), wreg ? 0 : b16(OC * C), b && !breg ? b16(OC) : 0, 0};
-    void *ws[4];
-    const void *wb = operands16(be, 4, bytes, ws, inp, N, C, NULL, w, OC * C, wreg);
-    if (b && !breg) {
-        to_bf16(be, ws[2], b, OC);
-        breg = ws[2];
-    }
-    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_BIAS, breg, NULL, 0};
-    const int64_t n = N * OC;
-    if (lt_gemm_any(be, 1, 0, OC, N, C, wb, C, ws[0], C, 0.0f, pre, 1, OC, b ? &ep : NULL)) {
-        gelu16_forward(be, out, pre, n);
-        return;
-    }
-    bytes[3] = b32(n); /* the workspace grows: the operands again */
-    wb = operands16(be, 4, bytes, ws, inp, N, C, NULL, w, OC * C, wreg);
-    product_forward(be, (float *)ws[3], ws[0], wb, b, N, C, OC);
-    gelu16_forward_f32_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
-        (__nv_bfloat16 *)out, (__nv_bfloat16 *)pre, (const float *)ws[3], n);
-    LOOM_CUDA_LAUNCHED();
+    loom_cuda_linear_forward_16(be, pre, 1, inp, inp16, w, b, N, C, OC);
+    gelu16_forward(be, out, pre, N * OC);
 }
 
 /* dpre from one product with cuBLASLt's DGELU epilogue (reading the bf16 pre, writing bf16); its
