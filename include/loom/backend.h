@@ -58,6 +58,9 @@ struct loom_backend_ops {
     void (*to_host)(struct loom_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(struct loom_backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(struct loom_backend *be, void *p, size_t bytes);
+    /* p[k * stride + i] = 0 for k < count, i < len: count runs of len floats, stride apart */
+    void (*zero_strided)(struct loom_backend *be, float *p, int64_t count, int64_t len,
+                         int64_t stride);
     void (*synchronize)(struct loom_backend *be);
 
     /* ---- elementwise ---- */

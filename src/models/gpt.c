@@ -745,10 +745,9 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
         loom_op(be, rope, a->dwide, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 1);
     loom_op(be, linear_backward_typed, a->full, dln_dt, g->qkv_w, g->qkv_b, a->dwide, ap.dt,
             la->ln1_full, ln_dt, w->qkv_w, d.N, d.C, d.QKVl);
-    if (g->qkv_b) {
-        int64_t R = d.NHl / d.NKVl;
-        for (int64_t grp = 0; grp < d.NKVl; grp++)
-            be->ops->zero(be, g->qkv_b + (grp * (R + 2) + R) * d.HS, (size_t)d.HS * sizeof(float));
+    if (g->qkv_b) { /* the key bias of every group: [R query heads | k | v] of HS each */
+        const int64_t R = d.NHl / d.NKVl;
+        loom_op(be, zero_strided, g->qkv_b + R * d.HS, d.NKVl, d.HS, (R + 2) * d.HS);
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
     norm_backward(m, a->dres, g->ln1_w, g->ln1_b, d.sp ? a->dc : a->full, dln_dt, la->x, w->ln1_w,

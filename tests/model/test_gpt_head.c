@@ -99,6 +99,26 @@ static void run(const char *arch, int llama) {
         exit(1);
     }
     float *grads1 = copy_of(m->grad_mem, P);
+    if (c.bias) { /* the key bias only shifts a softmax row: its gradient is set to exactly 0 */
+        const int64_t HS = C / c.heads, G = c.heads / c.query_groups;
+        double kmax = 0.0, qvmax = 0.0;
+        for (int64_t l = 0; l < c.num_layers; l++) {
+            char name[96];
+            snprintf(name, sizeof name, "decoder.layers.%lld.self_attention.linear_qkv.bias",
+                     (long long)l);
+            const struct loom_param *qb = loom_gpt_find_param(m, name);
+            const float *g = m->grad_mem + qb->offset;
+            for (int64_t i = 0; i < qb->shape[0]; i++) {
+                const int64_t slot = (i / HS) % (G + 2); /* [G query heads | k | v] per group */
+                if (slot == G)
+                    kmax = fmax(kmax, fabs((double)g[i]));
+                else
+                    qvmax = fmax(qvmax, fabs((double)g[i]));
+            }
+        }
+        check("key-bias gradient exactly 0 (largest magnitude)", kmax, 0);
+        check("query/value-bias gradients not all 0 (1 if they are)", qvmax > 0 ? 0 : 1, 0);
+    }
 
     /* chunks of 5 rows (5, 5, 5, 5, 4): the head forward alone, against the unfused ops */
     a->xent_rows = 5;

@@ -47,6 +47,11 @@ static void cpu_zero(struct loom_backend *be, void *p, size_t bytes) {
     (void)be;
     if (bytes) memset(p, 0, bytes);
 }
+static void cpu_zero_strided(struct loom_backend *be, float *p, int64_t count, int64_t len,
+                             int64_t stride) {
+    (void)be;
+    for (int64_t k = 0; k < count; k++) memset(p + k * stride, 0, (size_t)len * sizeof(float));
+}
 static void cpu_synchronize(struct loom_backend *be) { (void)be; }
 static void cpu_destroy(struct loom_backend *be) { free(be); }
 
@@ -59,6 +64,7 @@ static const struct loom_backend_ops g_cpu_ops = {
     .to_host = cpu_copy,
     .copy = cpu_copy,
     .zero = cpu_zero,
+    .zero_strided = cpu_zero_strided,
     .synchronize = cpu_synchronize,
     .add = loom_cpu_add,
     .axpy = loom_cpu_axpy,

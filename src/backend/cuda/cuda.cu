@@ -141,6 +141,16 @@ static void cuda_zero(struct loom_backend *be, void *p, size_t bytes) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, loom_cuda_stream(be)));
 }
 
+/* one 2D memset: a launch instead of count */
+static void cuda_zero_strided(struct loom_backend *be, float *p, int64_t count, int64_t len,
+                              int64_t stride) {
+    if (count <= 0 || len <= 0) return;
+    loom_cuda_wrote(be, p, (size_t)((count - 1) * stride + len) * sizeof(float));
+    LOOM_CUDA_CHECK(cudaMemset2DAsync(p, (size_t)stride * sizeof(float), 0,
+                                      (size_t)len * sizeof(float), (size_t)count,
+                                      loom_cuda_stream(be)));
+}
+
 static void cuda_synchronize(struct loom_backend *be) {
     LOOM_CUDA_CHECK(cudaStreamSynchronize(loom_cuda_stream(be)));
 }
@@ -154,6 +164,7 @@ static const struct loom_backend_ops g_cuda_ops = {
     .to_host = cuda_to_host,
     .copy = cuda_copy,
     .zero = cuda_zero,
+    .zero_strided = cuda_zero_strided,
     .synchronize = cuda_synchronize,
     .add = loom_cuda_add,
     .axpy = loom_cuda_axpy,

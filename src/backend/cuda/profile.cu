@@ -150,6 +150,7 @@ const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_o
     PROF(46, linear_forward_typed);
     PROF(47, linear_backward_typed);
     PROF(40, sumsq_ranges);
+    PROF(28, zero_strided);
     return &g_prof;
 }
 
