@@ -182,6 +182,9 @@ struct loom_backend_ops {
     /* ---- activations ---- */
     /* GELU, tanh approximation */
     void (*gelu_forward)(struct loom_backend *be, float *out, const float *inp, int64_t n);
+    /* gelu_forward on n elements of the typed activation type dt (out and inp alike) */
+    void (*gelu_forward_typed)(struct loom_backend *be, void *out, const void *inp,
+                               enum loom_dtype dt, int64_t n);
     void (*gelu_backward)(struct loom_backend *be, float *dinp, const float *dout,
                           const float *inp, int64_t n);
     /* SwiGLU: inp[N, 2F] = [gate | up] per row, out[N,F] = silu(gate) * up */

@@ -657,6 +657,30 @@ static void run_attention_bf16_arrays(int64_t B, int64_t T, int64_t NH, int64_t 
     for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
 }
 
+/* gelu_forward_typed on bf16 arrays: the fp32 op's values on the same (bf16) inputs, rounded,
+ * bit for bit; n = 8 k + 5 and an odd offset take the vector and the one-at-a-time kernels. */
+static void run_gelu_bf16(int64_t n, int64_t off, uint64_t seed) {
+    float *x0 = hrand(n, seed, 2.0f), *x = rounded_as(0, x0, n);
+    float *d32 = dput(g_gpu, x, n), *o32 = dput(g_gpu, NULL, n);
+    g_gpu->ops->gelu_forward(g_gpu, o32, d32, n);
+    float *ref = dget(g_gpu, o32, n), *ref_r = rounded_as(0, ref, n);
+    float *xp = malloc((size_t)(n + off) * sizeof(float));
+    if (!xp) exit(2);
+    for (int64_t i = 0; i < off; i++) xp[i] = 0.0f;
+    memcpy(xp + off, x, (size_t)n * sizeof(float));
+    char *in16 = dput16(g_gpu, xp, n + off), *out16 = dput16(g_gpu, xp, n + off);
+    g_gpu->ops->gelu_forward_typed(g_gpu, out16 + 2 * off, in16 + 2 * off, LOOM_DTYPE_BF16, n);
+    float *got = dget16(g_gpu, out16, n + off);
+    char what[96];
+    snprintf(what, sizeof what, "gelu_forward_typed bf16, n %lld at element offset %lld",
+             (long long)n, (long long)off);
+    exact(what, got + off, ref_r, n);
+    void *gb[] = {d32, o32, in16, out16};
+    for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) g_gpu->ops->free(g_gpu, gb[i]);
+    float *hb[] = {x0, x, ref, ref_r, xp, got};
+    for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
+}
+
 /* linear_forward_typed writing bf16 (with the bias) and linear_backward_typed writing a bf16 dinp
  * from a bf16 input, against the CPU's fp32 ops on the rounded inputs (normwise 1e-2: the output
  * and the bias rounded to bf16); db sums the bf16 dout as stored. */
@@ -747,6 +771,8 @@ int main(void) {
     run_attention_bf16_arrays(1, 300, 4, 4, 128, 0, 3100);
     run_attention_bf16_arrays(2, 1024, 12, 12, 64, 1, 3200); /* GPT-2 124M shapes */
     run_attention_bf16_arrays(1, 100, 4, 2, 32, 1, 3300);   /* fp32 kernels through copies */
+    run_gelu_bf16(2048 * 8, 0, 3700);
+    run_gelu_bf16(8 * 101 + 5, 1, 3800);
     run_linear_bf16_arrays(64, 96, 80, 3400);
     run_linear_bf16_arrays(2048, 768, 2304, 3500); /* GPT-2 qkv */
     run_linear_bf16_arrays(37, 72, 50, 3600);      /* unaligned rows */

@@ -34,6 +34,12 @@ void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp
     }
 }
 
+void loom_cpu_gelu_forward_typed(struct loom_backend *be, void *out, const void *inp,
+                                 enum loom_dtype dt, int64_t n) {
+    loom_cpu_need_f32(dt, "gelu_forward_typed");
+    loom_cpu_gelu_forward(be, (float *)out, (const float *)inp, n);
+}
+
 void loom_cpu_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
                             const float *inp, int64_t n) {
     (void)be;

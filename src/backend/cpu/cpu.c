@@ -89,6 +89,7 @@ static const struct loom_backend_ops g_cpu_ops = {
     .attention_backward = loom_cpu_attention_backward,
     .attention_decode = loom_cpu_attention_decode,
     .gelu_forward = loom_cpu_gelu_forward,
+    .gelu_forward_typed = loom_cpu_gelu_forward_typed,
     .gelu_backward = loom_cpu_gelu_backward,
     .swiglu_forward = loom_cpu_swiglu_forward,
     .swiglu_backward = loom_cpu_swiglu_backward,

@@ -83,6 +83,8 @@ void loom_cpu_attention_decode(struct loom_backend *be, float *out, const float 
 
 /* act.c */
 void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n);
+void loom_cpu_gelu_forward_typed(struct loom_backend *be, void *out, const void *inp,
+                                 enum loom_dtype dt, int64_t n);
 void loom_cpu_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
                             const float *inp, int64_t n);
 void loom_cpu_swiglu_forward(struct loom_backend *be, float *out, const float *inp, int64_t N,

@@ -9,6 +9,8 @@
  *   loom_rng_keep(seed, key, ((sample0 + b) * T_global + pos0 + t) * C_global + feat0 + c, p)
  *   out = inp * keep / (1 - p),  dinp = dout * keep / (1 - p)
  */
+#include <cuda_bf16.h>
+
 #include "backend/cuda/common.cuh"
 
 #define LOOM_ACT_THREADS 256
@@ -62,6 +64,51 @@ __global__ void gelu_backward_x4_kernel(float4 *dinp, const float4 *dout,
 }
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* bf16 arrays: eight elements a thread (16-byte accesses) where aligned, else one */
+__global__ void gelu16_forward_x8_kernel(uint4 *__restrict__ out, const uint4 *__restrict__ inp,
+                                         int64_t n8) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint4 v = inp[i];
+        __nv_bfloat162 *h = (__nv_bfloat162 *)&v;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 f = __bfloat1622float2(h[j]);
+            h[j] = __floats2bfloat162_rn(gelu_of(f.x), gelu_of(f.y));
+        }
+        out[i] = v;
+    }
+}
+
+__global__ void gelu16_forward_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *inp, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(gelu_of(__bfloat162float(inp[i])));
+}
+
+void loom_cuda_gelu16_forward(struct loom_backend *be, void *out, const void *inp, int64_t n) {
+    if (n <= 0) return;
+    cudaStream_t st = loom_cuda_stream(be);
+    if (n % 8 == 0 && aligned16(out) && aligned16(inp))
+        gelu16_forward_x8_kernel<<<loom_cuda_grid(n / 8, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
+                                   st>>>((uint4 *)out, (const uint4 *)inp, n / 8);
+    else
+        gelu16_forward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
+            (__nv_bfloat16 *)out, (const __nv_bfloat16 *)inp, n);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_gelu_forward_typed(struct loom_backend *be, void *out, const void *inp,
+                                  enum loom_dtype dt, int64_t n) {
+    if (dt == LOOM_DTYPE_F32)
+        loom_cuda_gelu_forward(be, (float *)out, (const float *)inp, n);
+    else if (dt == LOOM_DTYPE_BF16)
+        loom_cuda_gelu16_forward(be, out, inp, n);
+    else
+        loom_abort(__FILE__, __LINE__, "cuda: gelu_forward_typed on %s arrays (valid: f32, bf16)",
+                   loom_dtype_name(dt));
+}
 
 void loom_cuda_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n) {
     if (n <= 0) return;

@@ -259,6 +259,10 @@ void loom_cuda_attention_backward_bf16(struct loom_backend *be, void *dqkv, cons
 
 /* act.cu */
 void loom_cuda_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n);
+/* gelu_forward on bf16 arrays (each value rounded once, at the store), and the typed op */
+void loom_cuda_gelu16_forward(struct loom_backend *be, void *out, const void *inp, int64_t n);
+void loom_cuda_gelu_forward_typed(struct loom_backend *be, void *out, const void *inp,
+                                  enum loom_dtype dt, int64_t n);
 void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
                              const float *inp, int64_t n);
 void loom_cuda_swiglu_forward(struct loom_backend *be, float *out, const float *inp, int64_t N,

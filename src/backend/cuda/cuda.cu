@@ -189,6 +189,7 @@ static const struct loom_backend_ops g_cuda_ops = {
     .attention_backward = loom_cuda_attention_backward,
     .attention_decode = loom_cuda_attention_decode,
     .gelu_forward = loom_cuda_gelu_forward,
+    .gelu_forward_typed = loom_cuda_gelu_forward_typed,
     .gelu_backward = loom_cuda_gelu_backward,
     .swiglu_forward = loom_cuda_swiglu_forward,
     .swiglu_backward = loom_cuda_swiglu_backward,

@@ -612,45 +612,6 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
 #define LOOM_GELU16_K 0.7978845608028654f /* sqrt(2/pi) */
 #define LOOM_GELU16_A 0.044715f
 
-/* the tanh GELU written as x sigmoid(2u), as in act.cu */
-__device__ __forceinline__ float gelu16_of(float v) {
-    float u = LOOM_GELU16_K * (v + LOOM_GELU16_A * v * v * v);
-    return v / (1.0f + expf(-2.0f * u));
-}
-
-/* out = bf16(gelu(pre)) from the stored bf16 pre-activation, eight elements a thread */
-__global__ void gelu16_forward_x8_kernel(uint4 *__restrict__ out, const uint4 *__restrict__ pre,
-                                         int64_t n8) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        uint4 v = pre[i];
-        __nv_bfloat162 *h = (__nv_bfloat162 *)&v;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float2 f = __bfloat1622float2(h[j]);
-            h[j] = __floats2bfloat162_rn(gelu16_of(f.x), gelu16_of(f.y));
-        }
-        out[i] = v;
-    }
-}
-
-__global__ void gelu16_forward_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *pre, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16_rn(gelu16_of(__bfloat162float(pre[i])));
-}
-
-static void gelu16_forward(struct loom_backend *be, void *out, const void *pre, int64_t n) {
-    cudaStream_t st = loom_cuda_stream(be);
-    if (n % 8 == 0 && ((uintptr_t)pre & 15) == 0 && ((uintptr_t)out & 15) == 0)
-        gelu16_forward_x8_kernel<<<loom_cuda_grid(n / 8, 256), 256, 0, st>>>(
-            (uint4 *)out, (const uint4 *)pre, n / 8);
-    else
-        gelu16_forward_kernel<<<loom_cuda_grid(n, 256), 256, 0, st>>>(
-            (__nv_bfloat16 *)out, (const __nv_bfloat16 *)pre, n);
-    LOOM_CUDA_LAUNCHED();
-}
-
 /* What the DGELU epilogue writes, from an fp32 product d: dpre = bf16(d * gelu'(pre)). */
 __global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, const float *d,
                                        const __nv_bfloat16 *pre, int64_t n) {
@@ -701,7 +662,7 @@ void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, voi
     need_act16(be, act_dt, "linear_gelu_forward");
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
     loom_cuda_linear_forward_16(be, pre, 1, inp, inp16, w, b, N, C, OC);
-    gelu16_forward(be, out, pre, N * OC);
+    loom_cuda_gelu16_forward(be, out, pre, N * OC);
 }
 
 /* dpre from one product with cuBLASLt's DGELU epilogue (reading the bf16 pre, writing bf16); its

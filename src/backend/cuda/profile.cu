@@ -151,6 +151,7 @@ const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_o
     PROF(47, linear_backward_typed);
     PROF(40, sumsq_ranges);
     PROF(28, zero_strided);
+    PROF(29, gelu_forward_typed);
     return &g_prof;
 }
 
