@@ -33,29 +33,6 @@
 #include "loom/log.h"
 #include "loom/rng.h"
 
-/* norm.cu's typed ops (declared in src/backend/cuda/common.cuh, C linkage) */
-void loom_cuda_layernorm_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
-                                       float *mean, float *rstd, const float *inp, const float *w,
-                                       const float *b, int64_t N, int64_t C, float eps);
-void loom_cuda_residual_layernorm_forward_typed(struct loom_backend *be, float *xs, void *out,
-                                                enum loom_dtype out_dt, float *mean, float *rstd,
-                                                const float *x, const float *r, const float *w,
-                                                const float *b, int64_t N, int64_t C, float eps);
-void loom_cuda_rmsnorm_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
-                                     float *rstd, const float *inp, const float *w, int64_t N,
-                                     int64_t C, float eps);
-void loom_cuda_residual_rmsnorm_forward_typed(struct loom_backend *be, float *xs, void *out,
-                                              enum loom_dtype out_dt, float *rstd, const float *x,
-                                              const float *r, const float *w, int64_t N,
-                                              int64_t C, float eps);
-void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                        const void *dout, enum loom_dtype dout_dt,
-                                        const float *inp, const float *w, const float *mean,
-                                        const float *rstd, int64_t N, int64_t C);
-void loom_cuda_rmsnorm_backward_typed(struct loom_backend *be, float *dinp, float *dw,
-                                      const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                      const float *w, const float *rstd, int64_t N, int64_t C);
-
 #define EPS 1e-5f
 
 static struct loom_backend *g_gpu;
@@ -235,19 +212,19 @@ static void check_same(const char *case_, const char *what, int same) {
 static void fwd(int rms, struct dbuf out, enum loom_dtype dt, struct dbuf mean, struct dbuf rstd,
                 struct dbuf x, const float *w, const float *b, int64_t N, int64_t C) {
     if (rms)
-        loom_cuda_rmsnorm_forward_typed(g_gpu, out.p, dt, rstd.p, x.p, w, N, C, EPS);
+        g_gpu->ops->rmsnorm_forward(g_gpu, out.p, dt, rstd.p, x.p, w, N, C, EPS);
     else
-        loom_cuda_layernorm_forward_typed(g_gpu, out.p, dt, mean.p, rstd.p, x.p, w, b, N, C, EPS);
+        g_gpu->ops->layernorm_forward(g_gpu, out.p, dt, mean.p, rstd.p, x.p, w, b, N, C, EPS);
 }
 
 static void fwd_residual(int rms, struct dbuf xs, struct dbuf out, enum loom_dtype dt,
                          struct dbuf mean, struct dbuf rstd, struct dbuf x, const float *w,
                          const float *b, int64_t N, int64_t C) {
     if (rms)
-        loom_cuda_residual_rmsnorm_forward_typed(g_gpu, xs.p, out.p, dt, rstd.p, x.p, xs.p, w, N,
+        g_gpu->ops->residual_rmsnorm_forward(g_gpu, xs.p, out.p, dt, rstd.p, x.p, xs.p, w, N,
                                                  C, EPS);
     else
-        loom_cuda_residual_layernorm_forward_typed(g_gpu, xs.p, out.p, dt, mean.p, rstd.p, x.p,
+        g_gpu->ops->residual_layernorm_forward(g_gpu, xs.p, out.p, dt, mean.p, rstd.p, x.p,
                                                    xs.p, w, b, N, C, EPS);
 }
 
@@ -255,9 +232,9 @@ static void bwd(int rms, float *dinp, float *dw, float *db, struct dbuf dout, en
                 struct dbuf x, const float *w, struct dbuf mean, struct dbuf rstd, int64_t N,
                 int64_t C) {
     if (rms)
-        loom_cuda_rmsnorm_backward_typed(g_gpu, dinp, dw, dout.p, dt, x.p, w, rstd.p, N, C);
+        g_gpu->ops->rmsnorm_backward(g_gpu, dinp, dw, dout.p, dt, x.p, w, rstd.p, N, C);
     else
-        loom_cuda_layernorm_backward_typed(g_gpu, dinp, dw, db, dout.p, dt, x.p, w, mean.p,
+        g_gpu->ops->layernorm_backward(g_gpu, dinp, dw, db, dout.p, dt, x.p, w, mean.p,
                                            rstd.p, N, C);
 }
 
@@ -504,11 +481,11 @@ static void test_bad_type(void) {
             if (freopen("/dev/null", "w", stderr) == NULL) _exit(3);
             float dummy[4] = {0};
             if (k)
-                loom_cuda_layernorm_backward_typed(g_gpu, dummy, dummy, dummy, dummy,
+                g_gpu->ops->layernorm_backward(g_gpu, dummy, dummy, dummy, dummy,
                                                    LOOM_DTYPE_F16, dummy, dummy, dummy, dummy, 1,
                                                    4);
             else
-                loom_cuda_rmsnorm_forward_typed(g_gpu, dummy, LOOM_DTYPE_F16, dummy, dummy, dummy,
+                g_gpu->ops->rmsnorm_forward(g_gpu, dummy, LOOM_DTYPE_F16, dummy, dummy, dummy,
                                                 1, 4, EPS);
             _exit(0);
         }

@@ -151,8 +151,7 @@ void loom_cuda_embedding_backward(struct loom_backend *be, float *dwte, float *d
 /* The norm ops (the vtable's), with the normalised output out[N,C] of type out_dt, or the output
  * gradient dout[N,C] of type dout_dt: LOOM_DTYPE_F32 (the fp32 ops) or
  * LOOM_DTYPE_BF16 (out: the fp32 op's values rounded to nearest even; dout: read as stored);
- * any other type aborts. mean, rstd, xs, dinp, dw, db stay fp32. C linkage, for the C tests. */
-extern "C" {
+ * any other type aborts. mean, rstd, xs, dinp, dw, db stay fp32. */
 void loom_cuda_layernorm_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                                        float *mean, float *rstd, const float *inp, const float *w,
                                        const float *b, int64_t N, int64_t C, float eps);
@@ -174,7 +173,6 @@ void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, fl
 void loom_cuda_rmsnorm_backward_typed(struct loom_backend *be, float *dinp, float *dw,
                                       const void *dout, enum loom_dtype dout_dt, const float *inp,
                                       const float *w, const float *rstd, int64_t N, int64_t C);
-}
 
 /* matmul_bf16.cu: the bf16 path of the linear ops (inputs rounded to bf16, fp32 accumulation
  * and outputs, cuBLASLt), and the backend op that selects it. */
