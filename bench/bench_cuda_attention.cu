@@ -10,26 +10,12 @@
  *
  *   bench_cuda_attention [calls]      (default 50)
  */
-#include <stdio.h>
-#include <stdlib.h>
+#include "bench_cuda.cuh"
 
-#include "backend/cuda/common.cuh"
-
-/* x[i] = sd * normal(seed 5, purpose, i) */
-static __global__ void bench_fill(float *x, int64_t n, uint64_t purpose, float sd) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = sd * loom_rng_normal(5, purpose, (uint64_t)i);
-}
-
+/* n floats of sd * normal(purpose) */
 static float *bench_buffer(struct loom_backend *be, int64_t n, uint64_t purpose, float sd) {
-    float *p = (float *)be->ops->malloc(be, (size_t)n * sizeof(float));
-    if (!p) {
-        fprintf(stderr, "bench_cuda_attention: out of device memory\n");
-        exit(1);
-    }
-    bench_fill<<<1024, 256, 0, loom_cuda_stream(be)>>>(p, n, purpose, sd);
-    LOOM_CUDA_LAUNCHED();
+    float *p = (float *)bench_alloc(be, (size_t)n * sizeof(float));
+    bench_fill(be, p, n, purpose, sd);
     return p;
 }
 
@@ -55,10 +41,6 @@ int main(int argc, char **argv) {
         {"350M", 16, 1024, 16, 64},
         {"HS128", 16, 1024, 16, 128},
     };
-    cudaStream_t st = loom_cuda_stream(be);
-    cudaEvent_t e0, e1;
-    LOOM_CUDA_CHECK(cudaEventCreate(&e0));
-    LOOM_CUDA_CHECK(cudaEventCreate(&e1));
     printf("bf16 attention, causal, mean of %d calls after 3 warm-up calls\n", calls);
     printf("%-6s %3s %5s %3s %4s | %9s %8s | %9s %8s\n", "shape", "B", "T", "NH", "HS",
            "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s");
@@ -81,20 +63,11 @@ int main(int argc, char **argv) {
         float *qkv = bench_buffer(be, nqkv, 1, 1.0f), *dout = bench_buffer(be, nout, 2, 0.1f);
         float *out = bench_buffer(be, nout, 3, 0.0f), *dqkv = bench_buffer(be, nqkv, 4, 0.0f);
         float *lse = bench_buffer(be, a.B * a.NH * a.T, 5, 0.0f);
-        float ms[2];
-        for (int pass = 0; pass < 2; pass++) {
-            for (int i = 0; i < 3 + calls; i++) {
-                if (i == 3) LOOM_CUDA_CHECK(cudaEventRecord(e0, st));
-                if (pass == 0)
-                    be->ops->attention_forward(be, out, lse, qkv, &a);
-                else
-                    be->ops->attention_backward(be, dqkv, dout, out, lse, qkv, &a);
-            }
-            LOOM_CUDA_CHECK(cudaEventRecord(e1, st));
-            LOOM_CUDA_CHECK(cudaEventSynchronize(e1));
-            LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms[pass], e0, e1));
-            ms[pass] /= (float)calls;
-        }
+        double us[2];
+        BENCH_US(be, calls, us[0], be->ops->attention_forward(be, out, lse, qkv, &a));
+        BENCH_US(be, calls, us[1],
+                 be->ops->attention_backward(be, dqkv, dout, out, lse, qkv, &a));
+        const double ms[2] = {us[0] / 1000.0, us[1] / 1000.0};
         const double flops = 4.0 * a.B * a.NH * (double)a.T * a.T * a.HS / 2;
         printf("%-6s %3lld %5lld %3lld %4lld | %9.4f %8.1f | %9.4f %8.1f\n", sh->name,
                (long long)a.B, (long long)a.T, (long long)a.NH, (long long)a.HS, ms[0],
@@ -102,8 +75,6 @@ int main(int argc, char **argv) {
         void *bufs[] = {qkv, dout, out, dqkv, lse};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
     }
-    LOOM_CUDA_CHECK(cudaEventDestroy(e0));
-    LOOM_CUDA_CHECK(cudaEventDestroy(e1));
     loom_backend_destroy(be);
     return 0;
 }

@@ -12,40 +12,9 @@
  *
  *   bench_cuda_linear [calls [layer]]   (default 30 calls, every layer; qkv, proj, fc1, fc2, head)
  */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include <cuda_bf16.h>
-
-#include "backend/cuda/common.cuh"
-
-static __global__ void bench_fill(float *x, int64_t n, uint64_t purpose, float sd) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = sd * loom_rng_normal(7, purpose, (uint64_t)i);
-}
-
-static __global__ void bench_fill16(__nv_bfloat16 *x, int64_t n, uint64_t purpose, float sd) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = __float2bfloat16_rn(sd * loom_rng_normal(7, purpose, (uint64_t)i));
-}
-
-static void *bench_alloc(struct loom_backend *be, size_t bytes) {
-    void *p = be->ops->malloc(be, bytes);
-    if (!p) {
-        fprintf(stderr, "bench_cuda_linear: out of device memory\n");
-        exit(1);
-    }
-    be->ops->zero(be, p, bytes);
-    return p;
-}
-
-static void fill(struct loom_backend *be, float *x, int64_t n, uint64_t purpose, float sd) {
-    bench_fill<<<1024, 256, 0, loom_cuda_stream(be)>>>(x, n, purpose, sd);
-    LOOM_CUDA_LAUNCHED();
-}
+#include "bench_cuda.cuh"
 
 struct lin {
     const char *name;
@@ -53,21 +22,12 @@ struct lin {
     int gelu; /* the product carries the GELU (fc1's forward; fc2's backward goes through it) */
 };
 
-static cudaEvent_t g_e0, g_e1;
 static int g_calls;
 
 #define TIME(label, products, N, C, OC, call)                                                 \
     do {                                                                                      \
-        cudaStream_t st_ = loom_cuda_stream(be);                                              \
-        for (int i_ = 0; i_ < 3 + g_calls; i_++) {                                            \
-            if (i_ == 3) LOOM_CUDA_CHECK(cudaEventRecord(g_e0, st_));                         \
-            call;                                                                             \
-        }                                                                                     \
-        LOOM_CUDA_CHECK(cudaEventRecord(g_e1, st_));                                          \
-        LOOM_CUDA_CHECK(cudaEventSynchronize(g_e1));                                          \
-        float ms_;                                                                            \
-        LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms_, g_e0, g_e1));                              \
-        const double us_ = 1000.0 * ms_ / g_calls;                                            \
+        double us_;                                                                           \
+        BENCH_US(be, g_calls, us_, call);                                                     \
         printf("  %-44s %9.1f us %7.0f TFLOP/s\n", label, us_,                                \
                (products) * 2.0 * (double)(N) * (C) * (OC) / (us_ * 1e6));                    \
     } while (0)
@@ -92,7 +52,7 @@ int main(int argc, char **argv) {
     }
     float *params = (float *)bench_alloc(be, (size_t)np * sizeof(float));
     float *grads = (float *)bench_alloc(be, (size_t)np * sizeof(float));
-    fill(be, params, np, 1, 0.02f);
+    bench_fill(be, params, np, 1, 0.02f);
     if (be->ops->set_matmul_dtype(be, LOOM_DTYPE_BF16, params, np) != LOOM_OK) {
         loom_print_error();
         return 1;
@@ -103,17 +63,13 @@ int main(int argc, char **argv) {
     float *d32 = (float *)bench_alloc(be, (size_t)wide * 4), *g32 = (float *)bench_alloc(be, (size_t)wide * 4);
     void *x16 = bench_alloc(be, (size_t)wide * 2), *y16 = bench_alloc(be, (size_t)wide * 2);
     void *p16 = bench_alloc(be, (size_t)wide * 2), *d16 = bench_alloc(be, (size_t)wide * 2);
-    fill(be, x32, wide, 2, 1.0f);
-    fill(be, d32, wide, 3, 0.01f);
-    fill(be, y32, wide, 4, 1.0f);
-    const void *fills16[4] = {x16, y16, p16, d16};
-    for (int k = 0; k < 4; k++) {
-        bench_fill16<<<1024, 256, 0, loom_cuda_stream(be)>>>((__nv_bfloat16 *)fills16[k], wide,
-                                                             10 + k, k == 3 ? 0.01f : 1.0f);
-        LOOM_CUDA_LAUNCHED();
-    }
-    LOOM_CUDA_CHECK(cudaEventCreate(&g_e0));
-    LOOM_CUDA_CHECK(cudaEventCreate(&g_e1));
+    bench_fill(be, x32, wide, 2, 1.0f);
+    bench_fill(be, d32, wide, 3, 0.01f);
+    bench_fill(be, y32, wide, 4, 1.0f);
+    bench_fill(be, (__nv_bfloat16 *)x16, wide, 10, 1.0f);
+    bench_fill(be, (__nv_bfloat16 *)y16, wide, 11, 1.0f);
+    bench_fill(be, (__nv_bfloat16 *)p16, wide, 12, 1.0f);
+    bench_fill(be, (__nv_bfloat16 *)d16, wide, 13, 0.01f);
     printf("bf16 linear ops at GPT-2 124M shapes, N %lld rows, mean of %d calls\n", (long long)N,
            g_calls);
     for (int i = 0; i < nl; i++) {
@@ -177,7 +133,7 @@ int main(int argc, char **argv) {
         const int64_t R = 4096, C = 768, V = 50304;
         float *w = (float *)bench_alloc(be, (size_t)(V * C) * 4),
               *dw = (float *)bench_alloc(be, (size_t)(V * C) * 4);
-        fill(be, w, V * C, 20, 0.02f);
+        bench_fill(be, w, V * C, 20, 0.02f);
         void *logits = bench_alloc(be, (size_t)(R * V) * 2);
         float *losses = (float *)bench_alloc(be, (size_t)R * 4);
         int32_t *tg = (int32_t *)bench_alloc(be, (size_t)R * 4);
@@ -197,8 +153,6 @@ int main(int argc, char **argv) {
         be->ops->free(be, losses);
         be->ops->free(be, tg);
     }
-    LOOM_CUDA_CHECK(cudaEventDestroy(g_e0));
-    LOOM_CUDA_CHECK(cudaEventDestroy(g_e1));
     loom_backend_destroy(be);
     return 0;
 }

@@ -9,49 +9,15 @@
  *
  *   bench_cuda_norm [calls [N]]      (default 50 calls, N = 16384)
  */
-#include <stdio.h>
-#include <stdlib.h>
+#include "bench_cuda.cuh"
 
-#include "backend/cuda/common.cuh"
-
-static __global__ void bench_fill(float *x, int64_t n, uint64_t purpose, float sd, float mean) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = mean + sd * loom_rng_normal(7, purpose, (uint64_t)i);
-}
-
-static void *bench_alloc(struct loom_backend *be, size_t bytes) {
-    void *p = be->ops->malloc(be, bytes);
-    if (!p) {
-        fprintf(stderr, "bench_cuda_norm: out of device memory\n");
-        exit(1);
-    }
-    be->ops->zero(be, p, bytes);
-    return p;
-}
-
-static void fill(struct loom_backend *be, float *x, int64_t n, uint64_t purpose, float sd,
-                 float mean) {
-    bench_fill<<<1024, 256, 0, loom_cuda_stream(be)>>>(x, n, purpose, sd, mean);
-    LOOM_CUDA_LAUNCHED();
-}
-
-static cudaEvent_t g_e0, g_e1;
 static int g_calls;
 
 /* times `call`, prints us/call and GB/s for `bytes` moved a call */
 #define TIME(label, bytes, call)                                                              \
     do {                                                                                      \
-        cudaStream_t st_ = loom_cuda_stream(be);                                              \
-        for (int i_ = 0; i_ < 3 + g_calls; i_++) {                                            \
-            if (i_ == 3) LOOM_CUDA_CHECK(cudaEventRecord(g_e0, st_));                         \
-            call;                                                                             \
-        }                                                                                     \
-        LOOM_CUDA_CHECK(cudaEventRecord(g_e1, st_));                                          \
-        LOOM_CUDA_CHECK(cudaEventSynchronize(g_e1));                                          \
-        float ms_;                                                                            \
-        LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms_, g_e0, g_e1));                              \
-        const double us_ = 1000.0 * ms_ / g_calls;                                            \
+        double us_;                                                                           \
+        BENCH_US(be, g_calls, us_, call);                                                     \
         printf("  %-46s %9.1f us %7.0f GB/s\n", label, us_, (double)(bytes) / (us_ * 1e3));   \
     } while (0)
 
@@ -74,13 +40,11 @@ int main(int argc, char **argv) {
     float *w = (float *)bench_alloc(be, row), *b = (float *)bench_alloc(be, row);
     float *dw = (float *)bench_alloc(be, row), *db = (float *)bench_alloc(be, row);
     float *mean = (float *)bench_alloc(be, col), *rstd = (float *)bench_alloc(be, col);
-    fill(be, x, nmax, 1, 1.0f, 0.5f);
-    fill(be, r, nmax, 2, 1.0f, 0.0f);
-    fill(be, dout, nmax, 3, 0.01f, 0.0f);
-    fill(be, w, Cmax, 4, 0.1f, 1.0f);
-    fill(be, b, Cmax, 5, 0.1f, 0.0f);
-    LOOM_CUDA_CHECK(cudaEventCreate(&g_e0));
-    LOOM_CUDA_CHECK(cudaEventCreate(&g_e1));
+    bench_fill(be, x, nmax, 1, 1.0f, 0.5f);
+    bench_fill(be, r, nmax, 2, 1.0f, 0.0f);
+    bench_fill(be, dout, nmax, 3, 0.01f, 0.0f);
+    bench_fill(be, w, Cmax, 4, 0.1f, 1.0f);
+    bench_fill(be, b, Cmax, 5, 0.1f, 0.0f);
     const enum loom_dtype f32 = LOOM_DTYPE_F32, bf = LOOM_DTYPE_BF16;
     const float eps = 1e-5f;
     printf("norms of the CUDA backend, N %lld rows, mean of %d calls\n", (long long)N, g_calls);
@@ -131,8 +95,6 @@ int main(int argc, char **argv) {
         TIME("rmsnorm_backward, bf16 dout", 14.0 * n + stats / 2 + wts,
              loom_cuda_rmsnorm_backward_typed(be, dinp, dw, dout16, bf, x, w, rstd, N, C));
     }
-    LOOM_CUDA_CHECK(cudaEventDestroy(g_e0));
-    LOOM_CUDA_CHECK(cudaEventDestroy(g_e1));
     loom_backend_destroy(be);
     return 0;
 }
