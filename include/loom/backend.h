@@ -2,7 +2,9 @@
  *
  * Every pointer an op takes lives on the backend's device. Shapes use the fixed letters of
  * DESIGN.md: B batch, T sequence, C hidden, NH query heads, NKV key/value heads (query groups),
- * HS head size, F FFN hidden, V vocabulary, N = B*T rows. All tensors are row-major, fp32 here.
+ * HS head size, F FFN hidden, V vocabulary, N = B*T rows. All tensors are row-major and fp32,
+ * except the typed activations (the arrays with an element-type argument: see the norms, the
+ * linear ops with typed activations and loom_attn.dt), which may be the backend's 16-bit type.
  *
  * Conventions: outputs first, then saved-for-backward buffers, then inputs and weights, then
  * sizes. Parameter gradients accumulate (+=); activation gradients are assigned, except where
