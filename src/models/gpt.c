@@ -150,22 +150,23 @@ static enum loom_dtype act_dtype(const struct loom_gpt *m) {
                    m->acts[0].act_elem, loom_dtype_name(dt));
     return dt;
 }
-static enum loom_dtype mlp_dtype(const struct loom_gpt *m) {
-    return m->cfg.swiglu ? LOOM_DTYPE_F32 : act_dtype(m);
+/* The type of each class of typed activations, given the activation type act: the MLP's (fp32
+ * with SwiGLU), attention's (fp32 with rotary embeddings), the layers' norm outputs ln1, ln2 (the
+ * products' inputs), which sequence parallelism gathers (fp32 then), and the products' input
+ * gradients in `full` (the norms' output gradients), which tensor parallelism reduces (fp32
+ * then). The final norm's output, which the output layer reads, stays fp32. The buffers are
+ * sized with act_dtype_now, the ops run with act_dtype. */
+static enum loom_dtype mlp_dtype(const struct loom_gpt *m, enum loom_dtype act) {
+    return m->cfg.swiglu ? LOOM_DTYPE_F32 : act;
 }
-static enum loom_dtype attn_dtype(const struct loom_gpt *m) {
-    return m->cfg.posemb == LOOM_POSEMB_ROPE ? LOOM_DTYPE_F32 : act_dtype(m);
+static enum loom_dtype attn_dtype(const struct loom_gpt *m, enum loom_dtype act) {
+    return m->cfg.posemb == LOOM_POSEMB_ROPE ? LOOM_DTYPE_F32 : act;
 }
-/* The layers' norm outputs ln1, ln2 (the products' inputs) are typed too where no communication
- * touches them (sequence parallelism gathers them: fp32 then); so are the products' input
- * gradients in `full` (the norms' output gradients) where nothing reduces them (tensor
- * parallelism does: fp32 then). The final norm's output, which the output layer reads, stays
- * fp32. */
-static enum loom_dtype ln_dtype(const struct loom_gpt *m) {
-    return m->par->sequence_parallel && loom_tp_size(m->par) > 1 ? LOOM_DTYPE_F32 : act_dtype(m);
+static enum loom_dtype ln_dtype(const struct loom_gpt *m, enum loom_dtype act) {
+    return m->par->sequence_parallel && loom_tp_size(m->par) > 1 ? LOOM_DTYPE_F32 : act;
 }
-static enum loom_dtype dln_dtype(const struct loom_gpt *m) {
-    return loom_tp_size(m->par) > 1 ? LOOM_DTYPE_F32 : act_dtype(m);
+static enum loom_dtype dln_dtype(const struct loom_gpt *m, enum loom_dtype act) {
+    return loom_tp_size(m->par) > 1 ? LOOM_DTYPE_F32 : act;
 }
 
 /* ---- activations: two passes over the same layout, first to size, then to carve ---- */
@@ -180,14 +181,14 @@ static void *carve(struct carver *cv, size_t bytes) {
 }
 #define CF(cv, n) ((float *)carve((cv), (size_t)(n) * sizeof(float)))
 
-/* Bytes an element of the MLP's and of attention's typed activations (fp32 where their type is
- * fp32 anyway: SwiGLU, rotary embeddings), for the type now. */
+/* Bytes an element of the MLP's, attention's and the norm outputs' typed activations, for the
+ * activation type now. */
 static void typed_elems(const struct loom_gpt *m, size_t *mlp_elem, size_t *attn_elem,
                         size_t *ln_elem) {
-    const size_t elem = loom_dtype_size(act_dtype_now(m));
-    *mlp_elem = m->cfg.swiglu ? sizeof(float) : elem;
-    *attn_elem = m->cfg.posemb == LOOM_POSEMB_ROPE ? sizeof(float) : elem;
-    *ln_elem = m->par->sequence_parallel && loom_tp_size(m->par) > 1 ? sizeof(float) : elem;
+    const enum loom_dtype act = act_dtype_now(m);
+    *mlp_elem = loom_dtype_size(mlp_dtype(m, act));
+    *attn_elem = loom_dtype_size(attn_dtype(m, act));
+    *ln_elem = loom_dtype_size(ln_dtype(m, act));
 }
 
 static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carver *cv) {
@@ -433,7 +434,7 @@ static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom
     a.sample0 = ctx->sample0;
     a.head0 = (int64_t)d.tpr * d.NHl;
     a.NH_global = m->cfg.heads;
-    a.dt = attn_dtype(m);
+    a.dt = attn_dtype(m, act_dtype(m));
     return a;
 }
 
@@ -511,7 +512,7 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     float *y = loom_gpt_layer_output(m, slot, l);
 
     /* attention branch */
-    const enum loom_dtype ln_dt = ln_dtype(m);
+    const enum loom_dtype act = act_dtype(m), ln_dt = ln_dtype(m, act);
     if (!feeds_local_layer(m, l - 1))
         norm_forward(m, la->ln1, ln_dt, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b,
                      d.Nr);
@@ -531,7 +532,7 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                           w->ln2_w, w->ln2_b, d.Nr);
 
     /* MLP branch */
-    const enum loom_dtype act_dt = mlp_dtype(m);
+    const enum loom_dtype act_dt = mlp_dtype(m, act);
     LOOM_CHECK(region_enter(m, la->ln2_full, la->ln2));
     if (c->swiglu) {
         loom_op(be, linear_forward_typed, la->fc1, LOOM_DTYPE_F32, la->ln2_full, ln_dt, w->fc1_w,
@@ -722,7 +723,8 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
      * fc1's bias gradient (linear_gelu_backward), as dpre of mlp_dtype in dwide (which holds it
      * in either type), read so by fc1's backward. */
     float *dy;
-    const enum loom_dtype ln_dt = ln_dtype(m), dln_dt = dln_dtype(m);
+    const enum loom_dtype act = act_dtype(m);
+    const enum loom_dtype ln_dt = ln_dtype(m, act), dln_dt = dln_dtype(m, act);
     LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy));
     if (c->swiglu) {
         loom_op(be, swiglu_forward, a->act, la->fc1, d.N, d.Fl); /* remade: see the forward */
@@ -732,7 +734,7 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
         loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, g->fc1_b, a->dwide,
                 LOOM_DTYPE_F32, la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.F1l);
     } else {
-        const enum loom_dtype act_dt = mlp_dtype(m);
+        const enum loom_dtype act_dt = mlp_dtype(m, act);
         loom_op(be, gelu_forward_typed, a->act, la->fc1, act_dt, d.N * d.Fl); /* remade */
         loom_op(be, linear_gelu_backward, a->dwide, act_dt, g->fc1_b, g->fc2_w, g->fc2_b, dy,
                 a->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
