@@ -449,34 +449,16 @@ static void at_backward_f32(struct loom_backend *be, float *dqkv, const float *d
         at_backward<256>(be, dqkv, dout, lse, Dv, qkv, a);
 }
 
-/* bf16 <-> fp32 copies for typed arrays that take the fp32 kernels */
+/* bf16 -> fp32 copies for typed arrays that take the fp32 kernels (loom_cuda_to16 goes back) */
 __global__ void at_widen_kernel(float *dst, const __nv_bfloat16 *src, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         dst[i] = __bfloat162float(src[i]);
 }
-__global__ void at_narrow_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i]);
-}
 static void at_widen(struct loom_backend *be, float *dst, const void *src, int64_t n) {
     at_widen_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
         dst, (const __nv_bfloat16 *)src, n);
     LOOM_CUDA_LAUNCHED();
-}
-static void at_narrow(struct loom_backend *be, void *dst, const float *src, int64_t n) {
-    at_narrow_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
-        (__nv_bfloat16 *)dst, src, n);
-    LOOM_CUDA_LAUNCHED();
-}
-
-/* Typed arrays (a->dt bf16) are the backend's activation type: bf16 products. */
-static void at_check_dt(struct loom_backend *be, const struct loom_attn *a, const char *op) {
-    if (a->dt != LOOM_DTYPE_F32 && a->dt != loom_cuda_activation_dtype(be))
-        loom_abort(__FILE__, __LINE__,
-                   "cuda: %s with %s activations needs bf16 matrix products (activation_dtype)",
-                   op, loom_dtype_name(a->dt));
 }
 
 /* Typed arrays on a problem the tensor-core kernels do not take (head size other than 64 or
@@ -486,12 +468,12 @@ void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse,
                                  const struct loom_attn *a) {
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
     at_check(a);
-    at_check_dt(be, a, "attention_forward");
+    const int typed = loom_cuda_typed16(be, a->dt, "attention_forward");
     if (loom_cuda_attention_bf16_ok(be, a)) {
         loom_cuda_attention_forward_bf16(be, out, lse, qkv, a);
         return;
     }
-    if (a->dt == LOOM_DTYPE_F32) {
+    if (!typed) {
         at_forward_f32(be, (float *)out, lse, (const float *)qkv, a);
         return;
     }
@@ -502,7 +484,7 @@ void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse,
     float *q32 = (float *)c->attn_ws, *o32 = q32 + nqkv;
     at_widen(be, q32, qkv, nqkv);
     at_forward_f32(be, o32, lse, q32, a);
-    at_narrow(be, out, o32, nout);
+    loom_cuda_to16(be, out, o32, nout);
 }
 
 void loom_cuda_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,
@@ -510,12 +492,12 @@ void loom_cuda_attention_backward(struct loom_backend *be, void *dqkv, const voi
                                   const struct loom_attn *a) {
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
     at_check(a);
-    at_check_dt(be, a, "attention_backward");
+    const int typed = loom_cuda_typed16(be, a->dt, "attention_backward");
     if (loom_cuda_attention_bf16_ok(be, a)) {
         loom_cuda_attention_backward_bf16(be, dqkv, dout, out, lse, qkv, a);
         return;
     }
-    if (a->dt == LOOM_DTYPE_F32) {
+    if (!typed) {
         at_backward_f32(be, (float *)dqkv, (const float *)dout, (const float *)out, lse,
                         (const float *)qkv, a);
         return;
@@ -529,7 +511,7 @@ void loom_cuda_attention_backward(struct loom_backend *be, void *dqkv, const voi
     at_widen(be, d32, dout, nout);
     at_widen(be, o32, out, nout);
     at_backward_f32(be, dq32, d32, o32, lse, q32, a);
-    at_narrow(be, dqkv, dq32, nqkv);
+    loom_cuda_to16(be, dqkv, dq32, nqkv);
 }
 
 /* ---- one query position against a key/value cache (generation) ----

@@ -11,6 +11,8 @@
 #define LOOM_CUDA_COMMON_CUH
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -121,6 +123,12 @@ static inline unsigned loom_cuda_grid(int64_t n, int threads) {
  * chunks of rows whose partial sums are then added in chunk order (elementwise.cu). */
 void loom_cuda_colsum_accumulate(struct loom_backend *be, float *out, const float *in, int64_t N,
                                  int64_t C);
+/* The same sums of in[N,C] of type in_dt (LOOM_DTYPE_F32, _BF16 or _F16), the same bits for the
+ * same values; with dst (fp32 in only), the same pass also writes in rounded to dst_dt (BF16 or
+ * F16) into dst. */
+void loom_cuda_colsum_convert(struct loom_backend *be, float *out, void *dst,
+                              enum loom_dtype dst_dt, const void *in, enum loom_dtype in_dt,
+                              int64_t N, int64_t C);
 /* The number of row chunks the column reductions use for N rows (a function of N only). */
 int64_t loom_cuda_row_chunks(int64_t N);
 /* out[c] += (float) sum over chunks k of partial[k*C + c], in chunk order. */
@@ -191,20 +199,22 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
                                          float *dw, float *db, const float *dout,
                                          const float *act, const float *pre, const float *w,
                                          int64_t N, int64_t C, int64_t OC);
-/* The GELU ops with bf16 activations (act_dt LOOM_DTYPE_BF16, which needs bf16 products:
- * anything else aborts; C and OC > 0): pre, out, dpre and act stored in bf16, written by the
- * products and read by the products directly. activation_dtype: LOOM_DTYPE_BF16 with bf16
- * products, else LOOM_DTYPE_F32. */
+/* activation_dtype: LOOM_DTYPE_BF16 with bf16 products, else LOOM_DTYPE_F32. typed16: whether
+ * an op's typed array of type dt is 16-bit (0 for fp32); any type other than fp32 and the
+ * activation type aborts, naming the op. */
 enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be);
+int loom_cuda_typed16(struct loom_backend *be, enum loom_dtype dt, const char *op);
+/* dst[n] = src[n] rounded to the products' 16-bit type (bf16, or fp16 with fp16 products) */
+void loom_cuda_to16(struct loom_backend *be, void *dst, const float *src, int64_t n);
+/* The GELU ops with bf16 activations (C and OC > 0): pre, out, dpre and act stored in bf16,
+ * written by the products and read by the products directly. */
 void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
-                                         enum loom_dtype act_dt, const void *inp, int inp16,
-                                         const float *w, const float *b, int64_t N, int64_t C,
-                                         int64_t OC);
-void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre,
-                                          enum loom_dtype act_dt, float *dpre_b, float *dw,
-                                          float *db, const float *dout, const void *act,
-                                          const void *pre, const float *w, int64_t N, int64_t C,
-                                          int64_t OC);
+                                         const void *inp, int inp16, const float *w,
+                                         const float *b, int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre, float *dpre_b,
+                                          float *dw, float *db, const float *dout,
+                                          const void *act, const void *pre, const float *w,
+                                          int64_t N, int64_t C, int64_t OC);
 void loom_cuda_matmul_free(struct loom_backend *be);
 
 /* matmul.cu */
@@ -316,6 +326,22 @@ __device__ __forceinline__ double loom_block_sum_d(double v, double *shared32) {
     v = lane < nw ? shared32[lane] : 0.0;
     return loom_warp_sum_d(v);
 }
+/* Elements of fp32 or 16-bit arrays as fp32, and fp32 values rounded to nearest even into them. */
+__device__ __forceinline__ float loom_to_f32(float x) { return x; }
+__device__ __forceinline__ float loom_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float loom_to_f32(__half x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T loom_from_f32(float x);
+template <> __device__ __forceinline__ float loom_from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 loom_from_f32<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half loom_from_f32<__half>(float x) {
+    return __float2half_rn(x);
+}
+/* VEC consecutive elements, loaded and stored as one access */
+template <typename T, int VEC> struct alignas(sizeof(T) * VEC) loom_vec {
+    T v[VEC];
+};
 __device__ __forceinline__ float loom_warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;

@@ -103,16 +103,63 @@ int64_t loom_cuda_row_chunks(int64_t N) {
     return chunks < 1 ? 1 : chunks;
 }
 
-/* partial[k, c] = sum of in[r, c] over rows r of chunk k (rows_per_chunk consecutive rows). */
-__global__ void colsum_partial_kernel(double *partial, const float *in, int64_t N, int64_t C,
+/* partial[k, c] = the sum in double of in[r, c] over the rows r of chunk k, in row order
+ * (rows_per_chunk consecutive rows), in of type TIN (fp32 or 16-bit). With CONVERT the same pass
+ * writes dst[r, c] = in[r, c] rounded to T16 (an fp32 operand of the matrix products whose
+ * column sums are a bias gradient is read once). VEC columns a thread (2 where C is even); R rows
+ * are loaded before they are summed, in order. */
+template <typename TIN, typename T16, int VEC, bool CONVERT>
+__global__ void colsum_partial_kernel(double *__restrict__ partial, T16 *__restrict__ dst,
+                                      const TIN *__restrict__ in, int64_t N, int64_t C,
                                       int64_t rows_per_chunk) {
-    int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    int64_t k = blockIdx.y;
+    enum { R = 8 };
+    const int64_t c = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * VEC;
+    const int64_t k = blockIdx.y;
     if (c >= C) return;
-    int64_t r0 = k * rows_per_chunk, r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-    double acc = 0.0;
-    for (int64_t r = r0; r < r1; r++) acc += (double)in[r * C + c];
-    partial[k * C + c] = acc;
+    const int64_t r0 = k * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+    double acc[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) acc[j] = 0.0;
+    for (int64_t r = r0; r < r1; r += R) {
+        const int nr = r1 - r < R ? (int)(r1 - r) : R;
+        loom_vec<TIN, VEC> x[R];
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (i < nr) x[i] = *(const loom_vec<TIN, VEC> *)(in + (r + i) * C + c);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            if (i >= nr) break;
+            loom_vec<T16, VEC> y;
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float f = loom_to_f32(x[i].v[j]);
+                acc[j] += (double)f;
+                if (CONVERT) y.v[j] = loom_from_f32<T16>(f);
+            }
+            if (CONVERT) *(loom_vec<T16, VEC> *)(dst + (r + i) * C + c) = y;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) partial[k * C + c + j] = acc[j];
+}
+
+template <typename TIN, typename T16, bool CONVERT>
+static void colsum_partials(struct loom_backend *be, double *partial, void *dst, const void *in,
+                            int64_t N, int64_t C, int64_t rows, int64_t chunks) {
+    const int vec2 = C % 2 == 0 && ((uintptr_t)in & (2 * sizeof(TIN) - 1)) == 0 &&
+                     ((uintptr_t)dst & (2 * sizeof(T16) - 1)) == 0;
+    const int64_t threads = vec2 ? C / 2 : C;
+    dim3 grid((unsigned)((threads + LOOM_COLSUM_THREADS - 1) / LOOM_COLSUM_THREADS),
+              (unsigned)chunks);
+    cudaStream_t st = loom_cuda_stream(be);
+    if (vec2)
+        colsum_partial_kernel<TIN, T16, 2, CONVERT><<<grid, LOOM_COLSUM_THREADS, 0, st>>>(
+            partial, (T16 *)dst, (const TIN *)in, N, C, rows);
+    else
+        colsum_partial_kernel<TIN, T16, 1, CONVERT><<<grid, LOOM_COLSUM_THREADS, 0, st>>>(
+            partial, (T16 *)dst, (const TIN *)in, N, C, rows);
+    LOOM_CUDA_LAUNCHED();
 }
 
 __global__ void sum_partials_kernel(float *out, const double *partial, int64_t chunks,
@@ -132,15 +179,33 @@ void loom_cuda_sum_partials(struct loom_backend *be, float *out, const double *p
     LOOM_CUDA_LAUNCHED();
 }
 
+void loom_cuda_colsum_convert(struct loom_backend *be, float *out, void *dst,
+                              enum loom_dtype dst_dt, const void *in, enum loom_dtype in_dt,
+                              int64_t N, int64_t C) {
+    if (N <= 0 || C <= 0) return;
+    const int64_t chunks = loom_cuda_row_chunks(N), rows = (N + chunks - 1) / chunks;
+    double *partial = (double *)loom_cuda_scratch(be, (size_t)(chunks * C) * sizeof(double));
+    if (dst) {
+        LOOM_ASSERT(in_dt == LOOM_DTYPE_F32);
+        if (dst_dt == LOOM_DTYPE_F16)
+            colsum_partials<float, __half, true>(be, partial, dst, in, N, C, rows, chunks);
+        else if (dst_dt == LOOM_DTYPE_BF16)
+            colsum_partials<float, __nv_bfloat16, true>(be, partial, dst, in, N, C, rows, chunks);
+        else
+            loom_abort(__FILE__, __LINE__, "cuda colsum: conversion to %s", loom_dtype_name(dst_dt));
+    } else if (in_dt == LOOM_DTYPE_F16) {
+        colsum_partials<__half, __half, false>(be, partial, NULL, in, N, C, rows, chunks);
+    } else if (in_dt == LOOM_DTYPE_BF16) {
+        colsum_partials<__nv_bfloat16, __nv_bfloat16, false>(be, partial, NULL, in, N, C, rows,
+                                                             chunks);
+    } else {
+        LOOM_ASSERT(in_dt == LOOM_DTYPE_F32);
+        colsum_partials<float, float, false>(be, partial, NULL, in, N, C, rows, chunks);
+    }
+    loom_cuda_sum_partials(be, out, partial, chunks, C);
+}
+
 void loom_cuda_colsum_accumulate(struct loom_backend *be, float *out, const float *in, int64_t N,
                                  int64_t C) {
-    if (N <= 0 || C <= 0) return;
-    int64_t chunks = loom_cuda_row_chunks(N);
-    int64_t rows = (N + chunks - 1) / chunks;
-    double *partial = (double *)loom_cuda_scratch(be, (size_t)(chunks * C) * sizeof(double));
-    dim3 grid((unsigned)((C + LOOM_COLSUM_THREADS - 1) / LOOM_COLSUM_THREADS), (unsigned)chunks);
-    colsum_partial_kernel<<<grid, LOOM_COLSUM_THREADS, 0, loom_cuda_stream(be)>>>(partial, in, N,
-                                                                                 C, rows);
-    LOOM_CUDA_LAUNCHED();
-    loom_cuda_sum_partials(be, out, partial, chunks, C);
+    loom_cuda_colsum_convert(be, out, NULL, LOOM_DTYPE_F32, in, LOOM_DTYPE_F32, N, C);
 }

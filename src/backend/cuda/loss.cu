@@ -122,23 +122,6 @@ void loom_cuda_xent_backward(struct loom_backend *be, float *dlogits, const floa
 
 #define LOOM_XENT_FUSED_THREADS 1024
 
-__device__ __forceinline__ float xent_to_float(float v) { return v; }
-__device__ __forceinline__ float xent_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float xent_to_float(__half v) { return __half2float(v); }
-template <typename T> __device__ __forceinline__ T xent_from_float(float v);
-template <> __device__ __forceinline__ float xent_from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 xent_from_float<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half xent_from_float<__half>(float v) {
-    return __float2half_rn(v);
-}
-
-/* VEC consecutive elements, loaded and stored as one access */
-template <typename T, int VEC> struct alignas(sizeof(T) * VEC) xent_vec {
-    T v[VEC];
-};
-
 #define LOOM_XENT_LOG2E 1.4426950408889634f
 
 /* 2^x (ex2.approx; results below 2^-126 flush to 0) */
@@ -153,7 +136,7 @@ __global__ void __launch_bounds__(LOOM_XENT_FUSED_THREADS, 2)
     xent_fused_kernel(float *losses, T *logits, const int32_t *targets, float dloss, int grad,
                       int64_t Vl, int64_t Vvalid) {
     __shared__ float sh[32];
-    typedef xent_vec<T, VEC> vec;
+    typedef loom_vec<T, VEC> vec;
     const int64_t n = blockIdx.x;
     vec *xv = reinterpret_cast<vec *>(logits + n * Vl);
     const int64_t t = targets[n];
@@ -163,13 +146,13 @@ __global__ void __launch_bounds__(LOOM_XENT_FUSED_THREADS, 2)
         if (grad) {
             vec z;
 #pragma unroll
-            for (int j = 0; j < VEC; j++) z.v[j] = xent_from_float<T>(0.0f);
+            for (int j = 0; j < VEC; j++) z.v[j] = loom_from_f32<T>(0.0f);
             for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) xv[i] = z;
         }
         return;
     }
     float xt = 0.0f;
-    if (threadIdx.x == 0 && t < Vvalid) xt = xent_to_float(logits[n * Vl + t]);
+    if (threadIdx.x == 0 && t < Vvalid) xt = loom_to_f32(logits[n * Vl + t]);
 
     const int64_t nvalid = (Vvalid + VEC - 1) / VEC; /* vectors holding a valid column */
     float m = -FLT_MAX, s = 0.0f;
@@ -179,7 +162,7 @@ __global__ void __launch_bounds__(LOOM_XENT_FUSED_THREADS, 2)
         float vm = -FLT_MAX;
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-            if (c0 + j < Vvalid) vm = fmaxf(vm, xent_to_float(r.v[j]));
+            if (c0 + j < Vvalid) vm = fmaxf(vm, loom_to_f32(r.v[j]));
         if (vm > m) {
             s *= xent_exp2((m - vm) * LOOM_XENT_LOG2E);
             m = vm;
@@ -187,7 +170,7 @@ __global__ void __launch_bounds__(LOOM_XENT_FUSED_THREADS, 2)
         const float ml = m * LOOM_XENT_LOG2E;
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-            if (c0 + j < Vvalid) s += xent_exp2(fmaf(xent_to_float(r.v[j]), LOOM_XENT_LOG2E, -ml));
+            if (c0 + j < Vvalid) s += xent_exp2(fmaf(loom_to_f32(r.v[j]), LOOM_XENT_LOG2E, -ml));
     }
     const float M = block_reduce_max(m, sh);
     const float S = block_reduce_sum(s * xent_exp2((m - M) * LOOM_XENT_LOG2E), sh);
@@ -203,10 +186,10 @@ __global__ void __launch_bounds__(LOOM_XENT_FUSED_THREADS, 2)
         for (int j = 0; j < VEC; j++) {
             float g = 0.0f;
             if (c0 + j < Vvalid) {
-                g = xent_exp2(fmaf(xent_to_float(r.v[j]), LOOM_XENT_LOG2E, -Ml)) * scale;
+                g = xent_exp2(fmaf(loom_to_f32(r.v[j]), LOOM_XENT_LOG2E, -Ml)) * scale;
                 if (c0 + j == t) g -= dloss;
             }
-            o.v[j] = xent_from_float<T>(g);
+            o.v[j] = loom_from_f32<T>(g);
         }
         xv[i] = o;
     }

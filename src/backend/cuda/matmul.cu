@@ -79,16 +79,14 @@ void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, 
     if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
 }
 
-static int typed16(struct loom_backend *be, enum loom_dtype dt, const char *op);
-
 void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
                                    enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
                                    const float *w, const float *b, int64_t N, int64_t C,
                                    int64_t OC) {
     if (N <= 0 || OC <= 0) return;
-    const int i16 = typed16(be, inp_dt, "linear_gelu_forward");
-    if (act_dt != LOOM_DTYPE_F32) {
-        loom_cuda_linear_gelu_forward_act16(be, out, pre, act_dt, inp, i16, w, b, N, C, OC);
+    const int i16 = loom_cuda_typed16(be, inp_dt, "linear_gelu_forward");
+    if (loom_cuda_typed16(be, act_dt, "linear_gelu_forward")) {
+        loom_cuda_linear_gelu_forward_act16(be, out, pre, inp, i16, w, b, N, C, OC);
         return;
     }
     float *o = (float *)out, *p = (float *)pre;
@@ -104,9 +102,9 @@ void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum lo
                                     const void *act, const void *pre, const float *w, int64_t N,
                                     int64_t C, int64_t OC) {
     if (N <= 0) return;
-    if (act_dt != LOOM_DTYPE_F32) {
-        loom_cuda_linear_gelu_backward_act16(be, dpre, act_dt, dpre_b, dw, db, dout, act, pre, w,
-                                             N, C, OC);
+    if (loom_cuda_typed16(be, act_dt, "linear_gelu_backward")) {
+        loom_cuda_linear_gelu_backward_act16(be, dpre, dpre_b, dw, db, dout, act, pre, w, N, C,
+                                             OC);
         return;
     }
     float *d = (float *)dpre;
@@ -120,22 +118,12 @@ void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum lo
     if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, d, N, C);
 }
 
-/* Typed arrays: fp32 ones take the ops above unchanged; any other type must be the backend's
- * activation type (bf16 with bf16 products). */
-static int typed16(struct loom_backend *be, enum loom_dtype dt, const char *op) {
-    if (dt == LOOM_DTYPE_F32) return 0;
-    if (dt != loom_cuda_activation_dtype(be))
-        loom_abort(__FILE__, __LINE__,
-                   "cuda: %s with %s activations needs bf16 matrix products (activation_dtype)",
-                   op, loom_dtype_name(dt));
-    return 1;
-}
-
+/* Typed arrays: fp32 ones take the ops above unchanged (loom_cuda_typed16 checks the others). */
 void loom_cuda_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                                     const void *inp, enum loom_dtype inp_dt, const float *w,
                                     const float *b, int64_t N, int64_t C, int64_t OC) {
-    const int o16 = typed16(be, out_dt, "linear_forward_typed");
-    const int i16 = typed16(be, inp_dt, "linear_forward_typed");
+    const int o16 = loom_cuda_typed16(be, out_dt, "linear_forward_typed");
+    const int i16 = loom_cuda_typed16(be, inp_dt, "linear_forward_typed");
     if (!o16 && !i16)
         loom_cuda_linear_forward(be, (float *)out, (const float *)inp, w, b, N, C, OC);
     else
@@ -147,9 +135,9 @@ void loom_cuda_linear_backward_typed(struct loom_backend *be, void *dinp, enum l
                                      enum loom_dtype dout_dt, const void *inp,
                                      enum loom_dtype inp_dt, const float *w, int64_t N, int64_t C,
                                      int64_t OC) {
-    const int di16 = typed16(be, dinp_dt, "linear_backward_typed");
-    const int do16 = typed16(be, dout_dt, "linear_backward_typed");
-    const int i16 = typed16(be, inp_dt, "linear_backward_typed");
+    const int di16 = loom_cuda_typed16(be, dinp_dt, "linear_backward_typed");
+    const int do16 = loom_cuda_typed16(be, dout_dt, "linear_backward_typed");
+    const int i16 = loom_cuda_typed16(be, inp_dt, "linear_backward_typed");
     if (!di16 && !do16 && !i16)
         loom_cuda_linear_backward(be, (float *)dinp, dw, db, (const float *)dout,
                                   (const float *)inp, w, N, C, OC);

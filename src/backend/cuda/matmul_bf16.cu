@@ -1,8 +1,8 @@
 /* bf16 matrix products for the linear ops (set_matmul_dtype(LOOM_DTYPE_BF16)): the inputs of
  * each product are rounded to bf16 (round to nearest even), the tensor cores multiply them and
  * accumulate in fp32, and the result is written in fp32. Parameters, activations, gradients and
- * the optimizer state stay fp32; only the product inputs are narrowed. (The exceptions are the
- * typed activations below and the fused classifier's logits, at the end of the file.)
+ * the optimizer state stay fp32; only the product inputs are narrowed. (The exception is the
+ * typed activations below, which include the fused classifier's 16-bit logits.)
  *
  *   forward:  out[N,OC] = bf16(inp) . bf16(w)^T + b          (bias through cuBLASLt's epilogue)
  *   backward: dinp[N,C] = bf16(dout) . bf16(w)               (assigned)
@@ -43,8 +43,9 @@
  * read them (fc2's forward and weight gradient, fc1's backward) take them as bf16 operands with
  * no conversion. cuBLASLt takes the auxiliary matrix and the bias in the type of D, so the
  * forward adds the bias's bf16 copy (rounded once, as the weights). Where cuBLASLt offers no
- * algorithm for such a product, or refuses it when called, the product runs in fp32 into the
- * workspace (with the fp32 bias) and a kernel rounds what it would have written.
+ * algorithm for such a product, or refuses it when called: a forward with a bias runs without
+ * the epilogue and a kernel adds the fp32 bias to the 16-bit output (rounding it again); the
+ * DGELU product runs in fp32 into the workspace and a kernel applies gelu' and rounds.
  *
  * set_matmul_dtype(LOOM_DTYPE_F16) takes the same path with fp16 operands (round to nearest even,
  * values beyond 65504 become infinite: that is for a loss scaler to notice); attention then stays
@@ -112,7 +113,7 @@ __global__ void f32_to_f16_x4_kernel(__half2 *dst, const float4 *src, int64_t n4
 }
 
 /* fp32 -> the 16-bit type of the products (bf16, or fp16 with matmul_f16) */
-static void to_bf16(struct loom_backend *be, void *dst, const float *src, int64_t n) {
+void loom_cuda_to16(struct loom_backend *be, void *dst, const float *src, int64_t n) {
     if (n <= 0) return;
     cudaStream_t st = loom_cuda_stream(be);
     int blocks = 4 * loom_cuda_impl(be)->num_sms;
@@ -171,7 +172,7 @@ static const void *weight_copy(struct loom_backend *be, const float *w, int64_t 
     struct loom_cuda *c = loom_cuda_impl(be);
     if (!c->params_bf16 || w < c->params || w + n > c->params + c->nparams) return NULL;
     if (c->params_dirty) {
-        to_bf16(be, c->params_bf16, c->params, c->nparams);
+        loom_cuda_to16(be, c->params_bf16, c->params, c->nparams);
         c->params_dirty = 0;
     }
     return (const __nv_bfloat16 *)c->params_bf16 + (w - c->params);
@@ -367,104 +368,19 @@ static int lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n
 
 /* ---- column sums (bias gradients), fused with the conversion of an operand ---- */
 
-__device__ __forceinline__ float val_f32(float x) { return x; }
-__device__ __forceinline__ float val_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float val_f32(__half x) { return __half2float(x); }
-template <typename T> __device__ __forceinline__ T val_from(float x);
-template <> __device__ __forceinline__ __nv_bfloat16 val_from<__nv_bfloat16>(float x) {
-    return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half val_from<__half>(float x) { return __float2half_rn(x); }
-
-template <typename T, int VEC> struct alignas(VEC * sizeof(T)) vals {
-    T v[VEC];
-};
-
-/* partial[k, c] = the sum in double of in[r, c] over the rows r of chunk k, in row order
- * (rows_per_chunk consecutive rows: the scheme of loom_cuda_colsum_accumulate, so the sums are
- * the same bit for bit), in of type TIN (fp32 or a 16-bit type). With CONVERT the same pass
- * writes dst[r, c] = in[r, c] rounded to T16 (an fp32 operand of the products whose column sums
- * are a bias gradient is read once). VEC columns a thread (2 where C is even). */
-template <typename TIN, typename T16, int VEC, bool CONVERT>
-__global__ void colsum_kernel(double *__restrict__ partial, T16 *__restrict__ dst,
-                              const TIN *__restrict__ in, int64_t N, int64_t C,
-                              int64_t rows_per_chunk) {
-    const int64_t c = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * VEC;
-    const int64_t k = blockIdx.y;
-    if (c >= C) return;
-    const int64_t r0 = k * rows_per_chunk;
-    const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-    double acc[VEC];
-#pragma unroll
-    for (int j = 0; j < VEC; j++) acc[j] = 0.0;
-    enum { R = 8 }; /* rows loaded before they are summed, in order */
-    int64_t r = r0;
-    for (; r < r1; r += R) {
-        const int nr = r1 - r < R ? (int)(r1 - r) : R;
-        vals<TIN, VEC> x[R];
-#pragma unroll
-        for (int i = 0; i < R; i++)
-            if (i < nr) x[i] = *(const vals<TIN, VEC> *)(in + (r + i) * C + c);
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            if (i >= nr) break;
-            vals<T16, VEC> y;
-#pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                const float f = val_f32(x[i].v[j]);
-                acc[j] += (double)f;
-                if (CONVERT) y.v[j] = val_from<T16>(f);
-            }
-            if (CONVERT) *(vals<T16, VEC> *)(dst + (r + i) * C + c) = y;
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < VEC; j++) partial[k * C + c + j] = acc[j];
-}
-
-template <typename TIN, typename T16, bool CONVERT>
-static void colsum_launch(struct loom_backend *be, double *partial, void *dst, const void *in,
-                          int64_t N, int64_t C, int64_t rows, int64_t chunks) {
-    const int vec2 = C % 2 == 0 && ((uintptr_t)in & (2 * sizeof(TIN) - 1)) == 0 &&
-                     ((uintptr_t)dst & (2 * sizeof(T16) - 1)) == 0;
-    const int64_t threads = vec2 ? C / 2 : C;
-    dim3 grid((unsigned)((threads + 127) / 128), (unsigned)chunks);
-    cudaStream_t st = loom_cuda_stream(be);
-    if (vec2)
-        colsum_kernel<TIN, T16, 2, CONVERT><<<grid, 128, 0, st>>>(
-            partial, (T16 *)dst, (const TIN *)in, N, C, rows);
-    else
-        colsum_kernel<TIN, T16, 1, CONVERT><<<grid, 128, 0, st>>>(
-            partial, (T16 *)dst, (const TIN *)in, N, C, rows);
-    LOOM_CUDA_LAUNCHED();
-}
-
 /* out[C] += the column sums of in[N,C], in fp32 (in16 = 0) or in the products' 16-bit type
  * (in16 = 1), summed as loom_cuda_colsum_accumulate does. With dst (fp32 in only), the same pass
- * also converts in into dst in the 16-bit type, as to_bf16. out NULL: only that conversion. */
+ * also converts in into dst in the 16-bit type, as loom_cuda_to16. out NULL: only that
+ * conversion. */
 static void colsum_convert(struct loom_backend *be, float *out, void *dst, const void *in,
                            int in16, int64_t N, int64_t C) {
     if (N <= 0 || C <= 0) return;
-    LOOM_ASSERT(!(dst && in16));
     if (!out) {
-        if (dst) to_bf16(be, dst, (const float *)in, N * C);
+        if (dst) loom_cuda_to16(be, dst, (const float *)in, N * C);
         return;
     }
-    const int f16 = loom_cuda_impl(be)->matmul_f16;
-    const int64_t chunks = loom_cuda_row_chunks(N), rows = (N + chunks - 1) / chunks;
-    double *partial = (double *)loom_cuda_scratch(be, (size_t)(chunks * C) * sizeof(double));
-    if (dst && f16)
-        colsum_launch<float, __half, true>(be, partial, dst, in, N, C, rows, chunks);
-    else if (dst)
-        colsum_launch<float, __nv_bfloat16, true>(be, partial, dst, in, N, C, rows, chunks);
-    else if (in16 && f16)
-        colsum_launch<__half, __half, false>(be, partial, NULL, in, N, C, rows, chunks);
-    else if (in16)
-        colsum_launch<__nv_bfloat16, __nv_bfloat16, false>(be, partial, NULL, in, N, C, rows,
-                                                           chunks);
-    else
-        colsum_launch<float, __nv_bfloat16, false>(be, partial, NULL, in, N, C, rows, chunks);
-    loom_cuda_sum_partials(be, out, partial, chunks, C);
+    const enum loom_dtype t16 = loom_cuda_impl(be)->matmul_f16 ? LOOM_DTYPE_F16 : LOOM_DTYPE_BF16;
+    loom_cuda_colsum_convert(be, out, dst, t16, in, in16 ? t16 : LOOM_DTYPE_F32, N, C);
 }
 
 /* ---- the products of the linear ops, on converted operands ---- */
@@ -493,7 +409,7 @@ template <typename T16>
 __global__ void bias16_add_kernel(T16 *out, const float *b, int64_t N, int64_t OC) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC;
          i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = val_from<T16>(val_f32(out[i]) + b[i % OC]);
+        out[i] = loom_from_f32<T16>(loom_to_f32(out[i]) + b[i % OC]);
 }
 
 /* The linear ops on arrays that are each fp32 or of the products' 16-bit type (the flags x16:
@@ -516,11 +432,11 @@ void loom_cuda_linear_forward_16(struct loom_backend *be, void *out, int out16, 
     workspace(be, 3, bytes, ws);
     const void *x = inp;
     if (!inp16) {
-        to_bf16(be, ws[0], (const float *)inp, N * C);
+        loom_cuda_to16(be, ws[0], (const float *)inp, N * C);
         x = ws[0];
     }
     if (!wb) {
-        to_bf16(be, ws[1], w, OC * C);
+        loom_cuda_to16(be, ws[1], w, OC * C);
         wb = ws[1];
     }
     if (!out16) {
@@ -528,7 +444,7 @@ void loom_cuda_linear_forward_16(struct loom_backend *be, void *out, int out16, 
         return;
     }
     if (b && !bb) {
-        to_bf16(be, ws[2], b, OC);
+        loom_cuda_to16(be, ws[2], b, OC);
         bb = ws[2];
     }
     struct lt_epilogue ep = {CUBLASLT_EPILOGUE_BIAS, bb, NULL, 0};
@@ -565,7 +481,7 @@ void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp1
     }
     if (want_dinp) {
         if (!wb) {
-            to_bf16(be, ws[2], w, OC * C);
+            loom_cuda_to16(be, ws[2], w, OC * C);
             wb = ws[2];
         }
         lt_gemm_any(be, 0, 0, C, N, OC, wb, C, d, OC, 0.0f, dinp, dinp16, C, NULL);
@@ -573,7 +489,7 @@ void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp1
     if (want_dw) {
         const void *x = inp;
         if (!inp16) {
-            to_bf16(be, ws[1], (const float *)inp, N * C);
+            loom_cuda_to16(be, ws[1], (const float *)inp, N * C);
             x = ws[1];
         }
         product_weight_grad(be, dw, d, x, N, C, OC);
@@ -591,7 +507,7 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
     workspace(be, 3, bytes, ws);
     colsum_convert(be, db, ws[0], dout, 0, N, OC);
     if (!wb) {
-        to_bf16(be, ws[2], w, OC * C);
+        loom_cuda_to16(be, ws[2], w, OC * C);
         wb = ws[2];
     }
     /* dpre = (dout . w) * gelu'(pre) */
@@ -602,7 +518,7 @@ void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, f
     }
     if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, dpre, N, C);
     if (want_dw) {
-        to_bf16(be, ws[1], act, N * C);
+        loom_cuda_to16(be, ws[1], act, N * C);
         product_weight_grad(be, dw, ws[0], ws[1], N, C, OC);
     }
 }
@@ -625,15 +541,6 @@ __global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, const float *d,
     }
 }
 
-/* Typed activations other than fp32 must be bf16, with bf16 products (activation_dtype). */
-static void need_act16(struct loom_backend *be, enum loom_dtype dt, const char *op) {
-    struct loom_cuda *c = loom_cuda_impl(be);
-    if (dt != LOOM_DTYPE_BF16 || !c->matmul_bf16 || c->matmul_f16)
-        loom_abort(__FILE__, __LINE__,
-                   "cuda: %s with %s activations needs bf16 matrix products (activation_dtype)",
-                   op, loom_dtype_name(dt));
-}
-
 /* The workspace with the given pieces; x[nx] converted into piece 0 (with its column sums added
  * to xsum when that is set) and, when wreg is NULL (w has no registered copy), w[nw] into piece
  * 1. Returns the bf16 w. */
@@ -643,7 +550,7 @@ static const void *operands16(struct loom_backend *be, int count, const size_t *
     workspace(be, count, bytes, ws);
     colsum_convert(be, xsum, ws[0], x, 0, rows, cols);
     if (wreg) return wreg;
-    to_bf16(be, ws[1], w, nw);
+    loom_cuda_to16(be, ws[1], w, nw);
     return ws[1];
 }
 
@@ -652,14 +559,21 @@ enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be) {
     return c->matmul_bf16 && !c->matmul_f16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F32;
 }
 
+int loom_cuda_typed16(struct loom_backend *be, enum loom_dtype dt, const char *op) {
+    if (dt == LOOM_DTYPE_F32) return 0;
+    if (dt != loom_cuda_activation_dtype(be))
+        loom_abort(__FILE__, __LINE__,
+                   "cuda: %s with %s activations needs bf16 matrix products (activation_dtype)",
+                   op, loom_dtype_name(dt));
+    return 1;
+}
+
 /* pre = the product with its bias (the bias's bf16 copy), written in bf16 by the product itself
  * (linear_forward_16); out = gelu(pre) by a kernel that reads it back (a product with cuBLASLt's
  * GELU epilogue measured 2.7x slower on an H200 at GPT-2's fc1). */
 void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
-                                         enum loom_dtype act_dt, const void *inp, int inp16,
-                                         const float *w, const float *b, int64_t N, int64_t C,
-                                         int64_t OC) {
-    need_act16(be, act_dt, "linear_gelu_forward");
+                                         const void *inp, int inp16, const float *w,
+                                         const float *b, int64_t N, int64_t C, int64_t OC) {
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
     loom_cuda_linear_forward_16(be, pre, 1, inp, inp16, w, b, N, C, OC);
     loom_cuda_gelu16_forward(be, out, pre, N * OC);
@@ -669,12 +583,10 @@ void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, voi
  * column sums (dpre_b) and those of dout (db) by the column-sum kernels, dout's in the pass that
  * converts it (the epilogues that sum in the product measured 2-3x slower on an H200). Without
  * an algorithm for DGELU, the fp32 product goes to the workspace and a kernel applies gelu'. */
-void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre,
-                                          enum loom_dtype act_dt, float *dpre_b, float *dw,
-                                          float *db, const float *dout, const void *act,
-                                          const void *pre, const float *w, int64_t N, int64_t C,
-                                          int64_t OC) {
-    need_act16(be, act_dt, "linear_gelu_backward");
+void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre, float *dpre_b,
+                                          float *dw, float *db, const float *dout,
+                                          const void *act, const void *pre, const float *w,
+                                          int64_t N, int64_t C, int64_t OC) {
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
     const void *wreg = weight_copy(be, w, OC * C);
     size_t bytes[3] = {b16(N * OC), wreg ? 0 : b16(OC * C), 0};
