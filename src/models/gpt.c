@@ -131,9 +131,7 @@ static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
 
 /* The element type of the typed activations: the backend's 16-bit activation type under its
  * current matrix-product type (activation_dtype; bf16 with bf16 products on cuda), else fp32.
- * The GELU MLP keeps its pre-activation, activation and activation gradient (fc1, act and dpre
- * in dwide) in it, fp32 with SwiGLU; attention its qkv, output and their gradients (qkv, att,
- * dqkv in dwide, d(att) in dwide2), fp32 with rotary embeddings (the rope op is fp32). */
+ * Which arrays take it: mlp_dtype and its neighbours below. */
 static enum loom_dtype act_dtype_now(const struct loom_gpt *m) {
     struct loom_backend *be = m->be;
     return be->ops->activation_dtype ? be->ops->activation_dtype(be) : LOOM_DTYPE_F32;
@@ -154,8 +152,10 @@ static enum loom_dtype act_dtype(const struct loom_gpt *m) {
  * with SwiGLU), attention's (fp32 with rotary embeddings), the layers' norm outputs ln1, ln2 (the
  * products' inputs), which sequence parallelism gathers (fp32 then), and the products' input
  * gradients in `full` (the norms' output gradients), which tensor parallelism reduces (fp32
- * then). The final norm's output, which the output layer reads, stays fp32. The buffers are
- * sized with act_dtype_now, the ops run with act_dtype. */
+ * then). The MLP's are fc1, act and dpre (in dwide); attention's qkv, att, dqkv (in dwide) and
+ * d(att) (in dwide2), fp32 with rotary embeddings as the rope op is fp32. The final norm's
+ * output, which the output layer reads, stays fp32. The buffers are sized with act_dtype_now,
+ * the ops run with act_dtype. */
 static enum loom_dtype mlp_dtype(const struct loom_gpt *m, enum loom_dtype act) {
     return m->cfg.swiglu ? LOOM_DTYPE_F32 : act;
 }
