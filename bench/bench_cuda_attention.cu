@@ -6,7 +6,9 @@
  * 2048 / 16). Inputs are normal random numbers (qkv sd 1, dout sd 0.1); each op runs 3 times to
  * warm up, then `calls` times between two CUDA events on the backend's stream; the mean is
  * printed with the rate in TFLOP/s of the causal count: forward 4 B NH T^2 HS / 2 FLOPs (the
- * two products over the lower triangle), backward 2.5 times that.
+ * two products over the lower triangle), backward 2.5 times that. Each shape runs on bf16 arrays
+ * (loom_attn.dt, as the GPT passes them) with each attention backend: loom's flash kernel and,
+ * where built in, cuDNN's fused attention (--attention-backend flash, fused).
  *
  *   bench_cuda_attention [calls]      (default 50)
  */
@@ -42,39 +44,53 @@ int main(int argc, char **argv) {
         {"HS128", 16, 1024, 16, 128},
     };
     printf("bf16 attention, causal, mean of %d calls after 3 warm-up calls\n", calls);
-    printf("%-6s %3s %5s %3s %4s | %9s %8s | %9s %8s\n", "shape", "B", "T", "NH", "HS",
-           "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s");
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        const struct bench_shape *sh = &shapes[s];
-        struct loom_attn a = {};
-        a.B = sh->B;
-        a.T = sh->T;
-        a.NH = sh->NH;
-        a.NKV = sh->NH;
-        a.HS = sh->HS;
-        a.causal = 1;
-        a.scale = 1.0f / sqrtf((float)sh->HS);
-        a.NH_global = sh->NH;
-        if (!loom_cuda_attention_bf16_ok(be, &a)) {
-            printf("%-6s: not on the bf16 attention path\n", sh->name);
-            continue;
+    printf("%-6s %-6s %3s %5s %3s %4s | %9s %8s | %9s %8s\n", "shape", "kernel", "B", "T", "NH",
+           "HS", "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s");
+    const enum loom_attn_backend kinds[] = {LOOM_ATTN_FLASH, LOOM_ATTN_FUSED};
+    const char *kind_names[] = {"flash", "fused"};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int kind = 0; kind < 2; kind++) {
+            const struct bench_shape *sh = &shapes[s];
+            if (be->ops->set_attention_backend(be, kinds[kind]) != LOOM_OK) {
+                printf("%-6s %-6s: ", sh->name, kind_names[kind]);
+                loom_print_error();
+                continue;
+            }
+            struct loom_attn a = {};
+            a.dt = LOOM_DTYPE_BF16;
+            a.B = sh->B;
+            a.T = sh->T;
+            a.NH = sh->NH;
+            a.NKV = sh->NH;
+            a.HS = sh->HS;
+            a.causal = 1;
+            a.scale = 1.0f / sqrtf((float)sh->HS);
+            a.NH_global = sh->NH;
+            if (!loom_cuda_attention_bf16_ok(be, &a)) {
+                printf("%-6s: not on the bf16 attention path\n", sh->name);
+                continue;
+            }
+            /* bf16 arrays: fp32 buffers of twice the size, of which the first half is used */
+            const int64_t nqkv = a.B * a.T * 3 * a.NH * a.HS, nout = a.B * a.T * a.NH * a.HS;
+            float *qkv = bench_buffer(be, nqkv, 1, 0.0f), *dout = bench_buffer(be, nout, 2, 0.0f);
+            float *out = bench_buffer(be, nout, 3, 0.0f), *dqkv = bench_buffer(be, nqkv, 4, 0.0f);
+            float *lse = bench_buffer(be, a.B * a.NH * a.T, 5, 0.0f);
+            bench_fill(be, (__nv_bfloat16 *)qkv, nqkv, 1, 1.0f);
+            bench_fill(be, (__nv_bfloat16 *)dout, nout, 2, 0.1f);
+            double us[2];
+            BENCH_US(be, calls, us[0], be->ops->attention_forward(be, out, lse, qkv, &a));
+            BENCH_US(be, calls, us[1],
+                     be->ops->attention_backward(be, dqkv, dout, out, lse, qkv, &a));
+            const double ms[2] = {us[0] / 1000.0, us[1] / 1000.0};
+            const double flops = 4.0 * a.B * a.NH * (double)a.T * a.T * a.HS / 2;
+            printf("%-6s %-6s %3lld %5lld %3lld %4lld | %9.4f %8.1f | %9.4f %8.1f\n", sh->name,
+                   kind_names[kind], (long long)a.B, (long long)a.T, (long long)a.NH,
+                   (long long)a.HS, ms[0], flops / (ms[0] * 1e9), ms[1],
+                   2.5 * flops / (ms[1] * 1e9));
+            void *bufs[] = {qkv, dout, out, dqkv, lse};
+            for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+                be->ops->free(be, bufs[i]);
         }
-        const int64_t nqkv = a.B * a.T * 3 * a.NH * a.HS, nout = a.B * a.T * a.NH * a.HS;
-        float *qkv = bench_buffer(be, nqkv, 1, 1.0f), *dout = bench_buffer(be, nout, 2, 0.1f);
-        float *out = bench_buffer(be, nout, 3, 0.0f), *dqkv = bench_buffer(be, nqkv, 4, 0.0f);
-        float *lse = bench_buffer(be, a.B * a.NH * a.T, 5, 0.0f);
-        double us[2];
-        BENCH_US(be, calls, us[0], be->ops->attention_forward(be, out, lse, qkv, &a));
-        BENCH_US(be, calls, us[1],
-                 be->ops->attention_backward(be, dqkv, dout, out, lse, qkv, &a));
-        const double ms[2] = {us[0] / 1000.0, us[1] / 1000.0};
-        const double flops = 4.0 * a.B * a.NH * (double)a.T * a.T * a.HS / 2;
-        printf("%-6s %3lld %5lld %3lld %4lld | %9.4f %8.1f | %9.4f %8.1f\n", sh->name,
-               (long long)a.B, (long long)a.T, (long long)a.NH, (long long)a.HS, ms[0],
-               flops / (ms[0] * 1e9), ms[1], 2.5 * flops / (ms[1] * 1e9));
-        void *bufs[] = {qkv, dout, out, dqkv, lse};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
-    }
     loom_backend_destroy(be);
     return 0;
 }

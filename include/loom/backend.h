@@ -35,6 +35,12 @@ struct loom_dropout {
     int64_t sample0, pos0, T_global, feat0, C_global;
 };
 
+/* Which kernels the attention ops use (set_attention_backend; Megatron's --attention-backend):
+ * AUTO the backend's choice (cuda: cuDNN's fused attention where it applies and is built in, else
+ * loom's flash-style kernels); FUSED cuDNN's fused attention, an error where it has no plan for a
+ * problem it would take; FLASH loom's own kernels only (bit-for-bit repeatable runs). */
+enum loom_attn_backend { LOOM_ATTN_AUTO = 0, LOOM_ATTN_FUSED, LOOM_ATTN_FLASH };
+
 /* Attention problem. Local heads [head0, head0 + NH) of NH_global drive the dropout index.
  * dt is the element type of qkv, out, dout and dqkv: LOOM_DTYPE_F32 (zero, the default) on every
  * backend, or the backend's activation_dtype where it has one (read and written as the typed
@@ -274,6 +280,10 @@ struct loom_backend_ops {
      * type must stay the same between the forward that writes such an array and the backward that
      * reads it. */
     enum loom_dtype (*activation_dtype)(struct loom_backend *be);
+    /* The attention kernels (enum loom_attn_backend); LOOM_ERR_UNSUPPORTED for FUSED where cuDNN
+     * is not built in. NULL (the CPU): one kind of kernel, whatever is asked. */
+    enum loom_status (*set_attention_backend)(struct loom_backend *be,
+                                              enum loom_attn_backend kind);
     /* Device memory the backend holds (its own allocations and workspaces). */
     void (*memory_stats)(struct loom_backend *be, struct loom_mem_stats *st);
     /* The stream every op runs on, as an opaque handle (a cudaStream_t), so that communication

@@ -15,7 +15,7 @@ struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel, bf16, fp16;
     const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
-        *metrics, *comm, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
+        *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
     double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
         clip, init_std, peak, loss_scale, initial_loss_scale, min_loss_scale;
     int64_t micro, global, iters, warmup, decay_iters, seed, save_interval, eval_interval,
@@ -99,7 +99,7 @@ int loom_cmd_train(int argc, char **argv) {
         .num_layers = 12, .hidden = 768, .heads = 12, .query_groups = 0, .ffn = 0, .seq = 1024,
         .max_pos = 0, .vocab = 0, .divisible = 128,
         .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear",
-        .device = "cpu", .split = "969,30,1", .comm = "auto", .tokenizer_type = "GPT2BPETokenizer",
+        .device = "cpu", .split = "969,30,1", .comm = "auto", .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer",
         .norm_eps = 1e-5, .rope_base = 10000, .hidden_dropout = 0.1, .attention_dropout = 0.1,
         .lr = 1e-4, .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0,
         .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
@@ -172,6 +172,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--min-loss-scale", LOOM_FLAG_FLOAT, &f.min_loss_scale, "smallest dynamic loss scale", NULL, 0},
         {"--loss-scale-window", LOOM_FLAG_INT, &f.loss_scale_window, "clean iterations before the scale doubles", NULL, 0},
         {"--hysteresis", LOOM_FLAG_INT, &f.hysteresis, "overflowing iterations tolerated before the scale halves", NULL, 0},
+        {"--attention-backend", LOOM_FLAG_CHOICE, &f.attention_backend, "attention kernels (cuda): auto = cuDNN's fused attention where it applies, else loom's flash kernel; fused = cuDNN, an error where it has no plan; flash = loom's kernel only (bit-for-bit repeatable)", "auto|fused|flash", 0},
         {"--bf16", LOOM_FLAG_BOOL, &f.bf16, "matrix products with bf16 inputs and fp32 accumulation (cuda; weights, activations and optimizer stay fp32)", NULL, 0},
         {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
     };
@@ -277,6 +278,9 @@ int loom_cmd_train(int argc, char **argv) {
     c.device = f.device;
     c.comm = f.comm;
     c.bf16 = f.bf16;
+    c.attention_backend = strcmp(f.attention_backend, "fused") == 0   ? LOOM_ATTN_FUSED
+                          : strcmp(f.attention_backend, "flash") == 0 ? LOOM_ATTN_FLASH
+                                                                      : LOOM_ATTN_AUTO;
     c.fp16 = f.fp16;
     c.loss_scale = f.loss_scale;
     c.initial_loss_scale = f.initial_loss_scale;

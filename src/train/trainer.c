@@ -304,6 +304,15 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->errors_collective = 0;
     LOOM_CHECK(loom_backend_create(&t->be, c->device, -1)); /* -1: the local rank's GPU */
     if (t->be->ops->stream) loom_comm_set_stream(t->be->ops->stream(t->be));
+    if (c->attention_backend != LOOM_ATTN_AUTO) {
+        if (!t->be->ops->set_attention_backend)
+            return loom_fail(LOOM_ERR_UNSUPPORTED,
+                             "--attention-backend %s: the %s backend has one attention kernel "
+                             "(leave the flag out or give auto)",
+                             c->attention_backend == LOOM_ATTN_FUSED ? "fused" : "flash",
+                             t->be->ops->name);
+        LOOM_CHECK(t->be->ops->set_attention_backend(t->be, c->attention_backend));
+    }
     {
         struct loom_pipe_op *ops;
         int64_t nops;

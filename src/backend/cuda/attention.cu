@@ -1,7 +1,9 @@
-/* Attention (fp32, flash-style) and rotary embeddings. With 16-bit matrix products (bf16, or
- * fp16 under --fp16), head size 64 or 128 and no attention dropout, attention_bf16.cu's
- * tensor-core kernels run instead, in the products' 16-bit type (their backward makes Dv in its
- * own conversion pass).
+/* Attention (fp32, flash-style) and rotary embeddings, and the choice of attention kernel:
+ * bf16 arrays without grouped heads or dropout go to cuDNN's fused attention where it is built in
+ * and has a plan (attention_cudnn.cu); otherwise, with 16-bit matrix products (bf16, or fp16 under
+ * --fp16), head size 64 or 128 and no attention dropout, attention_bf16.cu's tensor-core kernels
+ * run, in the products' 16-bit type (their backward makes Dv in its own conversion pass); the
+ * fp32 kernels here take the rest.
  *
  * qkv[B,T,(NH+2*NKV)*HS]: a row holds NKV groups, each [G = NH/NKV query heads | k | v] of HS.
  * out[B,T,NH*HS], lse[B,NH,T]. Query head h reads the k/v head of its group, h / G.
@@ -469,6 +471,9 @@ void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse,
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
     at_check(a);
     const int typed = loom_cuda_typed16(be, a->dt, "attention_forward");
+    if (loom_cuda_attention_cudnn_ok(be, a) &&
+        loom_cuda_attention_forward_cudnn(be, out, lse, qkv, a))
+        return;
     if (loom_cuda_attention_bf16_ok(be, a)) {
         loom_cuda_attention_forward_bf16(be, out, lse, qkv, a);
         return;
@@ -493,6 +498,9 @@ void loom_cuda_attention_backward(struct loom_backend *be, void *dqkv, const voi
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;
     at_check(a);
     const int typed = loom_cuda_typed16(be, a->dt, "attention_backward");
+    if (loom_cuda_attention_cudnn_ok(be, a) &&
+        loom_cuda_attention_backward_cudnn(be, dqkv, dout, out, lse, qkv, a))
+        return;
     if (loom_cuda_attention_bf16_ok(be, a)) {
         loom_cuda_attention_backward_bf16(be, dqkv, dout, out, lse, qkv, a);
         return;

@@ -65,6 +65,8 @@ struct loom_cuda {
     int nplans, cap_plans;
     void *attn_ws;        /* 16-bit q, k, v, dout of the attention_bf16.cu kernels */
     size_t attn_ws_bytes;
+    void *cudnn;          /* cuDNN handle and attention plans (attention_cudnn.cu), made on use */
+    enum loom_attn_backend attn_backend; /* set_attention_backend */
 };
 
 static inline struct loom_cuda *loom_cuda_impl(struct loom_backend *be) {
@@ -259,6 +261,17 @@ void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float
  * with matmul_f16), head size 64 or 128, no dropout; the backward computes Dv = rowsum(dout * out)
  * itself. Arrays of type a->dt (fp32, or bf16 with bf16 products). */
 int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn *a);
+/* cuDNN's fused attention (attention_cudnn.cu): _ok says whether a may take it; forward and
+ * backward return 0 when cuDNN has no plan for the shape (the caller then takes loom's kernel). */
+int loom_cuda_attention_cudnn_ok(struct loom_backend *be, const struct loom_attn *a);
+int loom_cuda_attention_forward_cudnn(struct loom_backend *be, void *out, float *lse,
+                                      const void *qkv, const struct loom_attn *a);
+int loom_cuda_attention_backward_cudnn(struct loom_backend *be, void *dqkv, const void *dout,
+                                       const void *out, const float *lse, const void *qkv,
+                                       const struct loom_attn *a);
+void loom_cuda_cudnn_free(struct loom_backend *be);
+enum loom_status loom_cuda_set_attention_backend(struct loom_backend *be,
+                                                 enum loom_attn_backend kind);
 void loom_cuda_attention_forward_bf16(struct loom_backend *be, void *out, float *lse,
                                       const void *qkv, const struct loom_attn *a);
 void loom_cuda_attention_backward_bf16(struct loom_backend *be, void *dqkv, const void *dout,

@@ -81,6 +81,7 @@ static void cuda_destroy(struct loom_backend *be) {
         cudaSetDevice(c->device);
         if (c->stream) cudaStreamSynchronize(c->stream);
         loom_cuda_matmul_free(be);
+        loom_cuda_cudnn_free(be);
         if (c->cublas) cublasDestroy(c->cublas);
         if (c->host_double) cudaFreeHost(c->host_double);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -204,6 +205,7 @@ static const struct loom_backend_ops g_cuda_ops = {
     .set_matmul_dtype = loom_cuda_set_matmul_dtype,
     .linear_xent_dtype = loom_cuda_linear_xent_dtype,
     .activation_dtype = loom_cuda_activation_dtype,
+    .set_attention_backend = loom_cuda_set_attention_backend,
     .memory_stats = cuda_memory_stats,
     .stream = cuda_stream,
 };

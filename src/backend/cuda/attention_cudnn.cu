@@ -1,0 +1,642 @@
+/* Attention through cuDNN's fused flash attention (its graph API, backend descriptors), used by
+ * the attention ops for bf16 arrays (loom_attn.dt BF16, with bf16 products) when every query head
+ * has its own key/value head (NKV = NH), the head size is a multiple of 8 up to 128, and there is
+ * no attention dropout; everything else takes loom's own kernels (attention_bf16.cu, attention.cu).
+ * Built where CMake finds cuDNN 9 (LOOM_HAVE_CUDNN); without it loom_cuda_attention_cudnn_ok is 0.
+ *
+ * Same contract as the other attention kernels: out, lse (natural log of the row sums of
+ * exp(scale q.k), fp32 [B, NH, T]) and dqkv assigned. cuDNN reads q, k and v in place from the
+ * interleaved qkv rows [B, T, 3 NH HS] (head h's q, k, v at columns 3 h HS, 3 h HS + HS and
+ * 3 h HS + 2 HS: the grouped order with one query head a group) through strides, and writes out and
+ * dqkv the same way: no conversion pass. The backward accumulates dq with atomics in fp32, so a
+ * run is not bit-for-bit repeatable (loom's own kernel is: --attention-backend flash).
+ *
+ * Graphs (one per shape, direction and mask, built on first use and kept; a shape that cuDNN
+ * cannot run falls back to loom's kernel with one line on stderr, or is an error under
+ * --attention-backend fused):
+ *   forward:  S = scale Q K^T, masked (causal: key index > query index gets -inf),
+ *             stats = max + log(sum exp(S - max)), P = exp(S - max) / sum (bf16), O = P V
+ *   backward: Dsum = rowsum(dO * O); P = exp(mask(scale Q K^T) - stats);
+ *             dV = P^T dO; dS = P (dO V^T - Dsum) scale; dK = dS^T Q; dQ = dS K (fp32, then bf16)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/common.cuh"
+
+#ifdef LOOM_HAVE_CUDNN
+#include <cudnn.h>
+
+enum { /* tensor ids of the graphs' operands */
+       U_Q = 1,
+       U_K,
+       U_V,
+       U_O,
+       U_STATS,
+       U_SCALE,
+       U_NEG_INF,
+       U_ONE,
+       U_DO,
+       U_DQ,
+       U_DK,
+       U_DV,
+       U_DSUM,   /* workspace: rowsum(dO * O) */
+       U_DQ_ACC, /* workspace: dq in fp32 */
+       U_VIRTUAL = 100
+};
+
+struct sdpa_plan {
+    int64_t B, T, NH, HS;
+    int causal, backward;
+    cudnnBackendDescriptor_t plan; /* NULL: cuDNN cannot run this shape */
+    int64_t ws_bytes;              /* cuDNN's workspace */
+};
+
+struct loom_cudnn {
+    cudnnHandle_t handle;
+    int failed; /* no handle could be made: never try again */
+    struct sdpa_plan *plans;
+    int nplans, cap;
+    void *ws; /* cuDNN's workspace, then the backward's Dsum and dq accumulator */
+    size_t ws_bytes;
+};
+
+/* ---- graph building: every descriptor made goes to a list, destroyed with the graph ---- */
+
+struct gb {
+    cudnnBackendDescriptor_t descs[160];
+    int ndescs;
+    cudnnBackendDescriptor_t ops[48];
+    int nops;
+    int64_t next_virtual;
+    cudnnStatus_t err; /* first failure */
+    const char *what;  /* what failed */
+};
+
+static cudnnBackendDescriptor_t gb_new(struct gb *g, cudnnBackendDescriptorType_t type) {
+    cudnnBackendDescriptor_t d = NULL;
+    if (g->err != CUDNN_STATUS_SUCCESS) return NULL;
+    if (g->ndescs == (int)(sizeof g->descs / sizeof g->descs[0])) {
+        g->err = CUDNN_STATUS_INTERNAL_ERROR;
+        g->what = "descriptor list full";
+        return NULL;
+    }
+    g->err = cudnnBackendCreateDescriptor(type, &d);
+    if (g->err != CUDNN_STATUS_SUCCESS) {
+        g->what = "create descriptor";
+        return NULL;
+    }
+    g->descs[g->ndescs++] = d;
+    return d;
+}
+
+static void gb_set(struct gb *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                   cudnnBackendAttributeType_t type, int64_t n, const void *v, const char *what) {
+    if (g->err != CUDNN_STATUS_SUCCESS) return;
+    g->err = cudnnBackendSetAttribute(d, name, type, n, v);
+    if (g->err != CUDNN_STATUS_SUCCESS) g->what = what;
+}
+
+static void gb_fin(struct gb *g, cudnnBackendDescriptor_t d, const char *what) {
+    if (g->err != CUDNN_STATUS_SUCCESS) return;
+    g->err = cudnnBackendFinalize(d);
+    if (g->err != CUDNN_STATUS_SUCCESS) g->what = what;
+}
+
+static void gb_free(struct gb *g) {
+    for (int i = g->ndescs - 1; i >= 0; i--)
+        cudnnBackendDestroyDescriptor(g->descs[i]);
+    g->ndescs = 0;
+}
+
+/* A tensor [d0, d1, d2, d3] with strides s; uid 0 makes a new virtual (graph-internal) one. */
+static cudnnBackendDescriptor_t gb_tensor(struct gb *g, int64_t uid, cudnnDataType_t dt,
+                                          const int64_t d[4], const int64_t s[4], int by_value) {
+    cudnnBackendDescriptor_t t = gb_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    bool virt = uid == 0, byv = by_value != 0;
+    if (virt) uid = g->next_virtual++;
+    int64_t align = 16;
+    gb_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor type");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, d, "tensor dims");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, s, "tensor strides");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor id");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor align");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "tensor virtual");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byv, "tensor by value");
+    gb_fin(g, t, "tensor");
+    return t;
+}
+
+/* Dense strides of dims d (row-major) */
+static void dense(const int64_t d[4], int64_t s[4]) {
+    s[3] = 1;
+    for (int i = 2; i >= 0; i--)
+        s[i] = s[i + 1] * d[i + 1];
+}
+
+/* A virtual fp32 (or dt) tensor of dims (d0, d1, d2, d3), dense */
+static cudnnBackendDescriptor_t gb_virtual(struct gb *g, cudnnDataType_t dt, int64_t d0, int64_t d1,
+                                           int64_t d2, int64_t d3) {
+    int64_t d[4] = {d0, d1, d2, d3}, s[4];
+    dense(d, s);
+    return gb_tensor(g, 0, dt, d, s, 0);
+}
+
+static cudnnBackendDescriptor_t gb_scalar(struct gb *g, int64_t uid) {
+    const int64_t one[4] = {1, 1, 1, 1};
+    return gb_tensor(g, uid, CUDNN_DATA_FLOAT, one, one, 1);
+}
+
+static void gb_op(struct gb *g, cudnnBackendDescriptor_t op, const char *what) {
+    gb_fin(g, op, what);
+    if (g->err == CUDNN_STATUS_SUCCESS) g->ops[g->nops++] = op;
+}
+
+/* y = mode(x[, b[, t]]) pointwise; compute type prec; axis for GEN_INDEX (else -1) */
+static void gb_pw(struct gb *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+                  cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                  cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis) {
+    cudnnBackendDescriptor_t pw = gb_new(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    gb_set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pw mode");
+    gb_set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pw prec");
+    if (axis >= 0) gb_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "pw axis");
+    gb_fin(g, pw, "pointwise descriptor");
+    cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+           &pw, "pw op desc");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
+           "pw x");
+    if (b)
+        gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b,
+               "pw b");
+    if (t)
+        gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t,
+               "pw t");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
+           "pw y");
+    gb_op(g, op, "pointwise op");
+}
+
+static void gb_matmul(struct gb *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                      cudnnBackendDescriptor_t c) {
+    cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t mm = gb_new(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    gb_set(g, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "matmul comp");
+    gb_fin(g, mm, "matmul descriptor");
+    cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "mm a");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "mm b");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "mm c");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, "mm");
+    gb_op(g, op, "matmul op");
+}
+
+/* y = reduction of x over the dimensions where y has extent 1 */
+static void gb_reduce(struct gb *g, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+                      cudnnBackendDescriptor_t y) {
+    cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t r = gb_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    gb_set(g, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode,
+           "reduction mode");
+    gb_set(g, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "reduction comp");
+    gb_fin(g, r, "reduction descriptor");
+    cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
+           "reduction x");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
+           "reduction y");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r,
+           "reduction desc");
+    gb_op(g, op, "reduction op");
+}
+
+/* y = x seen through y's dims and strides (a transpose of a virtual tensor) */
+static void gb_reshape(struct gb *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t op = gb_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
+           "reshape x");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
+           "reshape y");
+    gb_op(g, op, "reshape op");
+}
+
+/* The operands in qkv / out layout: q, k, v of head h at (3 h + j) HS in rows of 3 NH HS. */
+struct sdpa_layout {
+    int64_t B, NH, T, HS;
+    int64_t qkv[4]; /* strides of q, k, v as [B, NH, T, HS] */
+    int64_t o[4];   /* strides of out, dout as [B, NH, T, HS] */
+};
+
+static struct sdpa_layout sdpa_layout_of(const struct sdpa_plan *p) {
+    struct sdpa_layout l;
+    l.B = p->B;
+    l.NH = p->NH;
+    l.T = p->T;
+    l.HS = p->HS;
+    int64_t R = 3 * p->NH * p->HS, C = p->NH * p->HS;
+    l.qkv[0] = p->T * R;
+    l.qkv[1] = 3 * p->HS;
+    l.qkv[2] = R;
+    l.qkv[3] = 1;
+    l.o[0] = p->T * C;
+    l.o[1] = p->HS;
+    l.o[2] = C;
+    l.o[3] = 1;
+    return l;
+}
+
+/* An operand [B, NH, T, HS] with strides st, or transposed ([B, NH, HS, T]) when tr */
+static cudnnBackendDescriptor_t gb_operand(struct gb *g, int64_t uid, const struct sdpa_layout *l,
+                                           const int64_t st[4], int tr) {
+    int64_t d[4] = {l->B, l->NH, tr ? l->HS : l->T, tr ? l->T : l->HS};
+    int64_t s[4] = {st[0], st[1], tr ? st[3] : st[2], tr ? st[2] : st[3]};
+    return gb_tensor(g, uid, CUDNN_DATA_BFLOAT16, d, s, 0);
+}
+
+/* The masked, scaled scores of Q K^T, [B, NH, T, T] fp32 (virtual) */
+static cudnnBackendDescriptor_t gb_scores(struct gb *g, const struct sdpa_plan *p,
+                                          cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt) {
+    int64_t B = p->B, H = p->NH, T = p->T;
+    cudnnBackendDescriptor_t s = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_matmul(g, q, kt, s);
+    cudnnBackendDescriptor_t ss = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, gb_scalar(g, U_SCALE), NULL, ss, -1);
+    return ss;
+}
+
+/* causal: x where key index <= query index, else -inf */
+static cudnnBackendDescriptor_t gb_causal(struct gb *g, const struct sdpa_plan *p,
+                                          cudnnBackendDescriptor_t x) {
+    if (!p->causal) return x;
+    int64_t B = p->B, H = p->NH, T = p->T;
+    cudnnBackendDescriptor_t row = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
+    cudnnBackendDescriptor_t col = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
+    cudnnBackendDescriptor_t keep = gb_virtual(g, CUDNN_DATA_BOOLEAN, B, H, T, T);
+    cudnnBackendDescriptor_t y = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, NULL, NULL, row, 2);
+    gb_pw(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, NULL, NULL, col, 3);
+    gb_pw(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, NULL, keep, -1);
+    gb_pw(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, gb_scalar(g, U_NEG_INF), keep, y,
+          -1);
+    return y;
+}
+
+static void gb_forward(struct gb *g, const struct sdpa_plan *p) {
+    struct sdpa_layout l = sdpa_layout_of(p);
+    int64_t B = p->B, H = p->NH, T = p->T;
+    cudnnBackendDescriptor_t q = gb_operand(g, U_Q, &l, l.qkv, 0);
+    cudnnBackendDescriptor_t kt = gb_operand(g, U_K, &l, l.qkv, 1);
+    cudnnBackendDescriptor_t v = gb_operand(g, U_V, &l, l.qkv, 0);
+    cudnnBackendDescriptor_t o = gb_operand(g, U_O, &l, l.o, 0);
+    int64_t sd[4] = {B, H, T, 1}, ss[4];
+    dense(sd, ss);
+    cudnnBackendDescriptor_t stats = gb_tensor(g, U_STATS, CUDNN_DATA_FLOAT, sd, ss, 0);
+
+    cudnnBackendDescriptor_t s = gb_causal(g, p, gb_scores(g, p, q, kt));
+    cudnnBackendDescriptor_t mx = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, 1);
+    gb_reduce(g, CUDNN_REDUCE_TENSOR_MAX, s, mx);
+    cudnnBackendDescriptor_t sub = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s, mx, NULL, sub, -1);
+    cudnnBackendDescriptor_t e = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sub, NULL, NULL, e, -1);
+    cudnnBackendDescriptor_t sum = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, 1);
+    gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, e, sum);
+    cudnnBackendDescriptor_t lg = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, 1);
+    gb_pw(g, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, NULL, NULL, lg, -1);
+    gb_pw(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, mx, lg, NULL, stats, -1);
+    cudnnBackendDescriptor_t pr = gb_virtual(g, CUDNN_DATA_BFLOAT16, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, sum, NULL, pr, -1);
+    gb_matmul(g, pr, v, o);
+}
+
+static void gb_backward(struct gb *g, const struct sdpa_plan *p) {
+    struct sdpa_layout l = sdpa_layout_of(p);
+    int64_t B = p->B, H = p->NH, T = p->T, D = p->HS;
+    cudnnBackendDescriptor_t q = gb_operand(g, U_Q, &l, l.qkv, 0);
+    cudnnBackendDescriptor_t kt = gb_operand(g, U_K, &l, l.qkv, 1);
+    cudnnBackendDescriptor_t vt = gb_operand(g, U_V, &l, l.qkv, 1);
+    cudnnBackendDescriptor_t o = gb_operand(g, U_O, &l, l.o, 0);
+    cudnnBackendDescriptor_t dout = gb_operand(g, U_DO, &l, l.o, 0);
+    cudnnBackendDescriptor_t dq = gb_operand(g, U_DQ, &l, l.qkv, 0);
+    cudnnBackendDescriptor_t dk = gb_operand(g, U_DK, &l, l.qkv, 0);
+    cudnnBackendDescriptor_t dv = gb_operand(g, U_DV, &l, l.qkv, 0);
+    int64_t sd[4] = {B, H, T, 1}, ss[4];
+    dense(sd, ss);
+    cudnnBackendDescriptor_t stats = gb_tensor(g, U_STATS, CUDNN_DATA_FLOAT, sd, ss, 0);
+    cudnnBackendDescriptor_t dsum = gb_tensor(g, U_DSUM, CUDNN_DATA_FLOAT, sd, ss, 0);
+    int64_t ad[4] = {B, H, T, D}, as[4];
+    dense(ad, as);
+    cudnnBackendDescriptor_t dq_acc = gb_tensor(g, U_DQ_ACC, CUDNN_DATA_FLOAT, ad, as, 0);
+
+    /* Dsum = rowsum(dO * O) (times 1: the form cuDNN's engine expects) */
+    int64_t md[4] = {B, H, T, D}, ms[4] = {H * T * D, T * D, H * D, 1};
+    cudnnBackendDescriptor_t prod = gb_tensor(g, 0, CUDNN_DATA_FLOAT, md, ms, 0);
+    gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dout, o, NULL, prod, -1);
+    cudnnBackendDescriptor_t rsum = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, 1);
+    gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, prod, rsum);
+    gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, rsum, gb_scalar(g, U_ONE), NULL, dsum, -1);
+
+    /* P = exp(mask(S) - stats) */
+    cudnnBackendDescriptor_t s = gb_scores(g, p, q, kt);
+    cudnnBackendDescriptor_t sub = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s, stats, NULL, sub, -1);
+    cudnnBackendDescriptor_t masked = gb_causal(g, p, sub);
+    cudnnBackendDescriptor_t pr = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, masked, NULL, NULL, pr, -1);
+
+    /* dV = P^T dO */
+    int64_t td[4] = {B, H, T, T}, ts[4] = {H * T * T, T * T, 1, T};
+    cudnnBackendDescriptor_t prt = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
+    gb_reshape(g, pr, prt);
+    gb_matmul(g, prt, dout, dv);
+
+    /* dS = P (dO V^T - Dsum) scale */
+    cudnnBackendDescriptor_t dp = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_matmul(g, dout, vt, dp);
+    cudnnBackendDescriptor_t dps = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, dsum, NULL, dps, -1);
+    cudnnBackendDescriptor_t ds0 = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dps, pr, NULL, ds0, -1);
+    cudnnBackendDescriptor_t ds = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pw(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, ds0, gb_scalar(g, U_SCALE), NULL, ds, -1);
+
+    /* dK = dS^T Q */
+    cudnnBackendDescriptor_t dst = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
+    gb_reshape(g, ds, dst);
+    gb_matmul(g, dst, q, dk);
+
+    /* dQ = dS K, accumulated in fp32, then rounded into dqkv */
+    int64_t kd[4] = {B, H, T, D}, ks[4] = {l.qkv[0], l.qkv[1], l.qkv[2], l.qkv[3]};
+    cudnnBackendDescriptor_t k = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, kd, ks, 0);
+    gb_reshape(g, kt, k);
+    gb_matmul(g, ds, k, dq_acc);
+    gb_pw(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_acc, NULL, NULL, dq, -1);
+}
+
+/* Builds and finalizes the plan of p (p->plan stays NULL when cuDNN has none). */
+static void sdpa_build(struct loom_cudnn *cd, struct sdpa_plan *p, int strict) {
+    struct gb *g = (struct gb *)calloc(1, sizeof *g);
+    LOOM_ASSERT(g);
+    g->next_virtual = U_VIRTUAL;
+    g->err = CUDNN_STATUS_SUCCESS;
+    if (p->backward)
+        gb_backward(g, p);
+    else
+        gb_forward(g, p);
+    cudnnBackendDescriptor_t graph = gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops,
+           "graph ops");
+    gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &cd->handle,
+           "graph handle");
+    gb_fin(g, graph, "operation graph");
+    cudnnBackendDescriptor_t heur = gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph,
+           "heuristics graph");
+    gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
+    gb_fin(g, heur, "heuristics");
+    int64_t ncfg = 0;
+    if (g->err == CUDNN_STATUS_SUCCESS) {
+        g->err = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &ncfg, NULL);
+        if (g->err != CUDNN_STATUS_SUCCESS) g->what = "heuristics count";
+    }
+    if (ncfg > 8) ncfg = 8;
+    cudnnBackendDescriptor_t cfgs[8];
+    for (int64_t i = 0; i < ncfg; i++)
+        cfgs[i] = gb_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (g->err == CUDNN_STATUS_SUCCESS && ncfg > 0) {
+        int64_t got = 0;
+        g->err = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &got, cfgs);
+        if (g->err != CUDNN_STATUS_SUCCESS) g->what = "heuristics results";
+        ncfg = got;
+    }
+    cudnnStatus_t last = ncfg > 0 ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED;
+    for (int64_t i = 0; g->err == CUDNN_STATUS_SUCCESS && i < ncfg && !p->plan; i++) {
+        cudnnBackendDescriptor_t plan = NULL;
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
+            CUDNN_STATUS_SUCCESS)
+            break;
+        last = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE,
+                                        1, &cd->handle);
+        if (last == CUDNN_STATUS_SUCCESS)
+            last = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+        if (last == CUDNN_STATUS_SUCCESS) last = cudnnBackendFinalize(plan);
+        int64_t ws = 0, n = 0;
+        if (last == CUDNN_STATUS_SUCCESS)
+            last = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                            CUDNN_TYPE_INT64, 1, &n, &ws);
+        if (last == CUDNN_STATUS_SUCCESS) {
+            p->plan = plan;
+            p->ws_bytes = ws;
+        } else {
+            cudnnBackendDestroyDescriptor(plan);
+        }
+    }
+    if (!p->plan) {
+        char msg[256] = "", line[768];
+        cudnnGetLastErrorString(msg, sizeof msg);
+        snprintf(line, sizeof line,
+                 "cuDNN attention %s has no plan for B %lld T %lld heads %lld head size %lld%s "
+                 "(%s: %s%s%s)",
+                 p->backward ? "backward" : "forward", (long long)p->B, (long long)p->T,
+                 (long long)p->NH, (long long)p->HS, p->causal ? " causal" : "",
+                 g->err != CUDNN_STATUS_SUCCESS ? g->what : "execution plan",
+                 cudnnGetErrorString(g->err != CUDNN_STATUS_SUCCESS ? g->err : last),
+                 msg[0] ? ", " : "", msg);
+        if (strict) loom_abort(__FILE__, __LINE__, "--attention-backend fused: %s", line);
+        fprintf(stderr, "loom: %s; using loom's attention kernel\n", line);
+    }
+    gb_free(g); /* the plan keeps what it needs */
+    free(g);
+}
+
+static struct loom_cudnn *cudnn_state(struct loom_backend *be) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (!c->cudnn) {
+        struct loom_cudnn *cd = (struct loom_cudnn *)calloc(1, sizeof *cd);
+        LOOM_ASSERT(cd);
+        cudnnStatus_t st = cudnnCreate(&cd->handle);
+        if (st == CUDNN_STATUS_SUCCESS) st = cudnnSetStream(cd->handle, c->stream);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            if (c->attn_backend == LOOM_ATTN_FUSED)
+                loom_abort(__FILE__, __LINE__, "--attention-backend fused: cuDNN unavailable (%s)",
+                           cudnnGetErrorString(st));
+            fprintf(stderr, "loom: cuDNN unavailable (%s); using loom's attention kernel\n",
+                    cudnnGetErrorString(st));
+            cd->failed = 1;
+        }
+        c->cudnn = cd;
+    }
+    return (struct loom_cudnn *)c->cudnn;
+}
+
+static struct sdpa_plan *sdpa_plan_for(struct loom_backend *be, const struct loom_attn *a,
+                                       int backward) {
+    struct loom_cudnn *cd = cudnn_state(be);
+    if (cd->failed) return NULL;
+    for (int i = 0; i < cd->nplans; i++) {
+        struct sdpa_plan *p = &cd->plans[i];
+        if (p->B == a->B && p->T == a->T && p->NH == a->NH && p->HS == a->HS &&
+            p->causal == (a->causal != 0) && p->backward == backward)
+            return p->plan ? p : NULL;
+    }
+    if (cd->nplans == cd->cap) {
+        cd->cap = cd->cap ? 2 * cd->cap : 8;
+        cd->plans = (struct sdpa_plan *)realloc(cd->plans, (size_t)cd->cap * sizeof *cd->plans);
+        LOOM_ASSERT(cd->plans);
+    }
+    struct sdpa_plan *p = &cd->plans[cd->nplans++];
+    memset(p, 0, sizeof *p);
+    p->B = a->B;
+    p->T = a->T;
+    p->NH = a->NH;
+    p->HS = a->HS;
+    p->causal = a->causal != 0;
+    p->backward = backward;
+    sdpa_build(cd, p, loom_cuda_impl(be)->attn_backend == LOOM_ATTN_FUSED);
+    return p->plan ? p : NULL;
+}
+
+static void sdpa_execute(struct loom_backend *be, struct sdpa_plan *p, int n, const int64_t *uids,
+                         void **ptrs, void *ws) {
+    struct loom_cudnn *cd = (struct loom_cudnn *)loom_cuda_impl(be)->cudnn;
+    cudnnBackendDescriptor_t vp = NULL;
+    cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n,
+                                      uids);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                      CUDNN_TYPE_VOID_PTR, n, ptrs);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+                                      &ws);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(vp);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(cd->handle, p->plan, vp);
+    if (vp) cudnnBackendDestroyDescriptor(vp);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        char msg[256] = "";
+        cudnnGetLastErrorString(msg, sizeof msg);
+        loom_abort(__FILE__, __LINE__, "cuDNN attention %s failed: %s %s",
+                   p->backward ? "backward" : "forward", cudnnGetErrorString(st), msg);
+    }
+}
+
+/* cuDNN's workspace followed by `extra` bytes, 256-aligned */
+static char *sdpa_workspace(struct loom_backend *be, const struct sdpa_plan *p, size_t extra) {
+    struct loom_cudnn *cd = (struct loom_cudnn *)loom_cuda_impl(be)->cudnn;
+    size_t head = ((size_t)p->ws_bytes + 255) & ~(size_t)255;
+    loom_cuda_grow(be, &cd->ws, &cd->ws_bytes, head + extra + 1, "cuDNN attention workspace");
+    return (char *)cd->ws;
+}
+
+int loom_cuda_attention_cudnn_ok(struct loom_backend *be, const struct loom_attn *a) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (c->attn_backend == LOOM_ATTN_FLASH || !c->matmul_bf16 || c->matmul_f16 ||
+        a->dt != LOOM_DTYPE_BF16 || a->NKV != a->NH || a->HS % 8 != 0 || a->HS > 128 ||
+        a->dropout_p != 0.0f || !(a->scale > 0.0f) || a->B < 1 || a->T < 1 || a->NH < 1)
+        return 0;
+    if (c->cudnn && ((struct loom_cudnn *)c->cudnn)->failed) return 0;
+    return 1;
+}
+
+int loom_cuda_attention_forward_cudnn(struct loom_backend *be, void *out, float *lse,
+                                      const void *qkv, const struct loom_attn *a) {
+    struct sdpa_plan *p = sdpa_plan_for(be, a, 0);
+    if (!p) return 0;
+    const char *base = (const char *)qkv;
+    size_t hb = (size_t)a->HS * 2; /* bytes of one head */
+    float scale = a->scale, neg_inf = -INFINITY;
+    int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEG_INF};
+    void *ptrs[] = {(void *)base, (void *)(base + hb), (void *)(base + 2 * hb), out, lse, &scale,
+                    &neg_inf};
+    int n = p->causal ? 7 : 6;
+    sdpa_execute(be, p, n, uids, ptrs, sdpa_workspace(be, p, 0));
+    return 1;
+}
+
+int loom_cuda_attention_backward_cudnn(struct loom_backend *be, void *dqkv, const void *dout,
+                                       const void *out, const float *lse, const void *qkv,
+                                       const struct loom_attn *a) {
+    struct sdpa_plan *p = sdpa_plan_for(be, a, 1);
+    if (!p) return 0;
+    size_t head = ((size_t)p->ws_bytes + 255) & ~(size_t)255;
+    size_t nsum = (size_t)(a->B * a->NH * a->T) * sizeof(float);
+    size_t nsum_al = (nsum + 255) & ~(size_t)255;
+    size_t nacc = (size_t)(a->B * a->NH * a->T * a->HS) * sizeof(float);
+    char *ws = sdpa_workspace(be, p, nsum_al + nacc);
+    if (cudnnGetVersion() < 90600) /* older engines expect the dq accumulator zeroed */
+        LOOM_CUDA_CHECK(cudaMemsetAsync(ws + head + nsum_al, 0, nacc, loom_cuda_stream(be)));
+    const char *base = (const char *)qkv;
+    char *dbase = (char *)dqkv;
+    size_t hb = (size_t)a->HS * 2;
+    float scale = a->scale, neg_inf = -INFINITY, one = 1.0f;
+    int64_t uids[] = {U_Q,  U_K,  U_V,    U_O,      U_DO,    U_STATS, U_DQ,
+                      U_DK, U_DV, U_DSUM, U_DQ_ACC, U_SCALE, U_ONE,   U_NEG_INF};
+    void *ptrs[] = {(void *)base,
+                    (void *)(base + hb),
+                    (void *)(base + 2 * hb),
+                    (void *)out,
+                    (void *)dout,
+                    (void *)lse,
+                    dbase,
+                    dbase + hb,
+                    dbase + 2 * hb,
+                    ws + head,
+                    ws + head + nsum_al,
+                    &scale,
+                    &one,
+                    &neg_inf};
+    int n = p->causal ? 14 : 13;
+    sdpa_execute(be, p, n, uids, ptrs, ws);
+    return 1;
+}
+
+enum loom_status loom_cuda_set_attention_backend(struct loom_backend *be,
+                                                 enum loom_attn_backend kind) {
+    loom_cuda_impl(be)->attn_backend = kind;
+    return LOOM_OK;
+}
+
+void loom_cuda_cudnn_free(struct loom_backend *be) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    struct loom_cudnn *cd = (struct loom_cudnn *)c->cudnn;
+    if (!cd) return;
+    for (int i = 0; i < cd->nplans; i++)
+        if (cd->plans[i].plan) cudnnBackendDestroyDescriptor(cd->plans[i].plan);
+    free(cd->plans);
+    if (cd->handle) cudnnDestroy(cd->handle);
+    free(cd); /* the workspace is one of the backend's allocations, freed with them */
+    c->cudnn = NULL;
+}
+
+#else /* no cuDNN: loom's own kernels only */
+
+int loom_cuda_attention_cudnn_ok(struct loom_backend *, const struct loom_attn *) {
+    return 0;
+}
+int loom_cuda_attention_forward_cudnn(struct loom_backend *, void *, float *, const void *,
+                                      const struct loom_attn *) {
+    return 0;
+}
+int loom_cuda_attention_backward_cudnn(struct loom_backend *, void *, const void *, const void *,
+                                       const float *, const void *, const struct loom_attn *) {
+    return 0;
+}
+void loom_cuda_cudnn_free(struct loom_backend *) {}
+enum loom_status loom_cuda_set_attention_backend(struct loom_backend *be,
+                                                 enum loom_attn_backend kind) {
+    if (kind == LOOM_ATTN_FUSED)
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "--attention-backend fused: this loom was built without cuDNN (install "
+                         "cuDNN 9 and rebuild, or give auto or flash)");
+    loom_cuda_impl(be)->attn_backend = kind;
+    return LOOM_OK;
+}
+
+#endif
