@@ -251,6 +251,15 @@ struct loom_backend_ops {
     void (*adamw)(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
                   int64_t n, float lr, float beta1, float beta2, float eps, float wd,
                   int64_t step, float grad_scale);
+    /* adamw on nranges ranges [off[k], off[k] + len[k]) of the flat buffers param, grad, m and v
+     * (host arrays off, len, decay; the ranges do not overlap; an empty range is skipped), with
+     * weight decay wd where decay[k] is nonzero and 0 elsewhere: a whole optimizer step in one
+     * call. Element by element the same bits as adamw called on each range with the same
+     * arguments; elements outside the ranges are left as they are. */
+    void (*adamw_ranges)(struct loom_backend *be, float *param, const float *grad, float *m,
+                         float *v, const int64_t *off, const int64_t *len, const uint8_t *decay,
+                         int nranges, float lr, float beta1, float beta2, float eps, float wd,
+                         int64_t step, float grad_scale);
     /* Sum of squares over nranges ranges x[off[k], off[k] + len[k]) (host arrays), accumulated
      * in double in a fixed order and returned on the host: the gradient norm of many parameters
      * with one wait for the device. Equal to adding up sumsq over the ranges, up to rounding. */
@@ -265,8 +274,8 @@ struct loom_backend_ops {
      * ops with typed activations; bias gradients may then be summed from the rounded
      * output gradient, within the 16-bit rounding of the fp32 ops). Weights inside [params, params + n) get a bf16 copy that is refreshed once after
      * they change (the backend notices its own writes there: to_device, copy, zero, add, axpy,
-     * scale, adamw); other operands are converted per call into a reusable workspace.
-     * Any other type is LOOM_ERR_UNSUPPORTED. */
+     * scale, adamw, adamw_ranges); other operands are converted per call into a reusable
+     * workspace. Any other type is LOOM_ERR_UNSUPPORTED. */
     enum loom_status (*set_matmul_dtype)(struct loom_backend *be, enum loom_dtype dt,
                                          const float *params, int64_t n);
     /* Element type of the logits that linear_xent keeps in its workspace under the current

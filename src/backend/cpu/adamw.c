@@ -60,10 +60,9 @@ static void adamw_range(float *restrict p, const float *restrict gr, float *rest
     }
 }
 
-void loom_cpu_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
-                    int64_t n, float lr, float beta1, float beta2, float eps, float wd,
-                    int64_t step, float grad_scale) {
-    (void)be;
+/* The constants of a step with weight decay wd, computed in double and rounded once. */
+static struct adamw_consts adamw_consts_of(float lr, float beta1, float beta2, float eps, float wd,
+                                           int64_t step, float grad_scale) {
     LOOM_ASSERT(step >= 1);
     const double bc1 = 1.0 - pow((double)beta1, (double)step);
     const double bc2 = 1.0 - pow((double)beta2, (double)step);
@@ -74,6 +73,14 @@ void loom_cpu_adamw(struct loom_backend *be, float *param, const float *grad, fl
         .inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2)),
         .eps = eps, .grad_scale = grad_scale,
     };
+    return k;
+}
+
+void loom_cpu_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
+                    int64_t n, float lr, float beta1, float beta2, float eps, float wd,
+                    int64_t step, float grad_scale) {
+    (void)be;
+    const struct adamw_consts k = adamw_consts_of(lr, beta1, beta2, eps, wd, step, grad_scale);
     if (n < 32768) {
         adamw_range(param, grad, m, v, 0, n, &k);
         return;
@@ -85,6 +92,48 @@ void loom_cpu_adamw(struct loom_backend *be, float *param, const float *grad, fl
         const int64_t chunk = ((n + nt - 1) / nt + 15) & ~(int64_t)15;
         const int64_t lo = id * chunk < n ? id * chunk : n, hi = lo + chunk < n ? lo + chunk : n;
         adamw_range(param, grad, m, v, lo, hi, &k);
+    }
+}
+
+/* The ranges laid end to end form one sequence of elements, cut into one contiguous slice per
+ * thread (one parallel region for the whole step); each thread runs adamw_range on the parts of
+ * the ranges its slice covers. Every element gets the arithmetic of loom_cpu_adamw with its
+ * range's constants, whichever thread and code path (vector or scalar) takes it: the same bits. */
+void loom_cpu_adamw_ranges(struct loom_backend *be, float *param, const float *grad, float *m,
+                           float *v, const int64_t *off, const int64_t *len, const uint8_t *decay,
+                           int nranges, float lr, float beta1, float beta2, float eps, float wd,
+                           int64_t step, float grad_scale) {
+    (void)be;
+    const struct adamw_consts k[2] = {
+        adamw_consts_of(lr, beta1, beta2, eps, 0.0f, step, grad_scale),
+        adamw_consts_of(lr, beta1, beta2, eps, wd, step, grad_scale),
+    };
+    int64_t total = 0;
+    for (int r = 0; r < nranges; r++)
+        if (len[r] > 0) total += len[r];
+    if (total < 32768) {
+        for (int r = 0; r < nranges; r++)
+            if (len[r] > 0)
+                adamw_range(param + off[r], grad + off[r], m + off[r], v + off[r], 0, len[r],
+                            &k[decay[r] != 0]);
+        return;
+    }
+#pragma omp parallel
+    {
+        const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+        const int64_t chunk = ((total + nt - 1) / nt + 15) & ~(int64_t)15;
+        const int64_t lo = id * chunk < total ? id * chunk : total;
+        const int64_t hi = lo + chunk < total ? lo + chunk : total;
+        int64_t start = 0; /* of range r in the sequence */
+        for (int r = 0; r < nranges && start < hi; r++) {
+            if (len[r] <= 0) continue;
+            const int64_t a = lo > start ? lo - start : 0;
+            const int64_t b = hi - start < len[r] ? hi - start : len[r];
+            if (a < b)
+                adamw_range(param + off[r], grad + off[r], m + off[r], v + off[r], a, b,
+                            &k[decay[r] != 0]);
+            start += len[r];
+        }
     }
 }
 

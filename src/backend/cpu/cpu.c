@@ -100,6 +100,7 @@ static const struct loom_backend_ops g_cpu_ops = {
     .xent_fused = loom_cpu_xent_fused,
     .linear_xent = loom_cpu_linear_xent,
     .adamw = loom_cpu_adamw,
+    .adamw_ranges = loom_cpu_adamw_ranges,
     .sumsq_ranges = loom_cpu_sumsq_ranges,
 };
 

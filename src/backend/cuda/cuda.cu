@@ -201,6 +201,7 @@ static const struct loom_backend_ops g_cuda_ops = {
     .xent_fused = loom_cuda_xent_fused,
     .linear_xent = loom_cuda_linear_xent,
     .adamw = loom_cuda_adamw,
+    .adamw_ranges = loom_cuda_adamw_ranges,
     .sumsq_ranges = loom_cuda_sumsq_ranges,
     .set_matmul_dtype = loom_cuda_set_matmul_dtype,
     .linear_xent_dtype = loom_cuda_linear_xent_dtype,

@@ -9,6 +9,11 @@
  * The decay uses p before the update (decoupled weight decay); step is 1-based. The constants
  * are computed once on the host in double.
  *
+ * adamw_ranges: every range is cut into pieces of LOOM_ADAMW_PIECE elements and one block
+ * updates one piece (a table of the ranges in the scratch buffer tells each block its range), so
+ * the whole optimizer step is one launch however many parameters there are. Its elements get
+ * the arithmetic of adamw_kernel, rounding by rounding.
+ *
  * sumsq_ranges: every range is cut into pieces of LOOM_SUMSQ_PIECE elements, one block per
  * piece writes its sum in double, and one block adds the pieces in order: a fixed summation
  * order (the same bits every run) and a single wait for the device.
@@ -19,37 +24,123 @@
 #include "backend/cuda/common.cuh"
 
 #define LOOM_ADAMW_THREADS 256
+#define LOOM_ADAMW_PIECE 4096
+
+/* The constants of a step, from the host: all but the weight decay's factor. */
+struct adamw_consts {
+    float beta1, beta2, eps, step_size, inv_sqrt_bc2, grad_scale;
+};
+
+static struct adamw_consts adamw_consts_of(float lr, float beta1, float beta2, float eps,
+                                           int64_t step, float grad_scale) {
+    LOOM_ASSERT(step >= 1);
+    const double bc1 = 1.0 - pow((double)beta1, (double)step);
+    const double bc2 = 1.0 - pow((double)beta2, (double)step);
+    struct adamw_consts k;
+    k.beta1 = beta1;
+    k.beta2 = beta2;
+    k.eps = eps;
+    k.step_size = (float)((double)lr / bc1);
+    k.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    k.grad_scale = grad_scale;
+    return k;
+}
+
+/* p (1 - lr wd): the factor the weight decay puts on p */
+static float adamw_decay(float lr, float wd) { return (float)(1.0 - (double)lr * (double)wd); }
+
+/* AdamW on element i, with explicit roundings (no fused multiply-add): the same bits as the CPU
+ * backend. */
+__device__ __forceinline__ void adamw_element(float *param, const float *grad, float *m, float *v,
+                                              int64_t i, const struct adamw_consts &k,
+                                              float decay) {
+    float g = __fmul_rn(grad[i], k.grad_scale);
+    float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(1.0f - k.beta1, g));
+    float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - k.beta2, g), g));
+    m[i] = mi;
+    v[i] = vi;
+    float den = __fadd_rn(__fmul_rn(sqrtf(vi), k.inv_sqrt_bc2), k.eps);
+    param[i] = __fsub_rn(__fmul_rn(param[i], decay), __fdiv_rn(__fmul_rn(k.step_size, mi), den));
+}
 
 __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, int64_t n,
-                             float beta1, float beta2, float eps, float decay, float step_size,
-                             float inv_sqrt_bc2, float grad_scale) {
+                             struct adamw_consts k, float decay) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        /* explicit roundings (no fused multiply-add): the same bits as the CPU backend */
-        float g = __fmul_rn(grad[i], grad_scale);
-        float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, g));
-        float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, g), g));
-        m[i] = mi;
-        v[i] = vi;
-        float den = __fadd_rn(__fmul_rn(sqrtf(vi), inv_sqrt_bc2), eps);
-        param[i] = __fsub_rn(__fmul_rn(param[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), den));
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        adamw_element(param, grad, m, v, i, k, decay);
 }
 
 void loom_cuda_adamw(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
                      int64_t n, float lr, float beta1, float beta2, float eps, float wd,
                      int64_t step, float grad_scale) {
     if (n <= 0) return;
-    LOOM_ASSERT(step >= 1);
+    const struct adamw_consts k = adamw_consts_of(lr, beta1, beta2, eps, step, grad_scale);
     loom_cuda_wrote(be, param, (size_t)n * sizeof(float));
-    const double bc1 = 1.0 - pow((double)beta1, (double)step);
-    const double bc2 = 1.0 - pow((double)beta2, (double)step);
-    const float step_size = (float)((double)lr / bc1);
-    const float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    const float decay = (float)(1.0 - (double)lr * (double)wd);
     adamw_kernel<<<loom_cuda_grid(n, LOOM_ADAMW_THREADS), LOOM_ADAMW_THREADS, 0,
-                   loom_cuda_stream(be)>>>(param, grad, m, v, n, beta1, beta2, eps, decay,
-                                           step_size, inv_sqrt_bc2, grad_scale);
+                   loom_cuda_stream(be)>>>(param, grad, m, v, n, k, adamw_decay(lr, wd));
+    LOOM_CUDA_LAUNCHED();
+}
+
+/* The range of piece p in a table of ranges of `width` int64 each whose third entry is the
+ * range's first piece: the last range whose first piece is <= p (binary search). */
+__device__ __forceinline__ int range_of_piece(const int64_t *desc, int width, int nranges,
+                                              int64_t p) {
+    int lo = 0, hi = nranges - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (desc[width * mid + 2] <= p) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* desc holds, per range, (offset, length, first piece, decay flag); block p updates piece p with
+ * decay_on or decay_off as its range's flag says. */
+__global__ void adamw_ranges_kernel(float *param, const float *grad, float *m, float *v,
+                                    const int64_t *desc, int nranges, struct adamw_consts k,
+                                    float decay_on, float decay_off) {
+    const int64_t p = blockIdx.x;
+    const int64_t *d = desc + 4 * range_of_piece(desc, 4, nranges, p);
+    const int64_t start = (p - d[2]) * LOOM_ADAMW_PIECE;
+    const int64_t n = d[1] - start < LOOM_ADAMW_PIECE ? d[1] - start : LOOM_ADAMW_PIECE;
+    const int64_t base = d[0] + start;
+    const float decay = d[3] ? decay_on : decay_off;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        adamw_element(param, grad, m, v, base + i, k, decay);
+}
+
+void loom_cuda_adamw_ranges(struct loom_backend *be, float *param, const float *grad, float *m,
+                            float *v, const int64_t *off, const int64_t *len,
+                            const uint8_t *decay, int nranges, float lr, float beta1, float beta2,
+                            float eps, float wd, int64_t step, float grad_scale) {
+    const struct adamw_consts k = adamw_consts_of(lr, beta1, beta2, eps, step, grad_scale);
+    int64_t pieces = 0;
+    int used = 0;
+    int64_t *desc = (int64_t *)malloc((size_t)(nranges > 0 ? nranges : 1) * 4 * sizeof(int64_t));
+    LOOM_ASSERT(desc);
+    for (int r = 0; r < nranges; r++) {
+        if (len[r] <= 0) continue;
+        loom_cuda_wrote(be, param + off[r], (size_t)len[r] * sizeof(float));
+        desc[4 * used] = off[r];
+        desc[4 * used + 1] = len[r];
+        desc[4 * used + 2] = pieces;
+        desc[4 * used + 3] = decay[r] != 0;
+        pieces += (len[r] + LOOM_ADAMW_PIECE - 1) / LOOM_ADAMW_PIECE;
+        used++;
+    }
+    if (used == 0) {
+        free(desc);
+        return;
+    }
+    LOOM_ASSERT(pieces < (int64_t)1 << 31);
+    cudaStream_t s = loom_cuda_stream(be);
+    const size_t bytes = (size_t)used * 4 * sizeof(int64_t);
+    int64_t *ddesc = (int64_t *)loom_cuda_scratch(be, bytes);
+    /* from pageable memory: the table is staged before the call returns, so it may be freed */
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(ddesc, desc, bytes, cudaMemcpyHostToDevice, s));
+    free(desc);
+    adamw_ranges_kernel<<<(unsigned)pieces, LOOM_ADAMW_THREADS, 0, s>>>(
+        param, grad, m, v, ddesc, used, k, adamw_decay(lr, wd), adamw_decay(lr, 0.0f));
     LOOM_CUDA_LAUNCHED();
 }
 
@@ -62,12 +153,7 @@ __global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64
                                     int nranges) {
     __shared__ double sh[32];
     int64_t p = blockIdx.x;
-    int lo = 0, hi = nranges - 1;
-    while (lo < hi) { /* binary search for the range of piece p */
-        int mid = (lo + hi + 1) / 2;
-        if (desc[3 * mid + 2] <= p) lo = mid;
-        else hi = mid - 1;
-    }
+    int lo = range_of_piece(desc, 3, nranges, p);
     int64_t start = (p - desc[3 * lo + 2]) * LOOM_SUMSQ_PIECE;
     int64_t n = desc[3 * lo + 1] - start < LOOM_SUMSQ_PIECE ? desc[3 * lo + 1] - start : LOOM_SUMSQ_PIECE;
     const float *xp = x + desc[3 * lo] + start;

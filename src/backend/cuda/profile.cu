@@ -5,10 +5,11 @@
  * is the device time between its two events, so the host keeps running ahead as it does without
  * the profile and the step time stays what it is. Rows are kept per op and per shape (the op's
  * first three integer arguments, e.g. N, C, OC of a linear op), so that the products of a layer
- * are told apart. Steps are counted at the optimizer (the first adamw call after other ops); the
- * first step (plans, workspaces, first touches) is left out, up to the end of its optimizer. The table goes to stderr when the
- * backend is destroyed, in ms per counted step; the step time minus the table's total is the
- * time the stream spent outside the backend's ops (waiting for communication or the host).
+ * are told apart. Steps are counted at the optimizer (the first adamw or adamw_ranges call after
+ * other ops); the first step (plans, workspaces, first touches) is left out, up to the end of its
+ * optimizer. The table goes to stderr when the backend is destroyed, in ms per counted step; the
+ * step time minus the table's total is the time the stream spent outside the backend's ops
+ * (waiting for communication or the host).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,7 @@ static cudaEvent_t g_ev[2 * PROF_PENDING];
 static int g_pending_row[PROF_PENDING];
 static int g_npending, g_have_events;
 static int g_last_id = -1;
-static long long g_steps; /* optimizer steps begun (adamw after another op) */
+static long long g_steps; /* optimizer steps begun (an optimizer op after another op) */
 static int g_counting;     /* from the first op after the first step's optimizer on */
 
 static int row_of(int id, const int64_t *dims) {
@@ -64,15 +65,18 @@ static void harvest(void) {
     g_npending = 0;
 }
 
+/* the optimizer's ops (adamw, adamw_ranges), which mark the steps */
+static constexpr bool prof_optimizer(int id) { return id == 27 || id == 30; }
+
 template <int ID, auto M> struct prof_op;
 
 template <int ID, typename R, typename... A,
           R (*loom_backend_ops::*M)(struct loom_backend *, A...)>
 struct prof_op<ID, M> {
     static R call(struct loom_backend *be, A... a) {
-        if (ID == 27 && g_last_id != 27) g_steps++; /* adamw starts an optimizer step */
+        if (prof_optimizer(ID) && !prof_optimizer(g_last_id)) g_steps++; /* a step begins */
         g_last_id = ID;
-        if (g_steps >= 1 && ID != 27) g_counting = 1;
+        if (g_steps >= 1 && !prof_optimizer(ID)) g_counting = 1;
         if (!g_counting) return (g_base->*M)(be, a...);
         if (!g_have_events) {
             for (int i = 0; i < 2 * PROF_PENDING; i++)
@@ -88,6 +92,7 @@ struct prof_op<ID, M> {
         };
         (grab(a), ...);
         if (ID == 27) dims[1] = dims[2] = 0; /* adamw: its n (the rest is the step) */
+        if (ID == 30) dims[0] = 0;           /* adamw_ranges: one row (its integer is the step) */
         const int k = g_npending++;
         g_pending_row[k] = row_of(ID, dims);
         cudaStream_t s = loom_cuda_stream(be);
@@ -143,6 +148,7 @@ const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_o
     PROF(44, xent_fused);
     PROF(45, linear_xent);
     PROF(27, adamw);
+    PROF(30, adamw_ranges);
     PROF(32, residual_layernorm_forward);
     PROF(33, residual_rmsnorm_forward);
     PROF(34, linear_gelu_forward);
