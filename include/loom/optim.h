@@ -23,6 +23,11 @@ struct loom_adamw {
     double beta1, beta2, eps, weight_decay;
     int64_t step;  /* completed optimizer steps */
     float *m, *v;  /* device, same layout as the model's flat parameter buffer */
+    /* the ranges of the flat buffers one step updates (host; made by loom_adamw_init from the
+     * parameter table): runs of neighbouring parameters with the same weight decay */
+    int64_t *run_off, *run_len;
+    uint8_t *run_decay;
+    int nruns;
 };
 
 enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model);

@@ -6,32 +6,12 @@
 #include "loom/comm.h"
 #include "loom/optim.h"
 
-enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model) {
-    struct loom_backend *be = model->be;
-    size_t bytes = (size_t)model->num_local * sizeof(float);
-    o->step = 0;
-    o->m = be->ops->malloc(be, bytes);
-    o->v = be->ops->malloc(be, bytes);
-    if (!o->m || !o->v)
-        return loom_fail(LOOM_ERR_OOM, "out of memory for the optimizer state (%zu MiB)",
-                         (2 * bytes) >> 20);
-    be->ops->zero(be, o->m, bytes);
-    be->ops->zero(be, o->v, bytes);
-    return LOOM_OK;
-}
-
-void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model) {
-    if (o->m) model->be->ops->free(model->be, o->m);
-    if (o->v) model->be->ops->free(model->be, o->v);
-    o->m = o->v = NULL;
-}
-
 /* Parameters are laid out one after the other in the flat buffers, each starting on a 16-float
  * boundary (the padding holds zeros and stays zero: its gradient is zero). Neighbours with the
- * same weight decay are updated by one call, which is the same arithmetic element by element. */
-void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, double grad_scale) {
-    struct loom_backend *be = model->be;
-    o->step++;
+ * same weight decay form one run, which is the same arithmetic element by element as a range
+ * per parameter. Returns the number of runs; with off NULL only counts them. */
+static int adamw_runs(const struct loom_gpt *model, int64_t *off, int64_t *len, uint8_t *decay) {
+    int nruns = 0;
     int64_t run_lo = 0, run_hi = -1;
     int run_wd = 0;
     for (int i = 0; i <= model->nparams; i++) {
@@ -44,10 +24,12 @@ void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, do
             continue;
         }
         if (run_hi > run_lo) {
-            loom_op(be, adamw, model->param_mem + run_lo, model->grad_mem + run_lo, o->m + run_lo,
-                    o->v + run_lo, run_hi - run_lo, (float)lr, (float)o->beta1, (float)o->beta2,
-                    (float)o->eps, run_wd ? (float)o->weight_decay : 0.0f, o->step,
-                    (float)grad_scale);
+            if (off) {
+                off[nruns] = run_lo;
+                len[nruns] = run_hi - run_lo;
+                decay[nruns] = (uint8_t)run_wd;
+            }
+            nruns++;
         }
         if (p) {
             run_lo = p->offset;
@@ -55,6 +37,48 @@ void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, do
             run_wd = wd;
         }
     }
+    return nruns;
+}
+
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model) {
+    struct loom_backend *be = model->be;
+    size_t bytes = (size_t)model->num_local * sizeof(float);
+    o->step = 0;
+    o->m = be->ops->malloc(be, bytes);
+    o->v = be->ops->malloc(be, bytes);
+    o->nruns = adamw_runs(model, NULL, NULL, NULL);
+    size_t nr = (size_t)(o->nruns > 0 ? o->nruns : 1);
+    o->run_off = malloc(nr * 2 * sizeof(int64_t));
+    o->run_len = o->run_off ? o->run_off + nr : NULL;
+    o->run_decay = malloc(nr);
+    if (!o->run_off || !o->run_decay) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    adamw_runs(model, o->run_off, o->run_len, o->run_decay);
+    if (!o->m || !o->v)
+        return loom_fail(LOOM_ERR_OOM, "out of memory for the optimizer state (%zu MiB)",
+                         (2 * bytes) >> 20);
+    be->ops->zero(be, o->m, bytes);
+    be->ops->zero(be, o->v, bytes);
+    return LOOM_OK;
+}
+
+void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model) {
+    if (o->m) model->be->ops->free(model->be, o->m);
+    if (o->v) model->be->ops->free(model->be, o->v);
+    o->m = o->v = NULL;
+    free(o->run_off);
+    free(o->run_decay);
+    o->run_off = o->run_len = NULL;
+    o->run_decay = NULL;
+    o->nruns = 0;
+}
+
+/* All the runs in one call (on cuda one launch). */
+void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, double grad_scale) {
+    struct loom_backend *be = model->be;
+    o->step++;
+    loom_op(be, adamw_ranges, model->param_mem, model->grad_mem, o->m, o->v, o->run_off,
+            o->run_len, o->run_decay, o->nruns, (float)lr, (float)o->beta1, (float)o->beta2,
+            (float)o->eps, (float)o->weight_decay, o->step, (float)grad_scale);
 }
 
 /* The squared gradient norm counts each parameter once: tensor-parallel copies (tp_dim < 0) on
