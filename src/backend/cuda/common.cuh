@@ -197,10 +197,12 @@ void loom_cuda_linear_forward_16(struct loom_backend *be, void *out, int out16, 
 void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp16, float *dw,
                                   float *db, const void *dout, int dout16, const void *inp,
                                   int inp16, const float *w, int64_t N, int64_t C, int64_t OC);
-void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, float *dpre_b,
-                                         float *dw, float *db, const float *dout,
-                                         const float *act, const float *pre, const float *w,
-                                         int64_t N, int64_t C, int64_t OC);
+/* linear_gelu_backward with 16-bit products (C and OC > 0): dpre, act and pre fp32, or (act16)
+ * stored in bf16, written and read by the products directly. */
+void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int act16,
+                                       float *dpre_b, float *dw, float *db, const float *dout,
+                                       const void *act, const void *pre, const float *w,
+                                       int64_t N, int64_t C, int64_t OC);
 /* activation_dtype: LOOM_DTYPE_BF16 with bf16 products, else LOOM_DTYPE_F32. typed16: whether
  * an op's typed array of type dt is 16-bit (0 for fp32); any type other than fp32 and the
  * activation type aborts, naming the op. */
@@ -208,15 +210,11 @@ enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be);
 int loom_cuda_typed16(struct loom_backend *be, enum loom_dtype dt, const char *op);
 /* dst[n] = src[n] rounded to the products' 16-bit type (bf16, or fp16 with fp16 products) */
 void loom_cuda_to16(struct loom_backend *be, void *dst, const float *src, int64_t n);
-/* The GELU ops with bf16 activations (C and OC > 0): pre, out, dpre and act stored in bf16,
- * written by the products and read by the products directly. */
+/* linear_gelu_forward with bf16 activations (C and OC > 0): pre written in bf16 by the product,
+ * out = gelu(pre) in bf16 by a kernel. */
 void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
                                          const void *inp, int inp16, const float *w,
                                          const float *b, int64_t N, int64_t C, int64_t OC);
-void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre, float *dpre_b,
-                                          float *dw, float *db, const float *dout,
-                                          const void *act, const void *pre, const float *w,
-                                          int64_t N, int64_t C, int64_t OC);
 void loom_cuda_matmul_free(struct loom_backend *be);
 
 /* matmul.cu */

@@ -102,19 +102,15 @@ void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum lo
                                     const void *act, const void *pre, const float *w, int64_t N,
                                     int64_t C, int64_t OC) {
     if (N <= 0) return;
-    if (loom_cuda_typed16(be, act_dt, "linear_gelu_backward")) {
-        loom_cuda_linear_gelu_backward_act16(be, dpre, dpre_b, dw, db, dout, act, pre, w, N, C,
-                                             OC);
+    const int a16 = loom_cuda_typed16(be, act_dt, "linear_gelu_backward");
+    if (a16 || (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16)) {
+        loom_cuda_linear_gelu_backward_16(be, dpre, a16, dpre_b, dw, db, dout, act, pre, w, N, C,
+                                          OC);
         return;
     }
     float *d = (float *)dpre;
-    const float *a = (const float *)act, *p = (const float *)pre;
-    if (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16) {
-        loom_cuda_linear_gelu_backward_bf16(be, d, dpre_b, dw, db, dout, a, p, w, N, C, OC);
-        return;
-    }
-    loom_cuda_linear_backward(be, d, dw, db, dout, a, w, N, C, OC);
-    loom_cuda_gelu_backward(be, d, d, p, N * C);
+    loom_cuda_linear_backward(be, d, dw, db, dout, (const float *)act, w, N, C, OC);
+    loom_cuda_gelu_backward(be, d, d, (const float *)pre, N * C);
     if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, d, N, C);
 }
 

@@ -18,10 +18,11 @@
  *   its backward (linear_gelu_backward): dpre = (bf16(dout) . bf16(w)) * gelu'(pre) from one
  *             product (epilogue DGELU, reading pre as the auxiliary matrix, leading dimension C),
  *             dpre's column sums (the bias gradient of the product that made pre) by the
- *             column-sum kernel, then dw and db as above. Where cuBLASLt offers no algorithm for
- *             an epilogue (the heuristic decides, per shape and alignment; the auxiliary matrix
- *             needs a leading dimension divisible by 8), the product runs plain and the separate
- *             kernels follow (bias fill, gelu_backward).
+ *             column-sum kernel, then dw and db as above; one function for fp32 and for bf16
+ *             activations (loom_cuda_linear_gelu_backward_16). Where cuBLASLt offers no
+ *             algorithm for an epilogue (the heuristic decides, per shape and alignment; the
+ *             auxiliary matrix needs a leading dimension divisible by 8), the product runs plain
+ *             and the separate kernels follow (bias fill, gelu_backward).
  *
  * Weights inside the registered range [params, params + n) (the model's flat parameter buffer)
  * are converted as a whole, once after they change: the backend marks the copy stale when one
@@ -496,34 +497,7 @@ void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp1
     }
 }
 
-void loom_cuda_linear_gelu_backward_bf16(struct loom_backend *be, float *dpre, float *dpre_b,
-                                         float *dw, float *db, const float *dout,
-                                         const float *act, const float *pre, const float *w,
-                                         int64_t N, int64_t C, int64_t OC) {
-    int want_dw = dw != NULL;
-    const void *wb = weight_copy(be, w, OC * C);
-    size_t bytes[3] = {b16(N * OC), want_dw ? b16(N * C) : 0, wb ? 0 : b16(OC * C)};
-    void *ws[3];
-    workspace(be, 3, bytes, ws);
-    colsum_convert(be, db, ws[0], dout, 0, N, OC);
-    if (!wb) {
-        loom_cuda_to16(be, ws[2], w, OC * C);
-        wb = ws[2];
-    }
-    /* dpre = (dout . w) * gelu'(pre) */
-    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, pre, C};
-    if (!lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, C, &ep)) {
-        lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, C, NULL);
-        loom_cuda_gelu_backward(be, dpre, dpre, pre, N * C);
-    }
-    if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, dpre, N, C);
-    if (want_dw) {
-        loom_cuda_to16(be, ws[1], act, N * C);
-        product_weight_grad(be, dw, ws[0], ws[1], N, C, OC);
-    }
-}
-
-/* ---- activations in bf16 ---- */
+/* ---- linear + GELU backward ---- */
 
 #define LOOM_GELU16_K 0.7978845608028654f /* sqrt(2/pi) */
 #define LOOM_GELU16_A 0.044715f
@@ -554,6 +528,54 @@ static const void *operands16(struct loom_backend *be, int count, const size_t *
     return ws[1];
 }
 
+/* linear_gelu_backward with 16-bit products: dpre from one product with cuBLASLt's DGELU
+ * epilogue (reading pre, writing dpre: both fp32, or both bf16 with act16); its column sums
+ * (dpre_b) and those of dout (db) by the column-sum kernels, dout's in the pass that converts it
+ * (the epilogues that sum in the product measured 2-3x slower on an H200); dw from the 16-bit
+ * dout and act (an fp32 act converted first). Without an algorithm for DGELU the product runs
+ * plain in fp32 (into dpre, or with act16 into the workspace) and a kernel applies gelu'
+ * (gelu_backward, or with act16 gelu16_backward_kernel, which rounds). */
+void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int act16,
+                                       float *dpre_b, float *dw, float *db, const float *dout,
+                                       const void *act, const void *pre, const float *w,
+                                       int64_t N, int64_t C, int64_t OC) {
+    LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
+    const void *wreg = weight_copy(be, w, OC * C);
+    /* pieces: dout and w in 16 bits, an fp32 act in 16 bits (for dw), and the fp32 product of
+     * the bf16 fallback (sized only when it runs) */
+    size_t bytes[4] = {b16(N * OC), wreg ? 0 : b16(OC * C), dw && !act16 ? b16(N * C) : 0, 0};
+    void *ws[4];
+    const void *wb = operands16(be, 4, bytes, ws, dout, N, OC, db, w, OC * C, wreg);
+    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, pre, C};
+    if (!lt_gemm_any(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, act16, C, &ep)) {
+        float *d = (float *)dpre;
+        if (act16) {
+            bytes[3] = b32(N * C); /* the workspace grows: the operands again (db has its sums) */
+            wb = operands16(be, 4, bytes, ws, dout, N, OC, NULL, w, OC * C, wreg);
+            d = (float *)ws[3];
+        }
+        lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, d, C, NULL);
+        int64_t n = N * C;
+        if (act16) {
+            gelu16_backward_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
+                (__nv_bfloat16 *)dpre, d, (const __nv_bfloat16 *)pre, n);
+            LOOM_CUDA_LAUNCHED();
+        } else {
+            loom_cuda_gelu_backward(be, d, d, (const float *)pre, n);
+        }
+    }
+    if (dpre_b) colsum_convert(be, dpre_b, NULL, dpre, act16, N, C);
+    if (!dw) return;
+    const void *a = act;
+    if (!act16) {
+        loom_cuda_to16(be, ws[2], (const float *)act, N * C);
+        a = ws[2];
+    }
+    product_weight_grad(be, dw, ws[0], a, N, C, OC);
+}
+
+/* ---- activations in bf16 ---- */
+
 enum loom_dtype loom_cuda_activation_dtype(struct loom_backend *be) {
     struct loom_cuda *c = loom_cuda_impl(be);
     return c->matmul_bf16 && !c->matmul_f16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F32;
@@ -577,34 +599,6 @@ void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, voi
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
     loom_cuda_linear_forward_16(be, pre, 1, inp, inp16, w, b, N, C, OC);
     loom_cuda_gelu16_forward(be, out, pre, N * OC);
-}
-
-/* dpre from one product with cuBLASLt's DGELU epilogue (reading the bf16 pre, writing bf16); its
- * column sums (dpre_b) and those of dout (db) by the column-sum kernels, dout's in the pass that
- * converts it (the epilogues that sum in the product measured 2-3x slower on an H200). Without
- * an algorithm for DGELU, the fp32 product goes to the workspace and a kernel applies gelu'. */
-void loom_cuda_linear_gelu_backward_act16(struct loom_backend *be, void *dpre, float *dpre_b,
-                                          float *dw, float *db, const float *dout,
-                                          const void *act, const void *pre, const float *w,
-                                          int64_t N, int64_t C, int64_t OC) {
-    LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
-    const void *wreg = weight_copy(be, w, OC * C);
-    size_t bytes[3] = {b16(N * OC), wreg ? 0 : b16(OC * C), 0};
-    void *ws[3];
-    const void *wb = operands16(be, 3, bytes, ws, dout, N, OC, db, w, OC * C, wreg);
-    struct lt_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, pre, C};
-    if (!lt_gemm_any(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, 1, C, &ep)) {
-        bytes[2] = b32(N * C); /* the workspace grows: the operands again (db has its sums) */
-        wb = operands16(be, 3, bytes, ws, dout, N, OC, NULL, w, OC * C, wreg);
-        float *d = (float *)ws[2];
-        lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, d, C, NULL);
-        int64_t n = N * C;
-        gelu16_backward_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
-            (__nv_bfloat16 *)dpre, d, (const __nv_bfloat16 *)pre, n);
-        LOOM_CUDA_LAUNCHED();
-    }
-    if (dpre_b) colsum_convert(be, dpre_b, NULL, dpre, 1, N, C);
-    if (dw) product_weight_grad(be, dw, ws[0], act, N, C, OC);
 }
 
 /* ---- selection ---- */
