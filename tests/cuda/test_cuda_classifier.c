@@ -29,116 +29,20 @@
 
 #include "loom/backend.h"
 #include "loom/log.h"
-#include "loom/rng.h"
+
+#define CT_SEED 31 /* the stream of the random inputs */
+#include "cuda_test_util.h"
 
 static struct loom_backend *g_cpu, *g_gpu;
-static int g_fail, g_pass;
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-/* n values sd * N(0,1) from stream `purpose` */
-static float *hrand(int64_t n, uint64_t purpose, float sd) {
-    float *p = xmalloc((size_t)n * sizeof *p);
-    for (int64_t i = 0; i < n; i++) p[i] = sd * loom_rng_normal(31, purpose, (uint64_t)i);
-    return p;
-}
 
 /* targets < Vvalid, every seventh ignored, the first and last valid columns among them */
 static int32_t *make_targets(int64_t N, int64_t Vvalid) {
-    int32_t *t = xmalloc((size_t)N * sizeof *t);
+    int32_t *t = ct_alloc((size_t)N * sizeof *t);
     for (int64_t n = 0; n < N; n++) t[n] = (int32_t)((n * 7919 + 13) % Vvalid);
     if (N > 1) t[1] = 0;
     if (N > 2) t[2] = (int32_t)(Vvalid - 1);
     for (int64_t n = 3; n < N; n += 7) t[n] = -1;
     return t;
-}
-
-static void *dput(struct loom_backend *be, const void *h, size_t bytes) {
-    void *d = be->ops->malloc(be, bytes ? bytes : 4);
-    if (!d) {
-        fprintf(stderr, "%s: allocation of %zu bytes failed\n", be->ops->name, bytes);
-        exit(2);
-    }
-    if (h && bytes) be->ops->to_device(be, d, h, bytes);
-    return d;
-}
-static void *dget(struct loom_backend *be, const void *d, size_t bytes) {
-    void *h = xmalloc(bytes);
-    be->ops->to_host(be, h, d, bytes);
-    return h;
-}
-
-/* ---- 16-bit values ---- */
-
-static uint16_t to16(float x, int f16) {
-    if (f16) {
-        _Float16 h = (_Float16)x;
-        uint16_t b;
-        memcpy(&b, &h, 2);
-        return b;
-    }
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u); /* nearest even */
-    return (uint16_t)(u >> 16);
-}
-static float from16(uint16_t b, int f16) {
-    if (f16) {
-        _Float16 h;
-        memcpy(&h, &b, 2);
-        return (float)h;
-    }
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-static float *rounded(const float *x, int64_t n, int f16) {
-    float *r = xmalloc((size_t)n * sizeof *r);
-    for (int64_t i = 0; i < n; i++) r[i] = from16(to16(x[i], f16), f16);
-    return r;
-}
-
-/* ---- comparisons ---- */
-
-static void tally(int ok) { ok ? g_pass++ : g_fail++; }
-
-/* elementwise: max |got - ref| / max(|ref|, floor_frac * max |ref|) */
-static double elem_err(const float *got, const float *ref, int64_t n, double floor_frac) {
-    double mx = 0.0, e = 0.0;
-    for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs((double)ref[i]));
-    double fl = floor_frac * mx > 1e-30 ? floor_frac * mx : 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)ref[i]) / fmax(fabs((double)ref[i]), fl);
-        if (!(d <= e)) e = d; /* NaN propagates */
-    }
-    return e;
-}
-/* normwise: max |got - ref| / max |ref| */
-static double norm_err(const float *got, const float *ref, int64_t n) {
-    double mx = 0.0, e = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        mx = fmax(mx, fabs((double)ref[i]));
-        double d = fabs((double)got[i] - (double)ref[i]);
-        if (!(d <= e)) e = d;
-    }
-    return mx > 0.0 ? e / mx : e;
-}
-static void check(const char *what, double err, double tol) {
-    int ok = err <= tol;
-    printf("%s %-72s err %.2e (tol %.0e)\n", ok ? "ok  " : "FAIL", what, err, tol);
-    tally(ok);
-}
-static void check_true(const char *what, int cond) {
-    printf("%s %s\n", cond ? "ok  " : "FAIL", what);
-    tally(cond);
 }
 
 /* padded columns and ignored rows exactly 0, ignored rows loss 0 */
@@ -167,38 +71,39 @@ static void fused_f32(int64_t N, int64_t Vl, int64_t Vvalid, int misalign, uint6
              (long long)Vvalid, misalign ? " (buffer 4 bytes off 16)" : "");
     const float dloss = 0.25f;
     const int64_t nx = N * Vl;
-    float *x = hrand(nx, seed, 3.0f);
+    float *x = ct_randn(nx, seed, 3.0f, 0.0f);
     int32_t *t = make_targets(N, Vvalid);
-    float *ref = xmalloc((size_t)nx * sizeof *ref), *ref_loss = xmalloc((size_t)N * sizeof *ref_loss);
+    float *ref = ct_alloc((size_t)nx * sizeof *ref),
+          *ref_loss = ct_alloc((size_t)N * sizeof *ref_loss);
     memcpy(ref, x, (size_t)nx * sizeof *x);
     cpu_fused(ref_loss, ref, t, dloss, N, Vl, Vvalid);
 
-    int32_t *dt = dput(g_gpu, t, (size_t)N * sizeof *t);
+    int32_t *dt = ct_dput(g_gpu, t, (size_t)N * sizeof *t);
     float *bufs[3], *losses[3];
     for (int k = 0; k < 3; k++) {
-        float *b = dput(g_gpu, NULL, (size_t)(nx + 4) * sizeof(float));
+        float *b = ct_dput(g_gpu, NULL, (size_t)(nx + 4) * sizeof(float));
         bufs[k] = b;
         g_gpu->ops->to_device(g_gpu, b + misalign, x, (size_t)nx * sizeof(float));
-        losses[k] = dput(g_gpu, NULL, (size_t)N * sizeof(float));
+        losses[k] = ct_dput(g_gpu, NULL, (size_t)N * sizeof(float));
         loom_op(g_gpu, xent_fused, losses[k], b + misalign, LOOM_DTYPE_F32, dt, dloss, k < 2, N,
                 Vl, Vvalid); /* runs 0 and 1 with grad, run 2 without */
     }
-    float *g0 = dget(g_gpu, bufs[0] + misalign, (size_t)nx * sizeof(float));
-    float *g1 = dget(g_gpu, bufs[1] + misalign, (size_t)nx * sizeof(float));
-    float *x2 = dget(g_gpu, bufs[2] + misalign, (size_t)nx * sizeof(float));
-    float *l0 = dget(g_gpu, losses[0], (size_t)N * sizeof(float));
-    float *l1 = dget(g_gpu, losses[1], (size_t)N * sizeof(float));
-    float *l2 = dget(g_gpu, losses[2], (size_t)N * sizeof(float));
+    float *g0 = ct_dget(g_gpu, bufs[0] + misalign, (size_t)nx * sizeof(float));
+    float *g1 = ct_dget(g_gpu, bufs[1] + misalign, (size_t)nx * sizeof(float));
+    float *x2 = ct_dget(g_gpu, bufs[2] + misalign, (size_t)nx * sizeof(float));
+    float *l0 = ct_dget(g_gpu, losses[0], (size_t)N * sizeof(float));
+    float *l1 = ct_dget(g_gpu, losses[1], (size_t)N * sizeof(float));
+    float *l2 = ct_dget(g_gpu, losses[2], (size_t)N * sizeof(float));
     snprintf(what, sizeof what, "xent_fused fp32 %s: losses", tag);
-    check(what, elem_err(l0, ref_loss, N, 1e-6), 1e-5);
+    ct_check_elem(what, l0, ref_loss, N, 1e-6, 1e-5);
     snprintf(what, sizeof what, "xent_fused fp32 %s: gradient (normwise)", tag);
-    check(what, norm_err(g0, ref, nx), 1e-5);
+    ct_check_norm(what, g0, ref, nx, 1e-5);
     snprintf(what, sizeof what, "xent_fused fp32 %s: zeros in padding and ignored rows", tag);
-    check_true(what, zeros_where_due(g0, l0, t, N, Vl, Vvalid));
+    ct_check_true(what, zeros_where_due(g0, l0, t, N, Vl, Vvalid));
     snprintf(what, sizeof what, "xent_fused fp32 %s: two runs, same bits", tag);
-    check_true(what, !memcmp(g0, g1, (size_t)nx * sizeof *g0) && !memcmp(l0, l1, (size_t)N * 4));
+    ct_check_true(what, !memcmp(g0, g1, (size_t)nx * sizeof *g0) && !memcmp(l0, l1, (size_t)N * 4));
     snprintf(what, sizeof what, "xent_fused fp32 %s: without grad logits kept, same losses", tag);
-    check_true(what, !memcmp(x2, x, (size_t)nx * sizeof *x) && !memcmp(l2, l0, (size_t)N * 4));
+    ct_check_true(what, !memcmp(x2, x, (size_t)nx * sizeof *x) && !memcmp(l2, l0, (size_t)N * 4));
     for (int k = 0; k < 3; k++) {
         g_gpu->ops->free(g_gpu, bufs[k]);
         g_gpu->ops->free(g_gpu, losses[k]);
@@ -217,39 +122,42 @@ static void fused_16(int64_t N, int64_t Vl, int64_t Vvalid, int f16, uint64_t se
              (long long)Vvalid);
     const float dloss = 0.25f;
     const int64_t nx = N * Vl, guard = 64; /* 16-bit elements past the logits */
-    float *x = hrand(nx, seed, 3.0f);
-    float *xr = rounded(x, nx, f16);
+    float *x = ct_randn(nx, seed, 3.0f, 0.0f);
+    float *xr = ct_rounded(x, nx, f16);
     int32_t *t = make_targets(N, Vvalid);
-    float *ref_loss = xmalloc((size_t)N * sizeof *ref_loss);
-    float *ref = xmalloc((size_t)nx * sizeof *ref);
+    float *ref_loss = ct_alloc((size_t)N * sizeof *ref_loss);
+    float *ref = ct_alloc((size_t)nx * sizeof *ref);
     memcpy(ref, xr, (size_t)nx * sizeof *ref);
     cpu_fused(ref_loss, ref, t, dloss, N, Vl, Vvalid);
 
-    uint16_t *h = xmalloc((size_t)(nx + guard) * 2);
-    for (int64_t i = 0; i < nx; i++) h[i] = to16(x[i], f16);
+    uint16_t *h = ct_alloc((size_t)(nx + guard) * 2);
+    for (int64_t i = 0; i < nx; i++) h[i] = ct_to16(x[i], f16);
     for (int64_t i = nx; i < nx + guard; i++) h[i] = 0x5a5a;
     const enum loom_dtype dt16 = f16 ? LOOM_DTYPE_F16 : LOOM_DTYPE_BF16;
-    int32_t *dt = dput(g_gpu, t, (size_t)N * sizeof *t);
-    void *b = dput(g_gpu, h, (size_t)(nx + guard) * 2), *b0 = dput(g_gpu, h, (size_t)(nx + guard) * 2);
-    float *dl = dput(g_gpu, NULL, (size_t)N * sizeof(float));
-    float *dl0 = dput(g_gpu, NULL, (size_t)N * sizeof(float));
+    int32_t *dt = ct_dput(g_gpu, t, (size_t)N * sizeof *t);
+    void *b = ct_dput(g_gpu, h, (size_t)(nx + guard) * 2),
+         *b0 = ct_dput(g_gpu, h, (size_t)(nx + guard) * 2);
+    float *dl = ct_dput(g_gpu, NULL, (size_t)N * sizeof(float));
+    float *dl0 = ct_dput(g_gpu, NULL, (size_t)N * sizeof(float));
     loom_op(g_gpu, xent_fused, dl, b, dt16, dt, dloss, 1, N, Vl, Vvalid);
     loom_op(g_gpu, xent_fused, dl0, b0, dt16, dt, dloss, 0, N, Vl, Vvalid);
-    uint16_t *gh = dget(g_gpu, b, (size_t)(nx + guard) * 2);
-    uint16_t *kept = dget(g_gpu, b0, (size_t)(nx + guard) * 2);
-    float *l = dget(g_gpu, dl, (size_t)N * sizeof(float)), *l0 = dget(g_gpu, dl0, (size_t)N * sizeof(float));
-    float *g = xmalloc((size_t)nx * sizeof *g);
-    for (int64_t i = 0; i < nx; i++) g[i] = from16(gh[i], f16);
+    uint16_t *gh = ct_dget(g_gpu, b, (size_t)(nx + guard) * 2);
+    uint16_t *kept = ct_dget(g_gpu, b0, (size_t)(nx + guard) * 2);
+    float *l = ct_dget(g_gpu, dl, (size_t)N * sizeof(float)),
+          *l0 = ct_dget(g_gpu, dl0, (size_t)N * sizeof(float));
+    float *g = ct_alloc((size_t)nx * sizeof *g);
+    for (int64_t i = 0; i < nx; i++) g[i] = ct_from16(gh[i], f16);
     snprintf(what, sizeof what, "xent_fused %s: losses against fp32 on the rounded logits", tag);
-    check(what, elem_err(l, ref_loss, N, 1e-6), 1e-5);
+    ct_check_elem(what, l, ref_loss, N, 1e-6, 1e-5);
     snprintf(what, sizeof what, "xent_fused %s: gradient (elementwise, floor 1e-3 of max)", tag);
-    check(what, elem_err(g, ref, nx, 1e-3), 1e-2);
+    ct_check_elem(what, g, ref, nx, 1e-3, 1e-2);
     snprintf(what, sizeof what, "xent_fused %s: zeros in padding and ignored rows", tag);
-    check_true(what, zeros_where_due(g, l, t, N, Vl, Vvalid));
+    ct_check_true(what, zeros_where_due(g, l, t, N, Vl, Vvalid));
     snprintf(what, sizeof what, "xent_fused %s: nothing written past the logits", tag);
-    check_true(what, !memcmp(gh + nx, h + nx, (size_t)guard * 2));
+    ct_check_true(what, !memcmp(gh + nx, h + nx, (size_t)guard * 2));
     snprintf(what, sizeof what, "xent_fused %s: without grad logits kept, same losses", tag);
-    check_true(what, !memcmp(kept, h, (size_t)(nx + guard) * 2) && !memcmp(l0, l, (size_t)N * 4));
+    ct_check_true(what,
+                  !memcmp(kept, h, (size_t)(nx + guard) * 2) && !memcmp(l0, l, (size_t)N * 4));
     void *bufs[] = {dt, b, b0, dl, dl0};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_gpu->ops->free(g_gpu, bufs[i]);
     free(x), free(xr), free(t), free(ref_loss), free(ref), free(h), free(gh), free(kept), free(l);
@@ -272,24 +180,24 @@ static struct lx_result run_linear_xent(struct loom_backend *be, const float *in
     float *ph = calloc((size_t)np, sizeof *ph);
     if (!ph) exit(2);
     memcpy(ph + 16, w, (size_t)(Vl * C) * sizeof *w);
-    float *params = dput(be, ph, (size_t)np * sizeof(float));
+    float *params = ct_dput(be, ph, (size_t)np * sizeof(float));
     if (dt16 != LOOM_DTYPE_F32 &&
         be->ops->set_matmul_dtype(be, dt16, registered ? params : NULL, registered ? np : 0) !=
             LOOM_OK) {
         loom_print_error();
         exit(1);
     }
-    float *di = dput(be, inp, (size_t)(N * C) * sizeof(float));
-    float *gi = dput(be, NULL, (size_t)(N * C) * sizeof(float));
-    float *gw = dput(be, dw0, (size_t)(Vl * C) * sizeof(float));
-    int32_t *dt = dput(be, t, (size_t)N * sizeof *t);
-    float *dl = dput(be, NULL, (size_t)N * sizeof(float));
-    void *ws = dput(be, NULL, (size_t)(N * Vl) * sizeof(float));
+    float *di = ct_dput(be, inp, (size_t)(N * C) * sizeof(float));
+    float *gi = ct_dput(be, NULL, (size_t)(N * C) * sizeof(float));
+    float *gw = ct_dput(be, dw0, (size_t)(Vl * C) * sizeof(float));
+    int32_t *dt = ct_dput(be, t, (size_t)N * sizeof *t);
+    float *dl = ct_dput(be, NULL, (size_t)N * sizeof(float));
+    void *ws = ct_dput(be, NULL, (size_t)(N * Vl) * sizeof(float));
     loom_op(be, linear_xent, dl, gi, gw, ws, di, params + 16, dt, dloss, N, C, Vl, Vvalid);
     struct lx_result r;
-    r.losses = dget(be, dl, (size_t)N * sizeof(float));
-    r.dinp = dget(be, gi, (size_t)(N * C) * sizeof(float));
-    r.dw = dget(be, gw, (size_t)(Vl * C) * sizeof(float));
+    r.losses = ct_dget(be, dl, (size_t)N * sizeof(float));
+    r.dinp = ct_dget(be, gi, (size_t)(N * C) * sizeof(float));
+    r.dw = ct_dget(be, gw, (size_t)(Vl * C) * sizeof(float));
     if (dt16 != LOOM_DTYPE_F32) be->ops->set_matmul_dtype(be, LOOM_DTYPE_F32, NULL, 0);
     void *bufs[] = {params, di, gi, gw, dt, dl, ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
@@ -308,26 +216,29 @@ static void linear_xent_case(int64_t N, int64_t C, int64_t Vl, int64_t Vvalid,
              (long long)Vl, (long long)Vvalid,
              dt16 == LOOM_DTYPE_F32 ? "" : registered ? ", registered w" : ", w outside the range");
     const float dloss = 1.0f / (float)N;
-    float *inp = hrand(N * C, seed + 1, 1.0f), *w = hrand(Vl * C, seed + 2, 1.5f / sqrtf((float)C));
-    float *dw0 = hrand(Vl * C, seed + 3, 1e-3f);
+    float *inp = ct_randn(N * C, seed + 1, 1.0f, 0.0f),
+          *w = ct_randn(Vl * C, seed + 2, 1.5f / sqrtf((float)C), 0.0f);
+    float *dw0 = ct_randn(Vl * C, seed + 3, 1e-3f, 0.0f);
     int32_t *t = make_targets(N, Vvalid);
     const double tol = dt16 == LOOM_DTYPE_F32 ? 1e-5 : 1e-2;
     struct lx_result ref, got;
     if (dt16 == LOOM_DTYPE_F32) {
         ref = run_linear_xent(g_cpu, inp, w, dw0, t, dloss, N, C, Vl, Vvalid, LOOM_DTYPE_F32, 0);
     } else {
-        float *ir = rounded(inp, N * C, f16), *wr = rounded(w, Vl * C, f16);
+        float *ir = ct_rounded(inp, N * C, f16), *wr = ct_rounded(w, Vl * C, f16);
         ref = run_linear_xent(g_cpu, ir, wr, dw0, t, dloss, N, C, Vl, Vvalid, LOOM_DTYPE_F32, 0);
         free(ir), free(wr);
     }
     got = run_linear_xent(g_gpu, inp, w, dw0, t, dloss, N, C, Vl, Vvalid, dt16, registered);
     snprintf(what, sizeof what, "linear_xent %s: losses", tag);
-    check(what, dt16 == LOOM_DTYPE_F32 ? elem_err(got.losses, ref.losses, N, 1e-6)
-                                       : norm_err(got.losses, ref.losses, N), tol);
+    ct_check(what,
+             dt16 == LOOM_DTYPE_F32 ? ct_elem_err(got.losses, ref.losses, N, 1e-6)
+                                    : ct_norm_err(got.losses, ref.losses, N),
+             tol);
     snprintf(what, sizeof what, "linear_xent %s: dinp (normwise)", tag);
-    check(what, norm_err(got.dinp, ref.dinp, N * C), tol);
+    ct_check_norm(what, got.dinp, ref.dinp, N * C, tol);
     snprintf(what, sizeof what, "linear_xent %s: dw accumulated (normwise)", tag);
-    check(what, norm_err(got.dw, ref.dw, Vl * C), tol);
+    ct_check_norm(what, got.dw, ref.dw, Vl * C, tol);
     lx_free(&ref);
     lx_free(&got);
     free(inp), free(w), free(dw0), free(t);
@@ -335,38 +246,31 @@ static void linear_xent_case(int64_t N, int64_t C, int64_t Vl, int64_t Vvalid,
 
 /* Loss only (dinp and dw NULL) gives the losses of the run with gradients, and no gradient. */
 static void linear_xent_loss_only(int64_t N, int64_t C, int64_t Vl, int64_t Vvalid, uint64_t seed) {
-    float *inp = hrand(N * C, seed + 1, 1.0f), *w = hrand(Vl * C, seed + 2, 0.2f);
+    float *inp = ct_randn(N * C, seed + 1, 1.0f, 0.0f), *w = ct_randn(Vl * C, seed + 2, 0.2f, 0.0f);
     int32_t *t = make_targets(N, Vvalid);
-    float *di = dput(g_gpu, inp, (size_t)(N * C) * sizeof(float));
-    float *dw_ = dput(g_gpu, w, (size_t)(Vl * C) * sizeof(float));
-    float *gi = dput(g_gpu, NULL, (size_t)(N * C) * sizeof(float));
-    float *gw = dput(g_gpu, NULL, (size_t)(Vl * C) * sizeof(float));
-    g_gpu->ops->zero(g_gpu, gw, (size_t)(Vl * C) * sizeof(float));
-    int32_t *dt = dput(g_gpu, t, (size_t)N * sizeof *t);
-    float *l1 = dput(g_gpu, NULL, (size_t)N * sizeof(float)), *l2 = dput(g_gpu, NULL, (size_t)N * sizeof(float));
-    void *ws = dput(g_gpu, NULL, (size_t)(N * Vl) * sizeof(float));
+    float *di = ct_dput(g_gpu, inp, (size_t)(N * C) * sizeof(float));
+    float *dw_ = ct_dput(g_gpu, w, (size_t)(Vl * C) * sizeof(float));
+    float *gi = ct_dput(g_gpu, NULL, (size_t)(N * C) * sizeof(float));
+    float *gw = ct_dput(g_gpu, NULL, (size_t)(Vl * C) * sizeof(float));
+    int32_t *dt = ct_dput(g_gpu, t, (size_t)N * sizeof *t);
+    float *l1 = ct_dput(g_gpu, NULL, (size_t)N * sizeof(float)),
+          *l2 = ct_dput(g_gpu, NULL, (size_t)N * sizeof(float));
+    void *ws = ct_dput(g_gpu, NULL, (size_t)(N * Vl) * sizeof(float));
     loom_op(g_gpu, linear_xent, l1, gi, gw, ws, di, dw_, dt, 0.5f, N, C, Vl, Vvalid);
     loom_op(g_gpu, linear_xent, l2, NULL, NULL, ws, di, dw_, dt, 0.5f, N, C, Vl, Vvalid);
-    float *h1 = dget(g_gpu, l1, (size_t)N * sizeof(float)), *h2 = dget(g_gpu, l2, (size_t)N * sizeof(float));
-    check_true("linear_xent fp32 loss only (dinp, dw NULL): the losses of the run with gradients",
-               !memcmp(h1, h2, (size_t)N * sizeof *h1));
+    float *h1 = ct_dget(g_gpu, l1, (size_t)N * sizeof(float)),
+          *h2 = ct_dget(g_gpu, l2, (size_t)N * sizeof(float));
+    ct_check_true(
+        "linear_xent fp32 loss only (dinp, dw NULL): the losses of the run with gradients",
+        !memcmp(h1, h2, (size_t)N * sizeof *h1));
     void *bufs[] = {di, dw_, gi, gw, dt, l1, l2, ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_gpu->ops->free(g_gpu, bufs[i]);
     free(inp), free(w), free(t), free(h1), free(h2);
 }
 
 static int run(void) {
-    if (loom_backend_create(&g_gpu, "cuda", 0) != LOOM_OK) {
-        const char *req = getenv("LOOM_REQUIRE_CUDA");
-        loom_print_error();
-        if (req && req[0] == '1') return 1;
-        puts("skipped: no CUDA device");
-        return 77;
-    }
-    if (loom_backend_create(&g_cpu, "cpu", 0) != LOOM_OK) {
-        loom_print_error();
-        return 1;
-    }
+    int st = ct_open(&g_gpu, &g_cpu);
+    if (st) return st;
     fused_f32(131, 1000, 990, 0, 10);   /* 16-byte vectors */
     fused_f32(37, 1001, 1001, 0, 20);   /* odd rows: one element at a time */
     fused_f32(33, 998, 990, 0, 30);     /* two elements */
@@ -386,10 +290,9 @@ static int run(void) {
     linear_xent_case(33, 70, 1001, 1001, LOOM_DTYPE_BF16, 0, 700); /* unaligned rows */
     linear_xent_case(256, 768, 50304, 50257, LOOM_DTYPE_BF16, 1, 800);
     linear_xent_case(150, 96, 1000, 990, LOOM_DTYPE_F16, 1, 900);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
     loom_backend_destroy(g_gpu);
     loom_backend_destroy(g_cpu);
-    return g_fail ? 1 : 0;
+    return ct_finish();
 }
 
 #endif /* LOOM_HAVE_CUDA */

@@ -30,57 +30,20 @@
 #include <unistd.h>
 
 #include "loom/backend.h"
-#include "loom/log.h"
-#include "loom/rng.h"
+
+#define CT_SEED 31 /* the stream of the random inputs */
+#include "cuda_test_util.h"
 
 #define EPS 1e-5f
 
 static struct loom_backend *g_gpu;
-static int g_fail, g_pass;
-
-static void tally(int ok) {
-    if (ok)
-        g_pass++;
-    else
-        g_fail++;
-}
 
 /* ---- host buffers ---- */
 
-static void *hnew(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-static float *hrand(int64_t n, uint64_t purpose, float sd, float mean) {
-    float *p = hnew((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) p[i] = mean + sd * loom_rng_normal(31, purpose, (uint64_t)i);
-    return p;
-}
-
 static float *hcopy(const float *a, int64_t n) {
-    float *p = hnew((size_t)n * sizeof(float));
+    float *p = ct_alloc((size_t)n * sizeof(float));
     memcpy(p, a, (size_t)n * sizeof(float));
     return p;
-}
-
-/* bf16 bits of x rounded to nearest even, and back */
-static uint16_t bf16_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf16_value(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
 }
 
 /* ---- device buffers: each allocation carries one spare element in front, so that `shift` 1
@@ -111,7 +74,7 @@ static struct dbuf dput(const void *h, int64_t n, size_t elem, int shift) {
     return d;
 }
 static void *dget(struct dbuf d, int64_t n, size_t elem) {
-    void *h = hnew((size_t)n * elem);
+    void *h = ct_alloc((size_t)n * elem);
     if (n > 0) g_gpu->ops->to_host(g_gpu, h, d.p, (size_t)n * elem);
     return h;
 }
@@ -176,35 +139,21 @@ static void ref_backward(int rms, float *dinp, float *dw, float *db, const float
 
 /* ---- checks ---- */
 
-/* normwise (elementwise = 0) or elementwise relative difference of got against want */
-static double rdiff(const float *got, const float *want, int64_t n, int elementwise) {
-    double maxref = 0.0, maxdiff = 0.0, rel = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(got[i]) || !isfinite(want[i])) return INFINITY;
-        if (fabs((double)want[i]) > maxref) maxref = fabs((double)want[i]);
-    }
-    const double floor_ = maxref > 0.0 ? 1e-6 * maxref : 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)want[i]), a = fabs((double)want[i]);
-        if (d > maxdiff) maxdiff = d;
-        if (d / (a > floor_ ? a : floor_) > rel) rel = d / (a > floor_ ? a : floor_);
-    }
-    if (elementwise) return rel;
-    return maxref > 0.0 ? maxdiff / maxref : maxdiff;
-}
-
+/* got against want within tol: elementwise (ct_elem_err, floor 1e-6 of the largest) or normwise */
 static void check_close(const char *case_, const char *what, const float *got, const float *want,
                         int64_t n, int elementwise, double tol) {
-    double d = rdiff(got, want, n, elementwise);
-    int ok = d <= tol;
-    printf("%-4s %-44s %-34s %s %.2e (<= %.0e)\n", ok ? "ok" : "FAIL", case_, what,
-           elementwise ? "rel " : "norm", d, tol);
-    tally(ok);
+    char label[128];
+    snprintf(label, sizeof label, "%s: %s (%s)", case_, what, elementwise ? "rel" : "norm");
+    if (elementwise)
+        ct_check_elem(label, got, want, n, 1e-6, tol);
+    else
+        ct_check_norm(label, got, want, n, tol);
 }
 
 static void check_same(const char *case_, const char *what, int same) {
-    printf("%-4s %-44s %s\n", same ? "ok" : "FAIL", case_, what);
-    tally(same);
+    char label[128];
+    snprintf(label, sizeof label, "%s: %s", case_, what);
+    ct_check_true(label, same);
 }
 
 /* ---- the ops under test, by norm ---- */
@@ -282,8 +231,8 @@ static struct results run_ops(int rms, const float *x, const float *w, const flo
     free(r2);
 
     /* the backward: fp32 dout, then the bf16 dout (its values as fp32 for the comparison) */
-    uint16_t *h16 = hnew((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++) h16[i] = bf16_bits(dout[i]);
+    uint16_t *h16 = ct_alloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) h16[i] = ct_to16(dout[i], 0);
     struct dbuf ddout = dput(dout, n, 4, shift), ddout16 = dput(h16, n, 2, shift);
     struct dbuf gx = dput(dx0, n, 4, shift), gw = dput(dw0, C, 4, 0), gb = dput(db0, C, 4, 0);
     struct dbuf gx16 = dput(dx0, n, 4, shift), gw16 = dput(dw0, C, 4, 0), gb16 = dput(db0, C, 4, 0);
@@ -309,13 +258,15 @@ static void test_norm(int rms, int64_t N, int64_t C, float xmean, float xsd, uin
     char name[64];
     snprintf(name, sizeof name, "%s N=%lld C=%lld%s", rms ? "rmsnorm" : "layernorm", (long long)N,
              (long long)C, xmean > 100.0f ? " mean 1e3" : "");
-    float *x = hrand(n, seed, xsd, xmean), *w = hrand(C, seed + 1, 0.5f, 1.0f);
-    float *b = rms ? NULL : hrand(C, seed + 2, 0.5f, 0.0f), *dout = hrand(n, seed + 3, 1.0f, 0.0f);
-    float *dx0 = hrand(n, seed + 4, 1.0f, 0.0f), *dw0 = hrand(C, seed + 5, 1.0f, 0.0f);
-    float *db0 = hrand(C, seed + 6, 1.0f, 0.0f);
+    float *x = ct_randn(n, seed, xsd, xmean), *w = ct_randn(C, seed + 1, 0.5f, 1.0f);
+    float *b = rms ? NULL : ct_randn(C, seed + 2, 0.5f, 0.0f),
+          *dout = ct_randn(n, seed + 3, 1.0f, 0.0f);
+    float *dx0 = ct_randn(n, seed + 4, 1.0f, 0.0f), *dw0 = ct_randn(C, seed + 5, 1.0f, 0.0f);
+    float *db0 = ct_randn(C, seed + 6, 1.0f, 0.0f);
 
     /* the reference: forward; backward from the same mean/rstd as the GPU's backward gets */
-    float *rout = hnew((size_t)n * 4), *rmean = hnew((size_t)N * 4), *rrstd = hnew((size_t)N * 4);
+    float *rout = ct_alloc((size_t)n * 4), *rmean = ct_alloc((size_t)N * 4),
+          *rrstd = ct_alloc((size_t)N * 4);
     ref_forward(rms, rout, rmean, rrstd, x, w, b, N, C);
 
     struct results A = run_ops(rms, x, w, b, dout, dx0, dw0, db0, N, C, 0);
@@ -332,13 +283,13 @@ static void test_norm(int rms, int64_t N, int64_t C, float xmean, float xsd, uin
 
     /* bf16 out: the fp32 out rounded, same statistics */
     int ok = A.stats16_same;
-    for (int64_t i = 0; i < n; i++) ok &= A.out16[i] == bf16_bits(A.out[i]);
+    for (int64_t i = 0; i < n; i++) ok &= A.out16[i] == ct_to16(A.out[i], 0);
     check_same(name, "bf16 out == rounded fp32 out, same stats", ok);
 
     /* bf16 dout: as the fp32 backward on the rounded values */
     {
-        float *dr = hnew((size_t)n * 4);
-        for (int64_t i = 0; i < n; i++) dr[i] = bf16_value(bf16_bits(dout[i]));
+        float *dr = ct_alloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) dr[i] = ct_from16(ct_to16(dout[i], 0), 0);
         struct results Q = run_ops(rms, x, w, b, dr, dx0, dw0, db0, N, C, 0);
         check_close(name, "bf16-dout dinp vs fp32 on rounded", A.dinp16, Q.dinp, n, 1, 1e-6);
         check_close(name, "bf16-dout dw vs fp32 on rounded", A.dw16, Q.dw, C, 1, 1e-6);
@@ -411,8 +362,9 @@ static void test_residual(int rms, int64_t N, int64_t C, float xmean, uint64_t s
     char name[64];
     snprintf(name, sizeof name, "residual %s N=%lld C=%lld%s", rms ? "rmsnorm" : "layernorm",
              (long long)N, (long long)C, shift ? " off alignment" : "");
-    float *x = hrand(n, seed, 1.0f, xmean), *r = hrand(n, seed + 1, 0.05f, 0.0f);
-    float *w = hrand(C, seed + 2, 0.5f, 1.0f), *b = rms ? NULL : hrand(C, seed + 3, 0.5f, 0.0f);
+    float *x = ct_randn(n, seed, 1.0f, xmean), *r = ct_randn(n, seed + 1, 0.05f, 0.0f);
+    float *w = ct_randn(C, seed + 2, 0.5f, 1.0f),
+          *b = rms ? NULL : ct_randn(C, seed + 3, 0.5f, 0.0f);
     struct dbuf dx = dput(x, n, 4, shift), dw = dput(w, C, 4, 0), db = dput(b, C, 4, 0);
     struct dbuf s = dnew(n, 4, shift), o = dnew(n, 4, shift), m = dnew(N, 4, 0), q = dnew(N, 4, 0);
     struct dbuf dr = dput(r, n, 4, shift);
@@ -431,7 +383,7 @@ static void test_residual(int rms, int64_t N, int64_t C, float xmean, uint64_t s
                    (rms || same_bits(gm, hm, (size_t)N * 4));
         if (k) {
             const uint16_t *g16 = go;
-            for (int64_t i = 0; i < n; i++) same &= g16[i] == bf16_bits(ho[i]);
+            for (int64_t i = 0; i < n; i++) same &= g16[i] == ct_to16(ho[i], 0);
         } else {
             same &= same_bits(go, ho, (size_t)n * 4);
         }
@@ -447,8 +399,8 @@ static void test_residual(int rms, int64_t N, int64_t C, float xmean, uint64_t s
         dfree(q2);
     }
     /* against the reference on x + r */
-    float *sum = hnew((size_t)n * 4), *rout = hnew((size_t)n * 4);
-    float *rmean = hnew((size_t)N * 4), *rrstd = hnew((size_t)N * 4);
+    float *sum = ct_alloc((size_t)n * 4), *rout = ct_alloc((size_t)n * 4);
+    float *rmean = ct_alloc((size_t)N * 4), *rrstd = ct_alloc((size_t)N * 4);
     for (int64_t i = 0; i < n; i++) sum[i] = x[i] + r[i];
     ref_forward(rms, rout, rmean, rrstd, sum, w, b, N, C);
     check_close(name, "xs = x + r", hs, sum, n, 1, 0.0);
@@ -496,13 +448,8 @@ static void test_bad_type(void) {
 }
 
 int main(void) {
-    if (loom_backend_create(&g_gpu, "cuda", 0) != LOOM_OK) {
-        const char *req = getenv("LOOM_REQUIRE_CUDA");
-        loom_print_error();
-        if (req && req[0] == '1') return 1;
-        puts("skipped: no CUDA device");
-        return 77;
-    }
+    int st = ct_open(&g_gpu, NULL);
+    if (st) return st;
     static const struct {
         int64_t N, C;
     } shapes[] = {{77, 5}, {77, 100}, {1, 100}, {77, 770}, {77, 768}, {2048, 768},
@@ -522,9 +469,8 @@ int main(void) {
         test_residual(rms, 9, 9000, 0.0f, seed += 10, 0);
     }
     test_bad_type();
-    printf("%d passed, %d failed\n", g_pass, g_fail);
     loom_backend_destroy(g_gpu);
-    return g_fail ? 1 : 0;
+    return ct_finish();
 }
 
 #else

@@ -28,46 +28,16 @@
 #include "loom/log.h"
 #include "loom/rng.h"
 
+#define CT_SEED 2024 /* the stream of the random inputs */
+#include "cuda_test_util.h"
+
 static struct loom_backend *g_cpu, *g_gpu;
-static int g_fail, g_pass;
 
 /* ---- buffers ---- */
 
-static float *hnew(int64_t n) {
-    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!p) {
-        fprintf(stderr, "out of host memory\n");
-        exit(2);
-    }
-    return p;
-}
-
-/* n values sd * N(0,1) + mean, from stream `purpose` */
-static float *hrand(int64_t n, uint64_t purpose, float sd, float mean) {
-    float *p = hnew(n);
-    for (int64_t i = 0; i < n; i++) p[i] = mean + sd * loom_rng_normal(2024, purpose, (uint64_t)i);
-    return p;
-}
-
-static void *dput(struct loom_backend *be, const void *h, size_t bytes) {
-    void *d = be->ops->malloc(be, bytes);
-    if (!d) {
-        fprintf(stderr, "%s: allocation of %zu bytes failed\n", be->ops->name, bytes);
-        exit(2);
-    }
-    if (h)
-        be->ops->to_device(be, d, h, bytes);
-    else
-        be->ops->zero(be, d, bytes);
-    return d;
-}
-static float *dputf(struct loom_backend *be, const float *h, int64_t n) {
-    return dput(be, h, (size_t)n * sizeof(float));
-}
 /* copy device -> new host array, then free the device buffer */
 static float *dtake(struct loom_backend *be, void *d, int64_t n) {
-    float *h = hnew(n);
-    be->ops->to_host(be, h, d, (size_t)n * sizeof(float));
+    float *h = ct_dgetf(be, d, n);
     be->ops->free(be, d);
     return h;
 }
@@ -78,32 +48,13 @@ enum gate { GATE_ELEM, GATE_NORM };
 
 static void compare(const char *what, const float *gpu, const float *cpu, const float *gpu2,
                     int64_t n, enum gate gate, double tol) {
-    double maxref = 0.0, maxdiff = 0.0, rel = 0.0;
-    int finite = 1;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(gpu[i]) || !isfinite(cpu[i])) finite = 0;
-        double a = fabs((double)cpu[i]);
-        if (a > maxref) maxref = a;
-    }
-    double floor_ = maxref > 0.0 ? 1e-6 * maxref : 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)gpu[i] - (double)cpu[i]);
-        double a = fabs((double)cpu[i]);
-        if (d > maxdiff) maxdiff = d;
-        double r = d / (a > floor_ ? a : floor_);
-        if (r > rel) rel = r;
-    }
-    double norm = maxref > 0.0 ? maxdiff / maxref : maxdiff;
-    if (!finite) rel = norm = INFINITY;
+    const double rel = ct_elem_err(gpu, cpu, n, 1e-6), norm = ct_norm_err(gpu, cpu, n);
     int same = gpu2 ? memcmp(gpu, gpu2, (size_t)n * sizeof(float)) == 0 : 1;
     double gated = gate == GATE_ELEM ? rel : norm;
     int ok = gated <= tol && same;
     printf("%-4s %-56s rel %.2e  norm %.2e  (%s <= %.0e)%s\n", ok ? "ok" : "FAIL", what, rel, norm,
            gate == GATE_ELEM ? "rel" : "norm", tol, same ? "" : "  NOT DETERMINISTIC");
-    if (ok)
-        g_pass++;
-    else
-        g_fail++;
+    ct_tally(ok);
 }
 
 /* the zero pattern (dropped elements) of two outputs must agree */
@@ -116,18 +67,7 @@ static void compare_mask(const char *what, const float *gpu, const float *cpu, i
     int ok = bad == 0;
     printf("%-4s %-56s %lld of %lld dropped, %lld differ\n", ok ? "ok" : "FAIL", what,
            (long long)zeros, (long long)n, (long long)bad);
-    if (ok)
-        g_pass++;
-    else
-        g_fail++;
-}
-
-static void check_true(const char *what, int cond) {
-    printf("%-4s %s\n", cond ? "ok" : "FAIL", what);
-    if (cond)
-        g_pass++;
-    else
-        g_fail++;
+    ct_tally(ok);
 }
 
 /* run index: 0 = CPU, 1 and 2 = CUDA */
@@ -136,12 +76,12 @@ static struct loom_backend *backend_of(int r) { return r == 0 ? g_cpu : g_gpu; }
 /* ---- elementwise ---- */
 
 static void test_elementwise(int64_t n) {
-    float *a = hrand(n, 1, 1.0f, 0.0f), *b = hrand(n, 2, 1.0f, 0.0f);
+    float *a = ct_randn(n, 1, 1.0f, 0.0f), *b = ct_randn(n, 2, 1.0f, 0.0f);
     float *res[3][3];
     double ss[3];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *da = dputf(be, a, n), *db = dputf(be, b, n), *dy = dputf(be, NULL, n);
+        float *da = ct_dputf(be, a, n), *db = ct_dputf(be, b, n), *dy = ct_dputf(be, NULL, n);
         ss[r] = loom_op(be, sumsq, da, n);
         loom_op(be, add, dy, da, db, n);
         loom_op(be, axpy, da, -0.75f, db, n);
@@ -158,10 +98,7 @@ static void test_elementwise(int64_t n) {
     double e = fabs(ss[1] - ss[0]) / ss[0];
     printf("%-4s %-56s rel %.2e  (<= 1e-12)%s\n", e <= 1e-12 && ss[1] == ss[2] ? "ok" : "FAIL",
            "sumsq (double)", e, ss[1] == ss[2] ? "" : "  NOT DETERMINISTIC");
-    if (e <= 1e-12 && ss[1] == ss[2])
-        g_pass++;
-    else
-        g_fail++;
+    ct_tally(e <= 1e-12 && ss[1] == ss[2]);
     for (int r = 0; r < 3; r++)
         for (int k = 0; k < 3; k++) free(res[r][k]);
     free(a);
@@ -175,14 +112,14 @@ static void test_sumsq_ranges(void) {
     const int64_t len[] = {7, 4000, 0, 1, 70001, 33333};
     const int nr = 6;
     int64_t n = 123457 + 33333;
-    float *a = hrand(n, 3, 1.0f, 0.25f);
+    float *a = ct_randn(n, 3, 1.0f, 0.25f);
     long double want = 0;
     for (int k = 0; k < nr; k++)
         for (int64_t i = off[k]; i < off[k] + len[k]; i++) want += (long double)a[i] * a[i];
     double got[3];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *da = dputf(be, a, n);
+        float *da = ct_dputf(be, a, n);
         got[r] = loom_op(be, sumsq_ranges, da, off, len, nr);
         be->ops->free(be, da);
     }
@@ -192,10 +129,7 @@ static void test_sumsq_ranges(void) {
         printf("%-4s %-56s rel %.2e  (<= 1e-12)%s\n", ok ? "ok" : "FAIL",
                r == 0 ? "sumsq_ranges cpu (double)" : "sumsq_ranges cuda (double)", e,
                r == 1 && got[1] != got[2] ? "  NOT DETERMINISTIC" : "");
-        if (ok)
-            g_pass++;
-        else
-            g_fail++;
+        ct_tally(ok);
     }
     free(a);
 }
@@ -212,16 +146,16 @@ static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v
         tok[i] = (int32_t)(w[0] % (uint32_t)V);
         if (i % 7 == 3) tok[i] = (int32_t)(v0 + 1); /* a token repeated many times */
     }
-    float *wte = hrand(Vl * C, 20, 0.1f, 0.0f), *wpe = hrand(Tmax * C, 21, 0.1f, 0.0f);
-    float *dout = hrand(N * C, 22, 1.0f, 0.0f);
-    float *dwte0 = hrand(Vl * C, 23, 0.1f, 0.0f), *dwpe0 = hrand(Tmax * C, 24, 0.1f, 0.0f);
+    float *wte = ct_randn(Vl * C, 20, 0.1f, 0.0f), *wpe = ct_randn(Tmax * C, 21, 0.1f, 0.0f);
+    float *dout = ct_randn(N * C, 22, 1.0f, 0.0f);
+    float *dwte0 = ct_randn(Vl * C, 23, 0.1f, 0.0f), *dwpe0 = ct_randn(Tmax * C, 24, 0.1f, 0.0f);
     float *res[3][3];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        int32_t *dtok = dput(be, tok, (size_t)N * sizeof(int32_t));
-        float *dwte = dputf(be, wte, Vl * C), *dwpe = dputf(be, wpe, Tmax * C);
-        float *dy = dputf(be, NULL, N * C), *ddout = dputf(be, dout, N * C);
-        float *gwte = dputf(be, dwte0, Vl * C), *gwpe = dputf(be, dwpe0, Tmax * C);
+        int32_t *dtok = ct_dput(be, tok, (size_t)N * sizeof(int32_t));
+        float *dwte = ct_dputf(be, wte, Vl * C), *dwpe = ct_dputf(be, wpe, Tmax * C);
+        float *dy = ct_dputf(be, NULL, N * C), *ddout = ct_dputf(be, dout, N * C);
+        float *gwte = ct_dputf(be, dwte0, Vl * C), *gwpe = ct_dputf(be, dwpe0, Tmax * C);
         loom_op(be, embedding_forward, dy, dtok, dwte, dwpe, B, T, C, v0, Vl, pos0);
         loom_op(be, embedding_backward, gwte, gwpe, ddout, dtok, B, T, C, v0, Vl, pos0);
         res[r][0] = dtake(be, dy, N * C);
@@ -251,18 +185,19 @@ static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v
 /* ---- norms ---- */
 
 static void test_layernorm(int64_t N, int64_t C, int with_bias) {
-    float *x = hrand(N * C, 30, 2.0f, 3.0f), *w = hrand(C, 31, 0.5f, 1.0f);
-    float *bias = hrand(C, 32, 0.5f, 0.0f), *dout = hrand(N * C, 33, 1.0f, 0.0f);
-    float *dx0 = hrand(N * C, 34, 1.0f, 0.0f), *dw0 = hrand(C, 35, 1.0f, 0.0f);
-    float *db0 = hrand(C, 36, 1.0f, 0.0f);
+    float *x = ct_randn(N * C, 30, 2.0f, 3.0f), *w = ct_randn(C, 31, 0.5f, 1.0f);
+    float *bias = ct_randn(C, 32, 0.5f, 0.0f), *dout = ct_randn(N * C, 33, 1.0f, 0.0f);
+    float *dx0 = ct_randn(N * C, 34, 1.0f, 0.0f), *dw0 = ct_randn(C, 35, 1.0f, 0.0f);
+    float *db0 = ct_randn(C, 36, 1.0f, 0.0f);
     float *res[3][6];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dx_ = dputf(be, x, N * C), *dw_ = dputf(be, w, C);
-        float *db_ = with_bias ? dputf(be, bias, C) : NULL;
-        float *out = dputf(be, NULL, N * C), *mean = dputf(be, NULL, N), *rstd = dputf(be, NULL, N);
-        float *ddout = dputf(be, dout, N * C), *gx = dputf(be, dx0, N * C);
-        float *gw = dputf(be, dw0, C), *gb = dputf(be, db0, C);
+        float *dx_ = ct_dputf(be, x, N * C), *dw_ = ct_dputf(be, w, C);
+        float *db_ = with_bias ? ct_dputf(be, bias, C) : NULL;
+        float *out = ct_dputf(be, NULL, N * C), *mean = ct_dputf(be, NULL, N),
+              *rstd = ct_dputf(be, NULL, N);
+        float *ddout = ct_dputf(be, dout, N * C), *gx = ct_dputf(be, dx0, N * C);
+        float *gw = ct_dputf(be, dw0, C), *gb = ct_dputf(be, db0, C);
         loom_op(be, layernorm_forward, out, LOOM_DTYPE_F32, mean, rstd, dx_, dw_, db_, N, C, 1e-5f);
         loom_op(be, layernorm_backward, gx, gw, gb, ddout, LOOM_DTYPE_F32, dx_, dw_, mean, rstd, N,
                 C);
@@ -299,15 +234,16 @@ static void test_layernorm(int64_t N, int64_t C, int with_bias) {
 }
 
 static void test_rmsnorm(int64_t N, int64_t C) {
-    float *x = hrand(N * C, 40, 2.0f, 0.5f), *w = hrand(C, 41, 0.5f, 1.0f);
-    float *dout = hrand(N * C, 43, 1.0f, 0.0f), *dx0 = hrand(N * C, 44, 1.0f, 0.0f);
-    float *dw0 = hrand(C, 45, 1.0f, 0.0f);
+    float *x = ct_randn(N * C, 40, 2.0f, 0.5f), *w = ct_randn(C, 41, 0.5f, 1.0f);
+    float *dout = ct_randn(N * C, 43, 1.0f, 0.0f), *dx0 = ct_randn(N * C, 44, 1.0f, 0.0f);
+    float *dw0 = ct_randn(C, 45, 1.0f, 0.0f);
     float *res[3][4];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dx_ = dputf(be, x, N * C), *dw_ = dputf(be, w, C);
-        float *out = dputf(be, NULL, N * C), *rstd = dputf(be, NULL, N);
-        float *ddout = dputf(be, dout, N * C), *gx = dputf(be, dx0, N * C), *gw = dputf(be, dw0, C);
+        float *dx_ = ct_dputf(be, x, N * C), *dw_ = ct_dputf(be, w, C);
+        float *out = ct_dputf(be, NULL, N * C), *rstd = ct_dputf(be, NULL, N);
+        float *ddout = ct_dputf(be, dout, N * C), *gx = ct_dputf(be, dx0, N * C),
+              *gw = ct_dputf(be, dw0, C);
         loom_op(be, rmsnorm_forward, out, LOOM_DTYPE_F32, rstd, dx_, dw_, N, C, 1e-6f);
         loom_op(be, rmsnorm_backward, gx, gw, ddout, LOOM_DTYPE_F32, dx_, dw_, rstd, N, C);
         res[r][0] = dtake(be, out, N * C);
@@ -337,17 +273,17 @@ static void test_rmsnorm(int64_t N, int64_t C) {
 /* ---- linear ---- */
 
 static void test_linear(int64_t N, int64_t C, int64_t OC, int with_bias, int with_dinp) {
-    float *x = hrand(N * C, 50, 1.0f, 0.0f), *w = hrand(OC * C, 51, 0.05f, 0.0f);
-    float *bias = hrand(OC, 52, 0.5f, 0.0f), *dout = hrand(N * OC, 53, 1.0f, 0.0f);
-    float *dw0 = hrand(OC * C, 54, 1.0f, 0.0f), *db0 = hrand(OC, 55, 1.0f, 0.0f);
+    float *x = ct_randn(N * C, 50, 1.0f, 0.0f), *w = ct_randn(OC * C, 51, 0.05f, 0.0f);
+    float *bias = ct_randn(OC, 52, 0.5f, 0.0f), *dout = ct_randn(N * OC, 53, 1.0f, 0.0f);
+    float *dw0 = ct_randn(OC * C, 54, 1.0f, 0.0f), *db0 = ct_randn(OC, 55, 1.0f, 0.0f);
     float *res[3][4] = {{0}};
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dx_ = dputf(be, x, N * C), *dw_ = dputf(be, w, OC * C);
-        float *db_ = with_bias ? dputf(be, bias, OC) : NULL;
-        float *out = dputf(be, NULL, N * OC), *ddout = dputf(be, dout, N * OC);
-        float *gx = with_dinp ? dputf(be, NULL, N * C) : NULL;
-        float *gw = dputf(be, dw0, OC * C), *gb = with_bias ? dputf(be, db0, OC) : NULL;
+        float *dx_ = ct_dputf(be, x, N * C), *dw_ = ct_dputf(be, w, OC * C);
+        float *db_ = with_bias ? ct_dputf(be, bias, OC) : NULL;
+        float *out = ct_dputf(be, NULL, N * OC), *ddout = ct_dputf(be, dout, N * OC);
+        float *gx = with_dinp ? ct_dputf(be, NULL, N * C) : NULL;
+        float *gw = ct_dputf(be, dw0, OC * C), *gb = with_bias ? ct_dputf(be, db0, OC) : NULL;
         loom_op(be, linear_forward, out, dx_, dw_, db_, N, C, OC);
         loom_op(be, linear_backward, gx, gw, gb, ddout, dx_, dw_, N, C, OC);
         res[r][0] = dtake(be, out, N * OC);
@@ -384,14 +320,13 @@ static void test_linear(int64_t N, int64_t C, int64_t OC, int with_bias, int wit
 
 static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
     int64_t n = B * T * (NH + 2 * NKV) * HS;
-    float *x = hrand(n, 60, 1.0f, 0.0f);
+    float *x = ct_randn(n, 60, 1.0f, 0.0f);
     float *res[3][2];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *d = dputf(be, x, n);
+        float *d = ct_dputf(be, x, n);
         loom_op(be, rope, d, B, T, NH, NKV, HS, pos0, 10000.0f, 0);
-        res[r][0] = hnew(n);
-        be->ops->to_host(be, res[r][0], d, (size_t)n * sizeof(float));
+        res[r][0] = ct_dgetf(be, d, n);
         loom_op(be, rope, d, B, T, NH, NKV, HS, pos0, 10000.0f, 1);
         res[r][1] = dtake(be, d, n);
     }
@@ -403,7 +338,7 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
     compare("rope inverse", res[1][1], res[0][1], res[2][1], n, GATE_NORM, 1e-5);
     double back = 0.0;
     for (int64_t i = 0; i < n; i++) back = fmax(back, fabs((double)res[1][1][i] - x[i]));
-    check_true("rope inverse(rope(x)) == x within 1e-5 on cuda", back <= 1e-5);
+    ct_check_true("rope inverse(rope(x)) == x within 1e-5 on cuda", back <= 1e-5);
     for (int r = 0; r < 3; r++) {
         free(res[r][0]);
         free(res[r][1]);
@@ -418,15 +353,15 @@ static void test_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_
                           .seed = 99, .key = 0xa77e, .sample0 = 3, .head0 = 2,
                           .NH_global = NH + 4};
     int64_t R = (NH + 2 * NKV) * HS, nqkv = B * T * R, nout = B * T * NH * HS, nlse = B * NH * T;
-    float *qkv = hrand(nqkv, 70, 1.0f, 0.0f), *dout = hrand(nout, 71, 1.0f, 0.0f);
+    float *qkv = ct_randn(nqkv, 70, 1.0f, 0.0f), *dout = ct_randn(nout, 71, 1.0f, 0.0f);
     float *res[3][3];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dq = dputf(be, qkv, nqkv), *out = dputf(be, NULL, nout);
-        float *lse = dputf(be, NULL, nlse);
-        float *ddout = dputf(be, dout, nout), *dqkv = dputf(be, NULL, nqkv);
+        float *dq = ct_dputf(be, qkv, nqkv), *out = ct_dputf(be, NULL, nout);
+        float *lse = ct_dputf(be, NULL, nlse);
+        float *ddout = ct_dputf(be, dout, nout), *dqkv = ct_dputf(be, NULL, nqkv);
         /* dqkv is assigned: poison it so that an element left unwritten shows */
-        float *poison = hnew(nqkv);
+        float *poison = ct_alloc((size_t)nqkv * sizeof(float));
         for (int64_t i = 0; i < nqkv; i++) poison[i] = NAN;
         be->ops->to_device(be, dqkv, poison, (size_t)nqkv * sizeof(float));
         free(poison);
@@ -453,13 +388,13 @@ static void test_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_
 }
 
 static void test_decode(int64_t L, int64_t NH, int64_t NKV, int64_t HS) {
-    float *q = hrand(NH * HS, 130, 1.0f, 0.0f), *k = hrand(L * NKV * HS, 131, 1.0f, 0.0f);
-    float *v = hrand(L * NKV * HS, 132, 1.0f, 0.0f);
+    float *q = ct_randn(NH * HS, 130, 1.0f, 0.0f), *k = ct_randn(L * NKV * HS, 131, 1.0f, 0.0f);
+    float *v = ct_randn(L * NKV * HS, 132, 1.0f, 0.0f);
     float *res[3];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dq = dputf(be, q, NH * HS), *dk = dputf(be, k, L * NKV * HS);
-        float *dv = dputf(be, v, L * NKV * HS), *out = dputf(be, NULL, NH * HS);
+        float *dq = ct_dputf(be, q, NH * HS), *dk = ct_dputf(be, k, L * NKV * HS);
+        float *dv = ct_dputf(be, v, L * NKV * HS), *out = ct_dputf(be, NULL, NH * HS);
         loom_op(be, attention_decode, out, dq, dk, dv, L, NH, NKV, HS, 1.0f / sqrtf((float)HS));
         res[r] = dtake(be, out, NH * HS);
         be->ops->free(be, dq);
@@ -480,13 +415,13 @@ static void test_decode(int64_t L, int64_t NH, int64_t NKV, int64_t HS) {
 
 static void test_activations(int64_t N, int64_t F) {
     int64_t n = N * F;
-    float *x = hrand(2 * n, 80, 2.0f, 0.0f), *dout = hrand(2 * n, 81, 1.0f, 0.0f);
+    float *x = ct_randn(2 * n, 80, 2.0f, 0.0f), *dout = ct_randn(2 * n, 81, 1.0f, 0.0f);
     float *res[3][4];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dx_ = dputf(be, x, 2 * n), *ddout = dputf(be, dout, 2 * n);
-        float *y = dputf(be, NULL, 2 * n), *g = dputf(be, NULL, 2 * n);
-        float *ys = dputf(be, NULL, n), *gs = dputf(be, NULL, 2 * n);
+        float *dx_ = ct_dputf(be, x, 2 * n), *ddout = ct_dputf(be, dout, 2 * n);
+        float *y = ct_dputf(be, NULL, 2 * n), *g = ct_dputf(be, NULL, 2 * n);
+        float *ys = ct_dputf(be, NULL, n), *gs = ct_dputf(be, NULL, 2 * n);
         loom_op(be, gelu_forward, y, dx_, 2 * n);
         loom_op(be, gelu_backward, g, ddout, dx_, 2 * n);
         loom_op(be, swiglu_forward, ys, dx_, N, F);
@@ -516,12 +451,12 @@ static void test_dropout(int64_t B, int64_t T, int64_t C, float p) {
     struct loom_dropout d = {.p = p, .seed = 5, .key = 77, .sample0 = 4, .pos0 = 16,
                              .T_global = T + 32, .feat0 = 64, .C_global = C + 128};
     int64_t n = B * T * C;
-    float *x = hrand(n, 90, 1.0f, 0.0f), *dout = hrand(n, 91, 1.0f, 0.0f);
+    float *x = ct_randn(n, 90, 1.0f, 0.0f), *dout = ct_randn(n, 91, 1.0f, 0.0f);
     float *res[3][3];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dx_ = dputf(be, x, n), *ddout = dputf(be, dout, n), *y = dputf(be, NULL, n);
-        float *g = dputf(be, NULL, n);
+        float *dx_ = ct_dputf(be, x, n), *ddout = ct_dputf(be, dout, n), *y = ct_dputf(be, NULL, n);
+        float *g = ct_dputf(be, NULL, n);
         loom_op(be, dropout_forward, y, dx_, B, T, C, &d);
         loom_op(be, dropout_backward, g, ddout, B, T, C, &d);
         loom_op(be, dropout_forward, dx_, dx_, B, T, C, &d); /* in place */
@@ -546,7 +481,7 @@ static void test_dropout(int64_t B, int64_t T, int64_t C, float p) {
 /* ---- cross-entropy ---- */
 
 static void test_xent(int64_t N, int64_t Vl, int64_t Vvalid, int64_t v0, int64_t V) {
-    float *logits = hrand(N * Vl, 100, 3.0f, 0.0f), *dloss = hrand(N, 101, 0.1f, 0.05f);
+    float *logits = ct_randn(N * Vl, 100, 3.0f, 0.0f), *dloss = ct_randn(N, 101, 0.1f, 0.05f);
     int32_t *tgt = malloc((size_t)N * sizeof(int32_t));
     for (int64_t i = 0; i < N; i++) {
         uint32_t w[4];
@@ -556,7 +491,7 @@ static void test_xent(int64_t N, int64_t Vl, int64_t Vvalid, int64_t v0, int64_t
         if (i % 11 == 0) tgt[i] = -1;                                      /* ignored */
     }
     /* global (max, sumexp) as the caller would combine them, here from this shard alone */
-    float *gstats = hnew(2 * N);
+    float *gstats = ct_alloc((size_t)(2 * N) * sizeof(float));
     for (int64_t i = 0; i < N; i++) {
         double m = -INFINITY, s = 0.0;
         for (int64_t j = 0; j < Vvalid; j++) m = fmax(m, logits[i * Vl + j]);
@@ -567,10 +502,10 @@ static void test_xent(int64_t N, int64_t Vl, int64_t Vvalid, int64_t v0, int64_t
     float *res[3][3];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dl = dputf(be, logits, N * Vl), *dd = dputf(be, dloss, N);
-        int32_t *dt = dput(be, tgt, (size_t)N * sizeof(int32_t));
-        float *dg = dputf(be, gstats, 2 * N), *st = dputf(be, NULL, 3 * N);
-        float *grad = dputf(be, NULL, N * Vl);
+        float *dl = ct_dputf(be, logits, N * Vl), *dd = ct_dputf(be, dloss, N);
+        int32_t *dt = ct_dput(be, tgt, (size_t)N * sizeof(int32_t));
+        float *dg = ct_dputf(be, gstats, 2 * N), *st = ct_dputf(be, NULL, 3 * N);
+        float *grad = ct_dputf(be, NULL, N * Vl);
         loom_op(be, xent_forward, st, dl, dt, N, Vl, v0, Vvalid);
         loom_op(be, xent_backward, grad, dl, dt, dg, dd, N, Vl, v0, Vvalid);
         loom_op(be, xent_backward, dl, dl, dt, dg, dd, N, Vl, v0, Vvalid); /* in place */
@@ -592,7 +527,7 @@ static void test_xent(int64_t N, int64_t Vl, int64_t Vvalid, int64_t v0, int64_t
     for (int64_t i = 0; i < N; i++)
         for (int64_t j = Vvalid; j < Vl; j++)
             if (res[1][1][i * Vl + j] != 0.0f) pad_zero = 0;
-    check_true("xent bwd padded columns are 0 on cuda", pad_zero);
+    ct_check_true("xent bwd padded columns are 0 on cuda", pad_zero);
     for (int r = 0; r < 3; r++)
         for (int k = 0; k < 3; k++) free(res[r][k]);
     free(logits);
@@ -604,14 +539,14 @@ static void test_xent(int64_t N, int64_t Vl, int64_t Vvalid, int64_t v0, int64_t
 /* ---- AdamW ---- */
 
 static void test_adamw(int64_t n) {
-    float *p = hrand(n, 110, 0.5f, 0.0f), *g = hrand(n, 111, 1.0f, 0.0f);
-    float *m = hrand(n, 112, 0.1f, 0.0f), *v = hrand(n, 113, 0.1f, 0.0f);
+    float *p = ct_randn(n, 110, 0.5f, 0.0f), *g = ct_randn(n, 111, 1.0f, 0.0f);
+    float *m = ct_randn(n, 112, 0.1f, 0.0f), *v = ct_randn(n, 113, 0.1f, 0.0f);
     for (int64_t i = 0; i < n; i++) v[i] = v[i] * v[i];
     float *res[3][3];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dp = dputf(be, p, n), *dg = dputf(be, g, n), *dm = dputf(be, m, n);
-        float *dv = dputf(be, v, n);
+        float *dp = ct_dputf(be, p, n), *dg = ct_dputf(be, g, n), *dm = ct_dputf(be, m, n);
+        float *dv = ct_dputf(be, v, n);
         for (int64_t step = 3; step <= 5; step++)
             loom_op(be, adamw, dp, dg, dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
         res[r][0] = dtake(be, dp, n);
@@ -637,14 +572,14 @@ static void test_adamw(int64_t n) {
 /* residual_layernorm_forward / residual_rmsnorm_forward, xs over r as the model runs them:
  * against the CPU, and on cuda bit for bit equal to add followed by the norm. */
 static void test_residual_norm(int64_t N, int64_t C, int rms) {
-    float *x = hrand(N * C, 130, 2.0f, 1.0f), *rr = hrand(N * C, 131, 1.0f, 0.0f);
-    float *w = hrand(C, 132, 0.5f, 1.0f), *bias = hrand(C, 133, 0.5f, 0.0f);
+    float *x = ct_randn(N * C, 130, 2.0f, 1.0f), *rr = ct_randn(N * C, 131, 1.0f, 0.0f);
+    float *w = ct_randn(C, 132, 0.5f, 1.0f), *bias = ct_randn(C, 133, 0.5f, 0.0f);
     float *res[3][4];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dx = dputf(be, x, N * C), *dr = dputf(be, rr, N * C), *dw = dputf(be, w, C);
-        float *db = dputf(be, bias, C), *out = dputf(be, NULL, N * C);
-        float *mean = dputf(be, NULL, N), *rstd = dputf(be, NULL, N);
+        float *dx = ct_dputf(be, x, N * C), *dr = ct_dputf(be, rr, N * C), *dw = ct_dputf(be, w, C);
+        float *db = ct_dputf(be, bias, C), *out = ct_dputf(be, NULL, N * C);
+        float *mean = ct_dputf(be, NULL, N), *rstd = ct_dputf(be, NULL, N);
         if (rms)
             loom_op(be, residual_rmsnorm_forward, dr, out, LOOM_DTYPE_F32, rstd, dx, dr, dw, N, C,
                     1e-5f);
@@ -657,9 +592,9 @@ static void test_residual_norm(int64_t N, int64_t C, int rms) {
         res[r][3] = dtake(be, rstd, N);
         if (r == 2) {
             /* the separate ops on cuda */
-            float *s = dputf(be, NULL, N * C), *o = dputf(be, NULL, N * C);
-            float *m2 = dputf(be, NULL, N), *r2 = dputf(be, NULL, N);
-            float *dr2 = dputf(be, rr, N * C);
+            float *s = ct_dputf(be, NULL, N * C), *o = ct_dputf(be, NULL, N * C);
+            float *m2 = ct_dputf(be, NULL, N), *r2 = ct_dputf(be, NULL, N);
+            float *dr2 = ct_dputf(be, rr, N * C);
             loom_op(be, add, s, dx, dr2, N * C);
             if (rms)
                 loom_op(be, rmsnorm_forward, o, LOOM_DTYPE_F32, r2, s, dw, N, C, 1e-5f);
@@ -671,10 +606,10 @@ static void test_residual_norm(int64_t N, int64_t C, int rms) {
             snprintf(what, sizeof what,
                      "residual %s N=%lld C=%lld on cuda == add + norm, bit for bit",
                      rms ? "rmsnorm" : "layernorm", (long long)N, (long long)C);
-            check_true(what, !memcmp(hs, res[1][0], (size_t)(N * C) * sizeof(float)) &&
-                                 !memcmp(ho, res[1][1], (size_t)(N * C) * sizeof(float)) &&
-                                 (rms || !memcmp(hm, res[1][2], (size_t)N * sizeof(float))) &&
-                                 !memcmp(hr, res[1][3], (size_t)N * sizeof(float)));
+            ct_check_true(what, !memcmp(hs, res[1][0], (size_t)(N * C) * sizeof(float)) &&
+                                    !memcmp(ho, res[1][1], (size_t)(N * C) * sizeof(float)) &&
+                                    (rms || !memcmp(hm, res[1][2], (size_t)N * sizeof(float))) &&
+                                    !memcmp(hr, res[1][3], (size_t)N * sizeof(float)));
             free(hs);
             free(ho);
             free(hm);
@@ -705,19 +640,20 @@ static void test_residual_norm(int64_t N, int64_t C, int rms) {
  * linear_gelu_backward and fc1's linear_backward (without its bias, which linear_gelu_backward
  * sums): against the CPU, and on cuda (fp32) bit for bit equal to the separate ops. */
 static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
-    float *h = hrand(N * C, 140, 1.0f, 0.0f), *w1 = hrand(F * C, 141, 0.05f, 0.0f);
-    float *b1 = hrand(F, 142, 0.5f, 0.0f), *w2 = hrand(C * F, 143, 0.05f, 0.0f);
-    float *dy = hrand(N * C, 144, 1.0f, 0.0f);
+    float *h = ct_randn(N * C, 140, 1.0f, 0.0f), *w1 = ct_randn(F * C, 141, 0.05f, 0.0f);
+    float *b1 = ct_randn(F, 142, 0.5f, 0.0f), *w2 = ct_randn(C * F, 143, 0.05f, 0.0f);
+    float *dy = ct_randn(N * C, 144, 1.0f, 0.0f);
     const int64_t ng = 2 * F * C + F + C; /* [dw1 | dw2 | db1 | db2], pre-filled: they accumulate */
-    float *g0 = hrand(ng, 145, 0.1f, 0.0f);
+    float *g0 = ct_randn(ng, 145, 0.1f, 0.0f);
     float *res[3][5];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
-        float *dh_ = dputf(be, h, N * C), *dw1 = dputf(be, w1, F * C);
-        float *db1 = with_bias ? dputf(be, b1, F) : NULL, *dw2 = dputf(be, w2, C * F);
-        float *ddy = dputf(be, dy, N * C), *pre = dputf(be, NULL, N * F);
-        float *a = dputf(be, NULL, N * F);
-        float *dpre = dputf(be, NULL, N * F), *dh = dputf(be, NULL, N * C), *g = dputf(be, g0, ng);
+        float *dh_ = ct_dputf(be, h, N * C), *dw1 = ct_dputf(be, w1, F * C);
+        float *db1 = with_bias ? ct_dputf(be, b1, F) : NULL, *dw2 = ct_dputf(be, w2, C * F);
+        float *ddy = ct_dputf(be, dy, N * C), *pre = ct_dputf(be, NULL, N * F);
+        float *a = ct_dputf(be, NULL, N * F);
+        float *dpre = ct_dputf(be, NULL, N * F), *dh = ct_dputf(be, NULL, N * C),
+              *g = ct_dputf(be, g0, ng);
         float *gw1 = g, *gw2 = g + F * C, *gb1 = g + 2 * F * C, *gb2 = gb1 + F;
         loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, dh_, LOOM_DTYPE_F32, dw1, db1, N,
                 C, F);
@@ -731,9 +667,9 @@ static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
         res[r][4] = dtake(be, g, ng);
         if (r == 2) {
             /* the separate ops on cuda */
-            float *p2 = dputf(be, NULL, N * F), *a2 = dputf(be, NULL, N * F);
-            float *da = dputf(be, NULL, N * F), *dp2 = dputf(be, NULL, N * F);
-            float *dh2 = dputf(be, NULL, N * C), *g2 = dputf(be, g0, ng);
+            float *p2 = ct_dputf(be, NULL, N * F), *a2 = ct_dputf(be, NULL, N * F);
+            float *da = ct_dputf(be, NULL, N * F), *dp2 = ct_dputf(be, NULL, N * F);
+            float *dh2 = ct_dputf(be, NULL, N * C), *g2 = ct_dputf(be, g0, ng);
             loom_op(be, linear_forward, p2, dh_, dw1, db1, N, C, F);
             loom_op(be, gelu_forward, a2, p2, N * F);
             loom_op(be, linear_backward, da, g2 + F * C, with_bias ? g2 + 2 * F * C + F : NULL, ddy,
@@ -754,7 +690,7 @@ static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
             snprintf(what, sizeof what,
                      "GELU MLP N=%lld C=%lld F=%lld on cuda == separate ops, bit for bit",
                      (long long)N, (long long)C, (long long)F);
-            check_true(what, eq);
+            ct_check_true(what, eq);
         }
         be->ops->free(be, dh_);
         be->ops->free(be, dw1);
@@ -810,10 +746,11 @@ static void bench_memory_bound(struct loom_backend *be, int64_t B, int64_t T, in
                                int iters) {
     const int64_t N = B * T, V = 50257, Vp = 50304, F = 4 * C, P = 124000000;
     double ms, ms2;
-    float *x = dputf(be, NULL, N * F), *y = dputf(be, NULL, N * F), *g = dputf(be, NULL, N * F);
-    float *w = dputf(be, NULL, C), *b = dputf(be, NULL, C), *dw = dputf(be, NULL, C);
-    float *db = dputf(be, NULL, C), *mean = dputf(be, NULL, N), *rstd = dputf(be, NULL, N);
-    float *ones = hrand(C, 140, 0.0f, 1.0f);
+    float *x = ct_dputf(be, NULL, N * F), *y = ct_dputf(be, NULL, N * F),
+          *g = ct_dputf(be, NULL, N * F);
+    float *w = ct_dputf(be, NULL, C), *b = ct_dputf(be, NULL, C), *dw = ct_dputf(be, NULL, C);
+    float *db = ct_dputf(be, NULL, C), *mean = ct_dputf(be, NULL, N), *rstd = ct_dputf(be, NULL, N);
+    float *ones = ct_randn(C, 140, 0.0f, 1.0f);
     be->ops->to_device(be, w, ones, (size_t)C * sizeof(float));
     free(ones);
     BENCH_MS(be, iters, ms,
@@ -838,10 +775,10 @@ static void bench_memory_bound(struct loom_backend *be, int64_t B, int64_t T, in
         loom_rng_u32x4(9, 13, (uint64_t)i, r4);
         tok[i] = (int32_t)(r4[0] % (uint32_t)V);
     }
-    int32_t *dtok = dput(be, tok, (size_t)N * sizeof(int32_t));
+    int32_t *dtok = ct_dput(be, tok, (size_t)N * sizeof(int32_t));
     free(tok);
-    float *wte = dputf(be, NULL, Vp * C), *wpe = dputf(be, NULL, T * C);
-    float *out = dputf(be, NULL, N * C);
+    float *wte = ct_dputf(be, NULL, Vp * C), *wpe = ct_dputf(be, NULL, T * C);
+    float *out = ct_dputf(be, NULL, N * C);
     BENCH_MS(be, iters, ms, loom_op(be, embedding_forward, out, dtok, wte, wpe, B, T, C, 0, Vp, 0));
     BENCH_MS(be, iters, ms2,
              loom_op(be, embedding_backward, wte, wpe, out, dtok, B, T, C, 0, Vp, 0));
@@ -852,9 +789,9 @@ static void bench_memory_bound(struct loom_backend *be, int64_t B, int64_t T, in
     be->ops->free(be, out);
 
     /* cross-entropy over the padded vocabulary */
-    float *logits = dputf(be, NULL, N * Vp), *stats = dputf(be, NULL, 3 * N);
-    float *gst = dputf(be, NULL, 2 * N), *dl = dputf(be, NULL, N);
-    float *gs_h = hnew(2 * N);
+    float *logits = ct_dputf(be, NULL, N * Vp), *stats = ct_dputf(be, NULL, 3 * N);
+    float *gst = ct_dputf(be, NULL, 2 * N), *dl = ct_dputf(be, NULL, N);
+    float *gs_h = ct_alloc((size_t)(2 * N) * sizeof(float));
     for (int64_t i = 0; i < N; i++) {
         gs_h[2 * i] = 0.0f;
         gs_h[2 * i + 1] = (float)V;
@@ -873,8 +810,8 @@ static void bench_memory_bound(struct loom_backend *be, int64_t B, int64_t T, in
     be->ops->free(be, dl);
     be->ops->free(be, dtok);
 
-    float *p = dputf(be, NULL, P), *gr = dputf(be, NULL, P), *m = dputf(be, NULL, P);
-    float *v = dputf(be, NULL, P);
+    float *p = ct_dputf(be, NULL, P), *gr = ct_dputf(be, NULL, P), *m = ct_dputf(be, NULL, P);
+    float *v = ct_dputf(be, NULL, P);
     BENCH_MS(be, iters, ms,
              loom_op(be, adamw, p, gr, m, v, P, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.0f));
     printf("  adamw n=%lld: %7.3f ms (%6.0f GB/s)\n", (long long)P, ms, 28.0 * P / ms * 1e-6);
@@ -903,9 +840,10 @@ static void bench(void) {
     const char *names[3] = {"qkv", "fc", "proj"};
     for (int s = 0; s < 3; s++) {
         int64_t IC = shapes[s][0], OC = shapes[s][1];
-        float *x = dputf(be, NULL, N * IC), *w = dputf(be, NULL, OC * IC), *b = dputf(be, NULL, OC);
-        float *y = dputf(be, NULL, N * OC), *dx = dputf(be, NULL, N * IC);
-        float *dw = dputf(be, NULL, OC * IC), *db = dputf(be, NULL, OC);
+        float *x = ct_dputf(be, NULL, N * IC), *w = ct_dputf(be, NULL, OC * IC),
+              *b = ct_dputf(be, NULL, OC);
+        float *y = ct_dputf(be, NULL, N * OC), *dx = ct_dputf(be, NULL, N * IC);
+        float *dw = ct_dputf(be, NULL, OC * IC), *db = ct_dputf(be, NULL, OC);
         double f_ms = 0, b_ms = 0;
         for (int it = -2; it < iters; it++) {
             be->ops->synchronize(be);
@@ -934,9 +872,9 @@ static void bench(void) {
         struct loom_attn a = {.B = B, .T = T, .NH = NH, .NKV = NH, .HS = HS, .causal = causal,
                               .scale = 0.125f, .NH_global = NH};
         int64_t nqkv = N * 3 * C, nout = N * C;
-        float *qkv = hrand(nqkv, 120, 1.0f, 0.0f);
-        float *dq = dputf(be, qkv, nqkv), *out = dputf(be, NULL, nout);
-        float *lse = dputf(be, NULL, B * NH * T), *dqkv = dputf(be, NULL, nqkv);
+        float *qkv = ct_randn(nqkv, 120, 1.0f, 0.0f);
+        float *dq = ct_dputf(be, qkv, nqkv), *out = ct_dputf(be, NULL, nout);
+        float *lse = ct_dputf(be, NULL, B * NH * T), *dqkv = ct_dputf(be, NULL, nqkv);
         free(qkv);
         double f_ms = 0, b_ms = 0;
         for (int it = -2; it < iters; it++) {
@@ -969,18 +907,8 @@ static void bench(void) {
 }
 
 static int run(int argc, char **argv) {
-    enum loom_status s = loom_backend_cuda_create(&g_gpu, 0);
-    if (s != LOOM_OK) {
-        const char *req = getenv("LOOM_REQUIRE_CUDA");
-        int required = req && req[0] == '1';
-        printf("%s: no usable CUDA device: %s\n", required ? "error" : "skipped",
-               loom_last_error());
-        return required ? 1 : 77;
-    }
-    if (loom_backend_cpu_create(&g_cpu) != LOOM_OK) {
-        printf("error: cpu backend: %s\n", loom_last_error());
-        return 1;
-    }
+    int st = ct_open(&g_gpu, &g_cpu);
+    if (st) return st;
 
     const char *mode = argc > 1 ? argv[1] : "";
     int bench_only = strcmp(mode, "bench") == 0, small_only = strcmp(mode, "small") == 0;
@@ -1032,13 +960,14 @@ static int run(int argc, char **argv) {
             test_residual_norm(4 * 256, 768, 1);
             test_linear_gelu(4 * 256, 768, 3072, 1);
         }
-        printf("\n%d passed, %d failed\n", g_pass, g_fail);
+        printf("\n");
+        st = ct_finish();
     } else {
         bench();
     }
     loom_backend_destroy(g_cpu);
     loom_backend_destroy(g_gpu);
-    return g_fail ? 1 : 0;
+    return st;
 }
 
 #endif /* LOOM_HAVE_CUDA */
