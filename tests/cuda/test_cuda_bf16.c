@@ -523,7 +523,9 @@ static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
  * the bf16 out must be the fp32 out rounded, bit for bit, and the bf16 dqkv the fp32 dqkv
  * rounded, when the fp32 backward is given the rounded out (D = rowsum(dout * out) of the
  * stored values). lse is the same. Head sizes 64 and 128 take the tensor-core kernels; others
- * (and dropout) the fp32 kernels through fp32 copies, which must agree just as exactly. */
+ * (and dropout) the fp32 kernels through fp32 copies, which must agree just as exactly. loom's own
+ * kernels (--attention-backend flash): cuDNN's, which bf16 arrays take by default, are checked in
+ * test_cuda_attention. */
 static void run_attention_bf16_arrays(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
                                       int causal, uint64_t seed) {
     struct loom_attn a = {0};
@@ -539,6 +541,7 @@ static void run_attention_bf16_arrays(int64_t B, int64_t T, int64_t NH, int64_t 
     float *qkv = ct_randn(nqkv, seed + 1, 1.0f, 0.0f), *dout = ct_randn(nout, seed + 2, 0.1f, 0.0f);
     float *qkv_r = ct_rounded(qkv, nqkv, 0), *dout_r = ct_rounded(dout, nout, 0);
     g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, NULL, 0);
+    g_gpu->ops->set_attention_backend(g_gpu, LOOM_ATTN_FLASH);
     /* fp32 arrays */
     float *q32 = ct_dputf(g_gpu, qkv_r, nqkv), *d32 = ct_dputf(g_gpu, dout_r, nout);
     float *o32 = ct_dputf(g_gpu, NULL, nout), *l32 = ct_dputf(g_gpu, NULL, nl);
@@ -566,6 +569,7 @@ static void run_attention_bf16_arrays(int64_t B, int64_t T, int64_t NH, int64_t 
     ct_exact(what, ho16, ho_r, nout);
     ct_exact("  lse", hl16, hl32, nl);
     ct_exact("  dqkv", hg16, hg_r, nqkv);
+    g_gpu->ops->set_attention_backend(g_gpu, LOOM_ATTN_AUTO);
     g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
     void *gb[] = {q32, d32, o32, l32, g32, q16, d16, o16, g16, l16};
     for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) g_gpu->ops->free(g_gpu, gb[i]);

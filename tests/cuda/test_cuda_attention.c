@@ -1,0 +1,166 @@
+/* The attention backends of the CUDA backend on bf16 arrays (loom_attn.dt = BF16, bf16 products,
+ * as the GPT passes them under --bf16), against the CPU's fp32 attention on the same bf16 values:
+ *
+ *   fused (cuDNN's fused attention, where loom is built with it): out and dqkv within 2e-2
+ *   normwise (the probabilities and dS are rounded to bf16 inside, and out and dqkv are stored in
+ *   bf16), lse within 1e-4; an error (not a silent fallback) when cuDNN has no plan, so a pass
+ *   means cuDNN ran.
+ *   flash (loom's kernel), the same shapes and tolerances, and two runs bit for bit.
+ *   Both backends on one problem agree within the same tolerance, and a forward of one backend
+ *   with the backward of the other gives the gradients of either (lse means the same in both).
+ *
+ * Shapes: GPT-2 124M's heads (B 2, T 1024, 12 heads of 64, causal), a partial tile (T 77), no
+ * causal mask with head size 128, head size 32. Built without cuDNN, the fused cases are skipped
+ * (set_attention_backend says so) and the flash ones still run.
+ */
+#define CT_SEED 0xa77e
+#include "cuda/cuda_test_util.h"
+
+static struct loom_backend *g_gpu, *g_cpu;
+
+struct problem {
+    struct loom_attn a;
+    int64_t nqkv, nout, nl;
+    float *qkv, *dout;   /* bf16 values, as floats */
+    float *ro, *rl, *rg; /* CPU reference: out, lse, dqkv */
+};
+
+static void problem_make(struct problem *p, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                         int causal, uint64_t seed) {
+    memset(p, 0, sizeof *p);
+    struct loom_attn *a = &p->a;
+    a->B = B;
+    a->T = T;
+    a->NH = NH;
+    a->NKV = NH;
+    a->HS = HS;
+    a->causal = causal;
+    a->scale = 1.0f / sqrtf((float)HS);
+    a->NH_global = NH;
+    p->nqkv = B * T * 3 * NH * HS;
+    p->nout = B * T * NH * HS;
+    p->nl = B * NH * T;
+    float *q0 = ct_randn(p->nqkv, seed + 1, 1.0f, 0.0f),
+          *d0 = ct_randn(p->nout, seed + 2, 0.1f, 0.0f);
+    p->qkv = ct_rounded(q0, p->nqkv, 0);
+    p->dout = ct_rounded(d0, p->nout, 0);
+    free(q0);
+    free(d0);
+    float *cq = ct_dputf(g_cpu, p->qkv, p->nqkv), *cd = ct_dputf(g_cpu, p->dout, p->nout);
+    float *co = ct_dputf(g_cpu, NULL, p->nout), *cl = ct_dputf(g_cpu, NULL, p->nl);
+    float *cg = ct_dputf(g_cpu, NULL, p->nqkv);
+    g_cpu->ops->attention_forward(g_cpu, co, cl, cq, a);
+    /* the backward's D = rowsum(dout * out) uses out as the GPU stores it: bf16 */
+    p->ro = ct_dgetf(g_cpu, co, p->nout);
+    float *ro_r = ct_rounded(p->ro, p->nout, 0);
+    g_cpu->ops->to_device(g_cpu, co, ro_r, (size_t)p->nout * sizeof(float));
+    g_cpu->ops->attention_backward(g_cpu, cg, cd, co, cl, cq, a);
+    p->rl = ct_dgetf(g_cpu, cl, p->nl);
+    p->rg = ct_dgetf(g_cpu, cg, p->nqkv);
+    free(ro_r);
+    void *cb[] = {cq, cd, co, cl, cg};
+    for (size_t i = 0; i < 5; i++)
+        g_cpu->ops->free(g_cpu, cb[i]);
+}
+
+static void problem_free(struct problem *p) {
+    float *hb[] = {p->qkv, p->dout, p->ro, p->rl, p->rg};
+    for (size_t i = 0; i < 5; i++)
+        free(hb[i]);
+}
+
+/* Results of one forward (backend fwd) and backward (backend bwd) on the GPU: out, lse, dqkv */
+struct result {
+    float *o, *l, *g;
+};
+
+static void run_gpu(const struct problem *p, enum loom_attn_backend fwd, enum loom_attn_backend bwd,
+                    struct result *r) {
+    struct loom_attn a = p->a;
+    a.dt = LOOM_DTYPE_BF16;
+    void *q16 = ct_dput16(g_gpu, p->qkv, p->nqkv, 0), *d16 = ct_dput16(g_gpu, p->dout, p->nout, 0);
+    void *o16 = ct_dput(g_gpu, NULL, (size_t)p->nout * 2),
+         *g16 = ct_dput(g_gpu, NULL, (size_t)p->nqkv * 2);
+    float *l = ct_dputf(g_gpu, NULL, p->nl);
+    g_gpu->ops->set_attention_backend(g_gpu, fwd);
+    g_gpu->ops->attention_forward(g_gpu, o16, l, q16, &a);
+    g_gpu->ops->set_attention_backend(g_gpu, bwd);
+    g_gpu->ops->attention_backward(g_gpu, g16, d16, o16, l, q16, &a);
+    r->o = ct_dget16(g_gpu, o16, p->nout, 0);
+    r->l = ct_dgetf(g_gpu, l, p->nl);
+    r->g = ct_dget16(g_gpu, g16, p->nqkv, 0);
+    void *gb[] = {q16, d16, o16, g16, l};
+    for (size_t i = 0; i < 5; i++)
+        g_gpu->ops->free(g_gpu, gb[i]);
+}
+
+static void result_free(struct result *r) {
+    free(r->o);
+    free(r->l);
+    free(r->g);
+}
+
+/* got against the CPU reference (out, lse, dqkv), with a label */
+static void check_ref(const char *label, const struct problem *p, const struct result *r) {
+    char what[192];
+    const struct loom_attn *a = &p->a;
+    snprintf(what, sizeof what, "%s: out, B%lld T%lld NH%lld HS%lld %s", label, (long long)a->B,
+             (long long)a->T, (long long)a->NH, (long long)a->HS, a->causal ? "causal" : "full");
+    ct_check_norm(what, r->o, p->ro, p->nout, 2e-2);
+    snprintf(what, sizeof what, "%s: lse", label);
+    ct_check_norm(what, r->l, p->rl, p->nl, 1e-4);
+    snprintf(what, sizeof what, "%s: dqkv", label);
+    ct_check_norm(what, r->g, p->rg, p->nqkv, 2e-2);
+}
+
+static void run_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int causal, uint64_t seed,
+                     int have_fused) {
+    struct problem p;
+    problem_make(&p, B, T, NH, HS, causal, seed);
+    struct result flash, flash2;
+    run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash);
+    check_ref("flash", &p, &flash);
+    run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash2);
+    ct_check_true("flash: two runs bit for bit",
+                  !memcmp(flash.o, flash2.o, (size_t)p.nout * 4) &&
+                      !memcmp(flash.l, flash2.l, (size_t)p.nl * 4) &&
+                      !memcmp(flash.g, flash2.g, (size_t)p.nqkv * 4));
+    if (have_fused) {
+        struct result fused, mixed1, mixed2;
+        run_gpu(&p, LOOM_ATTN_FUSED, LOOM_ATTN_FUSED, &fused);
+        check_ref("fused", &p, &fused);
+        ct_check_norm("fused against flash: out", fused.o, flash.o, p.nout, 2e-2);
+        ct_check_norm("fused against flash: dqkv", fused.g, flash.g, p.nqkv, 2e-2);
+        run_gpu(&p, LOOM_ATTN_FUSED, LOOM_ATTN_FLASH, &mixed1);
+        check_ref("fused forward, flash backward", &p, &mixed1);
+        run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FUSED, &mixed2);
+        check_ref("flash forward, fused backward", &p, &mixed2);
+        result_free(&fused);
+        result_free(&mixed1);
+        result_free(&mixed2);
+    }
+    result_free(&flash);
+    result_free(&flash2);
+    problem_free(&p);
+}
+
+int main(void) {
+    int st = ct_open(&g_gpu, &g_cpu);
+    if (st) return st;
+    if (g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, NULL, 0) != LOOM_OK) {
+        loom_print_error();
+        return 1;
+    }
+    int have_fused = g_gpu->ops->set_attention_backend(g_gpu, LOOM_ATTN_FUSED) == LOOM_OK;
+    if (!have_fused) {
+        printf("fused cases skipped: ");
+        loom_print_error();
+    }
+    run_case(2, 1024, 12, 64, 1, 100, have_fused); /* GPT-2 124M heads */
+    run_case(2, 77, 4, 64, 1, 200, have_fused);    /* less than a tile */
+    run_case(1, 300, 4, 128, 0, 300, have_fused);  /* no causal mask, head size 128 */
+    run_case(2, 256, 4, 32, 1, 400, have_fused);   /* head size 32: cuDNN only; flash via fp32 */
+    loom_backend_destroy(g_cpu);
+    loom_backend_destroy(g_gpu);
+    return ct_finish();
+}
