@@ -567,6 +567,106 @@ static void test_adamw(int64_t n) {
     free(v);
 }
 
+/* adamw_ranges, 3 steps over ranges of mixed sizes (one element, unaligned, one, two and a bit
+ * over one of cuda's 4096-element pieces, empty, out of address order), weight decay on some,
+ * gaps between them: cuda equals the CPU bit for bit on the whole buffers in both runs, equals
+ * cuda's adamw on each range, and leaves the gaps as they were. Then the bf16 copy of
+ * registered weights follows the op: a bf16 product after adamw_ranges over the weights equals,
+ * up to the order of the sums, the product of an unregistered copy of the new weights (a stale
+ * copy would be off by the size of the update, lr = 1e-2 against weights of 0.05). */
+static void test_adamw_ranges(void) {
+    const int64_t off[] = {5, 16, 40, 12000, 4200, 17000, 28000};
+    const int64_t len[] = {1, 4097, 0, 4096, 7000, 10001, 8192};
+    const uint8_t dec[] = {1, 0, 1, 0, 0, 1, 1};
+    const int nr = 7;
+    const int64_t n = 28000 + 8192 + 16;
+    float *p = ct_randn(n, 114, 0.5f, 0.0f), *m = ct_randn(n, 115, 0.1f, 0.0f);
+    float *v = ct_randn(n, 116, 0.1f, 0.0f), *g[3];
+    for (int64_t i = 0; i < n; i++) v[i] = v[i] * v[i];
+    for (int k = 0; k < 3; k++) g[k] = ct_randn(n, 117 + (uint64_t)k, 1.0f, 0.0f);
+    float *res[4][3]; /* CPU, cuda, cuda again, cuda's adamw per range */
+    for (int r = 0; r < 4; r++) {
+        struct loom_backend *be = backend_of(r < 3 ? r : 1);
+        float *dp = ct_dputf(be, p, n), *dm = ct_dputf(be, m, n), *dv = ct_dputf(be, v, n);
+        float *dg = ct_dputf(be, NULL, n);
+        for (int64_t step = 1; step <= 3; step++) {
+            be->ops->to_device(be, dg, g[step - 1], (size_t)n * sizeof(float));
+            if (r < 3) {
+                loom_op(be, adamw_ranges, dp, dg, dm, dv, off, len, dec, nr, 1e-3f, 0.9f, 0.95f,
+                        1e-8f, 0.1f, step, 0.5f);
+                continue;
+            }
+            for (int k = 0; k < nr; k++)
+                loom_op(be, adamw, dp + off[k], dg + off[k], dm + off[k], dv + off[k], len[k],
+                        1e-3f, 0.9f, 0.95f, 1e-8f, dec[k] ? 0.1f : 0.0f, step, 0.5f);
+        }
+        res[r][0] = dtake(be, dp, n);
+        res[r][1] = dtake(be, dm, n);
+        res[r][2] = dtake(be, dv, n);
+        be->ops->free(be, dg);
+    }
+    static const char *what[3] = {"param", "m", "v"};
+    const float *in[3] = {p, m, v};
+    char name[128];
+    for (int k = 0; k < 3; k++) {
+        for (int r = 1; r <= 2; r++) {
+            snprintf(name, sizeof name, "adamw_ranges %s, cuda run %d == cpu (bits)", what[k], r);
+            ct_exact(name, res[r][k], res[0][k], n);
+        }
+        snprintf(name, sizeof name, "adamw_ranges %s, cuda == cuda adamw per range (bits)",
+                 what[k]);
+        ct_exact(name, res[1][k], res[3][k], n);
+    }
+    int64_t gaps = 0, kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int inside = 0;
+        for (int k = 0; k < nr; k++) inside |= i >= off[k] && i < off[k] + len[k];
+        if (inside) continue;
+        gaps++;
+        for (int k = 0; k < 3; k++) kept += memcmp(&res[1][k][i], &in[k][i], 4) == 0;
+    }
+    snprintf(name, sizeof name, "adamw_ranges cuda: the %lld gap elements keep p, m, v",
+             (long long)gaps);
+    ct_check_true(name, gaps > 0 && kept == 3 * gaps);
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < 3; k++) free(res[r][k]);
+
+    /* the bf16 copy: weights w[OC, C] at params + 16, registered */
+    const int64_t N = 64, C = 96, OC = 80, np = OC * C + 32;
+    struct loom_backend *be = g_gpu;
+    float *hw = ct_randn(np, 118, 0.05f, 0.0f), *hx = ct_randn(N * C, 119, 1.0f, 0.0f);
+    float *params = ct_dputf(be, hw, np), *x = ct_dputf(be, hx, N * C);
+    float *dg = ct_dputf(be, g[0], np), *dm = ct_dputf(be, NULL, np), *dv = ct_dputf(be, NULL, np);
+    float *out = ct_dputf(be, NULL, N * OC), *out_ref = ct_dputf(be, NULL, N * OC);
+    float *w_copy = ct_dputf(be, NULL, OC * C);
+    if (be->ops->set_matmul_dtype(be, LOOM_DTYPE_BF16, params, np) != LOOM_OK) {
+        loom_print_error();
+        exit(1);
+    }
+    loom_op(be, linear_forward, out, x, params + 16, NULL, N, C, OC); /* makes the copy */
+    const int64_t woff[] = {16, 16 + OC * C / 2}, wlen[] = {OC * C / 2, OC * C - OC * C / 2};
+    const uint8_t wdec[] = {1, 0};
+    loom_op(be, adamw_ranges, params, dg, dm, dv, woff, wlen, wdec, 2, 1e-2f, 0.9f, 0.95f, 1e-8f,
+            0.1f, 1, 1.0f);
+    loom_op(be, linear_forward, out, x, params + 16, NULL, N, C, OC);
+    be->ops->copy(be, w_copy, params + 16, (size_t)(OC * C) * sizeof(float));
+    loom_op(be, linear_forward, out_ref, x, w_copy, NULL, N, C, OC);
+    float *h = ct_dgetf(be, out, N * OC), *h_ref = ct_dgetf(be, out_ref, N * OC);
+    float *hw2 = ct_dgetf(be, params, np);
+    int64_t moved = 0;
+    for (int64_t i = 16; i < 16 + OC * C; i++) moved += fabsf(hw2[i] - hw[i]) > 5e-3f;
+    snprintf(name, sizeof name, "adamw_ranges moved the %lld registered weights by > 5e-3",
+             (long long)(OC * C));
+    ct_check_true(name, moved == OC * C);
+    ct_check_norm("bf16 product after adamw_ranges == unregistered copy's", h, h_ref, N * OC,
+                  1e-4);
+    be->ops->set_matmul_dtype(be, LOOM_DTYPE_F32, NULL, 0);
+    float *dbufs[] = {params, x, dg, dm, dv, out, out_ref, w_copy};
+    for (int k = 0; k < 8; k++) be->ops->free(be, dbufs[k]);
+    float *hbufs[] = {p, m, v, g[0], g[1], g[2], hw, hx, h, h_ref, hw2};
+    for (int k = 0; k < 11; k++) free(hbufs[k]);
+}
+
 /* ---- fused ops: residual add + norm, linear + GELU ---- */
 
 /* residual_layernorm_forward / residual_rmsnorm_forward, xs over r as the model runs them:
@@ -937,6 +1037,7 @@ static int run(int argc, char **argv) {
         test_linear_gelu(2 * 64, 96, 4 * 96, 1);
         test_linear_gelu(2 * 64, 96, 4 * 96, 0);
         test_sumsq_ranges();
+        test_adamw_ranges();
         if (!small_only) {
             printf("-- large: B=4 T=256 C=768 NH=12 HS=64\n");
             test_elementwise(4 * 256 * 768);
