@@ -6,7 +6,8 @@
 #   bash scripts/gpu_check.sh [PHASE...]      phases, in order (default: all three)
 #     build    configure (CUDA, MPI, NCCL) and build everything
 #     single   on one GPU: CTest label "cuda" (op parity, bf16 products, train cuda vs cpu);
-#              GPT-2 124M and a Llama-style model training end to end, fp32 and --bf16
+#              GPT-2 124M and a Llama-style model training end to end, fp32 and --bf16;
+#              --fp16 loss scaling; --deterministic-mode twice, the same bits
 #     multi    on two GPUs: nccl_check under mpirun; TP=2, PP=2 (1F1B and interleaved) and
 #              DP=2 of a small GPT and a small Llama-style model against one GPU, 10 iterations:
 #              loss, grad norm and every parameter within 1e-5 relative (tests/ref/compare_runs.py);
@@ -132,6 +133,18 @@ EOF
     r=$?
   fi
   result $r "gpt2 fp16: dynamic loss scaling skips overflowing steps, then trains"
+  # --deterministic-mode: two runs of the program give the same losses and gradient norms, bit
+  # for bit (without it the products' algorithms are timed and cuDNN's attention backward adds
+  # with atomics, so two runs may differ in the last bits)
+  r=0
+  for run in 1 2; do
+    "$LOOM" train "${e2e[@]}" "${gpt2[@]}" --device cuda --bf16 --deterministic-mode \
+      --metrics-file "$LOGS/e2e-det$run.jsonl" > "$LOGS/e2e-det$run.log" 2>&1 || r=1
+  done
+  [ $r -eq 0 ] && r=$("$PY" -c 'import json,sys
+a, b = ([(j["loss"], j["grad_norm"]) for j in map(json.loads, open(f))] for f in sys.argv[1:])
+print(0 if len(a) == 5 and a == b else 1)' "$LOGS/e2e-det1.jsonl" "$LOGS/e2e-det2.jsonl")
+  result $r "gpt2 bf16 --deterministic-mode: two runs, the same losses and gradient norms"
   unset CUDA_VISIBLE_DEVICES
   ;;
 

@@ -293,6 +293,12 @@ struct loom_backend_ops {
      * is not built in. NULL (the CPU): one kind of kernel, whatever is asked. */
     enum loom_status (*set_attention_backend)(struct loom_backend *be,
                                               enum loom_attn_backend kind);
+    /* on: every op gives the same bits from run to run of the program (Megatron's
+     * --deterministic-mode; on cuda the products keep cuBLASLt's heuristic choice instead of the
+     * fastest of its candidates timed at the first call, and attention under LOOM_ATTN_AUTO takes
+     * loom's kernels). off (the default): the fastest, which may differ between runs in the last
+     * bits. LOOM_ERR_INVALID_ARG with LOOM_ATTN_FUSED. NULL (the CPU): always deterministic. */
+    enum loom_status (*set_deterministic)(struct loom_backend *be, int on);
     /* Device memory the backend holds (its own allocations and workspaces). */
     void (*memory_stats)(struct loom_backend *be, struct loom_mem_stats *st);
     /* The stream every op runs on, as an opaque handle (a cudaStream_t), so that communication

@@ -42,6 +42,7 @@ struct loom_train_config {
     const char *comm;   /* "auto" | "self" | "mpi" | "nccl" */
     int bf16;           /* matrix products with bf16 inputs (cuda) */
     enum loom_attn_backend attention_backend; /* --attention-backend */
+    int deterministic;  /* --deterministic-mode */
 };
 
 struct loom_sample_source {

@@ -13,7 +13,8 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel, bf16, fp16;
+    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel, bf16, fp16,
+        deterministic;
     const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
     double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
@@ -173,6 +174,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--loss-scale-window", LOOM_FLAG_INT, &f.loss_scale_window, "clean iterations before the scale doubles", NULL, 0},
         {"--hysteresis", LOOM_FLAG_INT, &f.hysteresis, "overflowing iterations tolerated before the scale halves", NULL, 0},
         {"--attention-backend", LOOM_FLAG_CHOICE, &f.attention_backend, "attention kernels (cuda): auto = cuDNN's fused attention where it applies, else loom's flash kernel; fused = cuDNN, an error where it has no plan; flash = loom's kernel only (bit-for-bit repeatable)", "auto|fused|flash", 0},
+        {"--deterministic-mode", LOOM_FLAG_BOOL, &f.deterministic, "every run gives the same bits (cuda: cuBLASLt's heuristic algorithms, not the fastest timed; loom's attention kernels)", NULL, 0},
         {"--bf16", LOOM_FLAG_BOOL, &f.bf16, "matrix products with bf16 inputs and fp32 accumulation (cuda; weights, activations and optimizer stay fp32)", NULL, 0},
         {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
     };
@@ -209,6 +211,9 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.tp < 1 || f.pp < 1) FAIL("parallel sizes must be at least 1");
     if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
     if (f.fp16 && f.bf16) FAIL("--fp16 and --bf16 exclude each other");
+    if (f.deterministic && strcmp(f.attention_backend, "fused") == 0)
+        FAIL("--deterministic-mode and --attention-backend fused exclude each other (cuDNN's "
+             "attention backward is not deterministic; give flash or auto)");
     if (f.loss_scale < 0 || !(f.initial_loss_scale > 0) || !(f.min_loss_scale > 0) ||
         f.min_loss_scale > f.initial_loss_scale)
         FAIL("need --loss-scale >= 0 and 0 < --min-loss-scale <= --initial-loss-scale");
@@ -278,6 +283,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.device = f.device;
     c.comm = f.comm;
     c.bf16 = f.bf16;
+    c.deterministic = f.deterministic;
     c.attention_backend = strcmp(f.attention_backend, "fused") == 0   ? LOOM_ATTN_FUSED
                           : strcmp(f.attention_backend, "flash") == 0 ? LOOM_ATTN_FLASH
                                                                       : LOOM_ATTN_AUTO;

@@ -304,6 +304,8 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->errors_collective = 0;
     LOOM_CHECK(loom_backend_create(&t->be, c->device, -1)); /* -1: the local rank's GPU */
     if (t->be->ops->stream) loom_comm_set_stream(t->be->ops->stream(t->be));
+    if (c->deterministic && t->be->ops->set_deterministic)
+        LOOM_CHECK(t->be->ops->set_deterministic(t->be, 1));
     if (c->attention_backend != LOOM_ATTN_AUTO) {
         if (!t->be->ops->set_attention_backend)
             return loom_fail(LOOM_ERR_UNSUPPORTED,

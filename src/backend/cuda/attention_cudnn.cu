@@ -537,9 +537,10 @@ static char *sdpa_workspace(struct loom_backend *be, const struct sdpa_plan *p, 
 
 int loom_cuda_attention_cudnn_ok(struct loom_backend *be, const struct loom_attn *a) {
     struct loom_cuda *c = loom_cuda_impl(be);
-    if (c->attn_backend == LOOM_ATTN_FLASH || !c->matmul_bf16 || c->matmul_f16 ||
-        a->dt != LOOM_DTYPE_BF16 || a->NKV != a->NH || a->HS % 8 != 0 || a->HS > 128 ||
-        a->dropout_p != 0.0f || !(a->scale > 0.0f) || a->B < 1 || a->T < 1 || a->NH < 1)
+    if (c->attn_backend == LOOM_ATTN_FLASH || c->deterministic || !c->matmul_bf16 ||
+        c->matmul_f16 || a->dt != LOOM_DTYPE_BF16 || a->NKV != a->NH || a->HS % 8 != 0 ||
+        a->HS > 128 || a->dropout_p != 0.0f || !(a->scale > 0.0f) || a->B < 1 || a->T < 1 ||
+        a->NH < 1)
         return 0;
     if (c->cudnn && ((struct loom_cudnn *)c->cudnn)->failed) return 0;
     return 1;
@@ -599,6 +600,10 @@ int loom_cuda_attention_backward_cudnn(struct loom_backend *be, void *dqkv, cons
 
 enum loom_status loom_cuda_set_attention_backend(struct loom_backend *be,
                                                  enum loom_attn_backend kind) {
+    if (kind == LOOM_ATTN_FUSED && loom_cuda_impl(be)->deterministic)
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--attention-backend fused: cuDNN's attention backward is not "
+                         "deterministic (leave out --deterministic-mode, or give flash or auto)");
     loom_cuda_impl(be)->attn_backend = kind;
     return LOOM_OK;
 }
@@ -640,3 +645,17 @@ enum loom_status loom_cuda_set_attention_backend(struct loom_backend *be,
 }
 
 #endif
+
+/* Deterministic mode: the ops repeat their bits from run to run. Here: the products take
+ * cuBLASLt's heuristic choice (no timing, matmul_bf16.cu) and attention loom's own kernels, whose
+ * backward has no atomics. */
+enum loom_status loom_cuda_set_deterministic(struct loom_backend *be, int on) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    if (on && c->attn_backend == LOOM_ATTN_FUSED)
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--deterministic-mode: cuDNN's attention backward is not deterministic "
+                         "(give --attention-backend flash or auto)");
+    c->deterministic = on != 0;
+    c->gemm_tune = !on;
+    return LOOM_OK;
+}

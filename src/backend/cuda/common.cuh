@@ -63,6 +63,8 @@ struct loom_cuda {
     size_t act_ws_bytes;
     struct loom_cuda_lt_plan *plans;
     int nplans, cap_plans;
+    int gemm_tune;        /* time the heuristic's candidates per product (matmul_bf16.cu) */
+    int deterministic;    /* set_deterministic */
     void *attn_ws;        /* 16-bit q, k, v, dout of the attention_bf16.cu kernels */
     size_t attn_ws_bytes;
     void *cudnn;          /* cuDNN handle and attention plans (attention_cudnn.cu), made on use */
@@ -270,6 +272,7 @@ int loom_cuda_attention_backward_cudnn(struct loom_backend *be, void *dqkv, cons
 void loom_cuda_cudnn_free(struct loom_backend *be);
 enum loom_status loom_cuda_set_attention_backend(struct loom_backend *be,
                                                  enum loom_attn_backend kind);
+enum loom_status loom_cuda_set_deterministic(struct loom_backend *be, int on);
 void loom_cuda_attention_forward_bf16(struct loom_backend *be, void *out, float *lse,
                                       const void *qkv, const struct loom_attn *a);
 void loom_cuda_attention_backward_bf16(struct loom_backend *be, void *dqkv, const void *dout,

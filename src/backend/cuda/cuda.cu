@@ -207,6 +207,7 @@ static const struct loom_backend_ops g_cuda_ops = {
     .linear_xent_dtype = loom_cuda_linear_xent_dtype,
     .activation_dtype = loom_cuda_activation_dtype,
     .set_attention_backend = loom_cuda_set_attention_backend,
+    .set_deterministic = loom_cuda_set_deterministic,
     .memory_stats = cuda_memory_stats,
     .stream = cuda_stream,
 };
@@ -279,6 +280,7 @@ extern "C" enum loom_status loom_backend_cuda_create(struct loom_backend **out,
             CUBLAS_STATUS_SUCCESS)
         return cuda_create_failed(be, LOOM_ERR_UNSUPPORTED, "configuring cuBLAS", device_index,
                                   cublasGetStatusString(bs));
+    c->gemm_tune = 1;
     const char *prof = getenv("LOOM_CUDA_PROFILE");
     if (prof && prof[0] == '1') {
         be->ops = loom_cuda_profile_ops(&g_cuda_ops);
