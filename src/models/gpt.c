@@ -243,6 +243,14 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
  * and 50304 columns: 7 chunks of 2368 rows in fp32, 4 of 4096 in a 16-bit type. */
 #define XENT_CHUNK_BYTES ((int64_t)512 << 20)
 
+/* Bytes an element of linear_xent's logits under the backend's current product type */
+static int64_t xent_elem(const struct loom_gpt *m) {
+    struct loom_backend *be = m->be;
+    const enum loom_dtype dt =
+        be->ops->linear_xent_dtype ? be->ops->linear_xent_dtype(be) : LOOM_DTYPE_F32;
+    return (int64_t)loom_dtype_size(dt);
+}
+
 static int64_t xent_chunk_rows(const struct dims *d, int64_t elem) {
     int64_t bytes = d->N * d->Vl * elem;
     int64_t chunks = (bytes + XENT_CHUNK_BYTES - 1) / XENT_CHUNK_BYTES;
@@ -266,9 +274,10 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     a->dwide2 = (float *)carve(cv, (size_t)d.N *
                                        (size_t)max64(d.NHl * d.HS * (int64_t)attn_elem,
                                                      m->cfg.swiglu ? d.Fl * 4 : 0));
-    if (m->last_stage && d.tp == 1) { /* sized for fp32 logits: the type is set later */
-        a->xent_rows = xent_chunk_rows(&d, (int64_t)sizeof(float));
-        a->xent_chunk = CF(cv, a->xent_rows * d.Vl);
+    if (m->last_stage && d.tp == 1) { /* for the logits' type now (set before the model) */
+        const int64_t elem = xent_elem(m);
+        a->xent_bytes = xent_chunk_rows(&d, elem) * d.Vl * elem;
+        a->xent_chunk = (float *)carve(cv, (size_t)a->xent_bytes);
     }
 }
 
@@ -557,15 +566,12 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
 }
 
 /* Rows of a chunk of the fused head for the type that linear_xent stores its logits in now:
- * xent_chunk_rows for that type, and never more than the chunk buffer holds (xent_rows rows of
- * fp32). With 16-bit logits the buffer takes twice the rows, so about half as many chunks. */
+ * xent_chunk_rows for that type, and never more than the chunk buffer holds (it was sized for the
+ * type at the model's making; a product type set later may change it). */
 static int64_t xent_rows_now(const struct loom_gpt *m, const struct dims *d) {
-    struct loom_backend *be = m->be;
-    const enum loom_dtype dt =
-        be->ops->linear_xent_dtype ? be->ops->linear_xent_dtype(be) : LOOM_DTYPE_F32;
-    const int64_t elem = (int64_t)loom_dtype_size(dt);
+    const int64_t elem = xent_elem(m);
     const int64_t rows = xent_chunk_rows(d, elem);
-    const int64_t fit = m->acts[0].xent_rows * (int64_t)sizeof(float) / elem;
+    const int64_t fit = m->acts[0].xent_bytes / (d->Vl * elem);
     return rows < fit ? rows : fit;
 }
 

@@ -37,8 +37,9 @@ struct loom_gpt_acts {
     float *losses;            /* [N] device: loss of each row */
     float *dlnf;              /* [N,C] d(loss)/d(lnf), made by the head forward when training */
     int dlnf_ready;           /* dlnf holds this micro-batch's gradient, not yet consumed */
-    float *xent_chunk;        /* acts[0] only: one chunk's logits, room for [xent_rows, Vl] fp32 */
-    int64_t xent_rows;        /* acts[0] only: rows of a chunk of fp32 logits (16-bit: more) */
+    float *xent_chunk;        /* acts[0] only: one chunk's logits, xent_bytes of them */
+    int64_t xent_bytes;       /* acts[0] only: room for [xent_chunk_rows, Vl] of the logits'
+                                 type when the model was made (linear_xent_dtype) */
     int32_t *tokens, *targets; /* [N] device */
     float *host_stats;        /* [N,3] host scratch */
     float *host_g;            /* [N,2] host scratch */
