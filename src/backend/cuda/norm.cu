@@ -29,11 +29,15 @@
  * Backward: block b owns rows [64 b, 64 b + 64) (NORM_BWD_ROWS), taken in turn by its groups. One
  * pass over x and dout (fp32 or bf16, read as stored) gives the row sums and, in each thread, fp32
  * sums over its group's rows of dout * xhat and dout for its columns; a second pass updates dinp
- * from the registers. While the block's column sums fit in shared memory and the row in registers
- * (C up to 2944 for LayerNorm, 4096 for RMSNorm) the groups add theirs there in double, in group
- * order, and the block writes one partial row; beyond, a second kernel makes the same partial rows
- * from x and dout. The ceil(N / 64) partial rows are then added in a fixed order. No atomics: two
- * runs give the same bits, on any GPU.
+ * from the registers. The groups of a block run independently: a row sum synchronises only its
+ * own group (a named barrier), and with vector accesses each thread copies its chunks of x, dout
+ * and dinp of the group's next row into shared memory (cp.async) while it works on the current
+ * one, so the next row's reads are in flight through the row sums and the update (the same values
+ * and arithmetic, so the same bits, as reading them directly). While the block's column sums fit
+ * in shared memory and the row in registers (C up to 2944 for LayerNorm, 4096 for RMSNorm) the
+ * groups add theirs there in double, in group order, and the block writes one partial row;
+ * beyond, a second kernel makes the same partial rows from x and dout. The ceil(N / 64) partial
+ * rows are then added in a fixed order. No atomics: two runs give the same bits, on any GPU.
  */
 #include <cuda_bf16.h>
 
@@ -72,12 +76,13 @@ __device__ __forceinline__ float4 norm_load(const float *p, int64_t c, int64_t C
     if (c + 3 < C) v.w = p[c + 3];
     return v;
 }
+__device__ __forceinline__ float4 norm_unpack(const float4 &v) { return v; }
+__device__ __forceinline__ float4 norm_unpack(const norm_bf16x4 &u) {
+    const float2 a = __bfloat1622float2(u.lo), b = __bfloat1622float2(u.hi);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
 __device__ __forceinline__ float4 norm_load(const bf16 *p, int64_t c, int64_t C, int vec) {
-    if (vec) {
-        const norm_bf16x4 u = *reinterpret_cast<const norm_bf16x4 *>(p + c);
-        const float2 a = __bfloat1622float2(u.lo), b = __bfloat1622float2(u.hi);
-        return make_float4(a.x, a.y, b.x, b.y);
-    }
+    if (vec) return norm_unpack(*reinterpret_cast<const norm_bf16x4 *>(p + c));
     float4 v = make_float4(__bfloat162float(p[c]), 0.0f, 0.0f, 0.0f);
     if (c + 1 < C) v.y = __bfloat162float(p[c + 1]);
     if (c + 2 < C) v.z = __bfloat162float(p[c + 2]);
@@ -109,18 +114,76 @@ __device__ __forceinline__ void norm_store(bf16 *p, int64_t c, int64_t C, int ve
     if (c + 3 < C) p[c + 3] = __float2bfloat16_rn(v.w);
 }
 
+/* 4 elements of T as one access: a chunk */
+template <typename T> struct norm_chunk;
+template <> struct norm_chunk<float> {
+    typedef float4 type;
+};
+template <> struct norm_chunk<bf16> {
+    typedef norm_bf16x4 type;
+};
+
+/* Asynchronous copy of one chunk (16 or 8 bytes, both addresses aligned to it) from global memory
+ * to this thread's shared slot dst; complete for this thread after norm_async_wait. */
+__device__ __forceinline__ void norm_async_copy(float4 *dst, const float *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void norm_async_copy(norm_bf16x4 *dst, const bf16 *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+}
+/* A chunk from this thread's shared slot, as fp32; kept in program order with the copies. */
+__device__ __forceinline__ float4 norm_slot_load(const float4 *src) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"((unsigned)__cvta_generic_to_shared(src)));
+    return v;
+}
+__device__ __forceinline__ float4 norm_slot_load(const norm_bf16x4 *src) {
+    unsigned lo, hi;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                 : "=r"(lo), "=r"(hi)
+                 : "r"((unsigned)__cvta_generic_to_shared(src)));
+    norm_bf16x4 u;
+    memcpy(&u.lo, &lo, 4);
+    memcpy(&u.hi, &hi, 4);
+    return norm_unpack(u);
+}
+/* closes this thread's batch of copies */
+__device__ __forceinline__ void norm_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* waits until every copy this thread issued has landed */
+__device__ __forceinline__ void norm_async_wait() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/* Barrier of the threads of this thread's group (row y of the block) alone: named barrier 1 + y
+ * over blockDim.x threads, so the groups of a block run independently. */
+__device__ __forceinline__ void norm_group_sync() {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + (int)threadIdx.y), "r"((int)blockDim.x)
+                 : "memory");
+}
+
 /* The sums of a and b over the threads of the group, in the fixed order described above; every
  * thread of the group gets the same bits. sh: NORM_THREADS / 32 slots shared by the block. A group
- * of several warps synchronises the block: then every thread of the block calls this. */
+ * of several warps synchronises its own threads (norm_group_sync): every thread of the group calls
+ * this. */
 __device__ __forceinline__ double2 norm_row_sum(double a, double b, double2 *sh) {
     a = loom_warp_sum_d(a);
     b = loom_warp_sum_d(b);
     if (blockDim.x == 32) return make_double2(a, b);
     const int nw = (int)blockDim.x >> 5;
     double2 *s = sh + threadIdx.y * nw;
-    __syncthreads(); /* the previous sum has been read */
+    norm_group_sync(); /* the previous sum has been read */
     if ((threadIdx.x & 31) == 0) s[threadIdx.x >> 5] = make_double2(a, b);
-    __syncthreads();
+    norm_group_sync();
     double2 r = s[0];
     for (int i = 1; i < nw; i++) {
         r.x += s[i].x;
@@ -228,50 +291,96 @@ __global__ void __launch_bounds__(NORM_THREADS)
 
 /* dinp += ... (skipped if NULL) for the rows of block b, and with WGRAD the block's partial
  * column sums: partial[b*C + c] = sum over its rows of dout * xhat, and (LayerNorm)
- * partial[(G + b)*C + c] = sum of dout, G = gridDim.x. WGRAD needs the row within K chunks per
- * thread and (RMS ? 1 : 2) * C doubles of dynamic shared memory. */
+ * partial[(G + b)*C + c] = sum of dout, G = gridDim.x. Dynamic shared memory: with WGRAD the
+ * column sums, (RMS ? 1 : 2) * C doubles rounded up to an even count (the row within K chunks per
+ * thread), then with vec the copy slots, K chunks of x, of dinp and of dout for every thread of
+ * the block (norm_bwd_smem). */
 template <bool RMS, typename DT, int K, bool WGRAD>
 __global__ void __launch_bounds__(NORM_THREADS, 2)
     norm_backward_kernel(float *dinp, double *partial, const DT *dout, const float *inp,
                          const float *w, const float *mean, const float *rstd, int64_t N,
                          int64_t C, int vec) {
-    extern __shared__ double colsum[];
+    typedef typename norm_chunk<DT>::type chunk;
+    extern __shared__ __align__(16) double colsum[];
     __shared__ double2 sh[NORM_THREADS / 32];
     const int t = threadIdx.x, groups = blockDim.y;
     const int64_t step = 4 * (int64_t)blockDim.x;
     const int64_t r0 = blockIdx.x * (int64_t)NORM_BWD_ROWS;
+    const int rows = N - r0 < NORM_BWD_ROWS ? (int)(N - r0) : NORM_BWD_ROWS;
     float4 aw[K], ab[K]; /* WGRAD: this thread's sums of dout * xhat and of dout */
 #pragma unroll
     for (int k = 0; k < K; k++) aw[k] = ab[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
-    /* every group makes the same number of turns (groups divides NORM_BWD_ROWS), as the row sums
-     * may synchronise the block; a row past N has no columns (cend 0) */
-    for (int i = threadIdx.y; i < NORM_BWD_ROWS; i += groups) {
-        const int64_t row = r0 + i < N ? r0 + i : N - 1, off = row * C;
-        const int64_t cend = r0 + i < N ? C : 0;
-        const float m = RMS ? 0.0f : mean[row], r = rstd[row];
-        double sg = 0.0, sgx = 0.0;
-        /* the row sums of g and g * xhat */
-        auto sums = [&](float4 xv, float4 dv, int64_t c) {
-            const float4 wv = norm_load(w, c, C, vec);
+    /* vec: this thread's slots, chunk k at [k * nthr] */
+    const int nthr = (int)blockDim.x * groups, tid = (int)threadIdx.y * (int)blockDim.x + t;
+    float4 *sx = reinterpret_cast<float4 *>(colsum + (WGRAD ? (RMS ? 1 : 2) * ((C + 1) & ~1) : 0));
+    chunk *sd = reinterpret_cast<chunk *>(sx + 2 * K * nthr) + tid;
+    float4 *sy = sx + K * nthr + tid;
+    sx += tid;
+    /* copies of row i's first K chunks of this thread into its slots */
+    auto stage = [&](int i) {
+        const int64_t off = (r0 + i) * C;
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (c + j < C) {
-                    const float g = __fmul_rn(norm_get(dv, j), norm_get(wv, j));
-                    if (!RMS) sg += (double)g;
-                    sgx += (double)__fmul_rn(g, norm_xhat<RMS>(norm_get(xv, j), m, r));
-                }
-        };
-        float4 xv[K], dv[K], yv[K]; /* x, dout, dinp (loaded with the others: one wait a row) */
+        for (int k = 0; k < K; k++) {
+            const int64_t c = k * step + 4 * t;
+            if (c < C) {
+                norm_async_copy(sx + k * nthr, inp + off + c);
+                norm_async_copy(sd + k * nthr, dout + off + c);
+                if (dinp) norm_async_copy(sy + k * nthr, dinp + off + c);
+            }
+        }
+        norm_async_commit();
+    };
+
+    /* Each group takes rows threadIdx.y, + groups, ... The statistics of its next row, and with
+     * vec its chunks (copied to shared memory), are fetched while it works on this one: read from
+     * the slots, then the next copies issued. */
+    float mn = 0.0f, rn = 0.0f;
+    auto fetch = [&](int i) {
+        if (!RMS) mn = mean[r0 + i];
+        rn = rstd[r0 + i];
+        if (vec) stage(i);
+    };
+    if ((int)threadIdx.y < rows) fetch(threadIdx.y);
+    for (int i = threadIdx.y; i < rows; i += groups) {
+        const int64_t row = r0 + i, off = row * C;
+        const float m = mn, r = rn;
+        float4 xv[K], dv[K], yv[K]; /* x, dout, dinp */
+        if (vec) norm_async_wait();
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const int64_t c = k * step + 4 * t;
             xv[k] = dv[k] = yv[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (c < cend) {
-                xv[k] = norm_load(inp + off, c, C, vec);
-                dv[k] = norm_load(dout + off, c, C, vec);
-                if (dinp) yv[k] = norm_load(dinp + off, c, C, vec);
-                if (dinp) sums(xv[k], dv[k], c);
+            if (c < C) {
+                if (vec) {
+                    xv[k] = norm_slot_load(sx + k * nthr);
+                    dv[k] = norm_slot_load(sd + k * nthr);
+                    if (dinp) yv[k] = norm_slot_load(sy + k * nthr);
+                } else {
+                    xv[k] = norm_load(inp + off, c, C, 0);
+                    dv[k] = norm_load(dout + off, c, C, 0);
+                    if (dinp) yv[k] = norm_load(dinp + off, c, C, 0);
+                }
+            }
+        }
+        if (i + groups < rows) fetch(i + groups);
+
+        double sg = 0.0, sgx = 0.0;
+        /* the row sums of g and g * xhat */
+        auto sums = [&](float4 xq, float4 dq, float4 wv, int64_t c) {
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (c + j < C) {
+                    const float g = __fmul_rn(norm_get(dq, j), norm_get(wv, j));
+                    if (!RMS) sg += (double)g;
+                    sgx += (double)__fmul_rn(g, norm_xhat<RMS>(norm_get(xq, j), m, r));
+                }
+        };
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int64_t c = k * step + 4 * t;
+            if (c < C) {
+                if (dinp) sums(xv[k], dv[k], norm_load(w, c, C, vec), c);
                 if (WGRAD) {
                     /* columns past C hold dout 0 and add nothing */
 #pragma unroll
@@ -285,13 +394,13 @@ __global__ void __launch_bounds__(NORM_THREADS, 2)
             }
         }
         if (!dinp) continue;
-        for (int64_t c = K * step + 4 * t; c < cend; c += step)
-            sums(norm_load(inp + off, c, C, vec), norm_load(dout + off, c, C, vec), c);
+        for (int64_t c = K * step + 4 * t; c < C; c += step)
+            sums(norm_load(inp + off, c, C, vec), norm_load(dout + off, c, C, vec),
+                 norm_load(w, c, C, vec), c);
         const double2 s = norm_row_sum(sg, sgx, sh);
         const float a = (float)(s.x / (double)C), bx = (float)(s.y / (double)C);
         float *dx = dinp + off;
-        auto update = [&](float4 xq, float4 dq, float4 y, int64_t c) {
-            const float4 wv = norm_load(w, c, C, vec);
+        auto update = [&](float4 xq, float4 dq, float4 y, float4 wv, int64_t c) {
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const float g = __fmul_rn(norm_get(dq, j), norm_get(wv, j));
@@ -304,11 +413,11 @@ __global__ void __launch_bounds__(NORM_THREADS, 2)
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const int64_t c = k * step + 4 * t;
-            if (c < cend) update(xv[k], dv[k], yv[k], c);
+            if (c < C) update(xv[k], dv[k], yv[k], norm_load(w, c, C, vec), c);
         }
-        for (int64_t c = K * step + 4 * t; c < cend; c += step)
+        for (int64_t c = K * step + 4 * t; c < C; c += step)
             update(norm_load(inp + off, c, C, vec), norm_load(dout + off, c, C, vec),
-                   norm_load(dx, c, C, vec), c);
+                   norm_load(dx, c, C, vec), norm_load(w, c, C, vec), c);
     }
 
     if (WGRAD) {
@@ -399,6 +508,7 @@ __global__ void norm_sum_partials_kernel(float *dw, float *db, const double *par
     const double *p = partial + blockIdx.y * G * C;
     double s = 0.0;
     if (c < C)
+#pragma unroll 8
         for (int64_t k = ty; k < G; k += 16) s += p[k * C + c];
     sh[ty][tx] = s;
     __syncthreads();
@@ -455,6 +565,27 @@ static void norm_forward(struct loom_backend *be, OT *out, float *mean, float *r
     LOOM_CUDA_LAUNCHED();
 }
 
+/* Dynamic shared memory of norm_backward_kernel: the column sums (wgrad), then the copy slots
+ * (vec) for threads of k chunks each. */
+template <bool RMS, typename DT>
+static size_t norm_bwd_smem(int64_t C, int k, int threads, int wgrad, int vec) {
+    const size_t sums = wgrad ? (size_t)(RMS ? 1 : 2) * (size_t)((C + 1) & ~(int64_t)1) : 0;
+    const size_t slot = 2 * sizeof(float4) + sizeof(typename norm_chunk<DT>::type);
+    return sums * sizeof(double) + (vec ? (size_t)k * (size_t)threads * slot : 0);
+}
+
+template <bool RMS, typename DT, int K, bool WGRAD>
+static void norm_backward_launch(cudaStream_t st, unsigned grid, dim3 block, size_t smem,
+                                 float *dinp, double *partial, const DT *dout, const float *inp,
+                                 const float *w, const float *mean, const float *rstd, int64_t N,
+                                 int64_t C, int vec) {
+    LOOM_CUDA_CHECK(cudaFuncSetAttribute(norm_backward_kernel<RMS, DT, K, WGRAD>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    norm_backward_kernel<RMS, DT, K, WGRAD>
+        <<<grid, block, smem, st>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, vec);
+    LOOM_CUDA_LAUNCHED();
+}
+
 template <bool RMS, typename DT>
 static void norm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
                           const DT *dout, const float *inp, const float *w, const float *mean,
@@ -467,23 +598,26 @@ static void norm_backward(struct loom_backend *be, float *dinp, float *dw, float
     const int groups = NORM_THREADS / tpr;
     const dim3 block((unsigned)tpr, (unsigned)groups);
     const int64_t G = (N + NORM_BWD_ROWS - 1) / NORM_BWD_ROWS;
-    const size_t smem = (size_t)(RMS ? 1 : 2) * (size_t)C * sizeof(double);
-    const int fused = wgrad && smem <= NORM_FUSED_SMEM && (C + 3) / 4 <= (int64_t)tpr * k;
+    const size_t sums = (size_t)(RMS ? 1 : 2) * (size_t)C * sizeof(double);
+    const int fused = wgrad && sums <= NORM_FUSED_SMEM && (C + 3) / 4 <= (int64_t)tpr * k;
     double *partial =
         wgrad ? (double *)loom_cuda_scratch(be, (size_t)((RMS ? 1 : 2) * G * C) * sizeof(double))
               : NULL;
     const int vec = C % 4 == 0 && norm_aligned(inp, 16) && norm_aligned(w, 16) &&
                     norm_aligned(dinp, 16) && norm_aligned(dout, 4 * sizeof(DT));
+    const size_t smem = norm_bwd_smem<RMS, DT>(C, k, tpr * groups, fused, vec);
     cudaStream_t st = loom_cuda_stream(be);
     if (dinp || fused) {
 #define NORM_BWD_CASE(KK)                                                                      \
     case KK:                                                                                   \
         if (fused)                                                                             \
-            norm_backward_kernel<RMS, DT, KK, true><<<(unsigned)G, block, smem, st>>>(         \
-                dinp, partial, dout, inp, w, mean, rstd, N, C, vec);                           \
+            norm_backward_launch<RMS, DT, KK, true>(st, (unsigned)G, block, smem, dinp,        \
+                                                    partial, dout, inp, w, mean, rstd, N, C,   \
+                                                    vec);                                      \
         else                                                                                   \
-            norm_backward_kernel<RMS, DT, KK, false><<<(unsigned)G, block, 0, st>>>(           \
-                dinp, partial, dout, inp, w, mean, rstd, N, C, vec);                           \
+            norm_backward_launch<RMS, DT, KK, false>(st, (unsigned)G, block, smem, dinp,       \
+                                                     partial, dout, inp, w, mean, rstd, N, C,  \
+                                                     vec);                                     \
         break;
         switch (k) {
             NORM_BWD_CASE(1)
@@ -492,7 +626,6 @@ static void norm_backward(struct loom_backend *be, float *dinp, float *dw, float
             NORM_BWD_CASE(4)
         }
 #undef NORM_BWD_CASE
-        LOOM_CUDA_LAUNCHED();
     }
     if (!wgrad) return;
     if (!fused) {
