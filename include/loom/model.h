@@ -36,6 +36,10 @@ struct loom_gpt_config {
     int untie;               /* separate output layer */
     double hidden_dropout, attention_dropout;
     double init_std;
+    /* memory, not architecture: local layers (the last ones of the stage) that keep the MLP's
+     * activation for the backward instead of remaking it from the pre-activation
+     * (--kept-activation-layers; 0: remade in every layer) */
+    int64_t kept_act_layers;
 };
 
 /* Fill GPT-2-like defaults (12 layers, 768 hidden, ...). */

@@ -20,7 +20,7 @@ struct train_flags {
     double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
         clip, init_std, peak, loss_scale, initial_loss_scale, min_loss_scale;
     int64_t micro, global, iters, warmup, decay_iters, seed, save_interval, eval_interval,
-        eval_iters, log_interval, tp, pp, vpp_layers, exit_interval, bucket_mb, loss_scale_window, hysteresis;
+        eval_iters, log_interval, tp, pp, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
 };
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -174,6 +174,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--loss-scale-window", LOOM_FLAG_INT, &f.loss_scale_window, "clean iterations before the scale doubles", NULL, 0},
         {"--hysteresis", LOOM_FLAG_INT, &f.hysteresis, "overflowing iterations tolerated before the scale halves", NULL, 0},
         {"--attention-backend", LOOM_FLAG_CHOICE, &f.attention_backend, "attention kernels (cuda): auto = cuDNN's fused attention where it applies, else loom's flash kernel; fused = cuDNN, an error where it has no plan; flash = loom's kernel only (bit-for-bit repeatable)", "auto|fused|flash", 0},
+        {"--kept-activation-layers", LOOM_FLAG_INT, &f.kept_act, "layers of each pipeline stage (its last ones) that keep their MLP activation for the backward instead of remaking it: faster, and [micro-batch tokens x FFN] more memory a layer and micro-batch in flight (0 = remade in every layer)", NULL, 0},
         {"--deterministic-mode", LOOM_FLAG_BOOL, &f.deterministic, "every run gives the same bits (cuda: cuBLASLt's heuristic algorithms, not the fastest timed; loom's attention kernels)", NULL, 0},
         {"--bf16", LOOM_FLAG_BOOL, &f.bf16, "matrix products with bf16 inputs and fp32 accumulation (cuda; weights, activations and optimizer stay fp32)", NULL, 0},
         {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
@@ -211,6 +212,7 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.tp < 1 || f.pp < 1) FAIL("parallel sizes must be at least 1");
     if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
     if (f.fp16 && f.bf16) FAIL("--fp16 and --bf16 exclude each other");
+    if (f.kept_act < 0) FAIL("--kept-activation-layers must be 0 or more (0 = remade in every layer)");
     if (f.deterministic && strcmp(f.attention_backend, "fused") == 0)
         FAIL("--deterministic-mode and --attention-backend fused exclude each other (cuDNN's "
              "attention backward is not deterministic; give flash or auto)");
@@ -235,6 +237,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.model.norm = strcmp(f.normalization, "RMSNorm") == 0 ? LOOM_NORM_RMSNORM : LOOM_NORM_LAYERNORM;
     c.model.norm_eps = f.norm_eps;
     c.model.swiglu = f.swiglu;
+    c.model.kept_act_layers = f.kept_act;
     c.model.posemb = strcmp(f.posemb, "rope") == 0   ? LOOM_POSEMB_ROPE
                      : strcmp(f.posemb, "none") == 0 ? LOOM_POSEMB_NONE
                                                      : LOOM_POSEMB_LEARNED;

@@ -198,9 +198,16 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
     size_t mlp_elem, attn_elem, ln_elem;
     typed_elems(m, &mlp_elem, &attn_elem, &ln_elem);
     a->act_elem = loom_dtype_size(act_dtype_now(m));
+    int64_t nlocal = 0, seen = 0;
+    for (int64_t l = 0; l < c->num_layers; l++)
+        nlocal += loom_gpt_layer_is_local(c, m->par, l);
     for (int64_t l = 0; l < c->num_layers; l++) {
         if (!loom_gpt_layer_is_local(c, m->par, l)) continue;
         struct loom_gpt_layer_acts *la = &a->layers[l];
+        /* the last kept_act_layers local layers keep their MLP activation (the rest get the
+         * shared one, layout_shared) */
+        la->act = seen++ >= nlocal - c->kept_act_layers ? carve(cv, (size_t)(d.N * d.Fl) * mlp_elem)
+                                                        : NULL;
         la->x = CF(cv, d.Nr * d.C);
         la->ln1 = carve(cv, (size_t)(d.Nr * d.C) * ln_elem);
         la->ln1_full = d.sp ? CF(cv, d.N * d.C) : la->ln1;
@@ -271,6 +278,10 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     a->dwide = (float *)carve(cv, (size_t)d.N * (size_t)max64(d.QKVl * (int64_t)attn_elem,
                                                               d.F1l * (int64_t)mlp_elem));
     a->act = carve(cv, (size_t)(d.N * d.Fl) * mlp_elem);
+    for (int64_t l = 0; l < m->cfg.num_layers; l++)
+        if (loom_gpt_layer_is_local(&m->cfg, m->par, l))
+            for (int s = 0; s < m->nslots; s++)
+                if (!m->acts[s].layers[l].act) m->acts[s].layers[l].act = a->act;
     a->dwide2 = (float *)carve(cv, (size_t)d.N *
                                        (size_t)max64(d.NHl * d.HS * (int64_t)attn_elem,
                                                      m->cfg.swiglu ? d.Fl * 4 : 0));
@@ -540,18 +551,19 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     residual_norm_forward(m, la->xmid, la->ln2, ln_dt, la->ln2_mean, la->ln2_rstd, la->x, la->xmid,
                           w->ln2_w, w->ln2_b, d.Nr);
 
-    /* MLP branch */
+    /* MLP branch: the activation goes to the layer's own buffer where it keeps it
+     * (kept_act_layers), else to the shared one, which the backward remakes */
     const enum loom_dtype act_dt = mlp_dtype(m, act);
     LOOM_CHECK(region_enter(m, la->ln2_full, la->ln2));
     if (c->swiglu) {
         loom_op(be, linear_forward_typed, la->fc1, LOOM_DTYPE_F32, la->ln2_full, ln_dt, w->fc1_w,
                 w->fc1_b, d.N, d.C, d.F1l);
-        loom_op(be, swiglu_forward, a->act, la->fc1, d.N, d.Fl);
+        loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
     } else {
-        loom_op(be, linear_gelu_forward, a->act, la->fc1, act_dt, la->ln2_full, ln_dt, w->fc1_w,
+        loom_op(be, linear_gelu_forward, la->act, la->fc1, act_dt, la->ln2_full, ln_dt, w->fc1_w,
                 w->fc1_b, d.N, d.C, d.Fl);
     }
-    LOOM_CHECK(row_parallel_forward(m, y, a->act, act_dt, w->fc2_w, w->fc2_b, d.Fl));
+    LOOM_CHECK(row_parallel_forward(m, y, la->act, act_dt, w->fc2_w, w->fc2_b, d.Fl));
     dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
     if (dr.p > 0) loom_op(be, dropout_forward, y, y, d.B, d.Tl, d.C, &dr);
     if (feeds_local_layer(m, l)) {
@@ -733,17 +745,19 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     const enum loom_dtype ln_dt = ln_dtype(m, act), dln_dt = dln_dtype(m, act);
     LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy));
     if (c->swiglu) {
-        loom_op(be, swiglu_forward, a->act, la->fc1, d.N, d.Fl); /* remade: see the forward */
-        loom_op(be, linear_backward, a->dwide2, g->fc2_w, g->fc2_b, dy, a->act, w->fc2_w, d.N,
+        if (la->act == a->act) /* remade: see the forward */
+            loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
+        loom_op(be, linear_backward, a->dwide2, g->fc2_w, g->fc2_b, dy, la->act, w->fc2_w, d.N,
                 d.Fl, d.C);
         loom_op(be, swiglu_backward, a->dwide, a->dwide2, la->fc1, d.N, d.Fl);
         loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, g->fc1_b, a->dwide,
                 LOOM_DTYPE_F32, la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.F1l);
     } else {
         const enum loom_dtype act_dt = mlp_dtype(m, act);
-        loom_op(be, gelu_forward_typed, a->act, la->fc1, act_dt, d.N * d.Fl); /* remade */
+        if (la->act == a->act) /* remade */
+            loom_op(be, gelu_forward_typed, la->act, la->fc1, act_dt, d.N * d.Fl);
         loom_op(be, linear_gelu_backward, a->dwide, act_dt, g->fc1_b, g->fc2_w, g->fc2_b, dy,
-                a->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
+                la->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
         loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, NULL, a->dwide, act_dt,
                 la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.Fl);
     }

@@ -21,6 +21,8 @@ struct loom_gpt_layer_acts {
     float *ln2_mean, *ln2_rstd;
     void *ln2_full;
     void *fc1;                /* [N, F1l] (GELU: the pre-activation), of the MLP's type */
+    void *act;                /* [N, Fl] the MLP's activation, of its type: the layer's own
+                                 (kept for the backward) or the slot's shared one (remade) */
 };
 
 struct loom_gpt_acts {
@@ -53,8 +55,8 @@ struct loom_gpt_acts {
     float *sp_scratch;        /* [N,C] the sequence-parallel collectives' scratch */
     float *dwide;             /* [N, max(QKVl, F1l)]: dqkv of the attention's type, or dpre of the
                                  MLP's type (act_elem bytes an element, fp32 for SwiGLU) */
-    void *act;                /* [N, Fl] the MLP's activation, of its type: shared by the layers
-                                 and slots, made by the forward and remade by the backward */
+    void *act;                /* [N, Fl] the MLP's activation of the layers that remake it in the
+                                 backward: shared by them and the slots */
     float *dwide2;            /* [N, max(NHl HS, Fl)]: d(att) of the attention's type, or fp32 */
     size_t act_elem;          /* bytes an element the typed activations got (gpt.c act_dtype) */
     void *mem;                /* the one allocation everything above lives in */
