@@ -283,6 +283,13 @@ static cudnnBackendDescriptor_t gb_causal(struct gb *g, const struct sdpa_plan *
     return y;
 }
 
+/* A per-row fp32 tensor [B, NH, T, 1], dense: the softmax statistics, the backward's Dsum */
+static cudnnBackendDescriptor_t gb_rows(struct gb *g, int64_t uid, const struct sdpa_plan *p) {
+    int64_t d[4] = {p->B, p->NH, p->T, 1}, s[4];
+    dense(d, s);
+    return gb_tensor(g, uid, CUDNN_DATA_FLOAT, d, s, 0);
+}
+
 static void gb_forward(struct gb *g, const struct sdpa_plan *p) {
     struct sdpa_layout l = sdpa_layout_of(p);
     int64_t B = p->B, H = p->NH, T = p->T;
@@ -290,9 +297,7 @@ static void gb_forward(struct gb *g, const struct sdpa_plan *p) {
     cudnnBackendDescriptor_t kt = gb_operand(g, U_K, &l, l.qkv, 1);
     cudnnBackendDescriptor_t v = gb_operand(g, U_V, &l, l.qkv, 0);
     cudnnBackendDescriptor_t o = gb_operand(g, U_O, &l, l.o, 0);
-    int64_t sd[4] = {B, H, T, 1}, ss[4];
-    dense(sd, ss);
-    cudnnBackendDescriptor_t stats = gb_tensor(g, U_STATS, CUDNN_DATA_FLOAT, sd, ss, 0);
+    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p);
 
     cudnnBackendDescriptor_t s = gb_causal(g, p, gb_scores(g, p, q, kt));
     cudnnBackendDescriptor_t mx = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, 1);
@@ -322,10 +327,7 @@ static void gb_backward(struct gb *g, const struct sdpa_plan *p) {
     cudnnBackendDescriptor_t dq = gb_operand(g, U_DQ, &l, l.qkv, 0);
     cudnnBackendDescriptor_t dk = gb_operand(g, U_DK, &l, l.qkv, 0);
     cudnnBackendDescriptor_t dv = gb_operand(g, U_DV, &l, l.qkv, 0);
-    int64_t sd[4] = {B, H, T, 1}, ss[4];
-    dense(sd, ss);
-    cudnnBackendDescriptor_t stats = gb_tensor(g, U_STATS, CUDNN_DATA_FLOAT, sd, ss, 0);
-    cudnnBackendDescriptor_t dsum = gb_tensor(g, U_DSUM, CUDNN_DATA_FLOAT, sd, ss, 0);
+    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p), dsum = gb_rows(g, U_DSUM, p);
     int64_t ad[4] = {B, H, T, D}, as[4];
     dense(ad, as);
     cudnnBackendDescriptor_t dq_acc = gb_tensor(g, U_DQ_ACC, CUDNN_DATA_FLOAT, ad, as, 0);
