@@ -548,8 +548,22 @@ int loom_cuda_attention_cudnn_ok(struct loom_backend *be, const struct loom_attn
     return 1;
 }
 
+/* The graphs declare every operand 16-byte aligned: other arrays take loom's kernels (an error
+ * under --attention-backend fused) */
+static int aligned16(struct loom_backend *be, const void *const *ptrs, int n) {
+    uintptr_t bits = 0;
+    for (int i = 0; i < n; i++)
+        bits |= (uintptr_t)ptrs[i];
+    if ((bits & 15) && loom_cuda_impl(be)->attn_backend == LOOM_ATTN_FUSED)
+        loom_abort(__FILE__, __LINE__,
+                   "--attention-backend fused: cuDNN's attention needs 16-byte aligned arrays");
+    return (bits & 15) == 0;
+}
+
 int loom_cuda_attention_forward_cudnn(struct loom_backend *be, void *out, float *lse,
                                       const void *qkv, const struct loom_attn *a) {
+    const void *arrays[] = {out, lse, qkv};
+    if (!aligned16(be, arrays, 3)) return 0;
     struct sdpa_plan *p = sdpa_plan_for(be, a, 0);
     if (!p) return 0;
     const char *base = (const char *)qkv;
@@ -566,6 +580,8 @@ int loom_cuda_attention_forward_cudnn(struct loom_backend *be, void *out, float 
 int loom_cuda_attention_backward_cudnn(struct loom_backend *be, void *dqkv, const void *dout,
                                        const void *out, const float *lse, const void *qkv,
                                        const struct loom_attn *a) {
+    const void *arrays[] = {dqkv, dout, out, lse, qkv};
+    if (!aligned16(be, arrays, 5)) return 0;
     struct sdpa_plan *p = sdpa_plan_for(be, a, 1);
     if (!p) return 0;
     size_t head = ((size_t)p->ws_bytes + 255) & ~(size_t)255;

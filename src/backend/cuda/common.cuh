@@ -262,7 +262,8 @@ void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float
  * itself. Arrays of type a->dt (fp32, or bf16 with bf16 products). */
 int loom_cuda_attention_bf16_ok(struct loom_backend *be, const struct loom_attn *a);
 /* cuDNN's fused attention (attention_cudnn.cu): _ok says whether a may take it; forward and
- * backward return 0 when cuDNN has no plan for the shape (the caller then takes loom's kernel). */
+ * backward return 0 when cuDNN has no plan for the shape or an array is not 16-byte aligned (the
+ * caller then takes loom's kernel). */
 int loom_cuda_attention_cudnn_ok(struct loom_backend *be, const struct loom_attn *a);
 int loom_cuda_attention_forward_cudnn(struct loom_backend *be, void *out, float *lse,
                                       const void *qkv, const struct loom_attn *a);
