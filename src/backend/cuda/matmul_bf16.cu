@@ -296,7 +296,8 @@ static void plan_tune(struct loom_backend *be, struct loom_cuda_lt_plan *p, cons
     struct loom_cuda *c = loom_cuda_impl(be);
     cudaStream_t st = loom_cuda_stream(be);
     p->tuned = 1;
-    const size_t cbytes = (size_t)p->ldc * (size_t)p->n * (p->c16 ? 2 : 4);
+    /* C's extent: n columns of m, ldc apart (no bytes past the last column's m) */
+    const size_t cbytes = ((size_t)(p->n - 1) * (size_t)p->ldc + (size_t)p->m) * (p->c16 ? 2 : 4);
     void *saved = NULL;
     if (beta != 0.0f) {
         if (cbytes > ((size_t)64 << 20)) return;
