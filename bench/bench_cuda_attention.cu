@@ -14,13 +14,6 @@
  */
 #include "bench_cuda.cuh"
 
-/* n floats of sd * normal(purpose) */
-static float *bench_buffer(struct loom_backend *be, int64_t n, uint64_t purpose, float sd) {
-    float *p = (float *)bench_alloc(be, (size_t)n * sizeof(float));
-    bench_fill(be, p, n, purpose, sd);
-    return p;
-}
-
 struct bench_shape {
     const char *name;
     int64_t B, T, NH, HS;
@@ -70,13 +63,15 @@ int main(int argc, char **argv) {
                 printf("%-6s: not on the bf16 attention path\n", sh->name);
                 continue;
             }
-            /* bf16 arrays: fp32 buffers of twice the size, of which the first half is used */
+            /* bf16 arrays; lse fp32 */
             const int64_t nqkv = a.B * a.T * 3 * a.NH * a.HS, nout = a.B * a.T * a.NH * a.HS;
-            float *qkv = bench_buffer(be, nqkv, 1, 0.0f), *dout = bench_buffer(be, nout, 2, 0.0f);
-            float *out = bench_buffer(be, nout, 3, 0.0f), *dqkv = bench_buffer(be, nqkv, 4, 0.0f);
-            float *lse = bench_buffer(be, a.B * a.NH * a.T, 5, 0.0f);
-            bench_fill(be, (__nv_bfloat16 *)qkv, nqkv, 1, 1.0f);
-            bench_fill(be, (__nv_bfloat16 *)dout, nout, 2, 0.1f);
+            __nv_bfloat16 *qkv = (__nv_bfloat16 *)bench_alloc(be, (size_t)nqkv * 2);
+            __nv_bfloat16 *dout = (__nv_bfloat16 *)bench_alloc(be, (size_t)nout * 2);
+            void *out = bench_alloc(be, (size_t)nout * 2),
+                 *dqkv = bench_alloc(be, (size_t)nqkv * 2);
+            float *lse = (float *)bench_alloc(be, (size_t)(a.B * a.NH * a.T) * sizeof(float));
+            bench_fill(be, qkv, nqkv, 1, 1.0f);
+            bench_fill(be, dout, nout, 2, 0.1f);
             double us[2];
             BENCH_US(be, calls, us[0], be->ops->attention_forward(be, out, lse, qkv, &a));
             BENCH_US(be, calls, us[1],

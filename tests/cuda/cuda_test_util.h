@@ -15,6 +15,8 @@
  *   ct_dputf, ct_dgetf             the same counted in floats
  *   ct_dput16(be, h, n, f16)       new 16-bit device array of host floats, rounded as ct_to16
  *   ct_dget16(be, d, n, f16)       new host floats of a 16-bit device array (exact)
+ *   ct_attn(B, T, NH, NKV, HS, c)  an attention problem: fp32 arrays, scale 1/sqrt(HS), causal c,
+ *                                  no dropout, every head local
  *   ct_norm_err(got, ref, n)       max_i |got_i - ref_i| / max_j |ref_j|              (normwise)
  *   ct_elem_err(got, ref, n, fl)   max_i |got_i - ref_i| / max(|ref_i|, fl max_j |ref_j|)
  *   ct_check(what, err, tol)       one line "ok" / "FAIL", a pass when err <= tol
@@ -55,6 +57,20 @@ static inline int ct_open(struct loom_backend **gpu, struct loom_backend **cpu) 
         return 1;
     }
     return 0;
+}
+
+static inline struct loom_attn ct_attn(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                       int causal) {
+    struct loom_attn a = {0};
+    a.B = B;
+    a.T = T;
+    a.NH = NH;
+    a.NKV = NKV;
+    a.HS = HS;
+    a.causal = causal;
+    a.scale = 1.0f / sqrtf((float)HS);
+    a.NH_global = NH;
+    return a;
 }
 
 /* ---- host buffers ---- */

@@ -14,7 +14,7 @@
  * (set_attention_backend says so) and the flash ones still run.
  */
 #define CT_SEED 0xa77e
-#include "cuda/cuda_test_util.h"
+#include "cuda_test_util.h"
 
 static struct loom_backend *g_gpu, *g_cpu;
 
@@ -28,15 +28,8 @@ struct problem {
 static void problem_make(struct problem *p, int64_t B, int64_t T, int64_t NH, int64_t HS,
                          int causal, uint64_t seed) {
     memset(p, 0, sizeof *p);
+    p->a = ct_attn(B, T, NH, NH, HS, causal);
     struct loom_attn *a = &p->a;
-    a->B = B;
-    a->T = T;
-    a->NH = NH;
-    a->NKV = NH;
-    a->HS = HS;
-    a->causal = causal;
-    a->scale = 1.0f / sqrtf((float)HS);
-    a->NH_global = NH;
     p->nqkv = B * T * 3 * NH * HS;
     p->nout = B * T * NH * HS;
     p->nl = B * NH * T;

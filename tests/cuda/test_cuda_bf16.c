@@ -454,15 +454,7 @@ static void run_attention_typed(enum loom_dtype dt, int64_t B, int64_t T, int64_
                                 int64_t NKV, int64_t HS, int causal, uint64_t seed) {
     const int f16 = dt == LOOM_DTYPE_F16;
     const char *ty = f16 ? "fp16" : "bf16";
-    struct loom_attn a = {0};
-    a.B = B;
-    a.T = T;
-    a.NH = NH;
-    a.NKV = NKV;
-    a.HS = HS;
-    a.causal = causal;
-    a.scale = 1.0f / sqrtf((float)HS);
-    a.NH_global = NH;
+    struct loom_attn a = ct_attn(B, T, NH, NKV, HS, causal);
     int64_t nqkv = B * T * (NH + 2 * NKV) * HS, nout = B * T * NH * HS, nl = B * NH * T;
     float *qkv = ct_randn(nqkv, seed + 1, 1.0f, 0.0f), *dout = ct_randn(nout, seed + 2, 0.1f, 0.0f);
     float *qkv_r = ct_rounded(qkv, nqkv, f16), *dout_r = ct_rounded(dout, nout, f16);
@@ -528,15 +520,7 @@ static void run_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
  * test_cuda_attention. */
 static void run_attention_bf16_arrays(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
                                       int causal, uint64_t seed) {
-    struct loom_attn a = {0};
-    a.B = B;
-    a.T = T;
-    a.NH = NH;
-    a.NKV = NKV;
-    a.HS = HS;
-    a.causal = causal;
-    a.scale = 1.0f / sqrtf((float)HS);
-    a.NH_global = NH;
+    struct loom_attn a = ct_attn(B, T, NH, NKV, HS, causal);
     const int64_t nqkv = B * T * (NH + 2 * NKV) * HS, nout = B * T * NH * HS, nl = B * NH * T;
     float *qkv = ct_randn(nqkv, seed + 1, 1.0f, 0.0f), *dout = ct_randn(nout, seed + 2, 0.1f, 0.0f);
     float *qkv_r = ct_rounded(qkv, nqkv, 0), *dout_r = ct_rounded(dout, nout, 0);

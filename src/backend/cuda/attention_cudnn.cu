@@ -674,6 +674,5 @@ enum loom_status loom_cuda_set_deterministic(struct loom_backend *be, int on) {
                          "--deterministic-mode: cuDNN's attention backward is not deterministic "
                          "(give --attention-backend flash or auto)");
     c->deterministic = on != 0;
-    c->gemm_tune = !on;
     return LOOM_OK;
 }

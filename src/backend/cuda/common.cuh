@@ -63,8 +63,7 @@ struct loom_cuda {
     size_t act_ws_bytes;
     struct loom_cuda_lt_plan *plans;
     int nplans, cap_plans;
-    int gemm_tune;        /* time the heuristic's candidates per product (matmul_bf16.cu) */
-    int deterministic;    /* set_deterministic */
+    int deterministic;    /* set_deterministic: no timed GEMM algorithms, no cuDNN attention */
     void *attn_ws;        /* 16-bit q, k, v, dout of the attention_bf16.cu kernels */
     size_t attn_ws_bytes;
     void *cudnn;          /* cuDNN handle and attention plans (attention_cudnn.cu), made on use */

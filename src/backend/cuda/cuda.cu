@@ -280,7 +280,6 @@ extern "C" enum loom_status loom_backend_cuda_create(struct loom_backend **out,
             CUBLAS_STATUS_SUCCESS)
         return cuda_create_failed(be, LOOM_ERR_UNSUPPORTED, "configuring cuBLAS", device_index,
                                   cublasGetStatusString(bs));
-    c->gemm_tune = 1;
     const char *prof = getenv("LOOM_CUDA_PROFILE");
     if (prof && prof[0] == '1') {
         be->ops = loom_cuda_profile_ops(&g_cuda_ops);

@@ -269,7 +269,7 @@ static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p,
     int found = 0;
     cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref,
-                                       c->gemm_tune ? LT_CANDIDATES : 1, res, &found);
+                                       c->deterministic ? 1 : LT_CANDIDATES, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found < 1) {
         if (ep) return 0;
