@@ -41,6 +41,7 @@ expect_error "layers vs pp" "--pipeline-model-parallel-size 3 does not divide --
 expect_error "attention backend choice" "--attention-backend" "$LOOM" "${T[@]}" --attention-backend triton
 expect_error "attention backend on cpu" "--attention-backend flash: the cpu backend has one attention kernel" "$LOOM" "${T[@]}" --attention-backend flash
 expect_error "deterministic with fused" "--deterministic-mode and --attention-backend fused" "$LOOM" "${T[@]}" --deterministic-mode --attention-backend fused
+expect_error "kept activation layers" "--kept-activation-layers must be 0 or more" "$LOOM" "${T[@]}" --kept-activation-layers -1
 expect_error "missing checkpoint" "$tmp/nothing" "$LOOM" "${T[@]}" --load "$tmp/nothing"
 expect_error "missing data file" "$tmp/missing" "$LOOM" train --data-path "$tmp/missing" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 50 --train-iters 1
 expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu
