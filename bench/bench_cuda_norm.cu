@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
     float *xs = (float *)bench_alloc(be, big), *out = (float *)bench_alloc(be, big);
     float *dout = (float *)bench_alloc(be, big), *dinp = (float *)bench_alloc(be, big);
     void *out16 = bench_alloc(be, big / 2), *dout16 = bench_alloc(be, big / 2);
+    void *r16 = bench_alloc(be, big / 2);
     float *w = (float *)bench_alloc(be, row), *b = (float *)bench_alloc(be, row);
     float *dw = (float *)bench_alloc(be, row), *db = (float *)bench_alloc(be, row);
     float *mean = (float *)bench_alloc(be, col), *rstd = (float *)bench_alloc(be, col);
@@ -56,8 +57,8 @@ int main(int argc, char **argv) {
         TIME("layernorm_forward", 8.0 * n + stats + wts,
              loom_cuda_layernorm_forward_typed(be, out, f32, mean, rstd, x, w, b, N, C, eps));
         TIME("residual_layernorm_forward", 16.0 * n + stats + wts,
-             loom_cuda_residual_layernorm_forward_typed(be, xs, out, f32, mean, rstd, x, r, w, b,
-                                                        N, C, eps));
+             loom_cuda_residual_layernorm_forward_typed(be, xs, out, f32, mean, rstd, x, r, f32, w,
+                                                        b, N, C, eps));
         TIME("layernorm_backward (dinp, dw, db)", 16.0 * n + stats + wts,
              loom_cuda_layernorm_backward_typed(be, dinp, dw, db, dout, f32, x, w, mean, rstd, N,
                                                 C));
@@ -70,7 +71,8 @@ int main(int argc, char **argv) {
         TIME("rmsnorm_forward", 8.0 * n + stats / 2 + wts / 2,
              loom_cuda_rmsnorm_forward_typed(be, out, f32, rstd, x, w, N, C, eps));
         TIME("residual_rmsnorm_forward", 16.0 * n + stats / 2 + wts / 2,
-             loom_cuda_residual_rmsnorm_forward_typed(be, xs, out, f32, rstd, x, r, w, N, C, eps));
+             loom_cuda_residual_rmsnorm_forward_typed(be, xs, out, f32, rstd, x, r, f32, w, N, C,
+                                                      eps));
         TIME("rmsnorm_backward (dinp, dw)", 16.0 * n + stats / 2 + wts,
              loom_cuda_rmsnorm_backward_typed(be, dinp, dw, dout, f32, x, w, rstd, N, C));
     }
@@ -79,19 +81,24 @@ int main(int argc, char **argv) {
         const double stats = 8.0 * N, wts = 8.0 * C;
         /* a bf16 dout: dout normalised by the RMSNorm forward (values of order 1) */
         loom_cuda_rmsnorm_forward_typed(be, dout16, bf, rstd, dout, w, N, C, eps);
+        loom_cuda_rmsnorm_forward_typed(be, r16, bf, rstd, r, w, N, C, eps); /* a bf16 r */
         printf("C = %lld, bf16 out (forward) / bf16 dout (backward)\n", (long long)C);
         TIME("layernorm_forward, bf16 out", 6.0 * n + stats + wts,
              loom_cuda_layernorm_forward_typed(be, out16, bf, mean, rstd, x, w, b, N, C, eps));
         TIME("residual_layernorm_forward, bf16 out", 14.0 * n + stats + wts,
-             loom_cuda_residual_layernorm_forward_typed(be, xs, out16, bf, mean, rstd, x, r, w, b,
-                                                        N, C, eps));
+             loom_cuda_residual_layernorm_forward_typed(be, xs, out16, bf, mean, rstd, x, r, f32, w,
+                                                        b, N, C, eps));
+        TIME("residual_layernorm_forward, bf16 r and out", 12.0 * n + stats + wts,
+             loom_cuda_residual_layernorm_forward_typed(be, xs, out16, bf, mean, rstd, x, r16, bf,
+                                                        w, b, N, C, eps));
         TIME("layernorm_backward, bf16 dout", 14.0 * n + stats + wts,
              loom_cuda_layernorm_backward_typed(be, dinp, dw, db, dout16, bf, x, w, mean, rstd, N,
                                                 C));
         TIME("rmsnorm_forward, bf16 out", 6.0 * n + stats / 2 + wts / 2,
              loom_cuda_rmsnorm_forward_typed(be, out16, bf, rstd, x, w, N, C, eps));
         TIME("residual_rmsnorm_forward, bf16 out", 14.0 * n + stats / 2 + wts / 2,
-             loom_cuda_residual_rmsnorm_forward_typed(be, xs, out16, bf, rstd, x, r, w, N, C, eps));
+             loom_cuda_residual_rmsnorm_forward_typed(be, xs, out16, bf, rstd, x, r, f32, w, N, C,
+                                                      eps));
         TIME("rmsnorm_backward, bf16 dout", 14.0 * n + stats / 2 + wts,
              loom_cuda_rmsnorm_backward_typed(be, dinp, dw, dout16, bf, x, w, rstd, N, C));
     }

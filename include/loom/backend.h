@@ -113,15 +113,17 @@ struct loom_backend_ops {
                              const float *rstd, int64_t N, int64_t C);
     /* A residual add fused with the norm that follows it: xs = x + r (xs may alias x or r), then
      * out = layernorm(xs) or rmsnorm(xs) exactly as the ops above (mean, rstd saved). Equal, bit
-     * for bit, to add followed by layernorm_forward / rmsnorm_forward. */
+     * for bit, to add followed by layernorm_forward / rmsnorm_forward. r is a typed activation
+     * (r_dt: a branch's output; a 16-bit r is widened exactly, then added in fp32). */
     void (*residual_layernorm_forward)(struct loom_backend *be, float *xs, void *out,
                                        enum loom_dtype out_dt, float *mean, float *rstd,
-                                       const float *x, const float *r, const float *w,
-                                       const float *b, int64_t N, int64_t C, float eps);
+                                       const float *x, const void *r, enum loom_dtype r_dt,
+                                       const float *w, const float *b, int64_t N, int64_t C,
+                                       float eps);
     void (*residual_rmsnorm_forward)(struct loom_backend *be, float *xs, void *out,
                                      enum loom_dtype out_dt, float *rstd, const float *x,
-                                     const float *r, const float *w, int64_t N, int64_t C,
-                                     float eps);
+                                     const void *r, enum loom_dtype r_dt, const float *w, int64_t N,
+                                     int64_t C, float eps);
 
     /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + b[OC] (b may be NULL) ---- */
     void (*linear_forward)(struct loom_backend *be, float *out, const float *inp, const float *w,

@@ -470,6 +470,30 @@ static enum loom_status row_parallel_forward(struct loom_gpt *m, float *out, con
     return region_leave(m, out, full);
 }
 
+/* A branch's output (attention's proj, the MLP's fc2) on its way to the residual add fused with
+ * the next norm: in the 16-bit activation type act, into the shared buffer acts[0].full, where
+ * nothing else needs it in fp32 (one tensor-parallel rank, no sequence parallelism, no dropout
+ * on the branch; the norm widens it as it adds). Otherwise fp32 into out (the residual stream's
+ * buffer) through row_parallel_forward. Returns the output and its type in *r, *r_dt. */
+static enum loom_status branch_forward(struct loom_gpt *m, float *out, const void **r,
+                                       enum loom_dtype *r_dt, enum loom_dtype act,
+                                       const struct loom_dropout *dr, const void *inp,
+                                       enum loom_dtype inp_dt, const float *w, const float *b,
+                                       int64_t K) {
+    struct dims d = dims_of(m);
+    if (act != LOOM_DTYPE_F32 && d.tp == 1 && !d.sp && dr->p <= 0) {
+        loom_op(m->be, linear_forward_typed, m->acts[0].full, act, inp, inp_dt, w, b, d.N, K, d.C);
+        *r = m->acts[0].full;
+        *r_dt = act;
+        return LOOM_OK;
+    }
+    LOOM_CHECK(row_parallel_forward(m, out, inp, inp_dt, w, b, K));
+    if (dr->p > 0) loom_op(m->be, dropout_forward, out, out, d.B, d.Tl, d.C, dr);
+    *r = out;
+    *r_dt = LOOM_DTYPE_F32;
+    return LOOM_OK;
+}
+
 enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int32_t *tokens,
                                         const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
@@ -489,15 +513,15 @@ enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int3
 
 /* A residual add and the norm after it in one op: xs = x + r, out = norm(xs) (rows local). */
 static void residual_norm_forward(struct loom_gpt *m, float *xs, void *out, enum loom_dtype out_dt,
-                                  float *mean, float *rstd, const float *x, const float *r,
-                                  const float *w, const float *b, int64_t N) {
+                                  float *mean, float *rstd, const float *x, const void *r,
+                                  enum loom_dtype r_dt, const float *w, const float *b, int64_t N) {
     struct loom_backend *be = m->be;
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
-        loom_op(be, residual_layernorm_forward, xs, out, out_dt, mean, rstd, x, r, w, b, N,
+        loom_op(be, residual_layernorm_forward, xs, out, out_dt, mean, rstd, x, r, r_dt, w, b, N,
                 m->cfg.hidden, (float)m->cfg.norm_eps);
     else
-        loom_op(be, residual_rmsnorm_forward, xs, out, out_dt, rstd, x, r, w, N, m->cfg.hidden,
-                (float)m->cfg.norm_eps);
+        loom_op(be, residual_rmsnorm_forward, xs, out, out_dt, rstd, x, r, r_dt, w, N,
+                m->cfg.hidden, (float)m->cfg.norm_eps);
 }
 
 /* Whether layers l and l + 1 are both on this rank, so that l's output is l + 1's input (as
@@ -513,12 +537,14 @@ static int feeds_local_layer(const struct loom_gpt *m, int64_t l) {
 /* Both residual adds are fused with the norm that follows them: the one after attention with
  * norm2, the one after the MLP with the next layer's norm1 when that layer is local (else the
  * plain add; the head or the next stage takes the output). A branch's dropout runs before, on
- * its own. The sums and norms are computed on the residual rows (the sequence shard under
+ * its own. With 16-bit activations the branch's product writes its output in that type where
+ * the fused add is all that reads it (branch_forward). The sums and norms are computed on the residual rows (the sequence shard under
  * sequence parallelism), where every operand is local. The GELU MLP's first product carries the
  * GELU (linear_gelu_forward, keeping the pre-activation in fc1); the GELU MLP's pre-activation
  * and activation are of mlp_dtype (bf16 with bf16 products on cuda), which fc2 reads as it is.
- * The activation (GELU or SwiGLU of fc1) is not kept: it goes to one buffer that every layer
- * shares, and the backward makes it again from fc1 (the same op on the same values: the same
+ * The activation (GELU or SwiGLU of fc1) of a layer that does not keep it (all but the last
+ * --kept-activation-layers) goes to one buffer that every layer shares, and the backward makes it
+ * again from fc1 (the same op on the same values: the same
  * bits) for fc2's weight gradient. That pass costs about 2% of a step and saves N x Fl elements
  * a layer (1.1 GB at GPT-2 124M, 2.9 GB at 350M, with micro-batch 16). */
 enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
@@ -544,11 +570,12 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
         loom_op(be, rope, (float *)la->qkv, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
                 (float)c->rope_theta, 0);
     loom_op(be, attention_forward, la->att, la->lse, la->qkv, &ap);
-    LOOM_CHECK(row_parallel_forward(m, la->xmid, la->att, ap.dt, w->proj_w, w->proj_b,
-                                    d.NHl * d.HS));
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
-    if (dr.p > 0) loom_op(be, dropout_forward, la->xmid, la->xmid, d.B, d.Tl, d.C, &dr);
-    residual_norm_forward(m, la->xmid, la->ln2, ln_dt, la->ln2_mean, la->ln2_rstd, la->x, la->xmid,
+    const void *r;
+    enum loom_dtype r_dt;
+    LOOM_CHECK(branch_forward(m, la->xmid, &r, &r_dt, act, &dr, la->att, ap.dt, w->proj_w,
+                              w->proj_b, d.NHl * d.HS));
+    residual_norm_forward(m, la->xmid, la->ln2, ln_dt, la->ln2_mean, la->ln2_rstd, la->x, r, r_dt,
                           w->ln2_w, w->ln2_b, d.Nr);
 
     /* MLP branch: the activation goes to the layer's own buffer where it keeps it
@@ -563,15 +590,17 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
         loom_op(be, linear_gelu_forward, la->act, la->fc1, act_dt, la->ln2_full, ln_dt, w->fc1_w,
                 w->fc1_b, d.N, d.C, d.Fl);
     }
-    LOOM_CHECK(row_parallel_forward(m, y, la->act, act_dt, w->fc2_w, w->fc2_b, d.Fl));
     dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
-    if (dr.p > 0) loom_op(be, dropout_forward, y, y, d.B, d.Tl, d.C, &dr);
     if (feeds_local_layer(m, l)) {
         struct loom_gpt_layer_acts *nx = &m->acts[slot].layers[l + 1];
         const struct loom_gpt_layer_ptrs *nw = &m->w.layers[l + 1];
-        residual_norm_forward(m, y, nx->ln1, ln_dt, nx->ln1_mean, nx->ln1_rstd, la->xmid, y,
+        LOOM_CHECK(
+            branch_forward(m, y, &r, &r_dt, act, &dr, la->act, act_dt, w->fc2_w, w->fc2_b, d.Fl));
+        residual_norm_forward(m, y, nx->ln1, ln_dt, nx->ln1_mean, nx->ln1_rstd, la->xmid, r, r_dt,
                               nw->ln1_w, nw->ln1_b, d.Nr);
-    } else {
+    } else { /* the stage's last layer: its output stays fp32 (the final norm, a send) */
+        LOOM_CHECK(branch_forward(m, y, &r, &r_dt, LOOM_DTYPE_F32, &dr, la->act, act_dt, w->fc2_w,
+                                  w->fc2_b, d.Fl));
         loom_op(be, add, y, y, la->xmid, d.Nr * d.C);
     }
     return LOOM_OK;

@@ -167,14 +167,15 @@ static void fwd(int rms, struct dbuf out, enum loom_dtype dt, struct dbuf mean, 
 }
 
 static void fwd_residual(int rms, struct dbuf xs, struct dbuf out, enum loom_dtype dt,
-                         struct dbuf mean, struct dbuf rstd, struct dbuf x, const float *w,
-                         const float *b, int64_t N, int64_t C) {
+                         struct dbuf mean, struct dbuf rstd, struct dbuf x, struct dbuf r,
+                         enum loom_dtype r_dt, const float *w, const float *b, int64_t N,
+                         int64_t C) {
     if (rms)
-        g_gpu->ops->residual_rmsnorm_forward(g_gpu, xs.p, out.p, dt, rstd.p, x.p, xs.p, w, N,
-                                                 C, EPS);
+        g_gpu->ops->residual_rmsnorm_forward(g_gpu, xs.p, out.p, dt, rstd.p, x.p, r.p, r_dt, w, N,
+                                             C, EPS);
     else
-        g_gpu->ops->residual_layernorm_forward(g_gpu, xs.p, out.p, dt, mean.p, rstd.p, x.p,
-                                                   xs.p, w, b, N, C, EPS);
+        g_gpu->ops->residual_layernorm_forward(g_gpu, xs.p, out.p, dt, mean.p, rstd.p, x.p, r.p,
+                                               r_dt, w, b, N, C, EPS);
 }
 
 static void bwd(int rms, float *dinp, float *dw, float *db, struct dbuf dout, enum loom_dtype dt,
@@ -376,7 +377,7 @@ static void test_residual(int rms, int64_t N, int64_t C, float xmean, uint64_t s
         const size_t es = k ? 2 : 4;
         struct dbuf xs = dput(r, n, 4, shift), o2 = dnew(n, es, shift);
         struct dbuf m2 = dnew(N, 4, 0), q2 = dnew(N, 4, 0);
-        fwd_residual(rms, xs, o2, dt, m2, q2, dx, dw.p, db.p, N, C);
+        fwd_residual(rms, xs, o2, dt, m2, q2, dx, xs, LOOM_DTYPE_F32, dw.p, db.p, N, C);
         float *gs = dget(xs, n, 4), *gm = dget(m2, N, 4), *gq = dget(q2, N, 4);
         void *go = dget(o2, n, es);
         int same = same_bits(gs, hs, (size_t)n * 4) && same_bits(gq, hq, (size_t)N * 4) &&
@@ -397,6 +398,40 @@ static void test_residual(int rms, int64_t N, int64_t C, float xmean, uint64_t s
         dfree(o2);
         dfree(m2);
         dfree(q2);
+    }
+    /* r in bf16 (a branch's output in the activation type), xs apart: the op in place over r
+     * widened to fp32, bit for bit (xs, mean, rstd and the bf16 out) */
+    {
+        uint16_t *r16 = ct_alloc((size_t)n * 2);
+        float *rw = ct_alloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) {
+            r16[i] = ct_to16(r[i], 0);
+            rw[i] = ct_from16(r16[i], 0);
+        }
+        struct dbuf d16 = dput(r16, n, 2, shift), xa = dnew(n, 4, shift),
+                    xb = dput(rw, n, 4, shift);
+        struct dbuf oa = dnew(n, 2, shift), ob = dnew(n, 2, shift);
+        struct dbuf ma = dnew(N, 4, 0), qa = dnew(N, 4, 0), mb = dnew(N, 4, 0), qb = dnew(N, 4, 0);
+        fwd_residual(rms, xa, oa, LOOM_DTYPE_BF16, ma, qa, dx, d16, LOOM_DTYPE_BF16, dw.p, db.p, N,
+                     C);
+        fwd_residual(rms, xb, ob, LOOM_DTYPE_BF16, mb, qb, dx, xb, LOOM_DTYPE_F32, dw.p, db.p, N,
+                     C);
+        struct dbuf pa[] = {xa, oa, qa, ma}, pb[] = {xb, ob, qb, mb};
+        const size_t bytes[] = {(size_t)n * 4, (size_t)n * 2, (size_t)N * 4, (size_t)N * 4};
+        int same = 1;
+        for (int i = 0; i < (rms ? 3 : 4); i++) {
+            void *ga = dget(pa[i], i < 2 ? n : N, i == 1 ? 2 : 4);
+            void *gb = dget(pb[i], i < 2 ? n : N, i == 1 ? 2 : 4);
+            same &= same_bits(ga, gb, bytes[i]);
+            free(ga);
+            free(gb);
+        }
+        check_same(name, "bf16 r == fp32 op on r widened, bit for bit", same);
+        struct dbuf bufs[] = {d16, xa, xb, oa, ob, ma, qa, mb, qb};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            dfree(bufs[i]);
+        free(r16);
+        free(rw);
     }
     /* against the reference on x + r */
     float *sum = ct_alloc((size_t)n * 4), *rout = ct_alloc((size_t)n * 4);

@@ -681,11 +681,11 @@ static void test_residual_norm(int64_t N, int64_t C, int rms) {
         float *db = ct_dputf(be, bias, C), *out = ct_dputf(be, NULL, N * C);
         float *mean = ct_dputf(be, NULL, N), *rstd = ct_dputf(be, NULL, N);
         if (rms)
-            loom_op(be, residual_rmsnorm_forward, dr, out, LOOM_DTYPE_F32, rstd, dx, dr, dw, N, C,
-                    1e-5f);
+            loom_op(be, residual_rmsnorm_forward, dr, out, LOOM_DTYPE_F32, rstd, dx, dr,
+                    LOOM_DTYPE_F32, dw, N, C, 1e-5f);
         else
-            loom_op(be, residual_layernorm_forward, dr, out, LOOM_DTYPE_F32, mean, rstd, dx, dr, dw,
-                    db, N, C, 1e-5f);
+            loom_op(be, residual_layernorm_forward, dr, out, LOOM_DTYPE_F32, mean, rstd, dx, dr,
+                    LOOM_DTYPE_F32, dw, db, N, C, 1e-5f);
         res[r][0] = dtake(be, dr, N * C);
         res[r][1] = dtake(be, out, N * C);
         res[r][2] = dtake(be, mean, N);

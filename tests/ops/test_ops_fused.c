@@ -82,10 +82,11 @@ static void test_residual_norm(int rms, int has_b, int64_t N, int64_t C, int whe
     float *xs = where == 1 ? xi : where == 2 ? ri : apart;
     float *out = falloc(n), *mean = falloc(N), *rstd = falloc(N);
     if (rms)
-        loom_op(be, residual_rmsnorm_forward, xs, out, LOOM_DTYPE_F32, rstd, xi, ri, w, N, C, EPS);
+        loom_op(be, residual_rmsnorm_forward, xs, out, LOOM_DTYPE_F32, rstd, xi, ri, LOOM_DTYPE_F32,
+                w, N, C, EPS);
     else
-        loom_op(be, residual_layernorm_forward, xs, out, LOOM_DTYPE_F32, mean, rstd, xi, ri, w, b,
-                N, C, EPS);
+        loom_op(be, residual_layernorm_forward, xs, out, LOOM_DTYPE_F32, mean, rstd, xi, ri,
+                LOOM_DTYPE_F32, w, b, N, C, EPS);
     snprintf(name, sizeof name, "%s N=%lld C=%lld, %s: xs, out, %s bit for bit", kind,
              (long long)N, (long long)C, place[where], rms ? "rstd" : "mean, rstd");
     ops_check_true(name, same(xs, s_ref, n) && same(out, o_ref, n) && same(rstd, r_ref, N) &&

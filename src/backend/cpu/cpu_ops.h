@@ -35,12 +35,13 @@ void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, 
                                const float *rstd, int64_t N, int64_t C);
 void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, void *out,
                                          enum loom_dtype out_dt, float *mean, float *rstd,
-                                         const float *x, const float *r, const float *w,
-                                         const float *b, int64_t N, int64_t C, float eps);
+                                         const float *x, const void *r, enum loom_dtype r_dt,
+                                         const float *w, const float *b, int64_t N, int64_t C,
+                                         float eps);
 void loom_cpu_residual_rmsnorm_forward(struct loom_backend *be, float *xs, void *out,
                                        enum loom_dtype out_dt, float *rstd, const float *x,
-                                       const float *r, const float *w, int64_t N, int64_t C,
-                                       float eps);
+                                       const void *r, enum loom_dtype r_dt, const float *w,
+                                       int64_t N, int64_t C, float eps);
 /* The CPU keeps every activation in fp32: a typed activation of another type is a misuse
  * (aborts, naming the op). */
 void loom_cpu_need_f32(enum loom_dtype dt, const char *op);

@@ -198,18 +198,21 @@ void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, 
 
 void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, void *out,
                                          enum loom_dtype out_dt, float *mean, float *rstd,
-                                         const float *x, const float *r, const float *w,
-                                         const float *b, int64_t N, int64_t C, float eps) {
+                                         const float *x, const void *r, enum loom_dtype r_dt,
+                                         const float *w, const float *b, int64_t N, int64_t C,
+                                         float eps) {
     loom_cpu_need_f32(out_dt, "residual_layernorm_forward");
-    loom_cpu_add(be, xs, x, r, N * C);
+    loom_cpu_need_f32(r_dt, "residual_layernorm_forward");
+    loom_cpu_add(be, xs, x, (const float *)r, N * C);
     layernorm_forward_f32(be, (float *)out, mean, rstd, xs, w, b, N, C, eps);
 }
 
 void loom_cpu_residual_rmsnorm_forward(struct loom_backend *be, float *xs, void *out,
                                        enum loom_dtype out_dt, float *rstd, const float *x,
-                                       const float *r, const float *w, int64_t N, int64_t C,
-                                       float eps) {
+                                       const void *r, enum loom_dtype r_dt, const float *w,
+                                       int64_t N, int64_t C, float eps) {
     loom_cpu_need_f32(out_dt, "residual_rmsnorm_forward");
-    loom_cpu_add(be, xs, x, r, N * C);
+    loom_cpu_need_f32(r_dt, "residual_rmsnorm_forward");
+    loom_cpu_add(be, xs, x, (const float *)r, N * C);
     rmsnorm_forward_f32(be, (float *)out, rstd, xs, w, N, C, eps);
 }

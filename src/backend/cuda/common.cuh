@@ -168,15 +168,16 @@ void loom_cuda_layernorm_forward_typed(struct loom_backend *be, void *out, enum 
                                        const float *b, int64_t N, int64_t C, float eps);
 void loom_cuda_residual_layernorm_forward_typed(struct loom_backend *be, float *xs, void *out,
                                                 enum loom_dtype out_dt, float *mean, float *rstd,
-                                                const float *x, const float *r, const float *w,
-                                                const float *b, int64_t N, int64_t C, float eps);
+                                                const float *x, const void *r, enum loom_dtype r_dt,
+                                                const float *w, const float *b, int64_t N,
+                                                int64_t C, float eps);
 void loom_cuda_rmsnorm_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                                      float *rstd, const float *inp, const float *w, int64_t N,
                                      int64_t C, float eps);
 void loom_cuda_residual_rmsnorm_forward_typed(struct loom_backend *be, float *xs, void *out,
                                               enum loom_dtype out_dt, float *rstd, const float *x,
-                                              const float *r, const float *w, int64_t N,
-                                              int64_t C, float eps);
+                                              const void *r, enum loom_dtype r_dt, const float *w,
+                                              int64_t N, int64_t C, float eps);
 void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
                                         const void *dout, enum loom_dtype dout_dt,
                                         const float *inp, const float *w, const float *mean,

@@ -24,7 +24,8 @@
  * Forward: one row per group. out is fp32 or bf16, a bf16 out being the fp32 value rounded to
  * nearest even at the store (one kernel template for both). residual_*norm_forward forms xs = x + r
  * while loading the row, writes it, and normalises the values it holds: equal bit for bit to add
- * followed by the plain forward, which runs the same code on xs.
+ * followed by the plain forward, which runs the same code on xs. r is fp32 or bf16 (a branch's
+ * output in the activation type, widened exactly as it is loaded).
  *
  * Backward: block b owns rows [64 b, 64 b + 64) (NORM_BWD_ROWS), taken in turn by its groups. One
  * pass over x and dout (fp32 or bf16, read as stored) gives the row sums and, in each thread, fp32
@@ -201,10 +202,10 @@ __device__ __forceinline__ float norm_xhat(float x, float m, float r) {
 /* One row per group: out = norm(x) * w (+ b), with RESID x = xs = inp + res formed and written
  * first (xs may alias inp or res: each element is read, then written, by one thread). mean (not
  * RMS), rstd, b may be NULL. A group of several warps is alone in its block. */
-template <bool RMS, bool RESID, typename OT, int K>
+template <bool RMS, bool RESID, typename OT, typename RT, int K>
 __global__ void __launch_bounds__(NORM_THREADS)
     norm_forward_kernel(OT *out, float *mean, float *rstd, float *xs, const float *inp,
-                        const float *res, const float *w, const float *b, int64_t N, int64_t C,
+                        const RT *res, const float *w, const float *b, int64_t N, int64_t C,
                         float eps, int vec) {
     __shared__ double2 sh[NORM_THREADS / 32];
     const int t = threadIdx.x;
@@ -535,23 +536,23 @@ static void norm_shape(int64_t C, int kmax, int *tpr, int *k) {
     *tpr = (int)(32 * warps);
 }
 
-template <bool RMS, bool RESID, typename OT>
+template <bool RMS, bool RESID, typename OT, typename RT = float>
 static void norm_forward(struct loom_backend *be, OT *out, float *mean, float *rstd, float *xs,
-                         const float *inp, const float *res, const float *w, const float *b,
-                         int64_t N, int64_t C, float eps) {
+                         const float *inp, const RT *res, const float *w, const float *b, int64_t N,
+                         int64_t C, float eps) {
     int tpr, k;
     norm_shape(C, NORM_FWD_CHUNKS, &tpr, &k);
     const int groups = tpr == 32 ? NORM_THREADS / 32 : 1;
     const dim3 block((unsigned)tpr, (unsigned)groups);
     const unsigned grid = (unsigned)((N + groups - 1) / groups);
-    const int vec = C % 4 == 0 && norm_aligned(inp, 16) && norm_aligned(res, 16) &&
+    const int vec = C % 4 == 0 && norm_aligned(inp, 16) && norm_aligned(res, 4 * sizeof(RT)) &&
                     norm_aligned(xs, 16) && norm_aligned(w, 16) && norm_aligned(b, 16) &&
                     norm_aligned(out, 4 * sizeof(OT));
     cudaStream_t st = loom_cuda_stream(be);
-#define NORM_FWD_CASE(KK)                                                                      \
-    case KK:                                                                                   \
-        norm_forward_kernel<RMS, RESID, OT, KK>                                                \
-            <<<grid, block, 0, st>>>(out, mean, rstd, xs, inp, res, w, b, N, C, eps, vec);     \
+#define NORM_FWD_CASE(KK)                                                                          \
+    case KK:                                                                                       \
+        norm_forward_kernel<RMS, RESID, OT, RT, KK>                                                \
+            <<<grid, block, 0, st>>>(out, mean, rstd, xs, inp, res, w, b, N, C, eps, vec);         \
         break;
     switch (k) {
         NORM_FWD_CASE(1)
@@ -652,22 +653,37 @@ void loom_cuda_layernorm_forward_typed(struct loom_backend *be, void *out, enum 
     norm_check_type(out_dt, "layernorm_forward");
     if (N <= 0 || C <= 0) return;
     if (out_dt == LOOM_DTYPE_BF16)
-        norm_forward<false, false>(be, (bf16 *)out, mean, rstd, NULL, inp, NULL, w, b, N, C, eps);
+        norm_forward<false, false>(be, (bf16 *)out, mean, rstd, NULL, inp, (const float *)NULL, w,
+                                   b, N, C, eps);
     else
-        norm_forward<false, false>(be, (float *)out, mean, rstd, NULL, inp, NULL, w, b, N, C, eps);
+        norm_forward<false, false>(be, (float *)out, mean, rstd, NULL, inp, (const float *)NULL, w,
+                                   b, N, C, eps);
+}
+
+/* the residual forward for out of type OT, r of r_dt */
+template <bool RMS, typename OT>
+static void residual_norm_forward(struct loom_backend *be, OT *out, float *mean, float *rstd,
+                                  float *xs, const float *x, const void *r, enum loom_dtype r_dt,
+                                  const float *w, const float *b, int64_t N, int64_t C, float eps) {
+    if (r_dt == LOOM_DTYPE_BF16)
+        norm_forward<RMS, true>(be, out, mean, rstd, xs, x, (const bf16 *)r, w, b, N, C, eps);
+    else
+        norm_forward<RMS, true>(be, out, mean, rstd, xs, x, (const float *)r, w, b, N, C, eps);
 }
 
 void loom_cuda_residual_layernorm_forward_typed(struct loom_backend *be, float *xs, void *out,
                                                 enum loom_dtype out_dt, float *mean, float *rstd,
-                                                const float *x, const float *r, const float *w,
-                                                const float *b, int64_t N, int64_t C, float eps) {
+                                                const float *x, const void *r, enum loom_dtype r_dt,
+                                                const float *w, const float *b, int64_t N,
+                                                int64_t C, float eps) {
     norm_check_type(out_dt, "residual_layernorm_forward");
+    norm_check_type(r_dt, "residual_layernorm_forward");
     if (N <= 0 || C <= 0) return;
     loom_cuda_wrote(be, xs, (size_t)(N * C) * sizeof(float));
     if (out_dt == LOOM_DTYPE_BF16)
-        norm_forward<false, true>(be, (bf16 *)out, mean, rstd, xs, x, r, w, b, N, C, eps);
+        residual_norm_forward<false>(be, (bf16 *)out, mean, rstd, xs, x, r, r_dt, w, b, N, C, eps);
     else
-        norm_forward<false, true>(be, (float *)out, mean, rstd, xs, x, r, w, b, N, C, eps);
+        residual_norm_forward<false>(be, (float *)out, mean, rstd, xs, x, r, r_dt, w, b, N, C, eps);
 }
 
 void loom_cuda_rmsnorm_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
@@ -676,24 +692,27 @@ void loom_cuda_rmsnorm_forward_typed(struct loom_backend *be, void *out, enum lo
     norm_check_type(out_dt, "rmsnorm_forward");
     if (N <= 0 || C <= 0) return;
     if (out_dt == LOOM_DTYPE_BF16)
-        norm_forward<true, false>(be, (bf16 *)out, NULL, rstd, NULL, inp, NULL, w, NULL, N, C,
-                                  eps);
+        norm_forward<true, false>(be, (bf16 *)out, NULL, rstd, NULL, inp, (const float *)NULL, w,
+                                  NULL, N, C, eps);
     else
-        norm_forward<true, false>(be, (float *)out, NULL, rstd, NULL, inp, NULL, w, NULL, N, C,
-                                  eps);
+        norm_forward<true, false>(be, (float *)out, NULL, rstd, NULL, inp, (const float *)NULL, w,
+                                  NULL, N, C, eps);
 }
 
 void loom_cuda_residual_rmsnorm_forward_typed(struct loom_backend *be, float *xs, void *out,
                                               enum loom_dtype out_dt, float *rstd, const float *x,
-                                              const float *r, const float *w, int64_t N,
-                                              int64_t C, float eps) {
+                                              const void *r, enum loom_dtype r_dt, const float *w,
+                                              int64_t N, int64_t C, float eps) {
     norm_check_type(out_dt, "residual_rmsnorm_forward");
+    norm_check_type(r_dt, "residual_rmsnorm_forward");
     if (N <= 0 || C <= 0) return;
     loom_cuda_wrote(be, xs, (size_t)(N * C) * sizeof(float));
     if (out_dt == LOOM_DTYPE_BF16)
-        norm_forward<true, true>(be, (bf16 *)out, NULL, rstd, xs, x, r, w, NULL, N, C, eps);
+        residual_norm_forward<true>(be, (bf16 *)out, NULL, rstd, xs, x, r, r_dt, w, NULL, N, C,
+                                    eps);
     else
-        norm_forward<true, true>(be, (float *)out, NULL, rstd, xs, x, r, w, NULL, N, C, eps);
+        residual_norm_forward<true>(be, (float *)out, NULL, rstd, xs, x, r, r_dt, w, NULL, N, C,
+                                    eps);
 }
 
 void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
