@@ -110,20 +110,20 @@ int main(int argc, char **argv) {
             float *db1 = grads + off[2] + 3072 * 768;
             snprintf(lab, sizeof lab, "linear_gelu_backward (bf16, dinp+dw+db+dpre_b)");
             TIME(lab, 2, N, C, OC,
-                 be->ops->linear_gelu_backward(be, d16, bf, db1, dw, db, d32, y16, p16, w, N, C,
-                                               OC));
+                 be->ops->linear_gelu_backward(be, d16, bf, db1, dw, db, d32, LOOM_DTYPE_F32, y16,
+                                               p16, w, N, C, OC));
             snprintf(lab, sizeof lab, "linear_gelu_backward dpre only (no sums)");
             TIME(lab, 1, N, C, OC,
-                 be->ops->linear_gelu_backward(be, d16, bf, NULL, NULL, NULL, d32, y16, p16, w,
-                                               N, C, OC));
+                 be->ops->linear_gelu_backward(be, d16, bf, NULL, NULL, NULL, d32, LOOM_DTYPE_F32,
+                                               y16, p16, w, N, C, OC));
             snprintf(lab, sizeof lab, "linear_gelu_backward dpre + dpre_b");
             TIME(lab, 1, N, C, OC,
-                 be->ops->linear_gelu_backward(be, d16, bf, db1, NULL, NULL, d32, y16, p16, w,
-                                               N, C, OC));
+                 be->ops->linear_gelu_backward(be, d16, bf, db1, NULL, NULL, d32, LOOM_DTYPE_F32,
+                                               y16, p16, w, N, C, OC));
             snprintf(lab, sizeof lab, "linear_gelu_backward (fp32, dinp+dw+db+dpre_b)");
             TIME(lab, 2, N, C, OC,
-                 be->ops->linear_gelu_backward(be, g32, f32, db1, dw, db, d32, y32, x32, w, N,
-                                               C, OC));
+                 be->ops->linear_gelu_backward(be, g32, f32, db1, dw, db, d32, LOOM_DTYPE_F32, y32,
+                                               x32, w, N, C, OC));
         }
     }
     if (argc <= 2 || strcmp(argv[2], "head") == 0) {

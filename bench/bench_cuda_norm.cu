@@ -60,21 +60,22 @@ int main(int argc, char **argv) {
              loom_cuda_residual_layernorm_forward_typed(be, xs, out, f32, mean, rstd, x, r, f32, w,
                                                         b, N, C, eps));
         TIME("layernorm_backward (dinp, dw, db)", 16.0 * n + stats + wts,
-             loom_cuda_layernorm_backward_typed(be, dinp, dw, db, dout, f32, x, w, mean, rstd, N,
-                                                C));
+             loom_cuda_layernorm_backward_typed(be, dinp, NULL, NULL, dw, db, dout, f32, x, w, mean,
+                                                rstd, N, C));
         TIME("layernorm_backward, dinp only", 16.0 * n + stats + wts,
-             loom_cuda_layernorm_backward_typed(be, dinp, NULL, NULL, dout, f32, x, w, mean, rstd,
-                                                N, C));
+             loom_cuda_layernorm_backward_typed(be, dinp, NULL, NULL, NULL, NULL, dout, f32, x, w,
+                                                mean, rstd, N, C));
         TIME("layernorm_backward, dw and db only", 8.0 * n + stats + wts,
-             loom_cuda_layernorm_backward_typed(be, NULL, dw, db, dout, f32, x, w, mean, rstd, N,
-                                                C));
+             loom_cuda_layernorm_backward_typed(be, NULL, NULL, NULL, dw, db, dout, f32, x, w, mean,
+                                                rstd, N, C));
         TIME("rmsnorm_forward", 8.0 * n + stats / 2 + wts / 2,
              loom_cuda_rmsnorm_forward_typed(be, out, f32, rstd, x, w, N, C, eps));
         TIME("residual_rmsnorm_forward", 16.0 * n + stats / 2 + wts / 2,
              loom_cuda_residual_rmsnorm_forward_typed(be, xs, out, f32, rstd, x, r, f32, w, N, C,
                                                       eps));
         TIME("rmsnorm_backward (dinp, dw)", 16.0 * n + stats / 2 + wts,
-             loom_cuda_rmsnorm_backward_typed(be, dinp, dw, dout, f32, x, w, rstd, N, C));
+             loom_cuda_rmsnorm_backward_typed(be, dinp, NULL, NULL, dw, dout, f32, x, w, rstd, N,
+                                              C));
     }
     {
         const int64_t C = 768, n = N * C;
@@ -92,15 +93,24 @@ int main(int argc, char **argv) {
              loom_cuda_residual_layernorm_forward_typed(be, xs, out16, bf, mean, rstd, x, r16, bf,
                                                         w, b, N, C, eps));
         TIME("layernorm_backward, bf16 dout", 14.0 * n + stats + wts,
-             loom_cuda_layernorm_backward_typed(be, dinp, dw, db, dout16, bf, x, w, mean, rstd, N,
-                                                C));
+             loom_cuda_layernorm_backward_typed(be, dinp, NULL, NULL, dw, db, dout16, bf, x, w,
+                                                mean, rstd, N, C));
+        /* with the next product's bf16 output gradient and bias gradient (as --bf16 runs it) */
+        if (be->ops->set_matmul_dtype(be, bf, NULL, 0) != LOOM_OK) {
+            loom_print_error();
+            return 1;
+        }
+        TIME("layernorm_backward, bf16 dout, + dinp copy, sums", 16.0 * n + stats + wts,
+             loom_cuda_layernorm_backward_typed(be, dinp, out16, b, dw, db, dout16, bf, x, w, mean,
+                                                rstd, N, C));
         TIME("rmsnorm_forward, bf16 out", 6.0 * n + stats / 2 + wts / 2,
              loom_cuda_rmsnorm_forward_typed(be, out16, bf, rstd, x, w, N, C, eps));
         TIME("residual_rmsnorm_forward, bf16 out", 14.0 * n + stats / 2 + wts / 2,
              loom_cuda_residual_rmsnorm_forward_typed(be, xs, out16, bf, rstd, x, r, f32, w, N, C,
                                                       eps));
         TIME("rmsnorm_backward, bf16 dout", 14.0 * n + stats / 2 + wts,
-             loom_cuda_rmsnorm_backward_typed(be, dinp, dw, dout16, bf, x, w, rstd, N, C));
+             loom_cuda_rmsnorm_backward_typed(be, dinp, NULL, NULL, dw, dout16, bf, x, w, rstd, N,
+                                              C));
     }
     loom_backend_destroy(be);
     return 0;

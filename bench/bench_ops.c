@@ -183,8 +183,9 @@ int main(int argc, char **argv) {
         TIMED(F_HEAD, loom_op(be, linear_backward, dc, gmem + o_wte, NULL, logits, lnf,
                               pmem + o_wte, N, C, Vp));
         TIMED(F_NORM, be->ops->zero(be, dres, (size_t)(N * C) * sizeof(float)));
-        TIMED(F_NORM, loom_op(be, layernorm_backward, dres, gmem + o_lnfw, gmem + o_lnfb, dc,
-                              LOOM_DTYPE_F32, x_out, pmem + o_lnfw, lnf_mean, lnf_rstd, N, C));
+        TIMED(F_NORM,
+              loom_op(be, layernorm_backward, dres, NULL, NULL, gmem + o_lnfw, gmem + o_lnfb, dc,
+                      LOOM_DTYPE_F32, x_out, pmem + o_lnfw, lnf_mean, lnf_rstd, N, C));
         for (int64_t l = L - 1; l >= 0; l--) {
             struct acts *al = &a[l];
             struct layer *wl = &w[l], *gl = &g[l];
@@ -194,8 +195,8 @@ int main(int argc, char **argv) {
             TIMED(F_LINEAR, loom_op(be, linear_backward, full, gl->fc1_w, gl->fc1_b, dwide,
                                     al->ln2, wl->fc1_w, N, C, F));
             TIMED(F_NORM,
-                  loom_op(be, layernorm_backward, dres, gl->ln2_w, gl->ln2_b, full, LOOM_DTYPE_F32,
-                          al->xmid, wl->ln2_w, al->ln2_mean, al->ln2_rstd, N, C));
+                  loom_op(be, layernorm_backward, dres, NULL, NULL, gl->ln2_w, gl->ln2_b, full,
+                          LOOM_DTYPE_F32, al->xmid, wl->ln2_w, al->ln2_mean, al->ln2_rstd, N, C));
             TIMED(F_LINEAR, loom_op(be, linear_backward, dwide2, gl->proj_w, gl->proj_b, dres,
                                     al->att, wl->proj_w, N, C, C));
             TIMED(F_ATTN, loom_op(be, attention_backward, dwide, dwide2, al->att, al->lse, al->qkv,
@@ -203,8 +204,8 @@ int main(int argc, char **argv) {
             TIMED(F_LINEAR, loom_op(be, linear_backward, full, gl->qkv_w, gl->qkv_b, dwide,
                                     al->ln1, wl->qkv_w, N, C, 3 * C));
             TIMED(F_NORM,
-                  loom_op(be, layernorm_backward, dres, gl->ln1_w, gl->ln1_b, full, LOOM_DTYPE_F32,
-                          al->x, wl->ln1_w, al->ln1_mean, al->ln1_rstd, N, C));
+                  loom_op(be, layernorm_backward, dres, NULL, NULL, gl->ln1_w, gl->ln1_b, full,
+                          LOOM_DTYPE_F32, al->x, wl->ln1_w, al->ln1_mean, al->ln1_rstd, N, C));
         }
         TIMED(F_EMBED, loom_op(be, embedding_backward, gmem + o_wte, gmem + o_wpe, dres, tokens,
                                B, T, C, 0, Vp, 0));

@@ -100,17 +100,20 @@ struct loom_backend_ops {
     void (*layernorm_forward)(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                               float *mean, float *rstd, const float *inp, const float *w,
                               const float *b, int64_t N, int64_t C, float eps);
-    /* dinp += ... (accumulates: the input of a norm is the residual stream); dw, db += */
-    void (*layernorm_backward)(struct loom_backend *be, float *dinp, float *dw, float *db,
-                               const void *dout, enum loom_dtype dout_dt, const float *inp,
-                               const float *w, const float *mean, const float *rstd, int64_t N,
-                               int64_t C);
+    /* dinp += ... (accumulates: the input of a norm is the residual stream); dw, db +=. Then,
+     * for the product that reads dinp next (its output gradient): dinp_copy = dinp rounded to the
+     * 16-bit activation type and dinp_sum[C] += dinp's column sums (that product's bias
+     * gradient), each skipped if NULL; a copy needs 16-bit activations (activation_dtype). */
+    void (*layernorm_backward)(struct loom_backend *be, float *dinp, void *dinp_copy,
+                               float *dinp_sum, float *dw, float *db, const void *dout,
+                               enum loom_dtype dout_dt, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int64_t N, int64_t C);
     /* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) */
     void (*rmsnorm_forward)(struct loom_backend *be, void *out, enum loom_dtype out_dt, float *rstd,
                             const float *inp, const float *w, int64_t N, int64_t C, float eps);
-    void (*rmsnorm_backward)(struct loom_backend *be, float *dinp, float *dw, const void *dout,
-                             enum loom_dtype dout_dt, const float *inp, const float *w,
-                             const float *rstd, int64_t N, int64_t C);
+    void (*rmsnorm_backward)(struct loom_backend *be, float *dinp, void *dinp_copy, float *dinp_sum,
+                             float *dw, const void *dout, enum loom_dtype dout_dt, const float *inp,
+                             const float *w, const float *rstd, int64_t N, int64_t C);
     /* A residual add fused with the norm that follows it: xs = x + r (xs may alias x or r), then
      * out = layernorm(xs) or rmsnorm(xs) exactly as the ops above (mean, rstd saved). Equal, bit
      * for bit, to add followed by layernorm_forward / rmsnorm_forward. r is a typed activation
@@ -149,11 +152,12 @@ struct loom_backend_ops {
      * dpre[N,C] = (dout . w) * gelu'(pre) (assigned); dpre_b[C] += sum_rows dpre (the bias
      * gradient of the product that made pre; skipped if NULL); dw += dout^T . act;
      * db += sum_rows dout. As linear_backward, gelu_backward, then the column sums of dpre.
-     * dpre, act and pre are of type act_dt (the sums of dpre are taken of its stored values). */
+     * dpre, act and pre are of type act_dt (the sums of dpre are taken of its stored values);
+     * dout[N,OC] of type dout_dt (its sums likewise). */
     void (*linear_gelu_backward)(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                 float *dpre_b, float *dw, float *db, const float *dout,
-                                 const void *act, const void *pre, const float *w, int64_t N,
-                                 int64_t C, int64_t OC);
+                                 float *dpre_b, float *dw, float *db, const void *dout,
+                                 enum loom_dtype dout_dt, const void *act, const void *pre,
+                                 const float *w, int64_t N, int64_t C, int64_t OC);
     /* linear_forward with the output out[N,OC] of type out_dt and the input inp[N,C] of type
      * inp_dt (with a 16-bit out_dt the bias may be rounded to it before the add). */
     void (*linear_forward_typed)(struct loom_backend *be, void *out, enum loom_dtype out_dt,

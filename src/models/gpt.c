@@ -411,15 +411,23 @@ static void norm_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, 
                 (float)m->cfg.norm_eps);
 }
 
-static void norm_backward(struct loom_gpt *m, float *dx, float *dw, float *db, const void *dout,
-                          enum loom_dtype dout_dt, const float *x, const float *w,
-                          const float *mean, const float *rstd, int64_t N) {
+/* dx (the residual gradient a->dres) += the norm's input gradient. With next_b (a product's bias
+ * gradient, or NULL for a product without one) and next_ok, the norm also writes dres in the
+ * 16-bit activation type to a->dres16 and sums dres into next_b: the output gradient of that
+ * product, which runs next and reads dres as it is (next_ok: see dres16_for). */
+static void norm_backward(struct loom_gpt *m, struct loom_gpt_acts *a, float *dw, float *db,
+                          const void *dout, enum loom_dtype dout_dt, const float *x, const float *w,
+                          const float *mean, const float *rstd, int64_t N, int next_ok,
+                          float *next_b) {
     struct loom_backend *be = m->be;
+    a->dres16 = next_ok ? (void *)a->dc : NULL;
+    float *dsum = next_ok ? next_b : NULL;
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
-        loom_op(be, layernorm_backward, dx, dw, db, dout, dout_dt, x, w, mean, rstd, N,
-                m->cfg.hidden);
+        loom_op(be, layernorm_backward, a->dres, a->dres16, dsum, dw, db, dout, dout_dt, x, w, mean,
+                rstd, N, m->cfg.hidden);
     else
-        loom_op(be, rmsnorm_backward, dx, dw, dout, dout_dt, x, w, rstd, N, m->cfg.hidden);
+        loom_op(be, rmsnorm_backward, a->dres, a->dres16, dsum, dw, dout, dout_dt, x, w, rstd, N,
+                m->cfg.hidden);
 }
 
 static struct loom_dropout hidden_dropout(const struct loom_gpt *m, const struct loom_step_ctx *ctx,
@@ -709,9 +717,19 @@ enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32
     return LOOM_OK;
 }
 
+/* Whether the product that reads the residual gradient after site (layer, site) of the backward
+ * can take it from the norm backward before it (norm_backward's dres16): with 16-bit activations,
+ * when that product reads dres as it is (no dropout on the branch, no sequence parallelism) on
+ * one tensor-parallel rank. */
+static int dres16_for(const struct loom_gpt *m, const struct loom_step_ctx *ctx, int64_t layer,
+                      int site) {
+    struct dims d = dims_of(m);
+    return act_dtype(m) != LOOM_DTYPE_F32 && d.tp == 1 && !d.sp &&
+           hidden_dropout(m, ctx, layer, site).p <= 0;
+}
+
 enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
                                         const struct loom_step_ctx *ctx) {
-    (void)ctx;
     struct dims d = dims_of(m);
     struct loom_backend *be = m->be;
     struct loom_gpt_acts *a = &m->acts[slot];
@@ -720,8 +738,12 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
         LOOM_ASSERT(a->dlnf_ready);
         a->dlnf_ready = 0;
         be->ops->zero(be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
-        norm_backward(m, a->dres, m->g.lnf_w, m->g.lnf_b, a->dlnf, LOOM_DTYPE_F32, a->x_out,
-                      m->w.lnf_w, a->lnf_mean, a->lnf_rstd, d.Nr);
+        const int64_t last = m->cfg.num_layers - 1; /* its fc2 reads dres next, when local */
+        const int next_ok = loom_gpt_layer_is_local(&m->cfg, m->par, last) &&
+                            dres16_for(m, ctx, last, LOOM_DROP_MLP_OUT);
+        norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, a->dlnf, LOOM_DTYPE_F32, a->x_out, m->w.lnf_w,
+                      a->lnf_mean, a->lnf_rstd, d.Nr, next_ok,
+                      next_ok ? m->g.layers[last].fc2_b : NULL);
         return LOOM_OK;
     }
     loom_op(be, xent_backward, a->logits, a->logits, a->targets, a->gstats, a->dloss, d.N, d.Vl,
@@ -731,8 +753,8 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
             d.C, d.Vl);
     LOOM_CHECK(region_enter_backward(m, a->dc, a->dc));
     be->ops->zero(be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
-    norm_backward(m, a->dres, m->g.lnf_w, m->g.lnf_b, a->dc, LOOM_DTYPE_F32, a->x_out, m->w.lnf_w,
-                  a->lnf_mean, a->lnf_rstd, d.Nr);
+    norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, a->dc, LOOM_DTYPE_F32, a->x_out, m->w.lnf_w,
+                  a->lnf_mean, a->lnf_rstd, d.Nr, 0, NULL);
     return LOOM_OK;
 }
 
@@ -756,6 +778,25 @@ static enum loom_status branch_output_grad(struct loom_gpt *m, struct loom_gpt_a
     return LOOM_OK;
 }
 
+/* The output gradient of the product after the residual gradient: dres16 where the norm made it
+ * (the bias gradient summed then: *db becomes NULL), else the branch's gradient in fp32. */
+static enum loom_status next_output_grad(struct loom_gpt *m, struct loom_gpt_acts *a,
+                                         const struct loom_step_ctx *ctx, int64_t layer, int site,
+                                         const void **dy, enum loom_dtype *dy_dt, float **db) {
+    if (a->dres16) {
+        *dy = a->dres16;
+        *dy_dt = act_dtype(m);
+        *db = NULL;
+        a->dres16 = NULL;
+        return LOOM_OK;
+    }
+    float *f;
+    LOOM_CHECK(branch_output_grad(m, a, ctx, layer, site, &f));
+    *dy = f;
+    *dy_dt = LOOM_DTYPE_F32;
+    return LOOM_OK;
+}
+
 enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l,
                                          const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
@@ -768,16 +809,20 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
 
     /* MLP branch: dres is d(y). GELU: fc2's input gradient comes through the GELU already, with
      * fc1's bias gradient (linear_gelu_backward), as dpre of mlp_dtype in dwide (which holds it
-     * in either type), read so by fc1's backward. */
-    float *dy;
+     * in either type), read so by fc1's backward. Each product after a norm's backward (fc2 here,
+     * proj below) takes dres from that norm in 16 bits where it made it, with its bias gradient
+     * summed (next_output_grad). */
+    const void *dy;
+    enum loom_dtype dy_dt;
+    float *db = g->fc2_b;
     const enum loom_dtype act = act_dtype(m);
     const enum loom_dtype ln_dt = ln_dtype(m, act), dln_dt = dln_dtype(m, act);
-    LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy));
+    LOOM_CHECK(next_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy, &dy_dt, &db));
     if (c->swiglu) {
         if (la->act == a->act) /* remade: see the forward */
             loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
-        loom_op(be, linear_backward, a->dwide2, g->fc2_w, g->fc2_b, dy, la->act, w->fc2_w, d.N,
-                d.Fl, d.C);
+        loom_op(be, linear_backward_typed, a->dwide2, LOOM_DTYPE_F32, g->fc2_w, db, dy, dy_dt,
+                la->act, LOOM_DTYPE_F32, w->fc2_w, d.N, d.Fl, d.C);
         loom_op(be, swiglu_backward, a->dwide, a->dwide2, la->fc1, d.N, d.Fl);
         loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, g->fc1_b, a->dwide,
                 LOOM_DTYPE_F32, la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.F1l);
@@ -785,20 +830,22 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
         const enum loom_dtype act_dt = mlp_dtype(m, act);
         if (la->act == a->act) /* remade */
             loom_op(be, gelu_forward_typed, la->act, la->fc1, act_dt, d.N * d.Fl);
-        loom_op(be, linear_gelu_backward, a->dwide, act_dt, g->fc1_b, g->fc2_w, g->fc2_b, dy,
+        loom_op(be, linear_gelu_backward, a->dwide, act_dt, g->fc1_b, g->fc2_w, db, dy, dy_dt,
                 la->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
         loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, NULL, a->dwide, act_dt,
                 la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.Fl);
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
-    norm_backward(m, a->dres, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, dln_dt, la->xmid,
-                  w->ln2_w, la->ln2_mean, la->ln2_rstd, d.Nr);
+    norm_backward(m, a, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, dln_dt, la->xmid, w->ln2_w,
+                  la->ln2_mean, la->ln2_rstd, d.Nr, dres16_for(m, ctx, l, LOOM_DROP_ATTN_OUT),
+                  g->proj_b);
 
     /* attention branch: dres is now d(xmid) */
-    LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_ATTN_OUT, &dy));
+    db = g->proj_b;
+    LOOM_CHECK(next_output_grad(m, a, ctx, l, LOOM_DROP_ATTN_OUT, &dy, &dy_dt, &db));
     struct loom_attn ap = attn_problem(m, ctx, l);
-    loom_op(be, linear_backward_typed, a->dwide2, ap.dt, g->proj_w, g->proj_b, dy,
-            LOOM_DTYPE_F32, la->att, ap.dt, w->proj_w, d.N, d.NHl * d.HS, d.C);
+    loom_op(be, linear_backward_typed, a->dwide2, ap.dt, g->proj_w, db, dy, dy_dt, la->att, ap.dt,
+            w->proj_w, d.N, d.NHl * d.HS, d.C);
     loom_op(be, attention_backward, a->dwide, a->dwide2, la->att, la->lse, la->qkv, &ap);
     if (c->posemb == LOOM_POSEMB_ROPE) /* attention in fp32 then */
         loom_op(be, rope, a->dwide, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 1);
@@ -809,8 +856,11 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
         loom_op(be, zero_strided, g->qkv_b + R * d.HS, d.NKVl, d.HS, (R + 2) * d.HS);
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
-    norm_backward(m, a->dres, g->ln1_w, g->ln1_b, d.sp ? a->dc : a->full, dln_dt, la->x, w->ln1_w,
-                  la->ln1_mean, la->ln1_rstd, d.Nr);
+    /* the previous layer's fc2 reads dres next, when it is on this rank */
+    const int next_ok = feeds_local_layer(m, l - 1) && dres16_for(m, ctx, l - 1, LOOM_DROP_MLP_OUT);
+    norm_backward(m, a, g->ln1_w, g->ln1_b, d.sp ? a->dc : a->full, dln_dt, la->x, w->ln1_w,
+                  la->ln1_mean, la->ln1_rstd, d.Nr, next_ok,
+                  next_ok ? m->g.layers[l - 1].fc2_b : NULL);
     return LOOM_OK;
 }
 

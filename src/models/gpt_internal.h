@@ -50,6 +50,9 @@ struct loom_gpt_acts {
     int32_t *host_targets;    /* [N] host copy of the targets */
     /* backward scratch */
     float *dres;              /* [N,C] gradient of the residual stream */
+    void *dres16;             /* dres in the 16-bit activation type, made by the norm backward
+                                 that last wrote dres for the product that reads it next (in dc;
+                                 NULL when not made), with that product's bias gradient */
     float *dc;                /* [N,C] */
     float *full;              /* [N,C] a full-sequence buffer for region transitions */
     float *sp_scratch;        /* [N,C] the sequence-parallel collectives' scratch */

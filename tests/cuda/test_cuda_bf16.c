@@ -195,7 +195,8 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
     float *a_r = ct_rounded(ref_a, N * F, 0);
     cb->ops->to_device(cb, ca, a_r, (size_t)(N * F) * sizeof(float));
     cb->ops->linear_gelu_backward(cb, cdpre, LOOM_DTYPE_F32, bias ? cg + F * C : NULL, cg,
-                                  bias ? cg + F * C + F : NULL, cdy, ca, cpre, cw2, N, F, C);
+                                  bias ? cg + F * C + F : NULL, cdy, LOOM_DTYPE_F32, ca, cpre, cw2,
+                                  N, F, C);
     float *ref_dpre = ct_dgetf(cb, cdpre, N * F), *ref_g = ct_dgetf(cb, cg, ng);
 
     /* GPU: parameters [16 floats | w1 | w2 | 16 floats], registered or not */
@@ -219,9 +220,9 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
         g_gpu->ops->to_device(g_gpu, gg, g0, (size_t)ng * sizeof(float));
         g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_F32, gh, LOOM_DTYPE_F32, gw1,
                                         gb1, N, C, F);
-        g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_F32, bias ? gg + F * C : NULL,
-                                         gg, bias ? gg + F * C + F : NULL, gdy, ga, gpre, gw2, N,
-                                         F, C);
+        g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_F32, bias ? gg + F * C : NULL, gg,
+                                         bias ? gg + F * C + F : NULL, gdy, LOOM_DTYPE_F32, ga,
+                                         gpre, gw2, N, F, C);
         run[rep][0] = ct_dgetf(g_gpu, gpre, N * F);
         run[rep][1] = ct_dgetf(g_gpu, ga, N * F);
         run[rep][2] = ct_dgetf(g_gpu, gdpre, N * F);
@@ -305,7 +306,8 @@ static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registe
     cb->ops->to_device(cb, ca, a_r, (size_t)(N * F) * sizeof(float));
     cb->ops->linear_forward(cb, cy, ca, cw2, cb2, N, F, C);
     cb->ops->linear_gelu_backward(cb, cdpre, LOOM_DTYPE_F32, bias ? cg + oDB1 : NULL, cg + oDW2,
-                                  bias ? cg + oDB2 : NULL, cdy, ca, cpre, cw2, N, F, C);
+                                  bias ? cg + oDB2 : NULL, cdy, LOOM_DTYPE_F32, ca, cpre, cw2, N, F,
+                                  C);
     float *ref_dpre = ct_dgetf(cb, cdpre, N * F), *dpre_r = ct_rounded(ref_dpre, N * F, 0);
     cb->ops->to_device(cb, cdpre, dpre_r, (size_t)(N * F) * sizeof(float));
     cb->ops->linear_backward(cb, cdh, cg, NULL, cdpre, ch, cw1, N, C, F);
@@ -343,8 +345,8 @@ static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registe
         g_gpu->ops->linear_forward_typed(g_gpu, gy, LOOM_DTYPE_F32, ga, LOOM_DTYPE_BF16, gw2, gb2,
                                          N, F, C);
         g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_BF16, bias ? gg + oDB1 : NULL,
-                                         gg + oDW2, bias ? gg + oDB2 : NULL, gdy, ga, gpre, gw2, N,
-                                         F, C);
+                                         gg + oDW2, bias ? gg + oDB2 : NULL, gdy, LOOM_DTYPE_F32,
+                                         ga, gpre, gw2, N, F, C);
         g_gpu->ops->linear_backward_typed(g_gpu, gdh, LOOM_DTYPE_F32, gg, NULL, gdpre,
                                           LOOM_DTYPE_BF16, gh, LOOM_DTYPE_F32, gw1, N, C, F);
         g_gpu->ops->linear_backward_typed(g_gpu, NULL, LOOM_DTYPE_F32, NULL, gg + oDBA, gdpre,

@@ -182,10 +182,10 @@ static void bwd(int rms, float *dinp, float *dw, float *db, struct dbuf dout, en
                 struct dbuf x, const float *w, struct dbuf mean, struct dbuf rstd, int64_t N,
                 int64_t C) {
     if (rms)
-        g_gpu->ops->rmsnorm_backward(g_gpu, dinp, dw, dout.p, dt, x.p, w, rstd.p, N, C);
+        g_gpu->ops->rmsnorm_backward(g_gpu, dinp, NULL, NULL, dw, dout.p, dt, x.p, w, rstd.p, N, C);
     else
-        g_gpu->ops->layernorm_backward(g_gpu, dinp, dw, db, dout.p, dt, x.p, w, mean.p,
-                                           rstd.p, N, C);
+        g_gpu->ops->layernorm_backward(g_gpu, dinp, NULL, NULL, dw, db, dout.p, dt, x.p, w, mean.p,
+                                       rstd.p, N, C);
 }
 
 /* One shape: x ~ xmean + xsd N(0,1) per element. shift 1 puts x, out, dout, dinp (and xs, r)
@@ -468,9 +468,8 @@ static void test_bad_type(void) {
             if (freopen("/dev/null", "w", stderr) == NULL) _exit(3);
             float dummy[4] = {0};
             if (k)
-                g_gpu->ops->layernorm_backward(g_gpu, dummy, dummy, dummy, dummy,
-                                                   LOOM_DTYPE_F16, dummy, dummy, dummy, dummy, 1,
-                                                   4);
+                g_gpu->ops->layernorm_backward(g_gpu, dummy, NULL, NULL, dummy, dummy, dummy,
+                                               LOOM_DTYPE_F16, dummy, dummy, dummy, dummy, 1, 4);
             else
                 g_gpu->ops->rmsnorm_forward(g_gpu, dummy, LOOM_DTYPE_F16, dummy, dummy, dummy,
                                                 1, 4, EPS);
@@ -480,6 +479,63 @@ static void test_bad_type(void) {
         int ok = pid > 0 && waitpid(pid, &status, 0) == pid && WIFSIGNALED(status);
         check_same(k ? "layernorm_backward dout fp16" : "rmsnorm_forward out fp16", "aborts", ok);
     }
+}
+
+/* The outputs of the backward for the product that reads dinp next: dinp_copy is the updated
+ * dinp rounded to bf16, bit for bit, and dinp_sum += its column sums (against the host's sums in
+ * double of the dinp the GPU made), with dinp itself the same bits as without them. Rows that fit
+ * the fused kernel (C 768, also off alignment) and rows that take the separate pass (C 9000). */
+static void test_next_outputs(int rms, int64_t N, int64_t C, uint64_t seed, int shift) {
+    const int64_t n = N * C;
+    char name[80];
+    snprintf(name, sizeof name, "%s backward N=%lld C=%lld%s, for the next product",
+             rms ? "rmsnorm" : "layernorm", (long long)N, (long long)C,
+             shift ? " off alignment" : "");
+    float *x = ct_randn(n, seed, 2.0f, 1.0f), *w = ct_randn(C, seed + 1, 0.5f, 1.0f);
+    float *b = ct_randn(C, seed + 2, 0.5f, 0.0f), *dout = ct_randn(n, seed + 3, 1.0f, 0.0f);
+    float *dx0 = ct_randn(n, seed + 4, 1.0f, 0.0f), *ds0 = ct_randn(C, seed + 5, 1.0f, 0.0f);
+    struct dbuf dx = dput(x, n, 4, shift), dw = dput(w, C, 4, 0), dbias = dput(b, C, 4, 0);
+    struct dbuf mean = dnew(N, 4, 0), rstd = dnew(N, 4, 0), out = dnew(n, 4, shift);
+    fwd(rms, out, LOOM_DTYPE_F32, mean, rstd, dx, dw.p, dbias.p, N, C);
+    struct dbuf ddout = dput(dout, n, 4, shift);
+    struct dbuf g1 = dput(dx0, n, 4, shift), g2 = dput(dx0, n, 4, shift);
+    float *z = ct_alloc((size_t)C * 4);
+    memset(z, 0, (size_t)C * 4);
+    struct dbuf gw1 = dput(z, C, 4, 0), gb1 = dput(z, C, 4, 0), gw2 = dput(z, C, 4, 0),
+                gb2 = dput(z, C, 4, 0);
+    struct dbuf cp = dnew(n, 2, shift), ds = dput(ds0, C, 4, 0);
+    bwd(rms, g1.p, gw1.p, gb1.p, ddout, LOOM_DTYPE_F32, dx, dw.p, mean, rstd, N, C);
+    if (rms)
+        g_gpu->ops->rmsnorm_backward(g_gpu, g2.p, cp.p, ds.p, gw2.p, ddout.p, LOOM_DTYPE_F32, dx.p,
+                                     dw.p, rstd.p, N, C);
+    else
+        g_gpu->ops->layernorm_backward(g_gpu, g2.p, cp.p, ds.p, gw2.p, gb2.p, ddout.p,
+                                       LOOM_DTYPE_F32, dx.p, dw.p, mean.p, rstd.p, N, C);
+    float *h1 = dget(g1, n, 4), *h2 = dget(g2, n, 4), *hs = dget(ds, C, 4);
+    float *w1 = dget(gw1, C, 4), *w2 = dget(gw2, C, 4), *b1 = dget(gb1, C, 4),
+          *b2 = dget(gb2, C, 4);
+    uint16_t *hc = dget(cp, n, 2);
+    check_same(name, "dinp, dw, db the same bits as without them",
+               same_bits(h1, h2, (size_t)n * 4) && same_bits(w1, w2, (size_t)C * 4) &&
+                   same_bits(b1, b2, (size_t)C * 4));
+    int same = 1;
+    for (int64_t i = 0; i < n; i++)
+        same &= hc[i] == ct_to16(h2[i], 0);
+    check_same(name, "dinp_copy == bf16(dinp), bit for bit", same);
+    float *want = ct_alloc((size_t)C * 4);
+    for (int64_t c = 0; c < C; c++) {
+        double acc = 0.0;
+        for (int64_t r = 0; r < N; r++)
+            acc += (double)h2[r * C + c];
+        want[c] = (float)((double)ds0[c] + acc);
+    }
+    check_close(name, "dinp_sum += column sums of dinp", hs, want, C, 0, 1e-5);
+    struct dbuf all[] = {dx, dw, dbias, mean, rstd, out, ddout, g1, g2, gw1, gb1, gw2, gb2, cp, ds};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dfree(all[i]);
+    void *hp[] = {x, w, b, dout, dx0, ds0, h1, h2, hs, w1, w2, b1, b2, hc, want, z};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+        free(hp[i]);
 }
 
 int main(void) {
@@ -504,6 +560,16 @@ int main(void) {
         test_residual(rms, 9, 9000, 0.0f, seed += 10, 0);
     }
     test_bad_type();
+    /* a bf16 copy needs bf16 activations: bf16 products from here on */
+    if (g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, NULL, 0) != LOOM_OK) {
+        loom_print_error();
+        return 1;
+    }
+    for (int rms = 0; rms < 2; rms++) {
+        test_next_outputs(rms, 200, 768, seed += 10, 0);
+        test_next_outputs(rms, 77, 768, seed += 10, 1);
+        test_next_outputs(rms, 9, 9000, seed += 10, 0);
+    }
     loom_backend_destroy(g_gpu);
     return ct_finish();
 }

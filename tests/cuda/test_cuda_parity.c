@@ -199,8 +199,8 @@ static void test_layernorm(int64_t N, int64_t C, int with_bias) {
         float *ddout = ct_dputf(be, dout, N * C), *gx = ct_dputf(be, dx0, N * C);
         float *gw = ct_dputf(be, dw0, C), *gb = ct_dputf(be, db0, C);
         loom_op(be, layernorm_forward, out, LOOM_DTYPE_F32, mean, rstd, dx_, dw_, db_, N, C, 1e-5f);
-        loom_op(be, layernorm_backward, gx, gw, gb, ddout, LOOM_DTYPE_F32, dx_, dw_, mean, rstd, N,
-                C);
+        loom_op(be, layernorm_backward, gx, NULL, NULL, gw, gb, ddout, LOOM_DTYPE_F32, dx_, dw_,
+                mean, rstd, N, C);
         res[r][0] = dtake(be, out, N * C);
         res[r][1] = dtake(be, mean, N);
         res[r][2] = dtake(be, rstd, N);
@@ -245,7 +245,8 @@ static void test_rmsnorm(int64_t N, int64_t C) {
         float *ddout = ct_dputf(be, dout, N * C), *gx = ct_dputf(be, dx0, N * C),
               *gw = ct_dputf(be, dw0, C);
         loom_op(be, rmsnorm_forward, out, LOOM_DTYPE_F32, rstd, dx_, dw_, N, C, 1e-6f);
-        loom_op(be, rmsnorm_backward, gx, gw, ddout, LOOM_DTYPE_F32, dx_, dw_, rstd, N, C);
+        loom_op(be, rmsnorm_backward, gx, NULL, NULL, gw, ddout, LOOM_DTYPE_F32, dx_, dw_, rstd, N,
+                C);
         res[r][0] = dtake(be, out, N * C);
         res[r][1] = dtake(be, rstd, N);
         res[r][2] = dtake(be, gx, N * C);
@@ -758,7 +759,7 @@ static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
         loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, dh_, LOOM_DTYPE_F32, dw1, db1, N,
                 C, F);
         loom_op(be, linear_gelu_backward, dpre, LOOM_DTYPE_F32, with_bias ? gb1 : NULL, gw2,
-                with_bias ? gb2 : NULL, ddy, a, pre, dw2, N, F, C);
+                with_bias ? gb2 : NULL, ddy, LOOM_DTYPE_F32, a, pre, dw2, N, F, C);
         loom_op(be, linear_backward, dh, gw1, NULL, dpre, dh_, dw1, N, C, F);
         res[r][0] = dtake(be, a, N * F);
         res[r][1] = dtake(be, pre, N * F);
@@ -856,7 +857,8 @@ static void bench_memory_bound(struct loom_backend *be, int64_t B, int64_t T, in
     BENCH_MS(be, iters, ms,
              loom_op(be, layernorm_forward, y, LOOM_DTYPE_F32, mean, rstd, x, w, b, N, C, 1e-5f));
     BENCH_MS(be, iters, ms2,
-             loom_op(be, layernorm_backward, g, dw, db, y, LOOM_DTYPE_F32, x, w, mean, rstd, N, C));
+             loom_op(be, layernorm_backward, g, NULL, NULL, dw, db, y, LOOM_DTYPE_F32, x, w, mean,
+                     rstd, N, C));
     printf("  layernorm N=%lld C=%lld: fwd %7.3f ms (%6.0f GB/s)  bwd %7.3f ms (%6.0f GB/s)\n",
            (long long)N, (long long)C, ms, 8.0 * N * C / ms * 1e-6, ms2,
            16.0 * N * C / ms2 * 1e-6);

@@ -172,7 +172,7 @@ static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
     float *dpre = falloc(N * F), *dh = falloc(N * C);
     for (int64_t i = 0; i < N * F; i++) dpre[i] = NAN; /* assigned: every element written */
     loom_op(be, linear_gelu_backward, dpre, LOOM_DTYPE_F32, has_b ? n_db1 : NULL, n_dw2,
-            has_b ? n_db2 : NULL, dy, a, pre, w2, N, F, C);
+            has_b ? n_db2 : NULL, dy, LOOM_DTYPE_F32, a, pre, w2, N, F, C);
     loom_op(be, linear_backward_typed, dh, LOOM_DTYPE_F32, n_dw1, NULL, dpre, LOOM_DTYPE_F32, h,
             LOOM_DTYPE_F32, w1, N, C, F);
 

@@ -87,10 +87,10 @@ static void run(int rms, int has_b, int64_t N, int64_t C, float offset, int64_t 
     memset(dw, 0, (size_t)C * sizeof *dw);
     memset(db, 0, (size_t)C * sizeof *db);
     if (rms)
-        loom_op(be, rmsnorm_backward, dx, dw, R, LOOM_DTYPE_F32, x, w, rstd, N, C);
+        loom_op(be, rmsnorm_backward, dx, NULL, NULL, dw, R, LOOM_DTYPE_F32, x, w, rstd, N, C);
     else
-        loom_op(be, layernorm_backward, dx, dw, has_b ? db : NULL, R, LOOM_DTYPE_F32, x, w, mean,
-                rstd, N, C);
+        loom_op(be, layernorm_backward, dx, NULL, NULL, dw, has_b ? db : NULL, R, LOOM_DTYPE_F32, x,
+                w, mean, rstd, N, C);
     const double h = 1e-4, tol = 1e-4;
     snprintf(name, sizeof name, "%s backward dinp against central differences", kind);
     ops_check(name, ops_grad_check_some(loss_fn, &p, p.x, n, dx, h, fd_count), tol);
@@ -112,10 +112,10 @@ static void run(int rms, int has_b, int64_t N, int64_t C, float offset, int64_t 
     for (int64_t c = 0; c < C; c++) ew[c] += dw[c];
     for (int64_t c = 0; c < C; c++) eb[c] += db[c];
     if (rms)
-        loom_op(be, rmsnorm_backward, ax, aw, R, LOOM_DTYPE_F32, x, w, rstd, N, C);
+        loom_op(be, rmsnorm_backward, ax, NULL, NULL, aw, R, LOOM_DTYPE_F32, x, w, rstd, N, C);
     else
-        loom_op(be, layernorm_backward, ax, aw, has_b ? ab : NULL, R, LOOM_DTYPE_F32, x, w, mean,
-                rstd, N, C);
+        loom_op(be, layernorm_backward, ax, NULL, NULL, aw, has_b ? ab : NULL, R, LOOM_DTYPE_F32, x,
+                w, mean, rstd, N, C);
     double e = ops_max_rel_err(ax, ex, n), e2 = ops_max_rel_err(aw, ew, C);
     if (e2 > e) e = e2;
     if (!rms && has_b) {
@@ -125,6 +125,28 @@ static void run(int rms, int has_b, int64_t N, int64_t C, float offset, int64_t 
     snprintf(name, sizeof name, "%s backward accumulates (+=) into dinp, dw%s", kind,
              !rms && has_b ? ", db" : "");
     ops_check(name, e, 1e-6);
+
+    /* dinp_sum: += the column sums of the updated dinp (the next product's bias gradient) */
+    float *sx = ops_alloc((size_t)n * sizeof *sx), *ss = ops_alloc((size_t)C * sizeof *ss);
+    memcpy(sx, ax, (size_t)n * sizeof *sx);
+    ops_fill(ss, C, 27, -1.0f, 1.0f);
+    double *es = ops_to_double(ss, C);
+    if (rms)
+        loom_op(be, rmsnorm_backward, sx, NULL, ss, aw, R, LOOM_DTYPE_F32, x, w, rstd, N, C);
+    else
+        loom_op(be, layernorm_backward, sx, NULL, ss, aw, NULL, R, LOOM_DTYPE_F32, x, w, mean, rstd,
+                N, C);
+    for (int64_t i = 0; i < n; i++)
+        es[i % C] += (double)sx[i];
+    /* against the largest sum (two float roundings: the sum, then the add onto ss) */
+    double dmax = 0.0, emax = 0.0;
+    for (int64_t c = 0; c < C; c++) {
+        dmax = fmax(dmax, fabs((double)ss[c] - es[c]));
+        emax = fmax(emax, fabs(es[c]));
+    }
+    snprintf(name, sizeof name, "%s backward dinp_sum += column sums of dinp", kind);
+    ops_check(name, dmax / emax, 1e-6);
+    free(sx), free(ss), free(es);
     free(ax), free(aw), free(ab), free(ex), free(ew), free(eb);
 
     free(x), free(R), free(w), free(b), free(out), free(mean), free(rstd);
@@ -157,10 +179,11 @@ static void threads(int rms) {
         res[k] = ops_alloc(sz * sizeof(float));
         memset(res[k], 0, sz * sizeof(float));
         if (rms)
-            loom_op(be, rmsnorm_backward, res[k], res[k] + n, g, LOOM_DTYPE_F32, x, w, rstd, N, C);
+            loom_op(be, rmsnorm_backward, res[k], NULL, NULL, res[k] + n, g, LOOM_DTYPE_F32, x, w,
+                    rstd, N, C);
         else
-            loom_op(be, layernorm_backward, res[k], res[k] + n, res[k] + n + C, g, LOOM_DTYPE_F32,
-                    x, w, mean, rstd, N, C);
+            loom_op(be, layernorm_backward, res[k], NULL, NULL, res[k] + n, res[k] + n + C, g,
+                    LOOM_DTYPE_F32, x, w, mean, rstd, N, C);
     }
     omp_set_num_threads(maxt);
     const char *kind = rms ? "rmsnorm" : "layernorm";

@@ -23,14 +23,15 @@ void loom_cpu_embedding_backward(struct loom_backend *be, float *dwte, float *dw
 void loom_cpu_layernorm_forward(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                                 float *mean, float *rstd, const float *inp, const float *w,
                                 const float *b, int64_t N, int64_t C, float eps);
-void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                 const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                 const float *w, const float *mean, const float *rstd, int64_t N,
-                                 int64_t C);
+void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, void *dinp_copy,
+                                 float *dinp_sum, float *dw, float *db, const void *dout,
+                                 enum loom_dtype dout_dt, const float *inp, const float *w,
+                                 const float *mean, const float *rstd, int64_t N, int64_t C);
 void loom_cpu_rmsnorm_forward(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                               float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
                               float eps);
-void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const void *dout,
+void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, void *dinp_copy,
+                               float *dinp_sum, float *dw, const void *dout,
                                enum loom_dtype dout_dt, const float *inp, const float *w,
                                const float *rstd, int64_t N, int64_t C);
 void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, void *out,
@@ -56,9 +57,11 @@ void loom_cpu_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
                                   enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
                                   const float *w, const float *b, int64_t N, int64_t C, int64_t OC);
 void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                   float *dpre_b, float *dw, float *db, const float *dout,
-                                   const void *act, const void *pre, const float *w, int64_t N,
-                                   int64_t C, int64_t OC);
+                                   float *dpre_b, float *dw, float *db, const void *dout,
+                                   enum loom_dtype dout_dt, const void *act, const void *pre,
+                                   const float *w, int64_t N, int64_t C, int64_t OC);
+/* out[C] += the column sums of in[N,C], in double (the bias gradients) */
+void loom_cpu_colsum(float *out, const float *in, int64_t N, int64_t C);
 void loom_cpu_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                                    const void *inp, enum loom_dtype inp_dt, const float *w,
                                    const float *b, int64_t N, int64_t C, int64_t OC);

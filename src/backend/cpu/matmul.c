@@ -78,7 +78,7 @@ void loom_cpu_linear_forward(struct loom_backend *be, float *out, const float *i
 
 /* db[OC] += column sums of dout[N,OC]: threads own column blocks and walk every row, summing
  * in double. */
-static void cpu_bias_grad(float *db, const float *dout, int64_t N, int64_t OC) {
+void loom_cpu_colsum(float *db, const float *dout, int64_t N, int64_t OC) {
     enum { CB = 128 };
     const int64_t nblk = (OC + CB - 1) / CB;
 #pragma omp parallel for schedule(static) if (N * OC >= 65536)
@@ -100,7 +100,7 @@ void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, f
                               int64_t C, int64_t OC) {
     (void)be;
     if (N <= 0 || C <= 0) {
-        if (db && N > 0) cpu_bias_grad(db, dout, N, OC);
+        if (db && N > 0) loom_cpu_colsum(db, dout, N, OC);
         return;
     }
     cpu_blas_single_thread();
@@ -147,7 +147,7 @@ void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, f
                             (int)C);
         }
     }
-    if (db) cpu_bias_grad(db, dout, N, OC);
+    if (db) loom_cpu_colsum(db, dout, N, OC);
 }
 
 /* Linear then GELU, and the backward through both: the linear ops above with gelu_forward /
@@ -163,15 +163,16 @@ void loom_cpu_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
 }
 
 void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                   float *dpre_b, float *dw, float *db, const float *dout,
-                                   const void *act, const void *pre, const float *w, int64_t N,
-                                   int64_t C, int64_t OC) {
+                                   float *dpre_b, float *dw, float *db, const void *dout,
+                                   enum loom_dtype dout_dt, const void *act, const void *pre,
+                                   const float *w, int64_t N, int64_t C, int64_t OC) {
     loom_cpu_need_f32(act_dt, "linear_gelu_backward");
+    loom_cpu_need_f32(dout_dt, "linear_gelu_backward");
     float *d = (float *)dpre;
-    loom_cpu_linear_backward(be, d, dw, db, dout, (const float *)act, w, N, C, OC);
+    loom_cpu_linear_backward(be, d, dw, db, (const float *)dout, (const float *)act, w, N, C, OC);
     if (N <= 0 || C <= 0) return;
     loom_cpu_gelu_backward(be, d, d, (const float *)pre, N * C);
-    if (dpre_b) cpu_bias_grad(dpre_b, d, N, C);
+    if (dpre_b) loom_cpu_colsum(dpre_b, d, N, C);
 }
 
 /* The plain linear ops with typed activations: fp32 only, as they are. */

@@ -174,12 +174,21 @@ void loom_cpu_layernorm_forward(struct loom_backend *be, void *out, enum loom_dt
     layernorm_forward_f32(be, (float *)out, mean, rstd, inp, w, b, N, C, eps);
 }
 
-void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                 const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                 const float *w, const float *mean, const float *rstd, int64_t N,
-                                 int64_t C) {
+/* What the norm backwards do for the product that reads dinp next: the column sums (a 16-bit
+ * copy is not for the cpu, whose activations are fp32) */
+static void dinp_for_next(float *dinp, void *dinp_copy, float *dinp_sum, int64_t N, int64_t C,
+                          const char *op) {
+    if (dinp_copy) loom_cpu_need_f32(LOOM_DTYPE_BF16, op);
+    if (dinp && dinp_sum && N > 0 && C > 0) loom_cpu_colsum(dinp_sum, dinp, N, C);
+}
+
+void loom_cpu_layernorm_backward(struct loom_backend *be, float *dinp, void *dinp_copy,
+                                 float *dinp_sum, float *dw, float *db, const void *dout,
+                                 enum loom_dtype dout_dt, const float *inp, const float *w,
+                                 const float *mean, const float *rstd, int64_t N, int64_t C) {
     loom_cpu_need_f32(dout_dt, "layernorm_backward");
     layernorm_backward_f32(be, dinp, dw, db, (const float *)dout, inp, w, mean, rstd, N, C);
+    dinp_for_next(dinp, dinp_copy, dinp_sum, N, C, "layernorm_backward");
 }
 
 void loom_cpu_rmsnorm_forward(struct loom_backend *be, void *out, enum loom_dtype out_dt,
@@ -189,11 +198,13 @@ void loom_cpu_rmsnorm_forward(struct loom_backend *be, void *out, enum loom_dtyp
     rmsnorm_forward_f32(be, (float *)out, rstd, inp, w, N, C, eps);
 }
 
-void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, float *dw, const void *dout,
+void loom_cpu_rmsnorm_backward(struct loom_backend *be, float *dinp, void *dinp_copy,
+                               float *dinp_sum, float *dw, const void *dout,
                                enum loom_dtype dout_dt, const float *inp, const float *w,
                                const float *rstd, int64_t N, int64_t C) {
     loom_cpu_need_f32(dout_dt, "rmsnorm_backward");
     rmsnorm_backward_f32(be, dinp, dw, (const float *)dout, inp, w, rstd, N, C);
+    dinp_for_next(dinp, dinp_copy, dinp_sum, N, C, "rmsnorm_backward");
 }
 
 void loom_cpu_residual_layernorm_forward(struct loom_backend *be, float *xs, void *out,

@@ -178,13 +178,14 @@ void loom_cuda_residual_rmsnorm_forward_typed(struct loom_backend *be, float *xs
                                               enum loom_dtype out_dt, float *rstd, const float *x,
                                               const void *r, enum loom_dtype r_dt, const float *w,
                                               int64_t N, int64_t C, float eps);
-void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                        const void *dout, enum loom_dtype dout_dt,
-                                        const float *inp, const float *w, const float *mean,
-                                        const float *rstd, int64_t N, int64_t C);
-void loom_cuda_rmsnorm_backward_typed(struct loom_backend *be, float *dinp, float *dw,
-                                      const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                      const float *w, const float *rstd, int64_t N, int64_t C);
+void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, void *dinp_copy,
+                                        float *dinp_sum, float *dw, float *db, const void *dout,
+                                        enum loom_dtype dout_dt, const float *inp, const float *w,
+                                        const float *mean, const float *rstd, int64_t N, int64_t C);
+void loom_cuda_rmsnorm_backward_typed(struct loom_backend *be, float *dinp, void *dinp_copy,
+                                      float *dinp_sum, float *dw, const void *dout,
+                                      enum loom_dtype dout_dt, const float *inp, const float *w,
+                                      const float *rstd, int64_t N, int64_t C);
 
 /* matmul_bf16.cu: the bf16 path of the linear ops (inputs rounded to bf16, fp32 accumulation
  * and outputs, cuBLASLt), and the backend op that selects it. */
@@ -202,8 +203,8 @@ void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp1
 /* linear_gelu_backward with 16-bit products (C and OC > 0): dpre, act and pre fp32, or (act16)
  * stored in bf16, written and read by the products directly. */
 void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int act16,
-                                       float *dpre_b, float *dw, float *db, const float *dout,
-                                       const void *act, const void *pre, const float *w,
+                                       float *dpre_b, float *dw, float *db, const void *dout,
+                                       int dout16, const void *act, const void *pre, const float *w,
                                        int64_t N, int64_t C, int64_t OC);
 /* activation_dtype: LOOM_DTYPE_BF16 with bf16 products, else LOOM_DTYPE_F32. typed16: whether
  * an op's typed array of type dt is 16-bit (0 for fp32); any type other than fp32 and the
@@ -233,9 +234,9 @@ void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre
                                    const float *w, const float *b, int64_t N, int64_t C,
                                    int64_t OC);
 void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                    float *dpre_b, float *dw, float *db, const float *dout,
-                                    const void *act, const void *pre, const float *w, int64_t N,
-                                    int64_t C, int64_t OC);
+                                    float *dpre_b, float *dw, float *db, const void *dout,
+                                    enum loom_dtype dout_dt, const void *act, const void *pre,
+                                    const float *w, int64_t N, int64_t C, int64_t OC);
 void loom_cuda_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                                     const void *inp, enum loom_dtype inp_dt, const float *w,
                                     const float *b, int64_t N, int64_t C, int64_t OC);

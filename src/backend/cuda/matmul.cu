@@ -98,18 +98,19 @@ void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre
 }
 
 void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                    float *dpre_b, float *dw, float *db, const float *dout,
-                                    const void *act, const void *pre, const float *w, int64_t N,
-                                    int64_t C, int64_t OC) {
+                                    float *dpre_b, float *dw, float *db, const void *dout,
+                                    enum loom_dtype dout_dt, const void *act, const void *pre,
+                                    const float *w, int64_t N, int64_t C, int64_t OC) {
     if (N <= 0) return;
     const int a16 = loom_cuda_typed16(be, act_dt, "linear_gelu_backward");
-    if (a16 || (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16)) {
-        loom_cuda_linear_gelu_backward_16(be, dpre, a16, dpre_b, dw, db, dout, act, pre, w, N, C,
-                                          OC);
+    const int d16 = loom_cuda_typed16(be, dout_dt, "linear_gelu_backward");
+    if (a16 || d16 || (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16)) {
+        loom_cuda_linear_gelu_backward_16(be, dpre, a16, dpre_b, dw, db, dout, d16, act, pre, w, N,
+                                          C, OC);
         return;
     }
     float *d = (float *)dpre;
-    loom_cuda_linear_backward(be, d, dw, db, dout, (const float *)act, w, N, C, OC);
+    loom_cuda_linear_backward(be, d, dw, db, (const float *)dout, (const float *)act, w, N, C, OC);
     loom_cuda_gelu_backward(be, d, d, (const float *)pre, N * C);
     if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, d, N, C);
 }

@@ -582,14 +582,14 @@ __global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, const float *d,
     }
 }
 
-/* The workspace with the given pieces; x[nx] converted into piece 0 (with its column sums added
- * to xsum when that is set) and, when wreg is NULL (w has no registered copy), w[nw] into piece
- * 1. Returns the bf16 w. */
+/* The workspace with the given pieces; x[rows, cols] converted into piece 0 (x16: 16-bit
+ * already, not converted), its column sums added to xsum when that is set, and, when wreg is NULL
+ * (w has no registered copy), w[nw] into piece 1. Returns the bf16 w. */
 static const void *operands16(struct loom_backend *be, int count, const size_t *bytes, void **ws,
-                              const float *x, int64_t rows, int64_t cols, float *xsum,
+                              const void *x, int x16, int64_t rows, int64_t cols, float *xsum,
                               const float *w, int64_t nw, const void *wreg) {
     workspace(be, count, bytes, ws);
-    colsum_convert(be, xsum, ws[0], x, 0, rows, cols);
+    colsum_convert(be, xsum, x16 ? NULL : ws[0], x, x16, rows, cols);
     if (wreg) return wreg;
     loom_cuda_to16(be, ws[1], w, nw);
     return ws[1];
@@ -603,25 +603,28 @@ static const void *operands16(struct loom_backend *be, int count, const size_t *
  * plain in fp32 (into dpre, or with act16 into the workspace) and a kernel applies gelu'
  * (gelu_backward, or with act16 gelu16_backward_kernel, which rounds). */
 void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int act16,
-                                       float *dpre_b, float *dw, float *db, const float *dout,
-                                       const void *act, const void *pre, const float *w,
+                                       float *dpre_b, float *dw, float *db, const void *dout,
+                                       int dout16, const void *act, const void *pre, const float *w,
                                        int64_t N, int64_t C, int64_t OC) {
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
     const void *wreg = weight_copy(be, w, OC * C);
-    /* pieces: dout and w in 16 bits, an fp32 act in 16 bits (for dw), and the fp32 product of
-     * the bf16 fallback (sized only when it runs) */
-    size_t bytes[4] = {b16(N * OC), wreg ? 0 : b16(OC * C), dw && !act16 ? b16(N * C) : 0, 0};
+    /* pieces: an fp32 dout and w in 16 bits, an fp32 act in 16 bits (for dw), and the fp32
+     * product of the bf16 fallback (sized only when it runs) */
+    size_t bytes[4] = {dout16 ? 0 : b16(N * OC), wreg ? 0 : b16(OC * C),
+                       dw && !act16 ? b16(N * C) : 0, 0};
     void *ws[4];
-    const void *wb = operands16(be, 4, bytes, ws, dout, N, OC, db, w, OC * C, wreg);
+    const void *wb = operands16(be, 4, bytes, ws, dout, dout16, N, OC, db, w, OC * C, wreg);
+    const void *d16 = dout16 ? dout : ws[0];
     struct lt_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, pre, C};
-    if (!lt_gemm_any(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, dpre, act16, C, &ep)) {
+    if (!lt_gemm_any(be, 0, 0, C, N, OC, wb, C, d16, OC, 0.0f, dpre, act16, C, &ep)) {
         float *d = (float *)dpre;
         if (act16) {
             bytes[3] = b32(N * C); /* the workspace grows: the operands again (db has its sums) */
-            wb = operands16(be, 4, bytes, ws, dout, N, OC, NULL, w, OC * C, wreg);
+            wb = operands16(be, 4, bytes, ws, dout, dout16, N, OC, NULL, w, OC * C, wreg);
+            d16 = dout16 ? dout : ws[0];
             d = (float *)ws[3];
         }
-        lt_gemm(be, 0, 0, C, N, OC, wb, C, ws[0], OC, 0.0f, d, C, NULL);
+        lt_gemm(be, 0, 0, C, N, OC, wb, C, d16, OC, 0.0f, d, C, NULL);
         int64_t n = N * C;
         if (act16) {
             gelu16_backward_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
@@ -638,7 +641,7 @@ void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int 
         loom_cuda_to16(be, ws[2], (const float *)act, N * C);
         a = ws[2];
     }
-    product_weight_grad(be, dw, ws[0], a, N, C, OC);
+    product_weight_grad(be, dw, d16, a, N, C, OC);
 }
 
 /* ---- activations in bf16 ---- */

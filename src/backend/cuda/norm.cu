@@ -298,9 +298,9 @@ __global__ void __launch_bounds__(NORM_THREADS)
  * the block (norm_bwd_smem). */
 template <bool RMS, typename DT, int K, bool WGRAD>
 __global__ void __launch_bounds__(NORM_THREADS, 2)
-    norm_backward_kernel(float *dinp, double *partial, const DT *dout, const float *inp,
-                         const float *w, const float *mean, const float *rstd, int64_t N,
-                         int64_t C, int vec) {
+    norm_backward_kernel(float *dinp, bf16 *dcopy, int dsum, double *partial, const DT *dout,
+                         const float *inp, const float *w, const float *mean, const float *rstd,
+                         int64_t N, int64_t C, int vec) {
     typedef typename norm_chunk<DT>::type chunk;
     extern __shared__ __align__(16) double colsum[];
     __shared__ double2 sh[NORM_THREADS / 32];
@@ -308,13 +308,16 @@ __global__ void __launch_bounds__(NORM_THREADS, 2)
     const int64_t step = 4 * (int64_t)blockDim.x;
     const int64_t r0 = blockIdx.x * (int64_t)NORM_BWD_ROWS;
     const int rows = N - r0 < NORM_BWD_ROWS ? (int)(N - r0) : NORM_BWD_ROWS;
-    float4 aw[K], ab[K]; /* WGRAD: this thread's sums of dout * xhat and of dout */
+    /* WGRAD: this thread's sums of dout * xhat, of dout and (dsum) of the updated dinp */
+    float4 aw[K], ab[K], ay[K];
 #pragma unroll
-    for (int k = 0; k < K; k++) aw[k] = ab[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int k = 0; k < K; k++)
+        aw[k] = ab[k] = ay[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
     /* vec: this thread's slots, chunk k at [k * nthr] */
     const int nthr = (int)blockDim.x * groups, tid = (int)threadIdx.y * (int)blockDim.x + t;
-    float4 *sx = reinterpret_cast<float4 *>(colsum + (WGRAD ? (RMS ? 1 : 2) * ((C + 1) & ~1) : 0));
+    const int64_t Ce = (C + 1) & ~1; /* a column-sum row in shared memory */
+    float4 *sx = reinterpret_cast<float4 *>(colsum + (WGRAD ? (dsum ? 3 : RMS ? 1 : 2) * Ce : 0));
     chunk *sd = reinterpret_cast<chunk *>(sx + 2 * K * nthr) + tid;
     float4 *sy = sx + K * nthr + tid;
     sx += tid;
@@ -410,11 +413,20 @@ __global__ void __launch_bounds__(NORM_THREADS, 2)
                 norm_set(y, j, __fadd_rn(norm_get(y, j), __fmul_rn(r, u)));
             }
             norm_store(dx, c, C, vec, y);
+            if (dcopy) norm_store(dcopy + off, c, C, vec, y);
+            return y;
         };
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const int64_t c = k * step + 4 * t;
-            if (c < C) update(xv[k], dv[k], yv[k], norm_load(w, c, C, vec), c);
+            if (c < C) {
+                const float4 y = update(xv[k], dv[k], yv[k], norm_load(w, c, C, vec), c);
+                if (WGRAD && dsum) /* columns past C are never updated: ay stays 0 there */
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        if (c + j < C)
+                            norm_set(ay[k], j, __fadd_rn(norm_get(ay[k], j), norm_get(y, j)));
+            }
         }
         for (int64_t c = K * step + 4 * t; c < C; c += step)
             update(norm_load(inp + off, c, C, vec), norm_load(dout + off, c, C, vec),
@@ -434,8 +446,12 @@ __global__ void __launch_bounds__(NORM_THREADS, 2)
                             double *pw = colsum + c + j;
                             *pw = (grp ? *pw : 0.0) + (double)norm_get(aw[k], j);
                             if (!RMS) {
-                                double *pb = colsum + C + c + j;
+                                double *pb = colsum + Ce + c + j;
                                 *pb = (grp ? *pb : 0.0) + (double)norm_get(ab[k], j);
+                            }
+                            if (dsum) {
+                                double *py = colsum + 2 * Ce + c + j;
+                                *py = (grp ? *py : 0.0) + (double)norm_get(ay[k], j);
                             }
                         }
                 }
@@ -446,7 +462,8 @@ __global__ void __launch_bounds__(NORM_THREADS, 2)
         for (int64_t i = threadIdx.y * (int64_t)blockDim.x + t; i < C;
              i += (int64_t)blockDim.x * groups) {
             partial[blockIdx.x * C + i] = colsum[i];
-            if (!RMS) partial[(G + blockIdx.x) * C + i] = colsum[C + i];
+            if (!RMS) partial[(G + blockIdx.x) * C + i] = colsum[Ce + i];
+            if (dsum) partial[(2 * G + blockIdx.x) * C + i] = colsum[2 * Ce + i];
         }
     }
 }
@@ -496,13 +513,14 @@ __global__ void __launch_bounds__(NORM_THREADS)
         }
 }
 
-/* dw[c] += sum over k < G of partial[k*C + c], db[c] += likewise of partial[(G + k)*C + c]
- * (blockIdx.y 0: dw, 1: db; a NULL one is skipped). Block (32, 16): thread (tx, ty) adds rows
- * ty, ty + 16, ... in double, then the 16 sums are added in ty order. */
-__global__ void norm_sum_partials_kernel(float *dw, float *db, const double *partial, int64_t G,
-                                         int64_t C) {
+/* dw[c] += sum over k < G of partial[k*C + c], db[c] += likewise of partial[(G + k)*C + c], dy[c]
+ * of partial[(2G + k)*C + c] (blockIdx.y 0: dw, 1: db, 2: dy; a NULL one is skipped). Block
+ * (32, 16): thread (tx, ty) adds rows ty, ty + 16, ... in double, then the 16 sums are added in
+ * ty order. */
+__global__ void norm_sum_partials_kernel(float *dw, float *db, float *dy, const double *partial,
+                                         int64_t G, int64_t C) {
     __shared__ double sh[16][33];
-    float *out = blockIdx.y ? db : dw;
+    float *out = blockIdx.y == 2 ? dy : blockIdx.y ? db : dw;
     if (!out) return;
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t c = blockIdx.x * (int64_t)32 + tx;
@@ -566,32 +584,45 @@ static void norm_forward(struct loom_backend *be, OT *out, float *mean, float *r
     LOOM_CUDA_LAUNCHED();
 }
 
+/* Column-sum rows of the backward: dw, then db (LayerNorm), then with dsum the updated dinp's (in
+ * the third row for both norms) */
+template <bool RMS> static int norm_sum_rows(int dsum) {
+    return dsum ? 3 : RMS ? 1 : 2;
+}
+
 /* Dynamic shared memory of norm_backward_kernel: the column sums (wgrad), then the copy slots
  * (vec) for threads of k chunks each. */
 template <bool RMS, typename DT>
-static size_t norm_bwd_smem(int64_t C, int k, int threads, int wgrad, int vec) {
-    const size_t sums = wgrad ? (size_t)(RMS ? 1 : 2) * (size_t)((C + 1) & ~(int64_t)1) : 0;
+static size_t norm_bwd_smem(int64_t C, int k, int threads, int wgrad, int dsum, int vec) {
+    const size_t sums =
+        wgrad ? (size_t)norm_sum_rows<RMS>(dsum) * (size_t)((C + 1) & ~(int64_t)1) : 0;
     const size_t slot = 2 * sizeof(float4) + sizeof(typename norm_chunk<DT>::type);
     return sums * sizeof(double) + (vec ? (size_t)k * (size_t)threads * slot : 0);
 }
 
 template <bool RMS, typename DT, int K, bool WGRAD>
 static void norm_backward_launch(cudaStream_t st, unsigned grid, dim3 block, size_t smem,
-                                 float *dinp, double *partial, const DT *dout, const float *inp,
-                                 const float *w, const float *mean, const float *rstd, int64_t N,
-                                 int64_t C, int vec) {
+                                 float *dinp, bf16 *dcopy, int dsum, double *partial,
+                                 const DT *dout, const float *inp, const float *w,
+                                 const float *mean, const float *rstd, int64_t N, int64_t C,
+                                 int vec) {
     LOOM_CUDA_CHECK(cudaFuncSetAttribute(norm_backward_kernel<RMS, DT, K, WGRAD>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    norm_backward_kernel<RMS, DT, K, WGRAD>
-        <<<grid, block, smem, st>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, vec);
+    norm_backward_kernel<RMS, DT, K, WGRAD><<<grid, block, smem, st>>>(
+        dinp, dcopy, dsum, partial, dout, inp, w, mean, rstd, N, C, vec);
     LOOM_CUDA_LAUNCHED();
 }
 
+/* dinp += the norm's input gradient; then, when asked, dcopy = bf16(dinp) and dsum += dinp's
+ * column sums (the output gradient and the bias gradient of the product that reads dinp next).
+ * Those two come from the fused kernel where it runs with dinp (its own sums, in the order of the
+ * weight sums), else from a pass over dinp after it (loom_cuda_colsum_convert's sums). */
 template <bool RMS, typename DT>
-static void norm_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
-                          const DT *dout, const float *inp, const float *w, const float *mean,
-                          const float *rstd, int64_t N, int64_t C) {
+static void norm_backward(struct loom_backend *be, float *dinp, bf16 *dcopy, float *dsum, float *dw,
+                          float *db, const DT *dout, const float *inp, const float *w,
+                          const float *mean, const float *rstd, int64_t N, int64_t C) {
     if (RMS) db = NULL;
+    if (!dinp) dcopy = NULL, dsum = NULL;
     const int wgrad = dw || db;
     if (!dinp && !wgrad) return;
     int tpr, k;
@@ -599,26 +630,34 @@ static void norm_backward(struct loom_backend *be, float *dinp, float *dw, float
     const int groups = NORM_THREADS / tpr;
     const dim3 block((unsigned)tpr, (unsigned)groups);
     const int64_t G = (N + NORM_BWD_ROWS - 1) / NORM_BWD_ROWS;
-    const size_t sums = (size_t)(RMS ? 1 : 2) * (size_t)C * sizeof(double);
-    const int fused = wgrad && sums <= NORM_FUSED_SMEM && (C + 3) / 4 <= (int64_t)tpr * k;
-    double *partial =
-        wgrad ? (double *)loom_cuda_scratch(be, (size_t)((RMS ? 1 : 2) * G * C) * sizeof(double))
-              : NULL;
+    const int in_regs = (C + 3) / 4 <= (int64_t)tpr * k;
+    int fsum = dsum != NULL; /* dsum's sums in the fused kernel */
+    size_t sums = (size_t)norm_sum_rows<RMS>(fsum) * (size_t)C * sizeof(double);
+    if (fsum && (!wgrad || sums > NORM_FUSED_SMEM || !in_regs)) {
+        fsum = 0;
+        sums = (size_t)norm_sum_rows<RMS>(0) * (size_t)C * sizeof(double);
+    }
+    const int fused = wgrad && sums <= NORM_FUSED_SMEM && in_regs;
+    bf16 *fcopy = fused ? dcopy : NULL; /* the copy in the fused kernel */
+    double *partial = wgrad ? (double *)loom_cuda_scratch(
+                                  be, (size_t)(norm_sum_rows<RMS>(fsum) * G * C) * sizeof(double))
+                            : NULL;
     const int vec = C % 4 == 0 && norm_aligned(inp, 16) && norm_aligned(w, 16) &&
-                    norm_aligned(dinp, 16) && norm_aligned(dout, 4 * sizeof(DT));
-    const size_t smem = norm_bwd_smem<RMS, DT>(C, k, tpr * groups, fused, vec);
+                    norm_aligned(dinp, 16) && norm_aligned(dout, 4 * sizeof(DT)) &&
+                    norm_aligned(fcopy, 8);
+    const size_t smem = norm_bwd_smem<RMS, DT>(C, k, tpr * groups, fused, fsum, vec);
     cudaStream_t st = loom_cuda_stream(be);
     if (dinp || fused) {
-#define NORM_BWD_CASE(KK)                                                                      \
-    case KK:                                                                                   \
-        if (fused)                                                                             \
-            norm_backward_launch<RMS, DT, KK, true>(st, (unsigned)G, block, smem, dinp,        \
-                                                    partial, dout, inp, w, mean, rstd, N, C,   \
-                                                    vec);                                      \
-        else                                                                                   \
-            norm_backward_launch<RMS, DT, KK, false>(st, (unsigned)G, block, smem, dinp,       \
-                                                     partial, dout, inp, w, mean, rstd, N, C,  \
-                                                     vec);                                     \
+#define NORM_BWD_CASE(KK)                                                                          \
+    case KK:                                                                                       \
+        if (fused)                                                                                 \
+            norm_backward_launch<RMS, DT, KK, true>(st, (unsigned)G, block, smem, dinp, fcopy,     \
+                                                    fsum, partial, dout, inp, w, mean, rstd, N, C, \
+                                                    vec);                                          \
+        else                                                                                       \
+            norm_backward_launch<RMS, DT, KK, false>(st, (unsigned)G, block, smem, dinp, NULL, 0,  \
+                                                     partial, dout, inp, w, mean, rstd, N, C,      \
+                                                     vec);                                         \
         break;
         switch (k) {
             NORM_BWD_CASE(1)
@@ -628,16 +667,26 @@ static void norm_backward(struct loom_backend *be, float *dinp, float *dw, float
         }
 #undef NORM_BWD_CASE
     }
-    if (!wgrad) return;
-    if (!fused) {
-        const dim3 grid((unsigned)G, (unsigned)((C + 127) / 128));
-        norm_weight_partial_kernel<RMS, DT><<<grid, dim3(32, 8), 0, st>>>(partial, dout, inp, mean,
-                                                                          rstd, N, C, vec);
+    if (wgrad) {
+        if (!fused) {
+            const dim3 grid((unsigned)G, (unsigned)((C + 127) / 128));
+            norm_weight_partial_kernel<RMS, DT>
+                <<<grid, dim3(32, 8), 0, st>>>(partial, dout, inp, mean, rstd, N, C, vec);
+            LOOM_CUDA_LAUNCHED();
+        }
+        const dim3 grid((unsigned)((C + 31) / 32), fsum ? 3u : db ? 2u : 1u);
+        norm_sum_partials_kernel<<<grid, dim3(32, 16), 0, st>>>(dw, db, fsum ? dsum : NULL, partial,
+                                                                G, C);
         LOOM_CUDA_LAUNCHED();
     }
-    const dim3 grid((unsigned)((C + 31) / 32), db ? 2u : 1u);
-    norm_sum_partials_kernel<<<grid, dim3(32, 16), 0, st>>>(dw, db, partial, G, C);
-    LOOM_CUDA_LAUNCHED();
+    /* what the fused kernel did not do */
+    bf16 *pcopy = fcopy ? NULL : dcopy;
+    if (!fsum && dsum)
+        loom_cuda_colsum_convert(be, dsum, pcopy, LOOM_DTYPE_BF16, dinp, LOOM_DTYPE_F32, N, C);
+    else if (pcopy) {
+        LOOM_ASSERT(!loom_cuda_impl(be)->matmul_f16); /* loom_cuda_to16 rounds to bf16 then */
+        loom_cuda_to16(be, pcopy, dinp, N * C);
+    }
 }
 
 /* Aborts unless dt is fp32 or bf16. */
@@ -715,25 +764,40 @@ void loom_cuda_residual_rmsnorm_forward_typed(struct loom_backend *be, float *xs
                                     eps);
 }
 
-void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, float *dw, float *db,
-                                        const void *dout, enum loom_dtype dout_dt,
-                                        const float *inp, const float *w, const float *mean,
-                                        const float *rstd, int64_t N, int64_t C) {
-    norm_check_type(dout_dt, "layernorm_backward");
-    if (N <= 0 || C <= 0) return;
-    if (dout_dt == LOOM_DTYPE_BF16)
-        norm_backward<false>(be, dinp, dw, db, (const bf16 *)dout, inp, w, mean, rstd, N, C);
-    else
-        norm_backward<false>(be, dinp, dw, db, (const float *)dout, inp, w, mean, rstd, N, C);
+/* The 16-bit copy of dinp the norm backward may write (dinp_copy): of the activation type */
+static bf16 *norm_copy_of(struct loom_backend *be, void *dinp_copy, const char *op) {
+    if (dinp_copy && loom_cuda_activation_dtype(be) != LOOM_DTYPE_BF16)
+        loom_abort(__FILE__, __LINE__, "cuda %s: a 16-bit copy of dinp needs bf16 activations", op);
+    return (bf16 *)dinp_copy;
 }
 
-void loom_cuda_rmsnorm_backward_typed(struct loom_backend *be, float *dinp, float *dw,
-                                      const void *dout, enum loom_dtype dout_dt, const float *inp,
-                                      const float *w, const float *rstd, int64_t N, int64_t C) {
+void loom_cuda_layernorm_backward_typed(struct loom_backend *be, float *dinp, void *dinp_copy,
+                                        float *dinp_sum, float *dw, float *db, const void *dout,
+                                        enum loom_dtype dout_dt, const float *inp, const float *w,
+                                        const float *mean, const float *rstd, int64_t N,
+                                        int64_t C) {
+    norm_check_type(dout_dt, "layernorm_backward");
+    if (N <= 0 || C <= 0) return;
+    bf16 *cp = norm_copy_of(be, dinp_copy, "layernorm_backward");
+    if (dout_dt == LOOM_DTYPE_BF16)
+        norm_backward<false>(be, dinp, cp, dinp_sum, dw, db, (const bf16 *)dout, inp, w, mean, rstd,
+                             N, C);
+    else
+        norm_backward<false>(be, dinp, cp, dinp_sum, dw, db, (const float *)dout, inp, w, mean,
+                             rstd, N, C);
+}
+
+void loom_cuda_rmsnorm_backward_typed(struct loom_backend *be, float *dinp, void *dinp_copy,
+                                      float *dinp_sum, float *dw, const void *dout,
+                                      enum loom_dtype dout_dt, const float *inp, const float *w,
+                                      const float *rstd, int64_t N, int64_t C) {
     norm_check_type(dout_dt, "rmsnorm_backward");
     if (N <= 0 || C <= 0) return;
+    bf16 *cp = norm_copy_of(be, dinp_copy, "rmsnorm_backward");
     if (dout_dt == LOOM_DTYPE_BF16)
-        norm_backward<true>(be, dinp, dw, NULL, (const bf16 *)dout, inp, w, NULL, rstd, N, C);
+        norm_backward<true>(be, dinp, cp, dinp_sum, dw, NULL, (const bf16 *)dout, inp, w, NULL,
+                            rstd, N, C);
     else
-        norm_backward<true>(be, dinp, dw, NULL, (const float *)dout, inp, w, NULL, rstd, N, C);
+        norm_backward<true>(be, dinp, cp, dinp_sum, dw, NULL, (const float *)dout, inp, w, NULL,
+                            rstd, N, C);
 }
