@@ -635,6 +635,54 @@ static void run_linear_bf16_arrays(int64_t N, int64_t C, int64_t OC, uint64_t se
     free(sum);
 }
 
+/* adamw_ranges over registered parameters writes their 16-bit copy in the same pass: a product
+ * after it reads the new values rounded, bit for bit (w^T through an identity input: out[n][oc]
+ * = w[oc][n] as the product sees it), also where the copy was fresh before the step (made by an
+ * earlier product), and elements outside the ranges keep theirs. */
+static void run_adamw_copy(int f16, uint64_t seed) {
+    const int64_t C = 64, OC = 40, n = OC * C + 24; /* the weight, then 24 more parameters */
+    float *hp = ct_randn(n, seed, 0.5f, 0.0f), *hg = ct_randn(n, seed + 1, 0.1f, 0.0f);
+    float *eye = ct_alloc((size_t)(C * C) * 4);
+    for (int64_t i = 0; i < C * C; i++)
+        eye[i] = i / C == i % C ? 1.0f : 0.0f;
+    float *p = ct_dputf(g_gpu, hp, n), *g = ct_dputf(g_gpu, hg, n);
+    float *m = ct_dputf(g_gpu, NULL, n), *v = ct_dputf(g_gpu, NULL, n);
+    float *x = ct_dputf(g_gpu, eye, C * C), *out = ct_dputf(g_gpu, NULL, C * OC);
+    g_gpu->ops->zero(g_gpu, m, (size_t)n * 4);
+    g_gpu->ops->zero(g_gpu, v, (size_t)n * 4);
+    if (g_gpu->ops->set_matmul_dtype(g_gpu, f16 ? LOOM_DTYPE_F16 : LOOM_DTYPE_BF16, p, n) !=
+        LOOM_OK) {
+        loom_print_error();
+        exit(1);
+    }
+    g_gpu->ops->linear_forward(g_gpu, out, x, p, NULL, C, C, OC); /* the copy made, fresh */
+    /* two ranges over most of the weight, leaving a gap and the tail alone */
+    const int64_t off[2] = {0, 1000}, len[2] = {900, OC * C - 1000};
+    const uint8_t decay[2] = {1, 0};
+    for (int step = 1; step <= 2; step++)
+        g_gpu->ops->adamw_ranges(g_gpu, p, g, m, v, off, len, decay, 2, 1e-2f, 0.9f, 0.95f, 1e-8f,
+                                 0.1f, step, 1.0f);
+    g_gpu->ops->linear_forward(g_gpu, out, x, p, NULL, C, C, OC);
+    float *np = ct_dgetf(g_gpu, p, n), *ho = ct_dgetf(g_gpu, out, C * OC);
+    int same = 1, moved = 0;
+    for (int64_t oc = 0; oc < OC; oc++)
+        for (int64_t c = 0; c < C; c++) {
+            same &= ho[c * OC + oc] == ct_from16(ct_to16(np[oc * C + c], f16), f16);
+            moved += np[oc * C + c] != hp[oc * C + c];
+        }
+    char what[128];
+    snprintf(what, sizeof what,
+             "adamw_ranges keeps the %s copy of registered parameters: products read the new "
+             "values (%d of %lld moved)",
+             f16 ? "fp16" : "bf16", moved, (long long)(OC * C));
+    ct_check_true(what, same && moved == OC * C - 100);
+    g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
+    void *dev[] = {p, g, m, v, x, out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        g_gpu->ops->free(g_gpu, dev[i]);
+    free(hp), free(hg), free(eye), free(np), free(ho);
+}
+
 int main(void) {
     int st = ct_open(&g_gpu, &g_cpu);
     if (st) return st;
@@ -675,6 +723,8 @@ int main(void) {
     run_linear_bf16_arrays(64, 96, 80, 3400);
     run_linear_bf16_arrays(2048, 768, 2304, 3500); /* GPT-2 qkv */
     run_linear_bf16_arrays(37, 72, 50, 3600);      /* unaligned rows */
+    run_adamw_copy(0, 3900);
+    run_adamw_copy(1, 4000);
     /* the same kernels in fp16 (fp16 products) */
     run_attention_typed(LOOM_DTYPE_F16, 2, 200, 4, 2, 64, 1, 2500);
     run_attention_typed(LOOM_DTYPE_F16, 1, 77, 4, 1, 64, 0, 2600);

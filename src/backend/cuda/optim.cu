@@ -12,14 +12,19 @@
  * adamw_ranges: every range is cut into pieces of LOOM_ADAMW_PIECE elements and one block
  * updates one piece (a table of the ranges in the scratch buffer tells each block its range), so
  * the whole optimizer step is one launch however many parameters there are. Its elements get
- * the arithmetic of adamw_kernel, rounding by rounding.
+ * the arithmetic of adamw_kernel, rounding by rounding. With 16-bit products over registered
+ * parameters the same pass writes their 16-bit copy, which the next step's products read.
  *
  * sumsq_ranges: every range is cut into pieces of LOOM_SUMSQ_PIECE elements, one block per
  * piece writes its sum in double, and one block adds the pieces in order: a fixed summation
  * order (the same bits every run) and a single wait for the device.
  */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdlib.h>
+
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 
@@ -50,17 +55,20 @@ static struct adamw_consts adamw_consts_of(float lr, float beta1, float beta2, f
 static float adamw_decay(float lr, float wd) { return (float)(1.0 - (double)lr * (double)wd); }
 
 /* AdamW on element i, with explicit roundings (no fused multiply-add): the same bits as the CPU
- * backend. */
-__device__ __forceinline__ void adamw_element(float *param, const float *grad, float *m, float *v,
-                                              int64_t i, const struct adamw_consts &k,
-                                              float decay) {
+ * backend. Returns the new parameter. */
+__device__ __forceinline__ float adamw_element(float *param, const float *grad, float *m, float *v,
+                                               int64_t i, const struct adamw_consts &k,
+                                               float decay) {
     float g = __fmul_rn(grad[i], k.grad_scale);
     float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(1.0f - k.beta1, g));
     float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - k.beta2, g), g));
     m[i] = mi;
     v[i] = vi;
     float den = __fadd_rn(__fmul_rn(sqrtf(vi), k.inv_sqrt_bc2), k.eps);
-    param[i] = __fsub_rn(__fmul_rn(param[i], decay), __fdiv_rn(__fmul_rn(k.step_size, mi), den));
+    const float p =
+        __fsub_rn(__fmul_rn(param[i], decay), __fdiv_rn(__fmul_rn(k.step_size, mi), den));
+    param[i] = p;
+    return p;
 }
 
 __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, int64_t n,
@@ -96,7 +104,9 @@ __device__ __forceinline__ int range_of_piece(const int64_t *desc, int width, in
 
 /* desc holds, per range, (offset, length, first piece, decay flag); block p updates piece p with
  * decay_on or decay_off as its range's flag says. */
-__global__ void adamw_ranges_kernel(float *param, const float *grad, float *m, float *v,
+/* copy (T16 = float: none) gets each new parameter rounded to nearest even, at its index */
+template <typename T16>
+__global__ void adamw_ranges_kernel(float *param, const float *grad, float *m, float *v, T16 *copy,
                                     const int64_t *desc, int nranges, struct adamw_consts k,
                                     float decay_on, float decay_off) {
     const int64_t p = blockIdx.x;
@@ -105,8 +115,10 @@ __global__ void adamw_ranges_kernel(float *param, const float *grad, float *m, f
     const int64_t n = d[1] - start < LOOM_ADAMW_PIECE ? d[1] - start : LOOM_ADAMW_PIECE;
     const int64_t base = d[0] + start;
     const float decay = d[3] ? decay_on : decay_off;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        adamw_element(param, grad, m, v, base + i, k, decay);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float np = adamw_element(param, grad, m, v, base + i, k, decay);
+        if constexpr (!std::is_same_v<T16, float>) copy[base + i] = loom_from_f32<T16>(np);
+    }
 }
 
 void loom_cuda_adamw_ranges(struct loom_backend *be, float *param, const float *grad, float *m,
@@ -114,13 +126,22 @@ void loom_cuda_adamw_ranges(struct loom_backend *be, float *param, const float *
                             const uint8_t *decay, int nranges, float lr, float beta1, float beta2,
                             float eps, float wd, int64_t step, float grad_scale) {
     const struct adamw_consts k = adamw_consts_of(lr, beta1, beta2, eps, step, grad_scale);
+    struct loom_cuda *c = loom_cuda_impl(be);
+    /* Where every range lies in the registered parameters (set_matmul_dtype), the kernel also
+     * writes the new values' 16-bit copy, as the next product would make it (loom_cuda_to16):
+     * the copy stays as fresh as it was, and that product need not convert the parameters. */
+    int in_copy = c->params_bf16 != NULL;
+    for (int r = 0; r < nranges && in_copy; r++)
+        if (len[r] > 0 &&
+            (param + off[r] < c->params || param + off[r] + len[r] > c->params + c->nparams))
+            in_copy = 0;
     int64_t pieces = 0;
     int used = 0;
     int64_t *desc = (int64_t *)malloc((size_t)(nranges > 0 ? nranges : 1) * 4 * sizeof(int64_t));
     LOOM_ASSERT(desc);
     for (int r = 0; r < nranges; r++) {
         if (len[r] <= 0) continue;
-        loom_cuda_wrote(be, param + off[r], (size_t)len[r] * sizeof(float));
+        if (!in_copy) loom_cuda_wrote(be, param + off[r], (size_t)len[r] * sizeof(float));
         desc[4 * used] = off[r];
         desc[4 * used + 1] = len[r];
         desc[4 * used + 2] = pieces;
@@ -139,8 +160,17 @@ void loom_cuda_adamw_ranges(struct loom_backend *be, float *param, const float *
     /* from pageable memory: the table is staged before the call returns, so it may be freed */
     LOOM_CUDA_CHECK(cudaMemcpyAsync(ddesc, desc, bytes, cudaMemcpyHostToDevice, s));
     free(desc);
-    adamw_ranges_kernel<<<(unsigned)pieces, LOOM_ADAMW_THREADS, 0, s>>>(
-        param, grad, m, v, ddesc, used, k, adamw_decay(lr, wd), adamw_decay(lr, 0.0f));
+    const float on = adamw_decay(lr, wd), off0 = adamw_decay(lr, 0.0f);
+    const int64_t at = in_copy ? param - c->params : 0; /* param[0]'s place in the copy */
+    if (!in_copy)
+        adamw_ranges_kernel<float><<<(unsigned)pieces, LOOM_ADAMW_THREADS, 0, s>>>(
+            param, grad, m, v, NULL, ddesc, used, k, on, off0);
+    else if (c->matmul_f16)
+        adamw_ranges_kernel<__half><<<(unsigned)pieces, LOOM_ADAMW_THREADS, 0, s>>>(
+            param, grad, m, v, (__half *)c->params_bf16 + at, ddesc, used, k, on, off0);
+    else
+        adamw_ranges_kernel<__nv_bfloat16><<<(unsigned)pieces, LOOM_ADAMW_THREADS, 0, s>>>(
+            param, grad, m, v, (__nv_bfloat16 *)c->params_bf16 + at, ddesc, used, k, on, off0);
     LOOM_CUDA_LAUNCHED();
 }
 
