@@ -162,20 +162,25 @@ static void colsum_partials(struct loom_backend *be, double *partial, void *dst,
     LOOM_CUDA_LAUNCHED();
 }
 
+/* A thread a column, adding its chunks in order. Few threads, each a long chain of loads: one
+ * warp a block, so that the blocks spread over the SMs, and 16 loads in flight (an H200 at
+ * C = 3072, 128 chunks: 23 -> 6 us; the same sums, so the same bits). */
+#define LOOM_SUM_PARTIALS_THREADS 32
 __global__ void sum_partials_kernel(float *out, const double *partial, int64_t chunks,
                                     int64_t C) {
     int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (c >= C) return;
     double acc = 0.0;
+#pragma unroll 16
     for (int64_t k = 0; k < chunks; k++) acc += partial[k * C + c];
     out[c] += (float)acc;
 }
 
 void loom_cuda_sum_partials(struct loom_backend *be, float *out, const double *partial,
                             int64_t chunks, int64_t C) {
-    unsigned gx = (unsigned)((C + LOOM_COLSUM_THREADS - 1) / LOOM_COLSUM_THREADS);
-    sum_partials_kernel<<<gx, LOOM_COLSUM_THREADS, 0, loom_cuda_stream(be)>>>(out, partial,
-                                                                             chunks, C);
+    unsigned gx = (unsigned)((C + LOOM_SUM_PARTIALS_THREADS - 1) / LOOM_SUM_PARTIALS_THREADS);
+    sum_partials_kernel<<<gx, LOOM_SUM_PARTIALS_THREADS, 0, loom_cuda_stream(be)>>>(out, partial,
+                                                                                   chunks, C);
     LOOM_CUDA_LAUNCHED();
 }
 

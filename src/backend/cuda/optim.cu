@@ -188,6 +188,7 @@ __global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64
     int64_t n = desc[3 * lo + 1] - start < LOOM_SUMSQ_PIECE ? desc[3 * lo + 1] - start : LOOM_SUMSQ_PIECE;
     const float *xp = x + desc[3 * lo] + start;
     double acc = 0.0;
+#pragma unroll 8 /* loads in flight ahead of the (ordered) sum */
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         double v = (double)xp[i];
         acc += v * v;
