@@ -18,6 +18,9 @@
  *             stats = max + log(sum exp(S - max)), P = exp(S - max) / sum (bf16), O = P V
  *   backward: Dsum = rowsum(dO * O); P = exp(mask(scale Q K^T) - stats);
  *             dV = P^T dO; dS = P (dO V^T - Dsum) scale; dK = dS^T Q; dQ = dS K (fp32, then bf16)
+ * Each graph's execution plan: the fastest of the plans of the heuristic's first engine
+ * configurations (up to SDPA_CANDIDATES, none needing more workspace than the first), timed at
+ * its first call on that call's operands.
  */
 #include <math.h>
 #include <stdio.h>
@@ -47,11 +50,18 @@ enum { /* tensor ids of the graphs' operands */
        U_VIRTUAL = 100
 };
 
+#define SDPA_CANDIDATES 4
+
 struct sdpa_plan {
     int64_t B, T, NH, HS;
     int causal, backward;
     cudnnBackendDescriptor_t plan; /* NULL: cuDNN cannot run this shape */
-    int64_t ws_bytes;              /* cuDNN's workspace */
+    int64_t ws_bytes;              /* cuDNN's workspace (the first candidate's) */
+    /* the plans of the heuristic's first engine configurations that finalize and need no more
+     * workspace than the first (the peak memory stays the heuristic choice's), timed at the
+     * first call (sdpa_execute), the fastest kept as plan */
+    cudnnBackendDescriptor_t cand[SDPA_CANDIDATES];
+    int ncand;
 };
 
 struct loom_cudnn {
@@ -417,7 +427,8 @@ static void sdpa_build(struct loom_cudnn *cd, struct sdpa_plan *p, int strict) {
         ncfg = got;
     }
     cudnnStatus_t last = ncfg > 0 ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED;
-    for (int64_t i = 0; g->err == CUDNN_STATUS_SUCCESS && i < ncfg && !p->plan; i++) {
+    for (int64_t i = 0; g->err == CUDNN_STATUS_SUCCESS && i < ncfg && p->ncand < SDPA_CANDIDATES;
+         i++) {
         cudnnBackendDescriptor_t plan = NULL;
         if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
             CUDNN_STATUS_SUCCESS)
@@ -432,9 +443,12 @@ static void sdpa_build(struct loom_cudnn *cd, struct sdpa_plan *p, int strict) {
         if (last == CUDNN_STATUS_SUCCESS)
             last = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                             CUDNN_TYPE_INT64, 1, &n, &ws);
-        if (last == CUDNN_STATUS_SUCCESS) {
-            p->plan = plan;
-            p->ws_bytes = ws;
+        if (last == CUDNN_STATUS_SUCCESS && (!p->plan || ws <= p->ws_bytes)) {
+            if (!p->plan) {
+                p->plan = plan;
+                p->ws_bytes = ws;
+            }
+            p->cand[p->ncand++] = plan;
         } else {
             cudnnBackendDestroyDescriptor(plan);
         }
@@ -504,9 +518,9 @@ static struct sdpa_plan *sdpa_plan_for(struct loom_backend *be, const struct loo
     return p->plan ? p : NULL;
 }
 
-static void sdpa_execute(struct loom_backend *be, struct sdpa_plan *p, int n, const int64_t *uids,
-                         void **ptrs, void *ws) {
-    struct loom_cudnn *cd = (struct loom_cudnn *)loom_cuda_impl(be)->cudnn;
+/* Runs `plan` on the operands of the variant pack; returns cuDNN's status. */
+static cudnnStatus_t sdpa_run(struct loom_cudnn *cd, cudnnBackendDescriptor_t plan, int n,
+                              const int64_t *uids, void **ptrs, void *ws) {
     cudnnBackendDescriptor_t vp = NULL;
     cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
     if (st == CUDNN_STATUS_SUCCESS)
@@ -519,8 +533,52 @@ static void sdpa_execute(struct loom_backend *be, struct sdpa_plan *p, int n, co
         st = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
                                       &ws);
     if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendFinalize(vp);
-    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(cd->handle, p->plan, vp);
+    if (st == CUDNN_STATUS_SUCCESS) st = cudnnBackendExecute(cd->handle, plan, vp);
     if (vp) cudnnBackendDestroyDescriptor(vp);
+    return st;
+}
+
+/* At the first call of a plan with several candidates: each runs once to warm up, then three
+ * times between two events, on the call's own operands (every output is assigned, so the runs
+ * repeat the same work); the fastest is kept and the others destroyed. */
+static void sdpa_tune(struct loom_backend *be, struct sdpa_plan *p, int n, const int64_t *uids,
+                      void **ptrs, void *ws) {
+    struct loom_cudnn *cd = (struct loom_cudnn *)loom_cuda_impl(be)->cudnn;
+    cudaStream_t st = loom_cuda_stream(be);
+    cudaEvent_t e0, e1;
+    LOOM_CUDA_CHECK(cudaEventCreate(&e0));
+    LOOM_CUDA_CHECK(cudaEventCreate(&e1));
+    float best = 0.0f;
+    int besti = -1;
+    for (int i = 0; i < p->ncand; i++) {
+        cudnnStatus_t s = sdpa_run(cd, p->cand[i], n, uids, ptrs, ws);
+        LOOM_CUDA_CHECK(cudaEventRecord(e0, st));
+        for (int r = 0; r < 3 && s == CUDNN_STATUS_SUCCESS; r++)
+            s = sdpa_run(cd, p->cand[i], n, uids, ptrs, ws);
+        LOOM_CUDA_CHECK(cudaEventRecord(e1, st));
+        LOOM_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (s == CUDNN_STATUS_SUCCESS && (besti < 0 || ms < best)) {
+            best = ms;
+            besti = i;
+        }
+    }
+    LOOM_CUDA_CHECK(cudaEventDestroy(e0));
+    LOOM_CUDA_CHECK(cudaEventDestroy(e1));
+    if (besti >= 0) p->plan = p->cand[besti];
+    for (int i = 0; i < p->ncand; i++)
+        if (p->cand[i] != p->plan) cudnnBackendDestroyDescriptor(p->cand[i]);
+    p->ncand = 0;
+}
+
+static void sdpa_execute(struct loom_backend *be, struct sdpa_plan *p, int n, const int64_t *uids,
+                         void **ptrs, void *ws) {
+    struct loom_cudnn *cd = (struct loom_cudnn *)loom_cuda_impl(be)->cudnn;
+    /* (older engines expect the backward's dq accumulator zeroed before each run: untimed) */
+    if (p->ncand > 1 && (!p->backward || cudnnGetVersion() >= 90600))
+        sdpa_tune(be, p, n, uids, ptrs, ws);
+    cudnnStatus_t st = sdpa_run(cd, p->plan, n, uids, ptrs, ws);
     if (st != CUDNN_STATUS_SUCCESS) {
         char msg[256] = "";
         cudnnGetLastErrorString(msg, sizeof msg);
@@ -630,8 +688,12 @@ void loom_cuda_cudnn_free(struct loom_backend *be) {
     struct loom_cuda *c = loom_cuda_impl(be);
     struct loom_cudnn *cd = (struct loom_cudnn *)c->cudnn;
     if (!cd) return;
-    for (int i = 0; i < cd->nplans; i++)
-        if (cd->plans[i].plan) cudnnBackendDestroyDescriptor(cd->plans[i].plan);
+    for (int i = 0; i < cd->nplans; i++) {
+        struct sdpa_plan *p = &cd->plans[i];
+        if (p->ncand == 0 && p->plan) cudnnBackendDestroyDescriptor(p->plan);
+        for (int k = 0; k < p->ncand; k++)
+            cudnnBackendDestroyDescriptor(p->cand[k]); /* untimed */
+    }
     free(cd->plans);
     if (cd->handle) cudnnDestroy(cd->handle);
     free(cd); /* the workspace is one of the backend's allocations, freed with them */
