@@ -538,34 +538,28 @@ static cudnnStatus_t sdpa_run(struct loom_cudnn *cd, cudnnBackendDescriptor_t pl
     return st;
 }
 
-/* At the first call of a plan with several candidates: each runs once to warm up, then three
- * times between two events, on the call's own operands (every output is assigned, so the runs
- * repeat the same work); the fastest is kept and the others destroyed. */
+struct sdpa_trial {
+    struct loom_cudnn *cd;
+    const struct sdpa_plan *p;
+    int n;
+    const int64_t *uids;
+    void **ptrs;
+    void *ws;
+};
+
+/* loom_cuda_fastest's run: candidate plan i */
+static int sdpa_trial_run(void *ctx, int i) {
+    const struct sdpa_trial *t = (const struct sdpa_trial *)ctx;
+    return sdpa_run(t->cd, t->p->cand[i], t->n, t->uids, t->ptrs, t->ws) == CUDNN_STATUS_SUCCESS;
+}
+
+/* At the first call of a plan with several candidates, on the call's own operands (every output
+ * is assigned, so the runs repeat the same work): the fastest is kept, the others destroyed. */
 static void sdpa_tune(struct loom_backend *be, struct sdpa_plan *p, int n, const int64_t *uids,
                       void **ptrs, void *ws) {
-    struct loom_cudnn *cd = (struct loom_cudnn *)loom_cuda_impl(be)->cudnn;
-    cudaStream_t st = loom_cuda_stream(be);
-    cudaEvent_t e0, e1;
-    LOOM_CUDA_CHECK(cudaEventCreate(&e0));
-    LOOM_CUDA_CHECK(cudaEventCreate(&e1));
-    float best = 0.0f;
-    int besti = -1;
-    for (int i = 0; i < p->ncand; i++) {
-        cudnnStatus_t s = sdpa_run(cd, p->cand[i], n, uids, ptrs, ws);
-        LOOM_CUDA_CHECK(cudaEventRecord(e0, st));
-        for (int r = 0; r < 3 && s == CUDNN_STATUS_SUCCESS; r++)
-            s = sdpa_run(cd, p->cand[i], n, uids, ptrs, ws);
-        LOOM_CUDA_CHECK(cudaEventRecord(e1, st));
-        LOOM_CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (s == CUDNN_STATUS_SUCCESS && (besti < 0 || ms < best)) {
-            best = ms;
-            besti = i;
-        }
-    }
-    LOOM_CUDA_CHECK(cudaEventDestroy(e0));
-    LOOM_CUDA_CHECK(cudaEventDestroy(e1));
+    struct sdpa_trial trial = {
+        (struct loom_cudnn *)loom_cuda_impl(be)->cudnn, p, n, uids, ptrs, ws};
+    const int besti = loom_cuda_fastest(be, p->ncand, sdpa_trial_run, &trial);
     if (besti >= 0) p->plan = p->cand[besti];
     for (int i = 0; i < p->ncand; i++)
         if (p->cand[i] != p->plan) cudnnBackendDestroyDescriptor(p->cand[i]);

@@ -98,6 +98,11 @@ static inline cudaStream_t loom_cuda_stream(struct loom_backend *be) {
 
 /* Scratch device memory of at least `bytes`, valid until the next call of this function. */
 void *loom_cuda_scratch(struct loom_backend *be, size_t bytes);
+/* The fastest of n candidates of one operation, on the stream: run(ctx, i) enqueues candidate i
+ * on the call's own operands and returns nonzero when it ran; each runs once to warm up, then
+ * three times between two events. Returns the fastest that ran every time, or -1. (The first
+ * call of a product or an attention plan: matmul_bf16.cu, attention_cudnn.cu.) */
+int loom_cuda_fastest(struct loom_backend *be, int n, int (*run)(void *ctx, int i), void *ctx);
 /* Device memory counted by memory_stats (cudaMalloc; NULL on failure) and its release. */
 void *loom_cuda_alloc(struct loom_backend *be, size_t bytes);
 void loom_cuda_release(struct loom_backend *be, void *p);

@@ -291,9 +291,27 @@ static int plan_build(struct loom_backend *be, struct loom_cuda_lt_plan *p,
  * 64 MiB; a larger accumulating C keeps the heuristic's first choice). Which algorithm wins can
  * differ between runs of the program, and with it the rounding of the sums: set_deterministic
  * keeps the heuristic's first choice, a function of the shape alone. */
+struct plan_trial {
+    struct loom_backend *be;
+    struct loom_cuda_lt_plan *p;
+    const void *A, *B;
+    float beta;
+    void *C;
+};
+
+/* loom_cuda_fastest's run: candidate algorithm i of the plan */
+static int plan_trial_run(void *ctx, int i) {
+    const struct plan_trial *t = (const struct plan_trial *)ctx;
+    struct loom_cuda *c = loom_cuda_impl(t->be);
+    const struct loom_cuda_lt_plan *p = t->p;
+    const float alpha = 1.0f;
+    return cublasLtMatmul(c->lt, p->desc, &alpha, t->A, p->la, t->B, p->lb, &t->beta, t->C, p->lc,
+                          t->C, p->lc, &p->cand[i], c->cublas_ws, c->cublas_ws_bytes,
+                          loom_cuda_stream(t->be)) == CUBLAS_STATUS_SUCCESS;
+}
+
 static void plan_tune(struct loom_backend *be, struct loom_cuda_lt_plan *p, const void *A,
                       const void *B, float beta, void *C) {
-    struct loom_cuda *c = loom_cuda_impl(be);
     cudaStream_t st = loom_cuda_stream(be);
     p->tuned = 1;
     /* C's extent: n columns of m, ldc apart (no bytes past the last column's m) */
@@ -305,32 +323,8 @@ static void plan_tune(struct loom_backend *be, struct loom_cuda_lt_plan *p, cons
         if (!saved) return;
         LOOM_CUDA_CHECK(cudaMemcpyAsync(saved, C, cbytes, cudaMemcpyDeviceToDevice, st));
     }
-    cudaEvent_t e0, e1;
-    LOOM_CUDA_CHECK(cudaEventCreate(&e0));
-    LOOM_CUDA_CHECK(cudaEventCreate(&e1));
-    const float alpha = 1.0f;
-    float best = 0.0f;
-    int besti = -1;
-    for (int i = 0; i < p->ncand; i++) {
-        cublasStatus_t s =
-            cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc,
-                           &p->cand[i], c->cublas_ws, c->cublas_ws_bytes, st);
-        if (s != CUBLAS_STATUS_SUCCESS) continue;
-        LOOM_CUDA_CHECK(cudaEventRecord(e0, st));
-        for (int r = 0; r < 3 && s == CUBLAS_STATUS_SUCCESS; r++)
-            s = cublasLtMatmul(c->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C,
-                               p->lc, &p->cand[i], c->cublas_ws, c->cublas_ws_bytes, st);
-        LOOM_CUDA_CHECK(cudaEventRecord(e1, st));
-        LOOM_CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        LOOM_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (s == CUBLAS_STATUS_SUCCESS && (besti < 0 || ms < best)) {
-            best = ms;
-            besti = i;
-        }
-    }
-    LOOM_CUDA_CHECK(cudaEventDestroy(e0));
-    LOOM_CUDA_CHECK(cudaEventDestroy(e1));
+    struct plan_trial trial = {be, p, A, B, beta, C};
+    const int besti = loom_cuda_fastest(be, p->ncand, plan_trial_run, &trial);
     if (besti >= 0) p->algo = p->cand[besti];
     if (saved) {
         LOOM_CUDA_CHECK(cudaMemcpyAsync(C, saved, cbytes, cudaMemcpyDeviceToDevice, st));

@@ -630,14 +630,11 @@ static void norm_backward(struct loom_backend *be, float *dinp, bf16 *dcopy, flo
     const int groups = NORM_THREADS / tpr;
     const dim3 block((unsigned)tpr, (unsigned)groups);
     const int64_t G = (N + NORM_BWD_ROWS - 1) / NORM_BWD_ROWS;
-    const int in_regs = (C + 3) / 4 <= (int64_t)tpr * k;
-    int fsum = dsum != NULL; /* dsum's sums in the fused kernel */
-    size_t sums = (size_t)norm_sum_rows<RMS>(fsum) * (size_t)C * sizeof(double);
-    if (fsum && (!wgrad || sums > NORM_FUSED_SMEM || !in_regs)) {
-        fsum = 0;
-        sums = (size_t)norm_sum_rows<RMS>(0) * (size_t)C * sizeof(double);
-    }
-    const int fused = wgrad && sums <= NORM_FUSED_SMEM && in_regs;
+    /* fused: the weight sums in the kernel's shared memory; fsum: dsum's sums there too */
+    const size_t row = (size_t)C * sizeof(double);
+    const int fused =
+        wgrad && norm_sum_rows<RMS>(0) * row <= NORM_FUSED_SMEM && (C + 3) / 4 <= (int64_t)tpr * k;
+    const int fsum = fused && dsum && norm_sum_rows<RMS>(1) * row <= NORM_FUSED_SMEM;
     bf16 *fcopy = fused ? dcopy : NULL; /* the copy in the fused kernel */
     double *partial = wgrad ? (double *)loom_cuda_scratch(
                                   be, (size_t)(norm_sum_rows<RMS>(fsum) * G * C) * sizeof(double))
