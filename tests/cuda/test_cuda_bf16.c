@@ -382,6 +382,19 @@ static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registe
                   F * C, 1e-2);
     ct_check_norm("linear_backward_typed bf16 dout: db with dw", run[0][5] + oDBB, ref_g + oDBB, F,
                   1e-2);
+    if (bias) { /* db1: the sums of the stored dpre's columns, onto its pre-filled values */
+        float *want = malloc((size_t)F * sizeof(float));
+        if (!want) exit(2);
+        for (int64_t f = 0; f < F; f++) {
+            double acc = 0.0;
+            for (int64_t n = 0; n < N; n++)
+                acc += run[0][3][n * F + f];
+            want[f] = g0[oDB1 + f] + (float)acc;
+        }
+        ct_check_elem("bf16 MLP db1 = column sums of the stored dpre", run[0][5] + oDB1, want, F,
+                      1e-3, 1e-6);
+        free(want);
+    }
     const int64_t len[6] = {N * F, N * F, N * C, N * F, N * C, ng};
     int same = 1;
     for (int k = 0; k < 6; k++) same &= !memcmp(run[0][k], run[1][k], (size_t)len[k] * 4);
@@ -563,8 +576,27 @@ static void run_attention_bf16_arrays(int64_t B, int64_t T, int64_t NH, int64_t 
     for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
 }
 
-/* gelu_forward_typed on bf16 arrays: the fp32 op's values on the same (bf16) inputs, rounded,
- * bit for bit; n = 8 k + 5 and an odd offset take the vector and the one-at-a-time kernels. */
+/* bf16 values (held as floats) that are the same or adjacent bf16 numbers of one sign; the
+ * count of those not the same goes to *differ. */
+static int within_one_bf16_ulp(const float *got, const float *want, int64_t n, int64_t *differ) {
+    int ok = 1;
+    *differ = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t a, b;
+        memcpy(&a, &got[i], 4), memcpy(&b, &want[i], 4);
+        if (a == b) continue;
+        ++*differ;
+        const uint32_t ha = a >> 16, hb = b >> 16;
+        ok &= (a & 0xffff) == 0 && (ha >> 15) == (hb >> 15) && (ha > hb ? ha - hb : hb - ha) == 1;
+    }
+    return ok;
+}
+
+/* gelu_forward_typed on bf16 arrays: the fp32 op's values on the same (bf16) inputs, rounded.
+ * The bf16 kernel computes the same function with approximate 2^x and reciprocal (relative error
+ * about 2^-21), so a value within 2^-21 of a rounding boundary may round to the other
+ * neighbour: every element within one bf16 unit, at most one in 256 not the same bits.
+ * n = 8 k + 5 and an odd offset take the vector and the one-at-a-time kernels. */
 static void run_gelu_bf16(int64_t n, int64_t off, uint64_t seed) {
     float *x0 = ct_randn(n, seed, 2.0f, 0.0f), *x = ct_rounded(x0, n, 0);
     float *d32 = ct_dputf(g_gpu, x, n), *o32 = ct_dputf(g_gpu, NULL, n);
@@ -577,9 +609,12 @@ static void run_gelu_bf16(int64_t n, int64_t off, uint64_t seed) {
     g_gpu->ops->gelu_forward_typed(g_gpu, out16 + 2 * off, in16 + 2 * off, LOOM_DTYPE_BF16, n);
     float *got = ct_dget16(g_gpu, out16, n + off, 0);
     char what[96];
-    snprintf(what, sizeof what, "gelu_forward_typed bf16, n %lld at element offset %lld",
-             (long long)n, (long long)off);
-    ct_exact(what, got + off, ref_r, n);
+    int64_t differ = 0;
+    const int near = within_one_bf16_ulp(got + off, ref_r, n, &differ);
+    snprintf(what, sizeof what,
+             "gelu_forward_typed bf16, n %lld at element offset %lld: %lld of them one unit off",
+             (long long)n, (long long)off, (long long)differ);
+    ct_check_true(what, near && differ * 256 <= n);
     void *gb[] = {d32, o32, in16, out16};
     for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) g_gpu->ops->free(g_gpu, gb[i]);
     float *hb[] = {x0, x, ref, ref_r, xp, got};

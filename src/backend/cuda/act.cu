@@ -1,8 +1,6 @@
 /* Activations and dropout.
  *
- * GELU (tanh):  y = x/2 (1 + tanh(u)),  u = k (x + 0.044715 x^3),  k = sqrt(2/pi),
- *   computed as y = x s, s = sigmoid(2u) (the same function without the cancellation of
- *   1 + tanh(u) for negative x);  dy/dx = s + 2 x s (1 - s) k (1 + 3 * 0.044715 x^2)
+ * GELU (tanh): gelu.cuh; bf16 arrays through its 16-bit forms
  * SwiGLU: inp[N, 2F] = [gate | up], out[N, F] = silu(gate) * up, silu(g) = g * sigmoid(g)
  *   dgate = dout * up * s (1 + g (1 - s)),  dup = dout * silu(g),  s = sigmoid(g)
  * Dropout over a local [B,T,C] block: element (b,t,c) is kept when
@@ -12,22 +10,9 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gelu.cuh"
 
 #define LOOM_ACT_THREADS 256
-#define LOOM_GELU_K 0.7978845608028654f
-#define LOOM_GELU_A 0.044715f
-
-__device__ __forceinline__ float gelu_of(float x) {
-    float u = LOOM_GELU_K * (x + LOOM_GELU_A * x * x * x);
-    return x / (1.0f + expf(-2.0f * u));
-}
-
-__device__ __forceinline__ float gelu_grad_of(float x) {
-    float u = LOOM_GELU_K * (x + LOOM_GELU_A * x * x * x);
-    float du = LOOM_GELU_K * (1.0f + 3.0f * LOOM_GELU_A * x * x);
-    float s = 1.0f / (1.0f + expf(-2.0f * u));
-    return s + 2.0f * x * s * (1.0f - s) * du;
-}
 
 /* Elementwise over n elements; four a thread (16-byte loads) where every pointer is 16-byte
  * aligned and n a multiple of 4, else one. */
@@ -75,7 +60,7 @@ __global__ void gelu16_forward_x8_kernel(uint4 *__restrict__ out, const uint4 *_
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const float2 f = __bfloat1622float2(h[j]);
-            h[j] = __floats2bfloat162_rn(gelu_of(f.x), gelu_of(f.y));
+            h[j] = __floats2bfloat162_rn(gelu16_of(f.x), gelu16_of(f.y));
         }
         out[i] = v;
     }
@@ -84,7 +69,7 @@ __global__ void gelu16_forward_x8_kernel(uint4 *__restrict__ out, const uint4 *_
 __global__ void gelu16_forward_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *inp, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16_rn(gelu_of(__bfloat162float(inp[i])));
+        out[i] = __float2bfloat16_rn(gelu16_of(__bfloat162float(inp[i])));
 }
 
 void loom_cuda_gelu16_forward(struct loom_backend *be, void *out, const void *inp, int64_t n) {

@@ -363,6 +363,20 @@ template <> __device__ __forceinline__ __nv_bfloat16 loom_from_f32<__nv_bfloat16
 template <> __device__ __forceinline__ __half loom_from_f32<__half>(float x) {
     return __float2half_rn(x);
 }
+/* cp.async: 16 bytes from global memory into shared memory (both addresses 16-byte aligned),
+ * grouped by commit and complete for the issuing thread after wait_all. */
+__device__ __forceinline__ void loom_cp_async16(void *shared_dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(shared_dst)),
+                 "l"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void loom_cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void loom_cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
 /* VEC consecutive elements, loaded and stored as one access */
 template <typename T, int VEC> struct alignas(sizeof(T) * VEC) loom_vec {
     T v[VEC];

@@ -61,6 +61,7 @@
 #include <string.h>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gelu.cuh"
 
 struct loom_cuda_lt_plan {
     /* key */
@@ -560,20 +561,12 @@ void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp1
 
 /* ---- linear + GELU backward ---- */
 
-#define LOOM_GELU16_K 0.7978845608028654f /* sqrt(2/pi) */
-#define LOOM_GELU16_A 0.044715f
-
 /* What the DGELU epilogue writes, from an fp32 product d: dpre = bf16(d * gelu'(pre)). */
 __global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, const float *d,
                                        const __nv_bfloat16 *pre, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float x = __bfloat162float(pre[i]);
-        float u = LOOM_GELU16_K * (x + LOOM_GELU16_A * x * x * x);
-        float du = LOOM_GELU16_K * (1.0f + 3.0f * LOOM_GELU16_A * x * x);
-        float s = 1.0f / (1.0f + expf(-2.0f * u));
-        dpre[i] = __float2bfloat16_rn(d[i] * (s + 2.0f * x * s * (1.0f - s) * du));
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        dpre[i] = __float2bfloat16_rn(d[i] * gelu_grad_of(__bfloat162float(pre[i])));
 }
 
 /* The workspace with the given pieces; x[rows, cols] converted into piece 0 (x16: 16-bit

@@ -125,12 +125,9 @@ template <> struct norm_chunk<bf16> {
 };
 
 /* Asynchronous copy of one chunk (16 or 8 bytes, both addresses aligned to it) from global memory
- * to this thread's shared slot dst; complete for this thread after norm_async_wait. */
+ * to this thread's shared slot dst; complete for this thread after loom_cp_async_wait_all. */
 __device__ __forceinline__ void norm_async_copy(float4 *dst, const float *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                     (unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src)
-                 : "memory");
+    loom_cp_async16(dst, src);
 }
 __device__ __forceinline__ void norm_async_copy(norm_bf16x4 *dst, const bf16 *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(
@@ -155,14 +152,6 @@ __device__ __forceinline__ float4 norm_slot_load(const norm_bf16x4 *src) {
     memcpy(&u.lo, &lo, 4);
     memcpy(&u.hi, &hi, 4);
     return norm_unpack(u);
-}
-/* closes this thread's batch of copies */
-__device__ __forceinline__ void norm_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* waits until every copy this thread issued has landed */
-__device__ __forceinline__ void norm_async_wait() {
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 /* Barrier of the threads of this thread's group (row y of the block) alone: named barrier 1 + y
@@ -333,7 +322,7 @@ __global__ void __launch_bounds__(NORM_THREADS, 2)
                 if (dinp) norm_async_copy(sy + k * nthr, dinp + off + c);
             }
         }
-        norm_async_commit();
+        loom_cp_async_commit();
     };
 
     /* Each group takes rows threadIdx.y, + groups, ... The statistics of its next row, and with
@@ -350,7 +339,7 @@ __global__ void __launch_bounds__(NORM_THREADS, 2)
         const int64_t row = r0 + i, off = row * C;
         const float m = mn, r = rn;
         float4 xv[K], dv[K], yv[K]; /* x, dout, dinp */
-        if (vec) norm_async_wait();
+        if (vec) loom_cp_async_wait_all();
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const int64_t c = k * step + 4 * t;
