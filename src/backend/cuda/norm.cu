@@ -219,13 +219,28 @@ __global__ void __launch_bounds__(NORM_THREADS)
                 s1 = RMS ? fma(d, d, s1) : s1 + d;
             }
     };
-    float4 v[K];
+    /* The kept chunks are all loaded before any is written (with RESID, xs may alias inp or res,
+     * so the compiler would not move a load above an earlier chunk's store: one chunk in flight
+     * a thread), then formed, written and summed in order. */
+    float4 v[K], rv[K];
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int64_t c = k * step + 4 * t;
-        v[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[k] = rv[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (c < C) {
-            v[k] = input(c);
+            v[k] = norm_load(inp + off, c, C, vec);
+            if (RESID) rv[k] = norm_load(res + off, c, C, vec);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int64_t c = k * step + 4 * t;
+        if (c < C) {
+            if (RESID) {
+                v[k] = make_float4(v[k].x + rv[k].x, v[k].y + rv[k].y, v[k].z + rv[k].z,
+                                   v[k].w + rv[k].w);
+                norm_store(xs + off, c, C, vec, v[k]);
+            }
             sum1(v[k], c);
         }
     }
