@@ -1,6 +1,6 @@
 /* Activations and dropout.
  *
- * GELU (tanh): gelu.cuh; bf16 arrays through its 16-bit forms
+ * GELU (tanh): gelu.cuh (bf16 arrays through gelu16_of, the fp32 ones through gelu_of)
  * SwiGLU: inp[N, 2F] = [gate | up], out[N, F] = silu(gate) * up, silu(g) = g * sigmoid(g)
  *   dgate = dout * up * s (1 + g (1 - s)),  dup = dout * silu(g),  s = sigmoid(g)
  * Dropout over a local [B,T,C] block: element (b,t,c) is kept when
