@@ -10,7 +10,7 @@ libjansson-dev libpcre2-dev python3 python3-torch python3-numpy"
 
 missing=""
 for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  grep -q "install ok installed" <<< "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" || missing="$missing $p"
 done
 # node and npm: use whatever provides the commands (a nodesource nodejs bundles npm)
 command -v node >/dev/null 2>&1 || missing="$missing nodejs"

@@ -56,7 +56,7 @@ for key in text title; do
     done
   done
 done
-ls "$W" | grep -q '\.tmp\.' && bad "temporaries left behind"
+grep -q '\.tmp\.' <<< "$(ls "$W")" && bad "temporaries left behind"
 
 # ---- contents, through the independent reader ------------------------------------------------
 "$PY" - "$REF" "$VOCAB" "$W/in.jsonl" "$W/w1" <<'EOF' || bad "contents check failed"
@@ -186,7 +186,7 @@ set -e
 [ $rc -eq 1 ] || bad "failing run over existing outputs: exit $rc"
 cmp -s "$W/keep.bin" "$W/w1_text_document.bin" && cmp -s "$W/keep.idx" "$W/w1_text_document.idx" \
   || bad "a failed run changed existing outputs"
-ls "$W" | grep -q '\.tmp\.' && bad "temporaries left behind by a failed run"
+grep -q '\.tmp\.' <<< "$(ls "$W")" && bad "temporaries left behind by a failed run"
 
 # ---- flag errors --------------------------------------------------------------------------------
 flag_error() { # expected-text args...
@@ -207,7 +207,7 @@ flag_error "--tokenizer-type" --input "$W/in.jsonl" --output-prefix "$W/x" --tok
 flag_error "nope.jsonl" --input "$W/nope.jsonl" --output-prefix "$W/x" "${GPT[@]}"
 flag_error "no/such/dir" --input "$W/in.jsonl" --output-prefix "$W/no/such/dir/x" "${GPT[@]}"
 flag_error "--workers" --input "$W/in.jsonl" --output-prefix "$W/x" "${GPT[@]}" --workers 0
-"$LOOM" preprocess --help | grep -q -- "--json-keys" || bad "--help lacks --json-keys"
+grep -q -- "--json-keys" <<< "$("$LOOM" preprocess --help)" || bad "--help lacks --json-keys"
 
 if [ $fail -ne 0 ]; then echo "test_preprocess: FAILED"; exit 1; fi
 echo "test_preprocess: ok"

@@ -40,8 +40,8 @@ refused() {
   local lines ok=0
   lines=$(printf '%s\n' "$err" | grep -c '^loom: error:')
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] &&
-     printf '%s' "$err" | grep -q -- "^loom: error: .*$needle" &&
-     ! printf '%s' "$out" | grep -qE 'parameters, .* layers|iteration'; then ok=1; fi
+     grep -q -- "^loom: error: .*$needle" <<< "$err" &&
+     ! grep -qE 'parameters, .* layers|iteration' <<< "$out"; then ok=1; fi
   verdict $ok "$n ranks, expected one error line with '$needle', got $lines"
 }
 # world size vs TP x PP
@@ -74,7 +74,7 @@ refused 2 "--sequence-parallel needs --seq-length 15 to be a multiple of --tenso
 # the vocabulary is padded, never refused: 97 entries under TP = 2 become 98
 launch 2 "${M[@]}" --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 1
 ok=0
-[ $rc -eq 0 ] && printf '%s' "$out" | grep -q 'vocab 97 (padded 98)' && ok=1
+[ $rc -eq 0 ] && grep -q 'vocab 97 (padded 98)' <<< "$out" && ok=1
 verdict $ok "TP=2 with a vocabulary of 97 and --make-vocab-size-divisible-by 1 should train"
 
 # failed_alone N "needle" args...: non-zero exit within 60 s, an error line containing needle
@@ -83,7 +83,7 @@ failed_alone() {
   shift 2
   launch "$n" "$@"
   local ok=0
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s' "$err" | grep -q -- "^loom: error: .*$needle" && ok=1
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "^loom: error: .*$needle" <<< "$err" && ok=1
   verdict $ok "one rank's failure: expected '$needle'"
 }
 # rank 0 alone opens the metrics file; the other ranks are already waiting in the first step

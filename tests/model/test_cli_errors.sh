@@ -15,7 +15,7 @@ expect_error() {
   rc=$?
   local lines
   lines=$(printf '%s\n' "$out" | grep -c '^loom: error:')
-  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && printf '%s' "$out" | grep -qF -- "$needle"; then
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$lines" -eq 1 ] && grep -qF -- "$needle" <<< "$out"; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1))
