@@ -544,17 +544,17 @@ static int feeds_local_layer(const struct loom_gpt *m, int64_t l) {
 
 /* Both residual adds are fused with the norm that follows them: the one after attention with
  * norm2, the one after the MLP with the next layer's norm1 when that layer is local (else the
- * plain add; the head or the next stage takes the output). A branch's dropout runs before, on
- * its own. With 16-bit activations the branch's product writes its output in that type where
- * the fused add is all that reads it (branch_forward). The sums and norms are computed on the residual rows (the sequence shard under
- * sequence parallelism), where every operand is local. The GELU MLP's first product carries the
- * GELU (linear_gelu_forward, keeping the pre-activation in fc1); the GELU MLP's pre-activation
- * and activation are of mlp_dtype (bf16 with bf16 products on cuda), which fc2 reads as it is.
- * The activation (GELU or SwiGLU of fc1) of a layer that does not keep it (all but the last
- * --kept-activation-layers) goes to one buffer that every layer shares, and the backward makes it
- * again from fc1 (the same op on the same values: the same
- * bits) for fc2's weight gradient. That pass costs about 2% of a step and saves N x Fl elements
- * a layer (1.1 GB at GPT-2 124M, 2.9 GB at 350M, with micro-batch 16). */
+ * plain add; the head or the next stage takes the output). A branch's dropout runs before, on its
+ * own. With 16-bit activations the branch's product writes its output in that type where the fused
+ * add is all that reads it (branch_forward). The sums and norms are computed on the residual rows
+ * (the sequence shard under sequence parallelism), where every operand is local. The GELU MLP's
+ * first product carries the GELU (linear_gelu_forward, keeping the pre-activation in fc1); the
+ * GELU MLP's pre-activation and activation are of mlp_dtype (bf16 with bf16 products on cuda),
+ * which fc2 reads as it is. The activation (GELU or SwiGLU of fc1) of a layer that does not keep
+ * it (all but the last --kept-activation-layers) goes to one buffer that every layer shares, and
+ * the backward makes it again from fc1 (the same op on the same values: the same bits) for fc2's
+ * weight gradient. That pass costs about 2% of a step and saves N x Fl elements a layer (1.1 GB at
+ * GPT-2 124M, 2.9 GB at 350M, with micro-batch 16). */
 enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                         const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
