@@ -402,12 +402,16 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     int64_t N = loom_gpt_num_params(&c->model);
     t->flops_per_token = 6.0 * (double)N + 12.0 * (double)c->model.num_layers *
                                                (double)c->model.hidden * (double)c->model.seq_length;
-    t->peak_tflops = c->peak_tflops > 0 ? c->peak_tflops
-                     : t->be->device == LOOM_DEVICE_CUDA ? 989.0
-                     : t->par.world_size == 1            ? measure_cpu_peak_tflops()
-                                                         : 0.0; /* ranks share the cores */
-    t->peak_measured = c->peak_tflops <= 0 && t->be->device != LOOM_DEVICE_CUDA &&
-                       t->par.world_size == 1 && t->peak_tflops > 0;
+    if (c->peak_tflops > 0) {
+        t->peak_tflops = c->peak_tflops;
+    } else if (t->be->device == LOOM_DEVICE_CUDA) {
+        t->peak_tflops = 989.0;
+    } else if (t->par.world_size == 1) {
+        t->peak_tflops = measure_cpu_peak_tflops();
+        t->peak_measured = t->peak_tflops > 0;
+    } else {
+        t->peak_tflops = 0.0; /* ranks share the cores */
+    }
     loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
                   "vocab %lld (padded %lld), seq %lld | world %d = TP %lld x PP %lld x DP %lld | "
                   "%s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
