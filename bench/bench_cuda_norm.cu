@@ -1,10 +1,10 @@
 /* Microbenchmark of the CUDA backend's LayerNorm and RMSNorm (norm.cu) at a GPT-2 124M training
  * step's rows (N = 16 x 1024 by default): forward, residual add + forward, and backward (dinp, dw,
  * db; also split into dinp alone and the weight gradients alone), in fp32 at C = 768, 1024 and
- * 2048, and at C = 768 with a bf16 out (forward) or a bf16 dout (backward). Each op runs 3 times to
- * warm up, then `calls` times between two CUDA events on the backend's stream; the mean time is
- * printed with the rate of the traffic the op cannot avoid (each array read or written once:
- * forward x and out; residual x, r, xs and out; backward x, dout, dinp read and written; the
+ * 2048, and at C = 768 and 1024 with a bf16 out (forward) or a bf16 dout (backward). Each op runs 3
+ * times to warm up, then `calls` times between two CUDA events on the backend's stream; the mean
+ * time is printed with the rate of the traffic the op cannot avoid (each array read or written
+ * once: forward x and out; residual x, r, xs and out; backward x, dout, dinp read and written; the
  * per-row statistics and the weights are counted, the weight gradients' partial sums are not).
  *
  *   bench_cuda_norm [calls [N]]      (default 50 calls, N = 16384)
@@ -77,8 +77,8 @@ int main(int argc, char **argv) {
              loom_cuda_rmsnorm_backward_typed(be, dinp, NULL, NULL, dw, dout, f32, x, w, rstd, N,
                                               C));
     }
-    {
-        const int64_t C = 768, n = N * C;
+    for (int ci = 0; ci < 2; ci++) {
+        const int64_t C = Cs[ci], n = N * C;
         const double stats = 8.0 * N, wts = 8.0 * C;
         /* a bf16 dout: dout normalised by the RMSNorm forward (values of order 1) */
         loom_cuda_rmsnorm_forward_typed(be, dout16, bf, rstd, dout, w, N, C, eps);

@@ -543,8 +543,8 @@ int main(void) {
     if (st) return st;
     static const struct {
         int64_t N, C;
-    } shapes[] = {{77, 5}, {77, 100}, {1, 100}, {77, 770}, {77, 768}, {2048, 768},
-                  {70, 2048}, {70, 3000}, {70, 4100}, {9, 9000}};
+    } shapes[] = {{77, 5},     {77, 100},  {1, 100},   {77, 770},  {77, 768},  {2048, 768},
+                  {300, 1024}, {70, 2048}, {70, 3000}, {70, 4096}, {70, 4100}, {9, 9000}};
     uint64_t seed = 100;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int rms = 0; rms < 2; rms++, seed += 10)
@@ -568,6 +568,7 @@ int main(void) {
     for (int rms = 0; rms < 2; rms++) {
         test_next_outputs(rms, 200, 768, seed += 10, 0);
         test_next_outputs(rms, 77, 768, seed += 10, 1);
+        test_next_outputs(rms, 300, 1024, seed += 10, 0);
         test_next_outputs(rms, 9, 9000, seed += 10, 0);
     }
     loom_backend_destroy(g_gpu);

@@ -1018,6 +1018,7 @@ static int run(int argc, char **argv) {
         printf("-- small: B=2 T=64 C=96 NH=6 NKV=2 HS=16\n");
         test_elementwise(2 * 64 * 96);
         test_embedding(2, 64, 96, 500, 100, 300, 3);
+        test_embedding(2, 64, 50, 500, 100, 300, 3); /* C not a multiple of 4 */
         test_layernorm(2 * 64, 96, 1);
         test_layernorm(2 * 64, 96, 0);
         test_rmsnorm(2 * 64, 96);

@@ -15,18 +15,46 @@
 
 #define LOOM_EMB_THREADS 256
 
+/* Columns c .. c+VEC-1 of a row: one access of VEC floats */
+template <int VEC> using emb_vec = loom_vec<float, VEC>;
+
+/* Row n of out per block (grid-stride), its VEC-column pieces per thread: with VEC = 4 (C a
+ * multiple of 4, the arrays 16-byte aligned) one access a piece. The same arithmetic per element
+ * either way: the token's row (or 0 outside the shard), plus the position's row. */
+template <int VEC>
 __global__ void embedding_forward_kernel(float *out, const int32_t *tokens, const float *wte,
                                          const float *wpe, int64_t T, int64_t C, int64_t N,
                                          int64_t v0, int64_t Vl, int64_t pos0) {
-    int64_t total = N * C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t n = i / C, c = i - n * C;
-        int64_t tok = (int64_t)tokens[n] - v0;
-        float y = (tok >= 0 && tok < Vl) ? wte[tok * C + c] : 0.0f;
-        if (wpe) y += wpe[(pos0 + n % T) * C + c];
-        out[i] = y;
+    for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+        const int64_t tok = (int64_t)tokens[n] - v0;
+        const int own = tok >= 0 && tok < Vl;
+        const float *te = wte + (own ? tok : 0) * C;
+        const float *pe = wpe ? wpe + (pos0 + n % T) * C : NULL;
+        float *o = out + n * C;
+        for (int64_t c = VEC * (int64_t)threadIdx.x; c < C; c += VEC * (int64_t)blockDim.x) {
+            emb_vec<VEC> y = {}; /* 0 outside the shard */
+            if (own) y = *reinterpret_cast<const emb_vec<VEC> *>(te + c);
+            if (pe) {
+                const emb_vec<VEC> p = *reinterpret_cast<const emb_vec<VEC> *>(pe + c);
+#pragma unroll
+                for (int j = 0; j < VEC; j++)
+                    y.v[j] += p.v[j];
+            }
+            *reinterpret_cast<emb_vec<VEC> *>(o + c) = y;
+        }
     }
+}
+
+/* 1 or 4: whether rows of C floats move 4 columns an access */
+static int emb_vec_width(int64_t C, const void *a, const void *b, const void *c) {
+    const uintptr_t m = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+    return C % 4 == 0 && (m & 15) == 0 ? 4 : 1;
+}
+
+/* threads of a block that has one row of C columns, VEC a thread */
+static unsigned emb_threads(int64_t C, int vec) {
+    const int64_t t = (C / vec + 31) / 32 * 32;
+    return (unsigned)(t < LOOM_EMB_THREADS ? t : LOOM_EMB_THREADS);
 }
 
 void loom_cuda_embedding_forward(struct loom_backend *be, float *out, const int32_t *tokens,
@@ -34,9 +62,15 @@ void loom_cuda_embedding_forward(struct loom_backend *be, float *out, const int3
                                  int64_t C, int64_t v0, int64_t Vl, int64_t pos0) {
     int64_t N = B * T;
     if (N <= 0 || C <= 0) return;
-    embedding_forward_kernel<<<loom_cuda_grid(N * C, LOOM_EMB_THREADS), LOOM_EMB_THREADS, 0,
-                               loom_cuda_stream(be)>>>(out, tokens, wte, wpe, T, C, N, v0, Vl,
-                                                       pos0);
+    const int vec = emb_vec_width(C, out, wte, wpe);
+    const unsigned grid = (unsigned)(N < 65535 * 16 ? N : 65535 * 16);
+    cudaStream_t s = loom_cuda_stream(be);
+    if (vec == 4)
+        embedding_forward_kernel<4>
+            <<<grid, emb_threads(C, 4), 0, s>>>(out, tokens, wte, wpe, T, C, N, v0, Vl, pos0);
+    else
+        embedding_forward_kernel<1>
+            <<<grid, emb_threads(C, 1), 0, s>>>(out, tokens, wte, wpe, T, C, N, v0, Vl, pos0);
     LOOM_CUDA_LAUNCHED();
 }
 
@@ -50,19 +84,27 @@ __global__ void embedding_keys_kernel(uint32_t *keys, uint32_t *vals, const int3
     vals[n] = (uint32_t)n;
 }
 
-/* Block (i, column chunk): if sorted position i starts a run of one id, add that run's rows. */
-__global__ void embedding_wte_backward_kernel(float *dwte, const float *dout,
-                                              const uint32_t *keys, const uint32_t *rows,
-                                              int64_t N, int64_t C, int64_t Vl) {
+/* Block (i, column chunk): if sorted position i starts a run of one id, add that run's rows, VEC
+ * columns a thread (one access each with VEC = 4), each column in ascending row order. */
+template <int VEC>
+__global__ void embedding_wte_backward_kernel(float *dwte, const float *dout, const uint32_t *keys,
+                                              const uint32_t *rows, int64_t N, int64_t C,
+                                              int64_t Vl) {
     int64_t i = blockIdx.x;
     uint32_t id = keys[i];
     if ((int64_t)id >= Vl) return;
     if (i > 0 && keys[i - 1] == id) return;
-    int64_t c = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
+    int64_t c = VEC * (blockIdx.y * (int64_t)blockDim.x + threadIdx.x);
     if (c >= C) return;
-    float acc = dwte[(int64_t)id * C + c];
-    for (int64_t j = i; j < N && keys[j] == id; j++) acc += dout[(int64_t)rows[j] * C + c];
-    dwte[(int64_t)id * C + c] = acc;
+    emb_vec<VEC> *dst = reinterpret_cast<emb_vec<VEC> *>(dwte + (int64_t)id * C + c);
+    emb_vec<VEC> acc = *dst;
+    for (int64_t j = i; j < N && keys[j] == id; j++) {
+        const emb_vec<VEC> d = *reinterpret_cast<const emb_vec<VEC> *>(dout + rows[j] * C + c);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            acc.v[k] += d.v[k];
+    }
+    *dst = acc;
 }
 
 __global__ void embedding_wpe_backward_kernel(float *dwpe, const float *dout, int64_t B,
@@ -114,8 +156,14 @@ void loom_cuda_embedding_backward(struct loom_backend *be, float *dwte, float *d
     LOOM_CUDA_LAUNCHED();
     LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in,
                                                     vals_out, (int)N, 0, bits, s));
-    dim3 grid((unsigned)N, (unsigned)((C + LOOM_EMB_THREADS - 1) / LOOM_EMB_THREADS));
-    embedding_wte_backward_kernel<<<grid, LOOM_EMB_THREADS, 0, s>>>(dwte, dout, keys_out,
-                                                                    vals_out, N, C, Vl);
+    const int vec = emb_vec_width(C, dwte, dout, NULL);
+    const unsigned threads = emb_threads(C, vec);
+    const dim3 grid((unsigned)N, (unsigned)((C / vec + threads - 1) / threads));
+    if (vec == 4)
+        embedding_wte_backward_kernel<4>
+            <<<grid, threads, 0, s>>>(dwte, dout, keys_out, vals_out, N, C, Vl);
+    else
+        embedding_wte_backward_kernel<1>
+            <<<grid, threads, 0, s>>>(dwte, dout, keys_out, vals_out, N, C, Vl);
     LOOM_CUDA_LAUNCHED();
 }
