@@ -571,12 +571,13 @@ __global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, const float *d,
 
 /* The workspace with the given pieces; x[rows, cols] converted into piece 0 (x16: 16-bit
  * already, not converted), its column sums added to xsum when that is set, and, when wreg is NULL
- * (w has no registered copy), w[nw] into piece 1. Returns the bf16 w. */
+ * (w has no registered copy), w[nw] into piece 1. Returns the bf16 w, and in *xb the 16-bit x. */
 static const void *operands16(struct loom_backend *be, int count, const size_t *bytes, void **ws,
                               const void *x, int x16, int64_t rows, int64_t cols, float *xsum,
-                              const float *w, int64_t nw, const void *wreg) {
+                              const void **xb, const float *w, int64_t nw, const void *wreg) {
     workspace(be, count, bytes, ws);
     colsum_convert(be, xsum, x16 ? NULL : ws[0], x, x16, rows, cols);
+    *xb = x16 ? x : ws[0];
     if (wreg) return wreg;
     loom_cuda_to16(be, ws[1], w, nw);
     return ws[1];
@@ -600,15 +601,14 @@ void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int 
     size_t bytes[4] = {dout16 ? 0 : b16(N * OC), wreg ? 0 : b16(OC * C),
                        dw && !act16 ? b16(N * C) : 0, 0};
     void *ws[4];
-    const void *wb = operands16(be, 4, bytes, ws, dout, dout16, N, OC, db, w, OC * C, wreg);
-    const void *d16 = dout16 ? dout : ws[0];
+    const void *d16;
+    const void *wb = operands16(be, 4, bytes, ws, dout, dout16, N, OC, db, &d16, w, OC * C, wreg);
     struct lt_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, pre, C};
     if (!lt_gemm_any(be, 0, 0, C, N, OC, wb, C, d16, OC, 0.0f, dpre, act16, C, &ep)) {
         float *d = (float *)dpre;
         if (act16) {
             bytes[3] = b32(N * C); /* the workspace grows: the operands again (db has its sums) */
-            wb = operands16(be, 4, bytes, ws, dout, dout16, N, OC, NULL, w, OC * C, wreg);
-            d16 = dout16 ? dout : ws[0];
+            wb = operands16(be, 4, bytes, ws, dout, dout16, N, OC, NULL, &d16, w, OC * C, wreg);
             d = (float *)ws[3];
         }
         lt_gemm(be, 0, 0, C, N, OC, wb, C, d16, OC, 0.0f, d, C, NULL);

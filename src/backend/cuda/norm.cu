@@ -202,12 +202,15 @@ __global__ void __launch_bounds__(NORM_THREADS)
     if (row >= N) return;
     const int64_t off = row * C, step = 4 * (int64_t)blockDim.x;
     const float *x = RESID ? xs + off : inp + off; /* the row once formed */
-    auto input = [&](int64_t c) {
-        if (!RESID) return norm_load(inp + off, c, C, vec);
-        const float4 a = norm_load(inp + off, c, C, vec), d = norm_load(res + off, c, C, vec);
+    /* RESID: xs = a + d at columns c .. c+3, written and returned */
+    auto form = [&](float4 a, float4 d, int64_t c) {
         const float4 s = make_float4(a.x + d.x, a.y + d.y, a.z + d.z, a.w + d.w);
         norm_store(xs + off, c, C, vec, s);
         return s;
+    };
+    auto input = [&](int64_t c) {
+        const float4 a = norm_load(inp + off, c, C, vec);
+        return RESID ? form(a, norm_load(res + off, c, C, vec), c) : a;
     };
     /* LayerNorm: sum of x; RMSNorm: sum of x^2 */
     double s1 = 0.0;
@@ -236,11 +239,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     for (int k = 0; k < K; k++) {
         const int64_t c = k * step + 4 * t;
         if (c < C) {
-            if (RESID) {
-                v[k] = make_float4(v[k].x + rv[k].x, v[k].y + rv[k].y, v[k].z + rv[k].z,
-                                   v[k].w + rv[k].w);
-                norm_store(xs + off, c, C, vec, v[k]);
-            }
+            if (RESID) v[k] = form(v[k], rv[k], c);
             sum1(v[k], c);
         }
     }
