@@ -12,6 +12,9 @@
 #              DP=2 of a small GPT and a small Llama-style model against one GPU, 10 iterations:
 #              loss, grad norm and every parameter within 1e-5 relative (tests/ref/compare_runs.py);
 #              TP=2, PP=2 and DP=2 of a GPT in --bf16 against one GPU within 2e-2
+#     staged   the layouts of multi with --comm mpi (device buffers through host memory, no
+#              NCCL): the 2 ranks may share one GPU, so the layouts' GPU code runs on one GPU
+#              (not in the default phases; GPU_CHECK_MODELS="gpt" keeps the fp32 part short)
 # NVLink multicast (NVLS) stays off in every NCCL run. Logs go to $OUT when set (the device
 # tool's output folder), else to build-gpu/logs. Exit status: the number of failed checks.
 set -uo pipefail
@@ -37,6 +40,74 @@ result() { # result STATUS LABEL
 mpi2() { # at most 300 s, so that a hang cannot eat the whole check
   timeout 300 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x NCCL_NVLS_ENABLE \
     -x OMP_NUM_THREADS -x PATH -x LD_LIBRARY_PATH "$@"
+}
+
+# TP=2, PP=2 (1F1B and interleaved) and DP=2 of a small GPT and a small Llama-style model under
+# mpirun -np 2 against one GPU, fp32 to 1e-5, and of a GPT in bf16 to 2e-2. Arguments: extra
+# train flags for the 2-rank runs (--comm mpi: the device buffers through host memory).
+layouts() {
+  local comm=("$@") via=""
+  [ $# -gt 0 ] && via="with $*"
+  section "parallel layouts, 2 ranks against 1 GPU (10 iterations, 1e-5)${via:+ $via}"
+  common=(--mock-data --num-layers 8 --seq-length 64 --vocab-size 97 --make-vocab-size-divisible-by 32
+          --micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 3e-3 --min-lr 3e-4
+          --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0
+          --hidden-dropout 0.1 --attention-dropout 0.1 --log-interval 1 --eval-iters 0 --seed 11
+          --device cuda)
+  gpt=(--hidden-size 64 --num-attention-heads 4)
+  llama=(--hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 4
+         --ffn-hidden-size 96 --normalization RMSNorm --swiglu --position-embedding-type rope
+         --disable-bias-linear --untie-embeddings-and-output-weights)
+  tmp="$LOGS/layouts${1:+-staged}"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  for model in ${GPU_CHECK_MODELS:-gpt llama}; do
+    declare -n margs=$model
+    ref="$tmp/$model-ref"
+    if ! CUDA_VISIBLE_DEVICES=0 "$LOOM" train "${common[@]}" "${margs[@]}" --save "$ref" \
+        --metrics-file "$ref.jsonl" > "$ref.log" 2>&1; then
+      tail -5 "$ref.log"; result 1 "$model on 1 GPU"; continue
+    fi
+    for l in "2 1" "1 2" "1 1" "1 2 vpp"; do
+      set -- $l
+      tp=$1 pp=$2 extra=()
+      [ "${3:-}" = vpp ] && extra=(--num-layers-per-virtual-pipeline-stage 2)
+      label="$model TP=$tp PP=$pp DP=$((2 / (tp * pp))) ${3:-}"
+      out="$tmp/$model-$tp-$pp${3:-}"
+      if ! mpi2 "$LOOM" train "${common[@]}" "${margs[@]}" "${comm[@]}" --tensor-model-parallel-size "$tp" \
+          --pipeline-model-parallel-size "$pp" "${extra[@]}" --save "$out" --metrics-file "$out.jsonl" \
+          > "$out.log" 2>&1; then
+        tail -6 "$out.log"; result 1 "$label: the run failed"; continue
+      fi
+      "$PY" tests/ref/compare_runs.py "$ref.jsonl" "$ref" "$out.jsonl" "$out" 1e-5 "$label" | sed 's/^/  /'
+      result "${PIPESTATUS[0]}" "$label"
+    done
+  done
+
+  section "bf16 layouts, 2 ranks against 1 GPU (10 iterations, 2e-2)${via:+ $via}"
+  # head size 64 and no dropout, so that the tensor-core attention runs too; the layouts split
+  # the products differently, so they agree to bf16 rounding, not bit for bit
+  bf=(--mock-data --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 256
+      --vocab-size 1000 --micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 1e-3
+      --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0 --hidden-dropout 0 --attention-dropout 0
+      --log-interval 1 --eval-iters 0 --seed 5 --device cuda --bf16)
+  ref="$tmp/bf16-ref"
+  if CUDA_VISIBLE_DEVICES=0 "$LOOM" train "${bf[@]}" --save "$ref" --metrics-file "$ref.jsonl" \
+      > "$ref.log" 2>&1; then
+    for l in "2 1" "1 2" "1 1"; do
+      set -- $l
+      label="bf16 TP=$1 PP=$2 DP=$((2 / ($1 * $2)))"
+      out="$tmp/bf16-$1-$2"
+      if ! mpi2 "$LOOM" train "${bf[@]}" "${comm[@]}" --tensor-model-parallel-size "$1" \
+          --pipeline-model-parallel-size "$2" --save "$out" --metrics-file "$out.jsonl" > "$out.log" 2>&1; then
+        tail -6 "$out.log"; result 1 "$label: the run failed"; continue
+      fi
+      "$PY" tests/ref/compare_runs.py "$ref.jsonl" "$ref" "$out.jsonl" "$out" 2e-2 "$label" | sed 's/^/  /'
+      result "${PIPESTATUS[0]}" "$label"
+    done
+  else
+    tail -5 "$ref.log"; result 1 "bf16 on 1 GPU"
+  fi
 }
 
 for phase in $PHASES; do
@@ -163,69 +234,13 @@ multi)
   grep -vE "^ok " "$LOGS/nccl_check.log" | head -30
   result $r "nccl_check"
 
-  section "parallel layouts on 2 GPUs against 1 GPU (10 iterations, 1e-5)"
-  common=(--mock-data --num-layers 8 --seq-length 64 --vocab-size 97 --make-vocab-size-divisible-by 32
-          --micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 3e-3 --min-lr 3e-4
-          --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0
-          --hidden-dropout 0.1 --attention-dropout 0.1 --log-interval 1 --eval-iters 0 --seed 11
-          --device cuda)
-  gpt=(--hidden-size 64 --num-attention-heads 4)
-  llama=(--hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 4
-         --ffn-hidden-size 96 --normalization RMSNorm --swiglu --position-embedding-type rope
-         --disable-bias-linear --untie-embeddings-and-output-weights)
-  tmp="$LOGS/layouts"
-  rm -rf "$tmp"
-  mkdir -p "$tmp"
-  for model in gpt llama; do
-    declare -n margs=$model
-    ref="$tmp/$model-ref"
-    if ! CUDA_VISIBLE_DEVICES=0 "$LOOM" train "${common[@]}" "${margs[@]}" --save "$ref" \
-        --metrics-file "$ref.jsonl" > "$ref.log" 2>&1; then
-      tail -5 "$ref.log"; result 1 "$model on 1 GPU"; continue
-    fi
-    for l in "2 1" "1 2" "1 1" "1 2 vpp"; do
-      set -- $l
-      tp=$1 pp=$2 extra=()
-      [ "${3:-}" = vpp ] && extra=(--num-layers-per-virtual-pipeline-stage 2)
-      label="$model TP=$tp PP=$pp DP=$((2 / (tp * pp))) ${3:-}"
-      out="$tmp/$model-$tp-$pp${3:-}"
-      if ! mpi2 "$LOOM" train "${common[@]}" "${margs[@]}" --tensor-model-parallel-size "$tp" \
-          --pipeline-model-parallel-size "$pp" "${extra[@]}" --save "$out" --metrics-file "$out.jsonl" \
-          > "$out.log" 2>&1; then
-        tail -6 "$out.log"; result 1 "$label: the run failed"; continue
-      fi
-      "$PY" tests/ref/compare_runs.py "$ref.jsonl" "$ref" "$out.jsonl" "$out" 1e-5 "$label" | sed 's/^/  /'
-      result "${PIPESTATUS[0]}" "$label"
-    done
-  done
-
-  section "bf16 layouts on 2 GPUs against 1 GPU (10 iterations, 2e-2)"
-  # head size 64 and no dropout, so that the tensor-core attention runs too; the layouts split
-  # the products differently, so they agree to bf16 rounding, not bit for bit
-  bf=(--mock-data --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 256
-      --vocab-size 1000 --micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 1e-3
-      --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0 --hidden-dropout 0 --attention-dropout 0
-      --log-interval 1 --eval-iters 0 --seed 5 --device cuda --bf16)
-  ref="$tmp/bf16-ref"
-  if CUDA_VISIBLE_DEVICES=0 "$LOOM" train "${bf[@]}" --save "$ref" --metrics-file "$ref.jsonl" \
-      > "$ref.log" 2>&1; then
-    for l in "2 1" "1 2" "1 1"; do
-      set -- $l
-      label="bf16 TP=$1 PP=$2 DP=$((2 / ($1 * $2)))"
-      out="$tmp/bf16-$1-$2"
-      if ! mpi2 "$LOOM" train "${bf[@]}" --tensor-model-parallel-size "$1" \
-          --pipeline-model-parallel-size "$2" --save "$out" --metrics-file "$out.jsonl" > "$out.log" 2>&1; then
-        tail -6 "$out.log"; result 1 "$label: the run failed"; continue
-      fi
-      "$PY" tests/ref/compare_runs.py "$ref.jsonl" "$ref" "$out.jsonl" "$out" 2e-2 "$label" | sed 's/^/  /'
-      result "${PIPESTATUS[0]}" "$label"
-    done
-  else
-    tail -5 "$ref.log"; result 1 "bf16 on 1 GPU"
-  fi
+  layouts
+  ;;
+staged)
+  layouts --comm mpi
   ;;
 *)
-  echo "gpu_check: unknown phase '$phase'; valid: build single multi"; exit 100 ;;
+  echo "gpu_check: unknown phase '$phase'; valid: build single multi staged"; exit 100 ;;
 esac
 done
 section summary

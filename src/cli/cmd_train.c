@@ -166,7 +166,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--save-grads", LOOM_FLAG_STR, &f.save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
         {"--ddp-bucket-size-mb", LOOM_FLAG_INT, &f.bucket_mb, "data-parallel gradient bucket (MiB), reduced while the backward runs", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &f.device, "compute device", "cpu|cuda", 0},
-        {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun, nccl with --device cuda)", "auto|self|mpi|nccl", 0},
+        {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun, nccl with --device cuda; mpi with --device cuda moves device buffers through host memory)", "auto|self|mpi|nccl", 0},
         {"--fp16", LOOM_FLAG_BOOL, &f.fp16, "matrix products with fp16 inputs and fp32 accumulation, with loss scaling (cuda)", NULL, 0},
         {"--loss-scale", LOOM_FLAG_FLOAT, &f.loss_scale, "static loss scale for --fp16 (0 = dynamic)", NULL, 0},
         {"--initial-loss-scale", LOOM_FLAG_FLOAT, &f.initial_loss_scale, "first dynamic loss scale", NULL, 0},

@@ -58,11 +58,13 @@ int loom_comm_launched(void) {
 }
 
 void loom_comm_set_stream(void *stream) {
+#if defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
+    loom_comm_staged_set_stream(stream);
+#endif
 #ifdef LOOM_HAVE_NCCL
     loom_comm_nccl_set_stream(stream);
-#else
-    (void)stream;
 #endif
+    (void)stream;
 }
 
 enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, int *argc,
@@ -90,6 +92,13 @@ enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, in
                          "-DLOOM_MPI=ON); valid here: self");
 #endif
     }
+#if defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
+    if (strcmp(backend, "mpi-staged") == 0) {
+        LOOM_CHECK(loom_comm_staged_world(out, argc, argv));
+        loom_log_set_rank((*out)->rank, (*out)->size);
+        return LOOM_OK;
+    }
+#endif
     if (strcmp(backend, "nccl") == 0) {
 #ifdef LOOM_HAVE_NCCL
         LOOM_CHECK(loom_comm_nccl_world(out, argc, argv));

@@ -84,6 +84,18 @@ int loom_comm_mpi_active(void);
  * (the default is 1 << 30); n <= 0 restores the default. */
 void loom_comm_mpi_set_max_chunk(int64_t n);
 #endif
+#if defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
+/* comm_device.c. Non-zero when p is device (or managed) memory. */
+int loom_comm_on_device(const void *p);
+/* *dev = whether the buffers of one operation (b may be NULL) live in device memory; a zero
+ * count goes the host way. Fails, naming what and backend, when they are on different sides. */
+enum loom_status loom_comm_where(const char *backend, const char *what, const void *a,
+                                 const void *b, int64_t count, int *dev);
+/* comm_staged.c: "mpi-staged", --comm mpi with --device cuda: MPI, device buffers through host
+ * memory; set_stream names the compute stream the copies are ordered with. */
+enum loom_status loom_comm_staged_world(struct loom_comm **out, int *argc, char ***argv);
+void loom_comm_staged_set_stream(void *stream);
+#endif
 #ifdef LOOM_HAVE_NCCL
 /* comm_nccl.c: the world over NCCL (device buffers) and MPI (host buffers). */
 enum loom_status loom_comm_nccl_world(struct loom_comm **out, int *argc, char ***argv);

@@ -167,29 +167,9 @@ static enum loom_status leave(void) {
     return LOOM_OK;
 }
 
-/* Where the buffers of one operation live: *dev = 1 for device (or managed) memory, 0 for host
- * memory. A zero count goes the host way whatever the pointers (both ends agree on the count). */
-static int on_device(const void *p) {
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
 static enum loom_status where(const char *what, const void *a, const void *b, int64_t count,
                               int *dev) {
-    *dev = 0;
-    if (count <= 0) return LOOM_OK;
-    int da = on_device(a);
-    if (b && b != a && on_device(b) != da)
-        return loom_fail(LOOM_ERR_INVALID_ARG,
-                         "%s: one buffer is in device memory and the other in host memory; the "
-                         "nccl backend needs both on the same side",
-                         what);
-    *dev = da;
-    return LOOM_OK;
+    return loom_comm_where("nccl", what, a, b, count, dev);
 }
 
 static int nccl_type(enum loom_dtype dt, ncclDataType_t *t) {

@@ -255,16 +255,25 @@ static enum loom_status open_sources(struct trainer *t) {
 static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     struct loom_train_config *c = t->cfg;
     struct loom_comm *world;
-    /* "auto": mpi under mpirun, nccl when the model lives on GPUs */
+    /* "auto": mpi under mpirun, nccl when the model lives on GPUs; mpi with GPUs stages the
+     * device buffers through host memory (mpi-staged) */
     const char *comm = c->comm;
-    if ((!comm || strcmp(comm, "auto") == 0) && strcmp(c->device, "cuda") == 0 && loom_comm_launched())
-        comm = "nccl";
+    const int cuda = strcmp(c->device, "cuda") == 0;
+    if ((!comm || strcmp(comm, "auto") == 0) && cuda && loom_comm_launched()) comm = "nccl";
+#if defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
+    if (comm && strcmp(comm, "mpi") == 0 && cuda) comm = "mpi-staged";
+#endif
     LOOM_CHECK(loom_comm_world(&world, comm, argc, argv));
-    if (strcmp(c->device, "cuda") == 0 && loom_comm_size(world) > 1 &&
-        strcmp(loom_comm_backend_name(world), "nccl") != 0)
-        return loom_fail(LOOM_ERR_UNSUPPORTED, "--device cuda with %d ranks needs --comm nccl (the "
-                         "default under mpirun); '%s' moves host memory only",
-                         loom_comm_size(world), loom_comm_backend_name(world));
+    const char *used = loom_comm_backend_name(world);
+    if (cuda && loom_comm_size(world) > 1 && strcmp(used, "nccl") != 0 &&
+        strcmp(used, "mpi-staged") != 0)
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "--device cuda with %d ranks needs --comm nccl (the "
+                         "default under mpirun) or --comm mpi; '%s' moves host memory only",
+                         loom_comm_size(world), used);
+    if (strcmp(used, "mpi-staged") == 0 && loom_comm_rank(world) == 0)
+        loom_log_info("--comm mpi with --device cuda: device buffers go through host memory "
+                      "(slow: for checks on fewer GPUs than ranks, or without NCCL)");
     if (c->fp16 && strcmp(c->device, "cuda") != 0)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "--fp16: fp16 matrix products need --device cuda; "
                          "the %s backend computes in fp32 only (leave --fp16 out)", c->device);
