@@ -3,7 +3,8 @@
 # nvidia-h200-x2: `bash scripts/gpu_check.sh`, with .deps/root in the call's carry when the
 # machine lacks the jansson/PCRE2 headers: see scripts/device_deps.sh).
 #
-#   bash scripts/gpu_check.sh [PHASE...]      phases, in order (default: all three)
+#   bash scripts/gpu_check.sh [PHASE...]      phases, in order (default: build single multi, or
+#                                             build single staged with fewer than two GPUs)
 #     build    configure (CUDA, MPI, NCCL) and build everything
 #     single   on one GPU: CTest label "cuda" (op parity, bf16 products, train cuda vs cpu);
 #              GPT-2 124M and a Llama-style model training end to end, fp32 and --bf16;
@@ -14,7 +15,7 @@
 #              TP=2, PP=2 and DP=2 of a GPT in --bf16 against one GPU within 2e-2
 #     staged   the layouts of multi with --comm mpi (device buffers through host memory, no
 #              NCCL): the 2 ranks may share one GPU, so the layouts' GPU code runs on one GPU
-#              (not in the default phases; GPU_CHECK_MODELS="gpt" keeps the fp32 part short)
+#              (GPU_CHECK_MODELS="gpt" or "llama" runs one model's fp32 part)
 # NVLink multicast (NVLS) stays off in every NCCL run. Logs go to $OUT when set (the device
 # tool's output folder), else to build-gpu/logs. Exit status: the number of failed checks.
 set -uo pipefail
@@ -23,7 +24,10 @@ ROOT=$PWD
 BUILD=${GPU_CHECK_BUILD:-build-gpu}
 LOGS=${OUT:-$ROOT/$BUILD/logs}
 mkdir -p "$LOGS"
-PHASES=${*:-build single multi}
+# default: multi with two GPUs or more, else staged (its layouts with the ranks sharing one GPU)
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "${NGPU:-0}" -ge 2 ]; then DEFAULT_PHASES="build single multi"; else DEFAULT_PHASES="build single staged"; fi
+PHASES=${*:-$DEFAULT_PHASES}
 JOBS=$(nproc 2>/dev/null || echo 4)
 PY=${PYTHON:-python3}
 export PATH=/usr/local/cuda/bin:$PATH
