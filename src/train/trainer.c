@@ -269,7 +269,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         strcmp(used, "mpi-staged") != 0)
         return loom_fail(LOOM_ERR_UNSUPPORTED,
                          "--device cuda with %d ranks needs --comm nccl (the "
-                         "default under mpirun) or --comm mpi; '%s' moves host memory only",
+                         "default under mpirun); '%s' moves host memory only",
                          loom_comm_size(world), used);
     if (strcmp(used, "mpi-staged") == 0 && loom_comm_rank(world) == 0)
         loom_log_info("--comm mpi with --device cuda: device buffers go through host memory "
