@@ -86,10 +86,11 @@ static enum loom_status copy(void *dst, const void *src, size_t n, enum cudaMemc
 }
 
 /* Host images of a receive buffer (rb bytes) and a send buffer (sb bytes), in the pinned
- * buffer, the send one filled: a buffer lying inside the other (the in-place forms) keeps its
- * offset inside the other's image. */
-static enum loom_status images(void *recv, size_t rb, const void *send, size_t sb, char **hr,
-                               const char **hs) {
+ * buffer, the send one filled, and the receive one too with keep (an operation that writes only
+ * parts of it: what it leaves must come back unchanged): a buffer lying inside the other (the
+ * in-place forms) keeps its offset inside the other's image. */
+static enum loom_status images(void *recv, size_t rb, const void *send, size_t sb, int keep,
+                               char **hr, const char **hs) {
     const uintptr_t r = (uintptr_t)recv, s = (uintptr_t)send;
     char *h = NULL;
     if (s >= r && s + sb <= r + rb) {
@@ -104,6 +105,7 @@ static enum loom_status images(void *recv, size_t rb, const void *send, size_t s
         *hr = h + (r - s);
     } else {
         LOOM_CHECK(room(rb + sb, &h));
+        if (keep) LOOM_CHECK(copy(h, recv, rb, cudaMemcpyDeviceToHost));
         LOOM_CHECK(copy(h + rb, send, sb, cudaMemcpyDeviceToHost));
         *hr = h;
         *hs = h + rb;
@@ -178,7 +180,7 @@ static enum loom_status staged_reduce_scatter(struct loom_comm *c, void *recv, c
     const size_t rb = nbytes(count, dt);
     char *hr = NULL;
     const char *hs = NULL;
-    LOOM_CHECK(images(recv, rb, send, rb * (size_t)c->size, &hr, &hs));
+    LOOM_CHECK(images(recv, rb, send, rb * (size_t)c->size, 0, &hr, &hs));
     LOOM_CHECK(loom_comm_reduce_scatter(host_of(c), hr, hs, count, dt, op));
     return copy(recv, hr, rb, cudaMemcpyHostToDevice);
 }
@@ -191,7 +193,7 @@ static enum loom_status staged_allgather(struct loom_comm *c, void *recv, const 
     const size_t sb = nbytes(count, dt), rb = sb * (size_t)c->size;
     char *hr = NULL;
     const char *hs = NULL;
-    LOOM_CHECK(images(recv, rb, send, sb, &hr, &hs));
+    LOOM_CHECK(images(recv, rb, send, sb, 0, &hr, &hs));
     LOOM_CHECK(loom_comm_allgather(host_of(c), hr, hs, count, dt));
     return copy(recv, hr, rb, cudaMemcpyHostToDevice);
 }
@@ -204,7 +206,7 @@ static enum loom_status staged_alltoall(struct loom_comm *c, void *recv, const v
     const size_t b = nbytes(count, dt) * (size_t)c->size;
     char *hr = NULL;
     const char *hs = NULL;
-    LOOM_CHECK(images(recv, b, send, b, &hr, &hs));
+    LOOM_CHECK(images(recv, b, send, b, 0, &hr, &hs));
     LOOM_CHECK(loom_comm_alltoall(host_of(c), hr, hs, count, dt));
     return copy(recv, hr, b, cudaMemcpyHostToDevice);
 }
@@ -233,7 +235,8 @@ static enum loom_status staged_alltoallv(struct loom_comm *c, void *recv,
     const size_t sb = extent(send_counts, send_displs, c->size, dt);
     char *hr = NULL;
     const char *hs = NULL;
-    LOOM_CHECK(images(recv, rb, send, sb, &hr, &hs));
+    /* the blocks may leave gaps in recv, which must keep their contents */
+    LOOM_CHECK(images(recv, rb, send, sb, 1, &hr, &hs));
     LOOM_CHECK(loom_comm_alltoallv(host_of(c), hr, recv_counts, recv_displs, hs, send_counts,
                                    send_displs, dt));
     return copy(recv, hr, rb, cudaMemcpyHostToDevice);
