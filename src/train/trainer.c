@@ -271,7 +271,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                          "--device cuda with %d ranks needs --comm nccl (the "
                          "default under mpirun); '%s' moves host memory only",
                          loom_comm_size(world), used);
-    if (strcmp(used, "mpi-staged") == 0 && loom_comm_rank(world) == 0)
+    if (strcmp(used, "mpi-staged") == 0)
         loom_log_info("--comm mpi with --device cuda: device buffers go through host memory "
                       "(slow: for checks on fewer GPUs than ranks, or without NCCL)");
     if (c->fp16 && strcmp(c->device, "cuda") != 0)
