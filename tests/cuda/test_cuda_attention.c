@@ -10,7 +10,9 @@
  *   with the backward of the other gives the gradients of either (lse means the same in both).
  *
  * Shapes: GPT-2 124M's heads (B 2, T 1024, 12 heads of 64, causal), a partial tile (T 77), no
- * causal mask with head size 128, head size 32. Built without cuDNN, the fused cases are skipped
+ * causal mask with head size 128, head size 32; grouped-query attention (4 query heads a
+ * key/value head; 2 with T 77, where each run's lse does not begin on 16 bytes; one key/value
+ * head for all, no causal mask). Built without cuDNN, the fused cases are skipped
  * (set_attention_backend says so) and the flash ones still run.
  */
 #define CT_SEED 0xa77e
@@ -25,12 +27,12 @@ struct problem {
     float *ro, *rl, *rg; /* CPU reference: out, lse, dqkv */
 };
 
-static void problem_make(struct problem *p, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                         int causal, uint64_t seed) {
+static void problem_make(struct problem *p, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                         int64_t HS, int causal, uint64_t seed) {
     memset(p, 0, sizeof *p);
-    p->a = ct_attn(B, T, NH, NH, HS, causal);
+    p->a = ct_attn(B, T, NH, NKV, HS, causal);
     struct loom_attn *a = &p->a;
-    p->nqkv = B * T * 3 * NH * HS;
+    p->nqkv = B * T * (NH + 2 * NKV) * HS;
     p->nout = B * T * NH * HS;
     p->nl = B * NH * T;
     float *q0 = ct_randn(p->nqkv, seed + 1, 1.0f, 0.0f),
@@ -97,8 +99,9 @@ static void result_free(struct result *r) {
 static void check_ref(const char *label, const struct problem *p, const struct result *r) {
     char what[192];
     const struct loom_attn *a = &p->a;
-    snprintf(what, sizeof what, "%s: out, B%lld T%lld NH%lld HS%lld %s", label, (long long)a->B,
-             (long long)a->T, (long long)a->NH, (long long)a->HS, a->causal ? "causal" : "full");
+    snprintf(what, sizeof what, "%s: out, B%lld T%lld NH%lld NKV%lld HS%lld %s", label,
+             (long long)a->B, (long long)a->T, (long long)a->NH, (long long)a->NKV,
+             (long long)a->HS, a->causal ? "causal" : "full");
     ct_check_norm(what, r->o, p->ro, p->nout, 2e-2);
     snprintf(what, sizeof what, "%s: lse", label);
     ct_check_norm(what, r->l, p->rl, p->nl, 1e-4);
@@ -106,10 +109,10 @@ static void check_ref(const char *label, const struct problem *p, const struct r
     ct_check_norm(what, r->g, p->rg, p->nqkv, 2e-2);
 }
 
-static void run_case(int64_t B, int64_t T, int64_t NH, int64_t HS, int causal, uint64_t seed,
-                     int have_fused) {
+static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal,
+                     uint64_t seed, int have_fused) {
     struct problem p;
-    problem_make(&p, B, T, NH, HS, causal, seed);
+    problem_make(&p, B, T, NH, NKV, HS, causal, seed);
     struct result flash, flash2;
     run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash);
     check_ref("flash", &p, &flash);
@@ -149,10 +152,13 @@ int main(void) {
         printf("fused cases skipped: ");
         loom_print_error();
     }
-    run_case(2, 1024, 12, 64, 1, 100, have_fused); /* GPT-2 124M heads */
-    run_case(2, 77, 4, 64, 1, 200, have_fused);    /* less than a tile */
-    run_case(1, 300, 4, 128, 0, 300, have_fused);  /* no causal mask, head size 128 */
-    run_case(2, 256, 4, 32, 1, 400, have_fused);   /* head size 32: cuDNN only; flash via fp32 */
+    run_case(2, 1024, 12, 12, 64, 1, 100, have_fused); /* GPT-2 124M heads */
+    run_case(2, 77, 4, 4, 64, 1, 200, have_fused);     /* less than a tile */
+    run_case(1, 300, 4, 4, 128, 0, 300, have_fused);   /* no causal mask, head size 128 */
+    run_case(2, 256, 4, 4, 32, 1, 400, have_fused);  /* head size 32: cuDNN only; flash via fp32 */
+    run_case(2, 1024, 8, 2, 64, 1, 500, have_fused); /* grouped: 4 query heads a group */
+    run_case(1, 77, 6, 3, 128, 1, 600, have_fused);  /* 2 a group, T not a multiple of 4 */
+    run_case(2, 256, 4, 1, 64, 0, 700, have_fused);  /* one key/value head, no causal mask */
     loom_backend_destroy(g_cpu);
     loom_backend_destroy(g_gpu);
     return ct_finish();

@@ -1,15 +1,21 @@
 /* Attention through cuDNN's fused flash attention (its graph API, backend descriptors), used by
- * the attention ops for bf16 arrays (loom_attn.dt BF16, with bf16 products) when every query head
- * has its own key/value head (NKV = NH), the head size is a multiple of 8 up to 128, and there is
- * no attention dropout; everything else takes loom's own kernels (attention_bf16.cu, attention.cu).
- * Built where CMake finds cuDNN 9 (LOOM_HAVE_CUDNN); without it loom_cuda_attention_cudnn_ok is 0.
+ * the attention ops for bf16 arrays (loom_attn.dt BF16, with bf16 products) when the head size is
+ * a multiple of 8 up to 128 and there is no attention dropout, with or without grouped-query
+ * attention (NKV key/value heads, each shared by G = NH / NKV query heads); everything else takes
+ * loom's own kernels (attention_bf16.cu, attention.cu). Built where CMake finds cuDNN 9
+ * (LOOM_HAVE_CUDNN); without it loom_cuda_attention_cudnn_ok is 0.
  *
  * Same contract as the other attention kernels: out, lse (natural log of the row sums of
  * exp(scale q.k), fp32 [B, NH, T]) and dqkv assigned. cuDNN reads q, k and v in place from the
- * interleaved qkv rows [B, T, 3 NH HS] (head h's q, k, v at columns 3 h HS, 3 h HS + HS and
- * 3 h HS + 2 HS: the grouped order with one query head a group) through strides, and writes out and
- * dqkv the same way: no conversion pass. The backward accumulates dq with atomics in fp32, so a
- * run is not bit-for-bit repeatable (loom's own kernel is: --attention-backend flash).
+ * qkv rows [B, T, (NH + 2 NKV) HS] in Megatron's grouped order (group j: its G query heads, then
+ * its key head, then its value head, HS columns each) through strides, and writes out and dqkv
+ * the same way: no conversion pass. Query head h = j G + i belongs to group j. A graph runs the
+ * NKV query heads of one index i within their groups (every tensor then has one stride per head):
+ * G runs of a forward, each writing its heads' out and lse. In the backward each run assigns its
+ * heads' dq in place; with G > 1 the runs' key and value gradients go to a workspace, G partial
+ * gradients a key/value head, and a kernel adds them in run order in fp32 and rounds once into
+ * dqkv. The backward accumulates dq with atomics in fp32, so a run is not bit-for-bit repeatable
+ * (loom's own kernel is: --attention-backend flash).
  *
  * Graphs (one per shape, direction and mask, built on first use and kept; a shape that cuDNN
  * cannot run falls back to loom's kernel with one line on stderr, or is an error under
@@ -53,7 +59,8 @@ enum { /* tensor ids of the graphs' operands */
 #define SDPA_CANDIDATES 4
 
 struct sdpa_plan {
-    int64_t B, T, NH, HS;
+    int64_t B, T, H, HS; /* H heads a run: the key/value heads (NKV) */
+    int64_t G;           /* query heads a key/value head: the runs of a call */
     int causal, backward;
     cudnnBackendDescriptor_t plan; /* NULL: cuDNN cannot run this shape */
     int64_t ws_bytes;              /* cuDNN's workspace (the first candidate's) */
@@ -121,13 +128,14 @@ static void gb_free(struct gb *g) {
     g->ndescs = 0;
 }
 
-/* A tensor [d0, d1, d2, d3] with strides s; uid 0 makes a new virtual (graph-internal) one. */
-static cudnnBackendDescriptor_t gb_tensor(struct gb *g, int64_t uid, cudnnDataType_t dt,
-                                          const int64_t d[4], const int64_t s[4], int by_value) {
+/* A tensor [d0, d1, d2, d3] with strides s whose address is a multiple of align bytes; uid 0
+ * makes a new virtual (graph-internal) one. */
+static cudnnBackendDescriptor_t gb_tensor_aligned(struct gb *g, int64_t uid, cudnnDataType_t dt,
+                                                  const int64_t d[4], const int64_t s[4],
+                                                  int by_value, int64_t align) {
     cudnnBackendDescriptor_t t = gb_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     bool virt = uid == 0, byv = by_value != 0;
     if (virt) uid = g->next_virtual++;
-    int64_t align = 16;
     gb_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor type");
     gb_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, d, "tensor dims");
     gb_set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, s, "tensor strides");
@@ -137,6 +145,10 @@ static cudnnBackendDescriptor_t gb_tensor(struct gb *g, int64_t uid, cudnnDataTy
     gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byv, "tensor by value");
     gb_fin(g, t, "tensor");
     return t;
+}
+static cudnnBackendDescriptor_t gb_tensor(struct gb *g, int64_t uid, cudnnDataType_t dt,
+                                          const int64_t d[4], const int64_t s[4], int by_value) {
+    return gb_tensor_aligned(g, uid, dt, d, s, by_value, 16);
 }
 
 /* Dense strides of dims d (row-major) */
@@ -232,43 +244,49 @@ static void gb_reshape(struct gb *g, cudnnBackendDescriptor_t x, cudnnBackendDes
     gb_op(g, op, "reshape op");
 }
 
-/* The operands in qkv / out layout: q, k, v of head h at (3 h + j) HS in rows of 3 NH HS. */
+/* The operands of one run (heads j G + i, j < H, for one i) in the qkv / out layout: group j's
+ * query heads, key and value at columns (j (G + 2) + i) HS, (j (G + 2) + G) HS and
+ * (j (G + 2) + G + 1) HS of rows of R = (G + 2) H HS; out's head j G + i at (j G + i) HS of rows
+ * of G H HS; lse's at (j G + i) T of [B, G H, T]. */
 struct sdpa_layout {
-    int64_t B, NH, T, HS;
-    int64_t qkv[4]; /* strides of q, k, v as [B, NH, T, HS] */
-    int64_t o[4];   /* strides of out, dout as [B, NH, T, HS] */
+    int64_t B, H, T, HS;
+    int64_t qkv[4];     /* strides of q, k, v, dq as [B, H, T, HS] */
+    int64_t o[4];       /* strides of out, dout as [B, H, T, HS] */
+    int64_t kv[4];      /* of dk, dv: in dqkv when G = 1, else a partial [B, T, H, HS] */
+    int64_t rows[4];    /* of the softmax statistics as [B, H, T, 1] */
+    int64_t rows_align; /* their byte alignment: a run's lse begins i T floats in */
 };
 
 static struct sdpa_layout sdpa_layout_of(const struct sdpa_plan *p) {
     struct sdpa_layout l;
+    const int64_t G = p->G, H = p->H, T = p->T, HS = p->HS;
     l.B = p->B;
-    l.NH = p->NH;
-    l.T = p->T;
-    l.HS = p->HS;
-    int64_t R = 3 * p->NH * p->HS, C = p->NH * p->HS;
-    l.qkv[0] = p->T * R;
-    l.qkv[1] = 3 * p->HS;
-    l.qkv[2] = R;
-    l.qkv[3] = 1;
-    l.o[0] = p->T * C;
-    l.o[1] = p->HS;
-    l.o[2] = C;
-    l.o[3] = 1;
+    l.H = H;
+    l.T = T;
+    l.HS = HS;
+    const int64_t R = (G + 2) * H * HS, C = G * H * HS;
+    const int64_t qkv[4] = {T * R, (G + 2) * HS, R, 1}, o[4] = {T * C, G * HS, C, 1};
+    const int64_t part[4] = {T * H * HS, HS, H * HS, 1}, rows[4] = {G * H * T, G * T, 1, 1};
+    memcpy(l.qkv, qkv, sizeof qkv);
+    memcpy(l.o, o, sizeof o);
+    memcpy(l.kv, G == 1 ? qkv : part, sizeof qkv);
+    memcpy(l.rows, rows, sizeof rows);
+    l.rows_align = G == 1 || T % 4 == 0 ? 16 : 4;
     return l;
 }
 
-/* An operand [B, NH, T, HS] with strides st, or transposed ([B, NH, HS, T]) when tr */
+/* An operand [B, H, T, HS] with strides st, or transposed ([B, H, HS, T]) when tr */
 static cudnnBackendDescriptor_t gb_operand(struct gb *g, int64_t uid, const struct sdpa_layout *l,
                                            const int64_t st[4], int tr) {
-    int64_t d[4] = {l->B, l->NH, tr ? l->HS : l->T, tr ? l->T : l->HS};
+    int64_t d[4] = {l->B, l->H, tr ? l->HS : l->T, tr ? l->T : l->HS};
     int64_t s[4] = {st[0], st[1], tr ? st[3] : st[2], tr ? st[2] : st[3]};
     return gb_tensor(g, uid, CUDNN_DATA_BFLOAT16, d, s, 0);
 }
 
-/* The masked, scaled scores of Q K^T, [B, NH, T, T] fp32 (virtual) */
+/* The masked, scaled scores of Q K^T, [B, H, T, T] fp32 (virtual) */
 static cudnnBackendDescriptor_t gb_scores(struct gb *g, const struct sdpa_plan *p,
                                           cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt) {
-    int64_t B = p->B, H = p->NH, T = p->T;
+    int64_t B = p->B, H = p->H, T = p->T;
     cudnnBackendDescriptor_t s = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
     gb_matmul(g, q, kt, s);
     cudnnBackendDescriptor_t ss = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
@@ -280,7 +298,7 @@ static cudnnBackendDescriptor_t gb_scores(struct gb *g, const struct sdpa_plan *
 static cudnnBackendDescriptor_t gb_causal(struct gb *g, const struct sdpa_plan *p,
                                           cudnnBackendDescriptor_t x) {
     if (!p->causal) return x;
-    int64_t B = p->B, H = p->NH, T = p->T;
+    int64_t B = p->B, H = p->H, T = p->T;
     cudnnBackendDescriptor_t row = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
     cudnnBackendDescriptor_t col = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
     cudnnBackendDescriptor_t keep = gb_virtual(g, CUDNN_DATA_BOOLEAN, B, H, T, T);
@@ -293,21 +311,25 @@ static cudnnBackendDescriptor_t gb_causal(struct gb *g, const struct sdpa_plan *
     return y;
 }
 
-/* A per-row fp32 tensor [B, NH, T, 1], dense: the softmax statistics, the backward's Dsum */
-static cudnnBackendDescriptor_t gb_rows(struct gb *g, int64_t uid, const struct sdpa_plan *p) {
-    int64_t d[4] = {p->B, p->NH, p->T, 1}, s[4];
+/* A per-row fp32 tensor [B, H, T, 1]: the softmax statistics in lse (stats), else dense (the
+ * backward's Dsum) */
+static cudnnBackendDescriptor_t gb_rows(struct gb *g, int64_t uid, const struct sdpa_plan *p,
+                                        int stats) {
+    const struct sdpa_layout l = sdpa_layout_of(p);
+    int64_t d[4] = {p->B, p->H, p->T, 1}, s[4];
     dense(d, s);
-    return gb_tensor(g, uid, CUDNN_DATA_FLOAT, d, s, 0);
+    return gb_tensor_aligned(g, uid, CUDNN_DATA_FLOAT, d, stats ? l.rows : s, 0,
+                             stats ? l.rows_align : 16);
 }
 
 static void gb_forward(struct gb *g, const struct sdpa_plan *p) {
     struct sdpa_layout l = sdpa_layout_of(p);
-    int64_t B = p->B, H = p->NH, T = p->T;
+    int64_t B = p->B, H = p->H, T = p->T;
     cudnnBackendDescriptor_t q = gb_operand(g, U_Q, &l, l.qkv, 0);
     cudnnBackendDescriptor_t kt = gb_operand(g, U_K, &l, l.qkv, 1);
     cudnnBackendDescriptor_t v = gb_operand(g, U_V, &l, l.qkv, 0);
     cudnnBackendDescriptor_t o = gb_operand(g, U_O, &l, l.o, 0);
-    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p);
+    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p, 1);
 
     cudnnBackendDescriptor_t s = gb_causal(g, p, gb_scores(g, p, q, kt));
     cudnnBackendDescriptor_t mx = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, 1);
@@ -328,16 +350,16 @@ static void gb_forward(struct gb *g, const struct sdpa_plan *p) {
 
 static void gb_backward(struct gb *g, const struct sdpa_plan *p) {
     struct sdpa_layout l = sdpa_layout_of(p);
-    int64_t B = p->B, H = p->NH, T = p->T, D = p->HS;
+    int64_t B = p->B, H = p->H, T = p->T, D = p->HS;
     cudnnBackendDescriptor_t q = gb_operand(g, U_Q, &l, l.qkv, 0);
     cudnnBackendDescriptor_t kt = gb_operand(g, U_K, &l, l.qkv, 1);
     cudnnBackendDescriptor_t vt = gb_operand(g, U_V, &l, l.qkv, 1);
     cudnnBackendDescriptor_t o = gb_operand(g, U_O, &l, l.o, 0);
     cudnnBackendDescriptor_t dout = gb_operand(g, U_DO, &l, l.o, 0);
     cudnnBackendDescriptor_t dq = gb_operand(g, U_DQ, &l, l.qkv, 0);
-    cudnnBackendDescriptor_t dk = gb_operand(g, U_DK, &l, l.qkv, 0);
-    cudnnBackendDescriptor_t dv = gb_operand(g, U_DV, &l, l.qkv, 0);
-    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p), dsum = gb_rows(g, U_DSUM, p);
+    cudnnBackendDescriptor_t dk = gb_operand(g, U_DK, &l, l.kv, 0);
+    cudnnBackendDescriptor_t dv = gb_operand(g, U_DV, &l, l.kv, 0);
+    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p, 1), dsum = gb_rows(g, U_DSUM, p, 0);
     int64_t ad[4] = {B, H, T, D}, as[4];
     dense(ad, as);
     cudnnBackendDescriptor_t dq_acc = gb_tensor(g, U_DQ_ACC, CUDNN_DATA_FLOAT, ad, as, 0);
@@ -457,10 +479,11 @@ static void sdpa_build(struct loom_cudnn *cd, struct sdpa_plan *p, int strict) {
         char msg[256] = "", line[768];
         cudnnGetLastErrorString(msg, sizeof msg);
         snprintf(line, sizeof line,
-                 "cuDNN attention %s has no plan for B %lld T %lld heads %lld head size %lld%s "
-                 "(%s: %s%s%s)",
+                 "cuDNN attention %s has no plan for B %lld T %lld heads %lld (%lld key/value) "
+                 "head size %lld%s (%s: %s%s%s)",
                  p->backward ? "backward" : "forward", (long long)p->B, (long long)p->T,
-                 (long long)p->NH, (long long)p->HS, p->causal ? " causal" : "",
+                 (long long)(p->G * p->H), (long long)p->H, (long long)p->HS,
+                 p->causal ? " causal" : "",
                  g->err != CUDNN_STATUS_SUCCESS ? g->what : "execution plan",
                  cudnnGetErrorString(g->err != CUDNN_STATUS_SUCCESS ? g->err : last),
                  msg[0] ? ", " : "", msg);
@@ -497,8 +520,8 @@ static struct sdpa_plan *sdpa_plan_for(struct loom_backend *be, const struct loo
     if (cd->failed) return NULL;
     for (int i = 0; i < cd->nplans; i++) {
         struct sdpa_plan *p = &cd->plans[i];
-        if (p->B == a->B && p->T == a->T && p->NH == a->NH && p->HS == a->HS &&
-            p->causal == (a->causal != 0) && p->backward == backward)
+        if (p->B == a->B && p->T == a->T && p->H == a->NKV && p->G == a->NH / a->NKV &&
+            p->HS == a->HS && p->causal == (a->causal != 0) && p->backward == backward)
             return p->plan ? p : NULL;
     }
     if (cd->nplans == cd->cap) {
@@ -510,7 +533,8 @@ static struct sdpa_plan *sdpa_plan_for(struct loom_backend *be, const struct loo
     memset(p, 0, sizeof *p);
     p->B = a->B;
     p->T = a->T;
-    p->NH = a->NH;
+    p->H = a->NKV;
+    p->G = a->NH / a->NKV;
     p->HS = a->HS;
     p->causal = a->causal != 0;
     p->backward = backward;
@@ -592,9 +616,9 @@ static char *sdpa_workspace(struct loom_backend *be, const struct sdpa_plan *p, 
 int loom_cuda_attention_cudnn_ok(struct loom_backend *be, const struct loom_attn *a) {
     struct loom_cuda *c = loom_cuda_impl(be);
     if (c->attn_backend == LOOM_ATTN_FLASH || c->deterministic || !c->matmul_bf16 ||
-        c->matmul_f16 || a->dt != LOOM_DTYPE_BF16 || a->NKV != a->NH || a->HS % 8 != 0 ||
-        a->HS > 128 || a->dropout_p != 0.0f || !(a->scale > 0.0f) || a->B < 1 || a->T < 1 ||
-        a->NH < 1)
+        c->matmul_f16 || a->dt != LOOM_DTYPE_BF16 || a->NKV < 1 || a->NH % a->NKV != 0 ||
+        a->HS % 8 != 0 || a->HS > 128 || a->dropout_p != 0.0f || !(a->scale > 0.0f) || a->B < 1 ||
+        a->T < 1 || a->NH < 1)
         return 0;
     if (c->cudnn && ((struct loom_cudnn *)c->cudnn)->failed) return 0;
     return 1;
@@ -619,14 +643,50 @@ int loom_cuda_attention_forward_cudnn(struct loom_backend *be, void *out, float 
     struct sdpa_plan *p = sdpa_plan_for(be, a, 0);
     if (!p) return 0;
     const char *base = (const char *)qkv;
-    size_t hb = (size_t)a->HS * 2; /* bytes of one head */
+    const size_t hb = (size_t)a->HS * 2; /* bytes of one head */
     float scale = a->scale, neg_inf = -INFINITY;
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEG_INF};
-    void *ptrs[] = {(void *)base, (void *)(base + hb), (void *)(base + 2 * hb), out, lse, &scale,
-                    &neg_inf};
-    int n = p->causal ? 7 : 6;
-    sdpa_execute(be, p, n, uids, ptrs, sdpa_workspace(be, p, 0));
+    const int n = p->causal ? 7 : 6;
+    char *ws = sdpa_workspace(be, p, 0);
+    for (int64_t i = 0; i < p->G; i++) { /* the query heads of index i in their groups */
+        void *ptrs[] = {(void *)(base + i * hb),
+                        (void *)(base + p->G * hb),
+                        (void *)(base + (p->G + 1) * hb),
+                        (char *)out + i * hb,
+                        lse + i * a->T,
+                        &scale,
+                        &neg_inf};
+        sdpa_execute(be, p, n, uids, ptrs, ws);
+    }
     return 1;
+}
+
+/* dqkv's key and value slots of every group (rows of R = (G + 2) H HS elements) = the sums of
+ * the G runs' partial gradients part[r][i] (r = 0 keys, 1 values; i < G), each [B, T, H, HS],
+ * added in i order in fp32 and rounded once: 8 elements a thread, blockIdx.y = r. */
+__global__ void sdpa_group_sum_kernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *part, int64_t n,
+                                      int64_t H, int64_t HS, int64_t G) {
+    const int64_t e = 8 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (e >= n) return;
+    const int64_t r = blockIdx.y, d = e % HS, h = (e / HS) % H, bt = e / (HS * H);
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    const __nv_bfloat16 *src = part + r * G * n + e;
+    for (int64_t i = 0; i < G; i++) {
+        const uint4 u = *reinterpret_cast<const uint4 *>(src + i * n);
+        const __nv_bfloat162 *v = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 f = __bfloat1622float2(v[j]);
+            acc[2 * j] += f.x;
+            acc[2 * j + 1] += f.y;
+        }
+    }
+    uint4 u;
+    __nv_bfloat162 *v = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        v[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
+    *reinterpret_cast<uint4 *>(dqkv + bt * (G + 2) * H * HS + (h * (G + 2) + G + r) * HS + d) = u;
 }
 
 int loom_cuda_attention_backward_cudnn(struct loom_backend *be, void *dqkv, const void *dout,
@@ -636,35 +696,53 @@ int loom_cuda_attention_backward_cudnn(struct loom_backend *be, void *dqkv, cons
     if (!aligned16(be, arrays, 5)) return 0;
     struct sdpa_plan *p = sdpa_plan_for(be, a, 1);
     if (!p) return 0;
-    size_t head = ((size_t)p->ws_bytes + 255) & ~(size_t)255;
-    size_t nsum = (size_t)(a->B * a->NH * a->T) * sizeof(float);
-    size_t nsum_al = (nsum + 255) & ~(size_t)255;
-    size_t nacc = (size_t)(a->B * a->NH * a->T * a->HS) * sizeof(float);
-    char *ws = sdpa_workspace(be, p, nsum_al + nacc);
-    if (cudnnGetVersion() < 90600) /* older engines expect the dq accumulator zeroed */
-        LOOM_CUDA_CHECK(cudaMemsetAsync(ws + head + nsum_al, 0, nacc, loom_cuda_stream(be)));
+    const int64_t G = p->G, nrun = a->B * p->H * a->T; /* rows of one run */
+    /* the workspace: cuDNN's, Dsum and the dq accumulator of a run, then (G > 1) the runs'
+     * partial key and value gradients */
+    const size_t head = ((size_t)p->ws_bytes + 255) & ~(size_t)255;
+    const size_t nsum = (((size_t)nrun * sizeof(float)) + 255) & ~(size_t)255;
+    const size_t nacc = (size_t)(nrun * a->HS) * sizeof(float);
+    const size_t npart = G > 1 ? (size_t)(2 * G * nrun * a->HS) * 2 : 0;
+    char *ws = sdpa_workspace(be, p, nsum + nacc + npart);
+    __nv_bfloat16 *part = (__nv_bfloat16 *)(ws + head + nsum + nacc);
     const char *base = (const char *)qkv;
     char *dbase = (char *)dqkv;
-    size_t hb = (size_t)a->HS * 2;
+    const size_t hb = (size_t)a->HS * 2;
     float scale = a->scale, neg_inf = -INFINITY, one = 1.0f;
     int64_t uids[] = {U_Q,  U_K,  U_V,    U_O,      U_DO,    U_STATS, U_DQ,
                       U_DK, U_DV, U_DSUM, U_DQ_ACC, U_SCALE, U_ONE,   U_NEG_INF};
-    void *ptrs[] = {(void *)base,
-                    (void *)(base + hb),
-                    (void *)(base + 2 * hb),
-                    (void *)out,
-                    (void *)dout,
-                    (void *)lse,
-                    dbase,
-                    dbase + hb,
-                    dbase + 2 * hb,
-                    ws + head,
-                    ws + head + nsum_al,
-                    &scale,
-                    &one,
-                    &neg_inf};
-    int n = p->causal ? 14 : 13;
-    sdpa_execute(be, p, n, uids, ptrs, ws);
+    const int n = p->causal ? 14 : 13;
+    for (int64_t i = 0; i < G; i++) {
+        if (cudnnGetVersion() < 90600) /* older engines expect the dq accumulator zeroed */
+            LOOM_CUDA_CHECK(cudaMemsetAsync(ws + head + nsum, 0, nacc, loom_cuda_stream(be)));
+        void *dk = dbase + G * hb, *dv = dbase + (G + 1) * hb;
+        if (G > 1) {
+            dk = part + i * nrun * a->HS;
+            dv = part + (G + i) * nrun * a->HS;
+        }
+        void *ptrs[] = {(void *)(base + i * hb),
+                        (void *)(base + G * hb),
+                        (void *)(base + (G + 1) * hb),
+                        (char *)out + i * hb,
+                        (char *)dout + i * hb,
+                        (void *)(lse + i * a->T),
+                        dbase + i * hb,
+                        dk,
+                        dv,
+                        ws + head,
+                        ws + head + nsum,
+                        &scale,
+                        &one,
+                        &neg_inf};
+        sdpa_execute(be, p, n, uids, ptrs, ws);
+    }
+    if (G > 1) {
+        const int64_t nkv = nrun * a->HS;
+        const dim3 grid((unsigned)((nkv / 8 + 255) / 256), 2);
+        sdpa_group_sum_kernel<<<grid, 256, 0, loom_cuda_stream(be)>>>((__nv_bfloat16 *)dqkv, part,
+                                                                      nkv, p->H, a->HS, G);
+        LOOM_CUDA_LAUNCHED();
+    }
     return 1;
 }
 
