@@ -19,6 +19,8 @@
 #include <float.h>
 #include <math.h>
 
+#include <type_traits>
+
 #include "backend/cuda/common.cuh"
 
 #define LOOM_XENT_THREADS 256
@@ -156,38 +158,32 @@ __global__ void __launch_bounds__(LOOM_XENT_FUSED_THREADS, 2)
 
     /* Vectors wholly of valid columns (all but the row's last valid one) take the loops without
      * per-column tests: the same operations in the same order, fewer instructions (the kernel is
-     * bound by their issue, not by memory). */
+     * bound by their issue, not by memory). `guarded` (std::true_type or std::false_type) says at
+     * compile time whether a vector's columns are tested against Vvalid. */
     const int64_t nvalid = (Vvalid + VEC - 1) / VEC; /* vectors holding a valid column */
     float m = -FLT_MAX, s = 0.0f;
-    for (int64_t i = threadIdx.x; i < nvalid; i += blockDim.x) {
-        const vec r = xv[i];
-        const int64_t c0 = i * VEC;
-        const bool full = c0 + VEC <= Vvalid;
+    auto statistics = [&](const vec &r, int64_t c0, auto guarded) {
         float vm = -FLT_MAX;
-        if (full) {
 #pragma unroll
-            for (int j = 0; j < VEC; j++)
-                vm = fmaxf(vm, loom_to_f32(r.v[j]));
-        } else {
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-                if (c0 + j < Vvalid) vm = fmaxf(vm, loom_to_f32(r.v[j]));
-        }
+        for (int j = 0; j < VEC; j++)
+            if (!decltype(guarded)::value || c0 + j < Vvalid) vm = fmaxf(vm, loom_to_f32(r.v[j]));
         if (vm > m) {
             s *= xent_exp2((m - vm) * LOOM_XENT_LOG2E);
             m = vm;
         }
         const float ml = m * LOOM_XENT_LOG2E;
-        if (full) {
 #pragma unroll
-            for (int j = 0; j < VEC; j++)
+        for (int j = 0; j < VEC; j++)
+            if (!decltype(guarded)::value || c0 + j < Vvalid)
                 s += xent_exp2(fmaf(loom_to_f32(r.v[j]), LOOM_XENT_LOG2E, -ml));
-        } else {
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-                if (c0 + j < Vvalid)
-                    s += xent_exp2(fmaf(loom_to_f32(r.v[j]), LOOM_XENT_LOG2E, -ml));
-        }
+    };
+    for (int64_t i = threadIdx.x; i < nvalid; i += blockDim.x) {
+        const int64_t c0 = i * VEC;
+        const vec r = xv[i];
+        if (c0 + VEC <= Vvalid)
+            statistics(r, c0, std::false_type());
+        else
+            statistics(r, c0, std::true_type());
     }
     const float M = block_reduce_max(m, sh);
     const float S = block_reduce_sum(s * xent_exp2((m - M) * LOOM_XENT_LOG2E), sh);
@@ -198,20 +194,20 @@ __global__ void __launch_bounds__(LOOM_XENT_FUSED_THREADS, 2)
      * the logit it read first: the same operations as the other columns', then - dloss */
     const float scale = dloss / S, Ml = M * LOOM_XENT_LOG2E;
     auto grad_of = [&](float x) { return xent_exp2(fmaf(x, LOOM_XENT_LOG2E, -Ml)) * scale; };
+    auto gradient = [&](vec &r, int64_t c0, auto guarded) {
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            r.v[j] = loom_from_f32<T>(
+                !decltype(guarded)::value || c0 + j < Vvalid ? grad_of(loom_to_f32(r.v[j])) : 0.0f);
+    };
     for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
         const int64_t c0 = i * VEC;
-        const vec r = xv[i];
-        vec o;
-        if (c0 + VEC <= Vvalid) {
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-                o.v[j] = loom_from_f32<T>(grad_of(loom_to_f32(r.v[j])));
-        } else {
-#pragma unroll
-            for (int j = 0; j < VEC; j++)
-                o.v[j] = loom_from_f32<T>(c0 + j < Vvalid ? grad_of(loom_to_f32(r.v[j])) : 0.0f);
-        }
-        xv[i] = o;
+        vec r = xv[i];
+        if (c0 + VEC <= Vvalid)
+            gradient(r, c0, std::false_type());
+        else
+            gradient(r, c0, std::true_type());
+        xv[i] = r;
     }
     __syncthreads();
     if (threadIdx.x == 0 && t < Vvalid) logits[n * Vl + t] = loom_from_f32<T>(grad_of(xt) - dloss);
