@@ -9,12 +9,14 @@
 #     single   on one GPU: CTest label "cuda" (op parity, bf16 products, train cuda vs cpu);
 #              GPT-2 124M and a Llama-style model training end to end, fp32 and --bf16;
 #              --fp16 loss scaling; --deterministic-mode twice, the same bits
-#     multi    on two GPUs: nccl_check under mpirun; TP=2, PP=2 (1F1B and interleaved) and
+#     multi    on two GPUs: comm_device_check nccl under mpirun (every collective and p2p of
+#              the nccl backend on device buffers); TP=2, PP=2 (1F1B and interleaved) and
 #              DP=2 of a small GPT and a small Llama-style model against one GPU, 10 iterations:
 #              loss, grad norm and every parameter within 1e-5 relative (tests/ref/compare_runs.py);
 #              TP=2, PP=2 and DP=2 of a GPT in --bf16 against one GPU within 2e-2
-#     staged   the layouts of multi with --comm mpi (device buffers through host memory, no
-#              NCCL): the 2 ranks may share one GPU, so the layouts' GPU code runs on one GPU
+#     staged   comm_device_check mpi-staged with 2 ranks sharing GPU 0, then the layouts of
+#              multi with --comm mpi (device buffers through host memory, no NCCL): the 2 ranks
+#              may share one GPU, so the layouts' GPU code runs on one GPU
 #              (GPU_CHECK_MODELS="gpt" or "llama" runs one model's fp32 part)
 # NVLink multicast (NVLS) stays off in every NCCL run. Logs go to $OUT when set (the device
 # tool's output folder), else to build-gpu/logs. Exit status: the number of failed checks.
@@ -232,15 +234,22 @@ print(0 if len(a) == 5 and a == b else 1)' "$@"
   ;;
 
 multi)
-  section "nccl_check (2 ranks)"
-  mpi2 "$BUILD/tests/nccl_check" > "$LOGS/nccl_check.log" 2>&1
+  section "comm_device_check nccl (2 ranks)"
+  mpi2 "$BUILD/tests/comm_device_check" nccl > "$LOGS/comm_device_check-nccl.log" 2>&1
   r=$?
-  grep -vE "^ok " "$LOGS/nccl_check.log" | head -30
-  result $r "nccl_check"
+  grep -vE "^ok " "$LOGS/comm_device_check-nccl.log" | head -30
+  result $r "comm_device_check nccl"
 
   layouts
   ;;
 staged)
+  section "comm_device_check mpi-staged (2 ranks sharing GPU 0)"
+  CUDA_VISIBLE_DEVICES=0 mpi2 -x CUDA_VISIBLE_DEVICES "$BUILD/tests/comm_device_check" mpi-staged \
+    > "$LOGS/comm_device_check-mpi-staged.log" 2>&1
+  r=$?
+  grep -vE "^ok " "$LOGS/comm_device_check-mpi-staged.log" | head -30
+  result $r "comm_device_check mpi-staged"
+
   layouts --comm mpi
   ;;
 *)

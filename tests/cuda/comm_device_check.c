@@ -1,18 +1,27 @@
-/* The "nccl" communication backend on device buffers, under mpirun with one GPU per rank
- * (scripts/gpu_check.sh runs it with 2 ranks):
+/* The device-capable communication backends on device buffers, under mpirun:
  *
- *   mpirun -np N nccl_check
+ *   mpirun -np N comm_device_check [nccl|mpi-staged]        (default: nccl)
+ *
+ * nccl moves device buffers with NCCL and needs one GPU per rank; mpi-staged copies them into
+ * pinned host memory, runs the MPI operation there and copies the result back, so several ranks
+ * may share a GPU. Either way a rank takes the device of its local rank modulo the visible
+ * devices, as the trainer does (loom_backend_create with -1): with one GPU visible every rank
+ * takes device 0. scripts/gpu_check.sh runs nccl with 2 ranks on 2 GPUs and mpi-staged with 2
+ * ranks sharing one GPU.
  *
  * Every collective on device buffers (all-reduce of F32/F64/I32 with SUM/MAX/MIN, reduce-scatter,
- * all-gather in and out of place, broadcast, all-to-all in and out of place, all-to-allv), the
- * same on host buffers (the MPI route), groups from split (including a rank in no group),
- * point-to-point with tags of both parities received in the opposite order of their sending,
- * both ranks sending large messages before receiving (the batched launch), test polling, and
- * iallreduce overlapped with work queued on the compute stream. Values are small integers, so
- * every sum is exact and compared for equality. Data is produced and consumed by backend ops on
- * the compute stream, which checks the ordering of communication with compute.
+ * all-gather in and out of place, broadcast, all-to-all in and out of place, all-to-allv, and
+ * all-to-allv into a receive buffer larger than its blocks, whose gaps before, between and after
+ * the blocks must keep their contents), the same on host buffers (the MPI route), groups from
+ * split (including a rank in no group), point-to-point with tags of both parities received in the
+ * opposite order of their sending, both ranks sending large messages before receiving, test
+ * polling, and iallreduce with work queued on the compute stream before its wait (nccl overlaps
+ * the two; mpi-staged completes the reduction before iallreduce returns). Values are small
+ * integers, so every sum is exact and compared for equality. Data is produced and consumed by
+ * backend ops on the compute stream, which checks the ordering of communication with compute.
  *
- * Exit status 0: all passed; 1: a check failed; 77: built without NCCL.
+ * Exit status 0: all passed; 1: a check failed; 2: a bad argument; 77: the backend named is not
+ * built in (nccl needs CUDA, MPI and NCCL; mpi-staged needs CUDA and MPI).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,14 +31,34 @@
 #include "loom/comm.h"
 #include "loom/log.h"
 
+#define USAGE "usage: mpirun -np N comm_device_check [nccl|mpi-staged]"
+
+/* NULL when the backend is built in, else why not */
+static const char *missing(const char *backend) {
+    if (strcmp(backend, "nccl") == 0) {
 #ifndef LOOM_HAVE_NCCL
-int main(void) {
-    puts("skipped: built without the nccl backend");
-    return 77;
+        return "built without the nccl backend (it needs CUDA, MPI and nccl.h when configuring)";
+#endif
+    } else {
+#if !defined(LOOM_HAVE_CUDA) || !defined(LOOM_HAVE_MPI)
+        return "built without the mpi-staged backend (it needs CUDA and MPI)";
+#endif
+    }
+    return NULL;
+}
+
+#if !defined(LOOM_HAVE_CUDA) || !defined(LOOM_HAVE_MPI)
+static int run(const char *backend, int *argc, char ***argv) {
+    (void)backend;
+    (void)argc;
+    (void)argv;
+    return 77; /* not reached: missing() names every backend here */
 }
 #else
+#include <cuda_runtime_api.h>
 
 static struct loom_backend *g_be;
+static const char *g_name; /* the backend */
 static int g_rank, g_size, g_fail, g_pass;
 
 static void check(int ok, const char *what) {
@@ -38,24 +67,24 @@ static void check(int ok, const char *what) {
         if (g_rank == 0) printf("ok   %s\n", what);
     } else {
         g_fail++;
-        printf("FAIL [rank %d] %s\n", g_rank, what);
+        printf("FAIL [%s rank %d] %s\n", g_name, g_rank, what);
     }
     fflush(stdout);
 }
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        if ((call) != LOOM_OK) {                                                              \
-            loom_print_error();                                                               \
-            printf("FAIL [rank %d] %s\n", g_rank, #call);                                     \
-            loom_comm_abort_job(1);                                                           \
-        }                                                                                     \
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        if ((call) != LOOM_OK) {                                                                   \
+            loom_print_error();                                                                    \
+            printf("FAIL [%s rank %d] %s\n", g_name, g_rank, #call);                               \
+            loom_comm_abort_job(1);                                                                \
+        }                                                                                          \
     } while (0)
 
 static void *dev(size_t bytes) {
     void *p = g_be->ops->malloc(g_be, bytes);
     if (!p) {
-        printf("FAIL [rank %d] device allocation of %zu bytes\n", g_rank, bytes);
+        printf("FAIL [%s rank %d] device allocation of %zu bytes\n", g_name, g_rank, bytes);
         loom_comm_abort_job(1);
     }
     return p;
@@ -227,6 +256,76 @@ static void test_gather_scatter(struct loom_comm *w) {
     free(h);
 }
 
+/* element i of the block rank q sends rank r (below 2^24: exact in float) */
+static float gval(int q, int r, int64_t i) {
+    return (float)(100000 * q + 10000 * r + i);
+}
+static int64_t gcount(int q, int r) {
+    return 1000 + 37 * q + 101 * r;
+}
+
+/* All-to-allv into a receive buffer larger than its blocks: the blocks lie in the reverse order
+ * of their source ranks, with 2 + q elements before the block from rank q and 5 after the last
+ * one, all filled beforehand with a sentinel that must survive the call. The send blocks have one
+ * element before each that must not be sent. Two rounds with different sentinels. */
+static void test_alltoallv_gaps(struct loom_comm *w) {
+    const float unsent = -99.0f, sentinels[2] = {-4242.0f, 7777.0f};
+    int64_t *sc = calloc((size_t)g_size * 4, sizeof(int64_t)), *sd = sc + g_size, *rc = sd + g_size,
+            *rd = rc + g_size;
+    int64_t so = 0, ro = 0;
+    for (int r = 0; r < g_size; r++) {
+        so += 1;
+        sd[r] = so;
+        sc[r] = gcount(g_rank, r);
+        so += sc[r];
+    }
+    for (int q = g_size - 1; q >= 0; q--) {
+        ro += 2 + q;
+        rd[q] = ro;
+        rc[q] = gcount(q, g_rank);
+        ro += rc[q];
+    }
+    const int64_t rlen = ro + 5;
+    float *hs = malloc((size_t)so * sizeof(float)), *hr = malloc((size_t)rlen * sizeof(float));
+    float *back = malloc((size_t)so * sizeof(float));
+    char *in_block = calloc((size_t)rlen, 1);
+    for (int q = 0; q < g_size; q++)
+        memset(in_block + rd[q], 1, (size_t)rc[q]);
+    for (int64_t i = 0; i < so; i++)
+        hs[i] = unsent;
+    for (int r = 0; r < g_size; r++)
+        for (int64_t i = 0; i < sc[r]; i++)
+            hs[sd[r] + i] = gval(g_rank, r, i);
+    float *ds = dev((size_t)so * sizeof(float)), *dr = dev((size_t)rlen * sizeof(float));
+    put(ds, hs, (size_t)so * sizeof(float));
+    int blocks = 1, gaps = 1, sent = 1;
+    for (int round = 0; round < 2; round++) {
+        for (int64_t i = 0; i < rlen; i++)
+            hr[i] = sentinels[round];
+        put(dr, hr, (size_t)rlen * sizeof(float));
+        CK(loom_comm_alltoallv(w, dr, rc, rd, ds, sc, sd, LOOM_DTYPE_F32));
+        get(hr, dr, (size_t)rlen * sizeof(float));
+        for (int q = 0; q < g_size && blocks; q++)
+            for (int64_t i = 0; i < rc[q] && blocks; i++)
+                blocks = hr[rd[q] + i] == gval(q, g_rank, i);
+        for (int64_t i = 0; i < rlen && gaps; i++)
+            gaps = in_block[i] || hr[i] == sentinels[round];
+        get(back, ds, (size_t)so * sizeof(float));
+        sent = sent && memcmp(back, hs, (size_t)so * sizeof(float)) == 0;
+    }
+    check(blocks, "alltoallv on device into a buffer with gaps: every block in place");
+    check(gaps, "alltoallv on device into a buffer with gaps: the gaps before, between and after "
+                "the blocks keep their contents");
+    check(sent, "alltoallv on device into a buffer with gaps: the send buffer unchanged");
+    g_be->ops->free(g_be, ds);
+    g_be->ops->free(g_be, dr);
+    free(in_block);
+    free(back);
+    free(hr);
+    free(hs);
+    free(sc);
+}
+
 static void test_split(struct loom_comm *w) {
     struct loom_comm *even = NULL, *solo = NULL;
     /* ranks of even world rank form a group; the others join none */
@@ -257,8 +356,8 @@ static void test_split(struct loom_comm *w) {
 static void test_p2p(struct loom_comm *w) {
     if (g_size < 2) return;
     int next = (g_rank + 1) % g_size, prev = (g_rank + g_size - 1) % g_size;
-    /* large messages (beyond NCCL's buffers): everyone sends two, then receives two, in the
-     * other order of tag parity than they were sent */
+    /* large messages (beyond NCCL's buffers, and MPI's eager limit): everyone sends two, then
+     * receives two, in the other order of tag parity than they were sent */
     int64_t n = 16 << 20; /* 64 MiB */
     float *h = malloc((size_t)n * sizeof(float));
     float *s0 = dev((size_t)n * sizeof(float)), *s1 = dev((size_t)n * sizeof(float));
@@ -334,7 +433,7 @@ static void test_iallreduce(struct loom_comm *w) {
     put(b, h, (size_t)n * sizeof(float));
     struct loom_comm_req *q;
     CK(loom_comm_iallreduce(w, a, n, LOOM_DTYPE_F32, LOOM_REDOP_SUM, &q));
-    /* unrelated compute while the reduction runs */
+    /* unrelated compute queued before the wait */
     for (int i = 0; i < 20; i++) g_be->ops->scale(g_be, b, 1.0f, n);
     CK(loom_comm_wait(q));
     g_be->ops->axpy(g_be, b, 1.0f, a, n); /* after wait: sees the reduced a */
@@ -345,37 +444,82 @@ static void test_iallreduce(struct loom_comm *w) {
         for (int r = 0; r < g_size; r++) want += val(r, i);
         ok = h[i] == want;
     }
-    check(ok, "iallreduce overlapped with compute, then consumed on the compute stream");
+    check(ok,
+          "iallreduce with compute queued before its wait, then consumed on the compute stream");
     g_be->ops->free(g_be, a);
     g_be->ops->free(g_be, b);
     free(h);
 }
 
-int main(int argc, char **argv) {
+/* The device of each rank, as rank 0 prints it: "0 0 (of 1 visible)" */
+static void report_devices(struct loom_comm *w) {
+    int d = -1, n = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        d = -1;
+    }
+    int32_t *all = calloc((size_t)g_size, sizeof(int32_t)), mine = d;
+    CK(loom_comm_allgather(w, all, &mine, 1, LOOM_DTYPE_I32));
+    if (g_rank == 0) {
+        printf("comm_device_check %s: %d ranks on devices", g_name, g_size);
+        for (int r = 0; r < g_size; r++)
+            printf(" %d", (int)all[r]);
+        printf(" (of %d visible)\n", n);
+        fflush(stdout);
+    }
+    free(all);
+}
+
+static int run(const char *backend, int *argc, char ***argv) {
     struct loom_comm *w;
-    if (loom_comm_world(&w, "nccl", &argc, &argv) != LOOM_OK) {
+    g_name = backend;
+    if (loom_comm_world(&w, backend, argc, argv) != LOOM_OK) {
         loom_print_error();
         return 1;
     }
     g_rank = loom_comm_rank(w);
     g_size = loom_comm_size(w);
+    /* -1: the local rank's device modulo the visible ones (nccl: one GPU per rank, which NCCL
+     * requires; mpi-staged: ranks beyond the device count share, down to all on device 0) */
     if (loom_backend_create(&g_be, "cuda", -1) != LOOM_OK) {
         loom_print_error();
         loom_comm_abort_job(1);
     }
     loom_comm_set_stream(g_be->ops->stream(g_be));
-    if (g_rank == 0) printf("nccl_check: %d ranks\n", g_size);
+    report_devices(w);
     test_allreduce(w);
     test_gather_scatter(w);
+    test_alltoallv_gaps(w);
     test_split(w);
     test_p2p(w);
     test_iallreduce(w);
     double res[2] = {(double)g_pass, (double)g_fail};
     CK(loom_comm_allreduce(w, res, 2, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
-    if (g_rank == 0) printf("nccl_check: %.0f passed, %.0f failed (over all ranks)\n", res[0], res[1]);
+    if (g_rank == 0)
+        printf("comm_device_check %s: %.0f passed, %.0f failed (over all ranks)\n", g_name, res[0],
+               res[1]);
     loom_comm_free(w);
     loom_backend_destroy(g_be);
     loom_comm_finalize();
     return res[1] > 0 ? 1 : 0;
 }
 #endif
+
+int main(int argc, char **argv) {
+    const char *backend = argc > 1 ? argv[1] : "nccl";
+    if (argc > 2) {
+        fprintf(stderr, "comm_device_check: unexpected argument '%s'; " USAGE "\n", argv[2]);
+        return 2;
+    }
+    if (strcmp(backend, "nccl") != 0 && strcmp(backend, "mpi-staged") != 0) {
+        fprintf(stderr, "comm_device_check: unknown backend '%s'; valid: nccl, mpi-staged\n",
+                backend);
+        return 2;
+    }
+    const char *why = missing(backend);
+    if (why) {
+        printf("skipped: %s\n", why);
+        return 77;
+    }
+    return run(backend, &argc, &argv);
+}
