@@ -173,9 +173,10 @@ struct loom_backend_ops {
     /* ---- attention ----
      * Rotary embedding applied in place to the q and k heads of qkv[B,T,(NH+2*NKV)*HS], rotating
      * pairs (i, i + HS/2) (the "rotate half" convention of GPT-NeoX/Llama) at position pos0 + t by
-     * angle pos * theta^(-2i/HS). inverse = 1 rotates back (the backward pass). */
-    void (*rope)(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
-                 int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
+     * angle pos * theta^(-2i/HS). inverse = 1 rotates back (the backward pass). qkv is a typed
+     * activation of type dt (fp32, or activation_dtype's type: computed in fp32, rounded once). */
+    void (*rope)(struct loom_backend *be, void *qkv, enum loom_dtype dt, int64_t B, int64_t T,
+                 int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
     /* out[B,T,NH*HS] = softmax(scale * q k^T (+ causal mask)) v; saves lse[B,NH,T]
      * (log-sum-exp of each score row) so backward recomputes the probabilities. qkv, out (and
      * dout, dqkv) of type a->dt. */
@@ -201,11 +202,12 @@ struct loom_backend_ops {
                                enum loom_dtype dt, int64_t n);
     void (*gelu_backward)(struct loom_backend *be, float *dinp, const float *dout,
                           const float *inp, int64_t n);
-    /* SwiGLU: inp[N, 2F] = [gate | up] per row, out[N,F] = silu(gate) * up */
-    void (*swiglu_forward)(struct loom_backend *be, float *out, const float *inp, int64_t N,
-                           int64_t F);
-    void (*swiglu_backward)(struct loom_backend *be, float *dinp, const float *dout,
-                            const float *inp, int64_t N, int64_t F);
+    /* SwiGLU: inp[N, 2F] = [gate | up] per row, out[N,F] = silu(gate) * up; every array a typed
+     * activation of type dt (fp32, or activation_dtype's type: computed in fp32, rounded once) */
+    void (*swiglu_forward)(struct loom_backend *be, void *out, const void *inp, enum loom_dtype dt,
+                           int64_t N, int64_t F);
+    void (*swiglu_backward)(struct loom_backend *be, void *dinp, const void *dout, const void *inp,
+                            enum loom_dtype dt, int64_t N, int64_t F);
     /* out = inp * keep / (1 - p) over a local [B,T,C] block (out may alias inp) */
     void (*dropout_forward)(struct loom_backend *be, float *out, const float *inp, int64_t B,
                             int64_t T, int64_t C, const struct loom_dropout *d);

@@ -131,7 +131,7 @@ static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
 
 /* The element type of the typed activations: the backend's 16-bit activation type under its
  * current matrix-product type (activation_dtype; bf16 with bf16 products on cuda), else fp32.
- * Which arrays take it: mlp_dtype and its neighbours below. */
+ * Which arrays take it: see ln_dtype below. */
 static enum loom_dtype act_dtype_now(const struct loom_gpt *m) {
     struct loom_backend *be = m->be;
     return be->ops->activation_dtype ? be->ops->activation_dtype(be) : LOOM_DTYPE_F32;
@@ -148,20 +148,13 @@ static enum loom_dtype act_dtype(const struct loom_gpt *m) {
                    m->acts[0].act_elem, loom_dtype_name(dt));
     return dt;
 }
-/* The type of each class of typed activations, given the activation type act: the MLP's (fp32
- * with SwiGLU), attention's (fp32 with rotary embeddings), the layers' norm outputs ln1, ln2 (the
- * products' inputs), which sequence parallelism gathers (fp32 then), and the products' input
- * gradients in `full` (the norms' output gradients), which tensor parallelism reduces (fp32
- * then). The MLP's are fc1, act and dpre (in dwide); attention's qkv, att, dqkv (in dwide) and
- * d(att) (in dwide2), fp32 with rotary embeddings as the rope op is fp32. The final norm's
- * output, which the output layer reads, stays fp32. The buffers are sized with act_dtype_now,
- * the ops run with act_dtype. */
-static enum loom_dtype mlp_dtype(const struct loom_gpt *m, enum loom_dtype act) {
-    return m->cfg.swiglu ? LOOM_DTYPE_F32 : act;
-}
-static enum loom_dtype attn_dtype(const struct loom_gpt *m, enum loom_dtype act) {
-    return m->cfg.posemb == LOOM_POSEMB_ROPE ? LOOM_DTYPE_F32 : act;
-}
+/* The typed activations of the activation type act: the MLP's (fc1, act, dpre in dwide, SwiGLU's
+ * d(act) in dwide2) and attention's (qkv, rotated in place with rotary embeddings, att, dqkv in
+ * dwide, d(att) in dwide2). Two classes may differ from it: the layers' norm outputs ln1, ln2
+ * (the products' inputs), which sequence parallelism gathers (fp32 then), and the products'
+ * input gradients in `full` (the norms' output gradients), which tensor parallelism reduces
+ * (fp32 then). The final norm's output, which the output layer reads, stays fp32. The buffers are
+ * sized with act_dtype_now, the ops run with act_dtype. */
 static enum loom_dtype ln_dtype(const struct loom_gpt *m, enum loom_dtype act) {
     return m->par->sequence_parallel && loom_tp_size(m->par) > 1 ? LOOM_DTYPE_F32 : act;
 }
@@ -181,13 +174,11 @@ static void *carve(struct carver *cv, size_t bytes) {
 }
 #define CF(cv, n) ((float *)carve((cv), (size_t)(n) * sizeof(float)))
 
-/* Bytes an element of the MLP's, attention's and the norm outputs' typed activations, for the
- * activation type now. */
-static void typed_elems(const struct loom_gpt *m, size_t *mlp_elem, size_t *attn_elem,
-                        size_t *ln_elem) {
+/* Bytes an element of the typed activations (the MLP's and attention's) and of the norm
+ * outputs, for the activation type now. */
+static void typed_elems(const struct loom_gpt *m, size_t *act_elem, size_t *ln_elem) {
     const enum loom_dtype act = act_dtype_now(m);
-    *mlp_elem = loom_dtype_size(mlp_dtype(m, act));
-    *attn_elem = loom_dtype_size(attn_dtype(m, act));
+    *act_elem = loom_dtype_size(act);
     *ln_elem = loom_dtype_size(ln_dtype(m, act));
 }
 
@@ -195,8 +186,8 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
     const struct loom_gpt_config *c = &m->cfg;
     struct dims d = dims_of(m);
     int ln = c->norm == LOOM_NORM_LAYERNORM;
-    size_t mlp_elem, attn_elem, ln_elem;
-    typed_elems(m, &mlp_elem, &attn_elem, &ln_elem);
+    size_t elem, ln_elem;
+    typed_elems(m, &elem, &ln_elem);
     a->act_elem = loom_dtype_size(act_dtype_now(m));
     int64_t nlocal = 0, seen = 0;
     for (int64_t l = 0; l < c->num_layers; l++)
@@ -206,22 +197,22 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
         struct loom_gpt_layer_acts *la = &a->layers[l];
         /* the last kept_act_layers local layers keep their MLP activation (the rest get the
          * shared one, layout_shared) */
-        la->act = seen++ >= nlocal - c->kept_act_layers ? carve(cv, (size_t)(d.N * d.Fl) * mlp_elem)
-                                                        : NULL;
+        la->act =
+            seen++ >= nlocal - c->kept_act_layers ? carve(cv, (size_t)(d.N * d.Fl) * elem) : NULL;
         la->x = CF(cv, d.Nr * d.C);
         la->ln1 = carve(cv, (size_t)(d.Nr * d.C) * ln_elem);
         la->ln1_full = d.sp ? CF(cv, d.N * d.C) : la->ln1;
         la->ln1_mean = ln ? CF(cv, d.Nr) : NULL;
         la->ln1_rstd = CF(cv, d.Nr);
-        la->qkv = carve(cv, (size_t)(d.N * d.QKVl) * attn_elem);
-        la->att = carve(cv, (size_t)(d.N * d.NHl * d.HS) * attn_elem);
+        la->qkv = carve(cv, (size_t)(d.N * d.QKVl) * elem);
+        la->att = carve(cv, (size_t)(d.N * d.NHl * d.HS) * elem);
         la->lse = CF(cv, d.B * d.NHl * d.T);
         la->xmid = CF(cv, d.Nr * d.C);
         la->ln2 = carve(cv, (size_t)(d.Nr * d.C) * ln_elem);
         la->ln2_full = d.sp ? CF(cv, d.N * d.C) : la->ln2;
         la->ln2_mean = ln ? CF(cv, d.Nr) : NULL;
         la->ln2_rstd = CF(cv, d.Nr);
-        la->fc1 = carve(cv, (size_t)(d.N * d.F1l) * mlp_elem);
+        la->fc1 = carve(cv, (size_t)(d.N * d.F1l) * elem);
     }
     a->x_out = CF(cv, d.Nr * d.C);
     a->tokens = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
@@ -272,19 +263,19 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     a->dc = CF(cv, d.N * d.C);
     a->full = CF(cv, d.N * d.C);
     a->sp_scratch = d.sp ? CF(cv, d.N * d.C) : NULL;
-    /* dwide: dqkv or the MLP's dpre; dwide2: d(att), or SwiGLU's d(act) in fp32 */
-    size_t mlp_elem, attn_elem, ln_elem;
-    typed_elems(m, &mlp_elem, &attn_elem, &ln_elem);
-    a->dwide = (float *)carve(cv, (size_t)d.N * (size_t)max64(d.QKVl * (int64_t)attn_elem,
-                                                              d.F1l * (int64_t)mlp_elem));
-    a->act = carve(cv, (size_t)(d.N * d.Fl) * mlp_elem);
+    /* dwide: dqkv or the MLP's dpre; dwide2: d(att), or SwiGLU's d(act) */
+    size_t elem, ln_elem;
+    typed_elems(m, &elem, &ln_elem);
+    a->dwide = (float *)carve(cv, (size_t)d.N *
+                                      (size_t)max64(d.QKVl * (int64_t)elem, d.F1l * (int64_t)elem));
+    a->act = carve(cv, (size_t)(d.N * d.Fl) * elem);
     for (int64_t l = 0; l < m->cfg.num_layers; l++)
         if (loom_gpt_layer_is_local(&m->cfg, m->par, l))
             for (int s = 0; s < m->nslots; s++)
                 if (!m->acts[s].layers[l].act) m->acts[s].layers[l].act = a->act;
-    a->dwide2 = (float *)carve(cv, (size_t)d.N *
-                                       (size_t)max64(d.NHl * d.HS * (int64_t)attn_elem,
-                                                     m->cfg.swiglu ? d.Fl * 4 : 0));
+    a->dwide2 =
+        (float *)carve(cv, (size_t)d.N * (size_t)max64(d.NHl * d.HS * (int64_t)elem,
+                                                       m->cfg.swiglu ? d.Fl * (int64_t)elem : 0));
     if (m->last_stage && d.tp == 1) { /* for the logits' type now (set before the model) */
         const int64_t elem = xent_elem(m);
         a->xent_bytes = xent_chunk_rows(&d, elem) * d.Vl * elem;
@@ -462,7 +453,7 @@ static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom
     a.sample0 = ctx->sample0;
     a.head0 = (int64_t)d.tpr * d.NHl;
     a.NH_global = m->cfg.heads;
-    a.dt = attn_dtype(m, act_dtype(m));
+    a.dt = act_dtype(m);
     return a;
 }
 
@@ -549,7 +540,7 @@ static int feeds_local_layer(const struct loom_gpt *m, int64_t l) {
  * add is all that reads it (branch_forward). The sums and norms are computed on the residual rows
  * (the sequence shard under sequence parallelism), where every operand is local. The GELU MLP's
  * first product carries the GELU (linear_gelu_forward, keeping the pre-activation in fc1); the
- * GELU MLP's pre-activation and activation are of mlp_dtype (bf16 with bf16 products on cuda),
+ * MLP's pre-activation and activation are of the activation type (bf16 with bf16 products on cuda),
  * which fc2 reads as it is. The activation (GELU or SwiGLU of fc1) of a layer that does not keep
  * it (all but the last --kept-activation-layers) goes to one buffer that every layer shares, and
  * the backward makes it again from fc1 (the same op on the same values: the same bits) for fc2's
@@ -574,9 +565,9 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     struct loom_attn ap = attn_problem(m, ctx, l);
     loom_op(be, linear_forward_typed, la->qkv, ap.dt, la->ln1_full, ln_dt, w->qkv_w, w->qkv_b, d.N,
             d.C, d.QKVl);
-    if (c->posemb == LOOM_POSEMB_ROPE) /* attention in fp32 then */
-        loom_op(be, rope, (float *)la->qkv, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
-                (float)c->rope_theta, 0);
+    if (c->posemb == LOOM_POSEMB_ROPE)
+        loom_op(be, rope, la->qkv, ap.dt, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta,
+                0);
     loom_op(be, attention_forward, la->att, la->lse, la->qkv, &ap);
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
     const void *r;
@@ -588,14 +579,13 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
 
     /* MLP branch: the activation goes to the layer's own buffer where it keeps it
      * (kept_act_layers), else to the shared one, which the backward remakes */
-    const enum loom_dtype act_dt = mlp_dtype(m, act);
     LOOM_CHECK(region_enter(m, la->ln2_full, la->ln2));
     if (c->swiglu) {
-        loom_op(be, linear_forward_typed, la->fc1, LOOM_DTYPE_F32, la->ln2_full, ln_dt, w->fc1_w,
-                w->fc1_b, d.N, d.C, d.F1l);
-        loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
+        loom_op(be, linear_forward_typed, la->fc1, act, la->ln2_full, ln_dt, w->fc1_w, w->fc1_b,
+                d.N, d.C, d.F1l);
+        loom_op(be, swiglu_forward, la->act, la->fc1, act, d.N, d.Fl);
     } else {
-        loom_op(be, linear_gelu_forward, la->act, la->fc1, act_dt, la->ln2_full, ln_dt, w->fc1_w,
+        loom_op(be, linear_gelu_forward, la->act, la->fc1, act, la->ln2_full, ln_dt, w->fc1_w,
                 w->fc1_b, d.N, d.C, d.Fl);
     }
     dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
@@ -603,11 +593,11 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
         struct loom_gpt_layer_acts *nx = &m->acts[slot].layers[l + 1];
         const struct loom_gpt_layer_ptrs *nw = &m->w.layers[l + 1];
         LOOM_CHECK(
-            branch_forward(m, y, &r, &r_dt, act, &dr, la->act, act_dt, w->fc2_w, w->fc2_b, d.Fl));
+            branch_forward(m, y, &r, &r_dt, act, &dr, la->act, act, w->fc2_w, w->fc2_b, d.Fl));
         residual_norm_forward(m, y, nx->ln1, ln_dt, nx->ln1_mean, nx->ln1_rstd, la->xmid, r, r_dt,
                               nw->ln1_w, nw->ln1_b, d.Nr);
     } else { /* the stage's last layer: its output stays fp32 (the final norm, a send) */
-        LOOM_CHECK(branch_forward(m, y, &r, &r_dt, LOOM_DTYPE_F32, &dr, la->act, act_dt, w->fc2_w,
+        LOOM_CHECK(branch_forward(m, y, &r, &r_dt, LOOM_DTYPE_F32, &dr, la->act, act, w->fc2_w,
                                   w->fc2_b, d.Fl));
         loom_op(be, add, y, y, la->xmid, d.Nr * d.C);
     }
@@ -808,10 +798,10 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     const struct loom_gpt_layer_ptrs *g = &m->g.layers[l];
 
     /* MLP branch: dres is d(y). GELU: fc2's input gradient comes through the GELU already, with
-     * fc1's bias gradient (linear_gelu_backward), as dpre of mlp_dtype in dwide (which holds it
-     * in either type), read so by fc1's backward. Each product after a norm's backward (fc2 here,
-     * proj below) takes dres from that norm in 16 bits where it made it, with its bias gradient
-     * summed (next_output_grad). */
+     * fc1's bias gradient (linear_gelu_backward), as dpre in dwide, read so by fc1's backward;
+     * SwiGLU: d(act) in dwide2, then dpre in dwide (swiglu_backward); all of the activation
+     * type. Each product after a norm's backward (fc2 here, proj below) takes dres from that norm
+     * in 16 bits where it made it, with its bias gradient summed (next_output_grad). */
     const void *dy;
     enum loom_dtype dy_dt;
     float *db = g->fc2_b;
@@ -820,19 +810,18 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     LOOM_CHECK(next_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy, &dy_dt, &db));
     if (c->swiglu) {
         if (la->act == a->act) /* remade: see the forward */
-            loom_op(be, swiglu_forward, la->act, la->fc1, d.N, d.Fl);
-        loom_op(be, linear_backward_typed, a->dwide2, LOOM_DTYPE_F32, g->fc2_w, db, dy, dy_dt,
-                la->act, LOOM_DTYPE_F32, w->fc2_w, d.N, d.Fl, d.C);
-        loom_op(be, swiglu_backward, a->dwide, a->dwide2, la->fc1, d.N, d.Fl);
-        loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, g->fc1_b, a->dwide,
-                LOOM_DTYPE_F32, la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.F1l);
+            loom_op(be, swiglu_forward, la->act, la->fc1, act, d.N, d.Fl);
+        loom_op(be, linear_backward_typed, a->dwide2, act, g->fc2_w, db, dy, dy_dt, la->act, act,
+                w->fc2_w, d.N, d.Fl, d.C);
+        loom_op(be, swiglu_backward, a->dwide, a->dwide2, la->fc1, act, d.N, d.Fl);
+        loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, g->fc1_b, a->dwide, act,
+                la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.F1l);
     } else {
-        const enum loom_dtype act_dt = mlp_dtype(m, act);
         if (la->act == a->act) /* remade */
-            loom_op(be, gelu_forward_typed, la->act, la->fc1, act_dt, d.N * d.Fl);
-        loom_op(be, linear_gelu_backward, a->dwide, act_dt, g->fc1_b, g->fc2_w, db, dy, dy_dt,
-                la->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
-        loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, NULL, a->dwide, act_dt,
+            loom_op(be, gelu_forward_typed, la->act, la->fc1, act, d.N * d.Fl);
+        loom_op(be, linear_gelu_backward, a->dwide, act, g->fc1_b, g->fc2_w, db, dy, dy_dt, la->act,
+                la->fc1, w->fc2_w, d.N, d.Fl, d.C);
+        loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, NULL, a->dwide, act,
                 la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.Fl);
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
@@ -847,8 +836,9 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     loom_op(be, linear_backward_typed, a->dwide2, ap.dt, g->proj_w, db, dy, dy_dt, la->att, ap.dt,
             w->proj_w, d.N, d.NHl * d.HS, d.C);
     loom_op(be, attention_backward, a->dwide, a->dwide2, la->att, la->lse, la->qkv, &ap);
-    if (c->posemb == LOOM_POSEMB_ROPE) /* attention in fp32 then */
-        loom_op(be, rope, a->dwide, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta, 1);
+    if (c->posemb == LOOM_POSEMB_ROPE)
+        loom_op(be, rope, a->dwide, ap.dt, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta,
+                1);
     loom_op(be, linear_backward_typed, a->full, dln_dt, g->qkv_w, g->qkv_b, a->dwide, ap.dt,
             la->ln1_full, ln_dt, w->qkv_w, d.N, d.C, d.QKVl);
     if (g->qkv_b) { /* the key bias of every group: [R query heads | k | v] of HS each */

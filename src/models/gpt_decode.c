@@ -102,7 +102,8 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
         norm(m, d->h, d->x, w->ln1_w, w->ln1_b, scratch);
         loom_op(be, linear_forward, d->qkv, d->h, w->qkv_w, w->qkv_b, 1, C, QKV);
         if (c->posemb == LOOM_POSEMB_ROPE)
-            loom_op(be, rope, d->qkv, 1, 1, NH, NKV, HS, pos, (float)c->rope_theta, 0);
+            loom_op(be, rope, d->qkv, LOOM_DTYPE_F32, 1, 1, NH, NKV, HS, pos, (float)c->rope_theta,
+                    0);
         for (int64_t g = 0; g < NKV; g++) {
             const float *grp = d->qkv + g * (R + 2) * HS;
             be->ops->copy(be, d->q + g * R * HS, grp, (size_t)(R * HS) * sizeof(float));
@@ -116,7 +117,7 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
         norm(m, d->h, d->x, w->ln2_w, w->ln2_b, scratch);
         loom_op(be, linear_forward, d->fc1, d->h, w->fc1_w, w->fc1_b, 1, C, F1);
         if (c->swiglu)
-            loom_op(be, swiglu_forward, d->act, d->fc1, 1, F);
+            loom_op(be, swiglu_forward, d->act, d->fc1, LOOM_DTYPE_F32, 1, F);
         else
             loom_op(be, gelu_forward, d->act, d->fc1, F);
         loom_op(be, linear_forward, d->tmp, d->act, w->fc2_w, w->fc2_b, 1, F, C);

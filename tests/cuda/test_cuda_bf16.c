@@ -13,8 +13,9 @@
  * checked in bf16 and in fp16 against the CPU's fp32 attention on inputs rounded to the type
  * (see run_attention_typed), the fused linear + GELU products against the CPU's fp32 ops on
  * rounded inputs (see run_linear_gelu), the GELU MLP with its activations in bf16 likewise (see
- * run_mlp_act16), and the typed linear ops with fp32 operands against the CPU (see
- * run_typed_f32).
+ * run_mlp_act16), the typed linear ops with fp32 operands against the CPU (see
+ * run_typed_f32), and SwiGLU and rotary embeddings on bf16 arrays against their fp32 kernels on
+ * the same values (see run_swiglu_bf16, run_rope_bf16).
  *
  * Exit status: 0 passed, 1 failed, 77 skipped (no CUDA build or no device; with
  * LOOM_REQUIRE_CUDA=1 a missing device fails).
@@ -621,6 +622,80 @@ static void run_gelu_bf16(int64_t n, int64_t off, uint64_t seed) {
     for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) free(hb[i]);
 }
 
+/* got (n bf16 values as floats) against ref rounded to bf16: every element within one unit, at
+ * most one in 256 not the same bits (a reordered or contracted fp32 operation moves a value near
+ * a rounding boundary across it) */
+static void check_rounded(const char *what, const float *got, const float *ref, int64_t n) {
+    float *ref_r = ct_rounded(ref, n, 0);
+    int64_t differ = 0;
+    const int near = within_one_bf16_ulp(got, ref_r, n, &differ);
+    char line[160];
+    snprintf(line, sizeof line, "%s: %lld of %lld one unit off", what, (long long)differ,
+             (long long)n);
+    ct_check_true(line, near && differ * 256 <= n);
+    free(ref_r);
+}
+
+/* swiglu_forward / swiglu_backward on bf16 arrays against the fp32 ops on the GPU on the same
+ * (bf16) inputs, rounded (the bf16 kernels compute in fp32 and round once). F % 8 != 0 takes the
+ * one-element kernels. */
+static void run_swiglu_bf16(int64_t N, int64_t F, uint64_t seed) {
+    ct_check_true("set_matmul_dtype bf16",
+                  g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, NULL, 0) == LOOM_OK);
+    float *x0 = ct_randn(2 * N * F, seed, 2.0f, 0.0f), *x = ct_rounded(x0, 2 * N * F, 0);
+    float *d0 = ct_randn(N * F, seed + 1, 1.0f, 0.0f), *dy = ct_rounded(d0, N * F, 0);
+    float *x32 = ct_dputf(g_gpu, x, 2 * N * F), *dy32 = ct_dputf(g_gpu, dy, N * F);
+    float *y32 = ct_dputf(g_gpu, NULL, N * F), *dx32 = ct_dputf(g_gpu, NULL, 2 * N * F);
+    loom_op(g_gpu, swiglu_forward, y32, x32, LOOM_DTYPE_F32, N, F);
+    loom_op(g_gpu, swiglu_backward, dx32, dy32, x32, LOOM_DTYPE_F32, N, F);
+    void *x16 = ct_dput16(g_gpu, x, 2 * N * F, 0), *dy16 = ct_dput16(g_gpu, dy, N * F, 0);
+    void *y16 = ct_dput(g_gpu, NULL, (size_t)(N * F) * 2),
+         *dx16 = ct_dput(g_gpu, NULL, (size_t)(2 * N * F) * 2);
+    loom_op(g_gpu, swiglu_forward, y16, x16, LOOM_DTYPE_BF16, N, F);
+    loom_op(g_gpu, swiglu_backward, dx16, dy16, x16, LOOM_DTYPE_BF16, N, F);
+    float *ry = ct_dgetf(g_gpu, y32, N * F), *rdx = ct_dgetf(g_gpu, dx32, 2 * N * F);
+    float *gy = ct_dget16(g_gpu, y16, N * F, 0), *gdx = ct_dget16(g_gpu, dx16, 2 * N * F, 0);
+    char what[96];
+    snprintf(what, sizeof what, "swiglu_forward bf16 N %lld F %lld", (long long)N, (long long)F);
+    check_rounded(what, gy, ry, N * F);
+    snprintf(what, sizeof what, "swiglu_backward bf16 N %lld F %lld", (long long)N, (long long)F);
+    check_rounded(what, gdx, rdx, 2 * N * F);
+    void *gb[] = {x32, dy32, y32, dx32, x16, dy16, y16, dx16};
+    for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++)
+        g_gpu->ops->free(g_gpu, gb[i]);
+    float *hb[] = {x0, x, d0, dy, ry, rdx, gy, gdx};
+    for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++)
+        free(hb[i]);
+}
+
+/* rope on a bf16 qkv against the fp32 op on the GPU on the same (bf16) values, rounded, forward
+ * and inverse; HS / 2 % 8 != 0 takes the one-pair kernel. */
+static void run_rope_bf16(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                          uint64_t seed) {
+    ct_check_true("set_matmul_dtype bf16",
+                  g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_BF16, NULL, 0) == LOOM_OK);
+    const int64_t n = B * T * (NH + 2 * NKV) * HS;
+    float *x0 = ct_randn(n, seed, 1.0f, 0.0f), *x = ct_rounded(x0, n, 0);
+    for (int inverse = 0; inverse < 2; inverse++) {
+        float *q32 = ct_dputf(g_gpu, x, n);
+        void *q16 = ct_dput16(g_gpu, x, n, 0);
+        loom_op(g_gpu, rope, q32, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, 10000.0f, inverse);
+        loom_op(g_gpu, rope, q16, LOOM_DTYPE_BF16, B, T, NH, NKV, HS, pos0, 10000.0f, inverse);
+        float *ref = ct_dgetf(g_gpu, q32, n), *got = ct_dget16(g_gpu, q16, n, 0);
+        char what[128];
+        snprintf(what, sizeof what, "rope%s bf16 B %lld T %lld NH %lld NKV %lld HS %lld pos0 %lld",
+                 inverse ? " inverse" : "", (long long)B, (long long)T, (long long)NH,
+                 (long long)NKV, (long long)HS, (long long)pos0);
+        check_rounded(what, got, ref, n);
+        g_gpu->ops->free(g_gpu, q32);
+        g_gpu->ops->free(g_gpu, q16);
+        free(ref);
+        free(got);
+    }
+    free(x0);
+    free(x);
+}
+
 /* linear_forward_typed writing bf16 (with the bias) and linear_backward_typed writing a bf16 dinp
  * from a bf16 input, against the CPU's fp32 ops on the rounded inputs (normwise 1e-2: the output
  * and the bias rounded to bf16); db sums the bf16 dout as stored. */
@@ -755,6 +830,12 @@ int main(void) {
     run_attention_bf16_arrays(1, 100, 4, 2, 32, 1, 3300);   /* fp32 kernels through copies */
     run_gelu_bf16(2048 * 8, 0, 3700);
     run_gelu_bf16(8 * 101 + 5, 1, 3800);
+    run_swiglu_bf16(64, 96, 4100);
+    run_swiglu_bf16(37, 50, 4200); /* F % 8 != 0 */
+    run_swiglu_bf16(2048, 2048, 4300);
+    run_rope_bf16(2, 33, 4, 2, 16, 0, 4400);
+    run_rope_bf16(1, 20, 4, 1, 12, 1000, 4500); /* HS / 2 % 8 != 0 */
+    run_rope_bf16(2, 1024, 12, 4, 64, 0, 4600);
     run_linear_bf16_arrays(64, 96, 80, 3400);
     run_linear_bf16_arrays(2048, 768, 2304, 3500); /* GPT-2 qkv */
     run_linear_bf16_arrays(37, 72, 50, 3600);      /* unaligned rows */

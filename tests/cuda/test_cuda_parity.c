@@ -326,9 +326,9 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
         float *d = ct_dputf(be, x, n);
-        loom_op(be, rope, d, B, T, NH, NKV, HS, pos0, 10000.0f, 0);
+        loom_op(be, rope, d, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, 10000.0f, 0);
         res[r][0] = ct_dgetf(be, d, n);
-        loom_op(be, rope, d, B, T, NH, NKV, HS, pos0, 10000.0f, 1);
+        loom_op(be, rope, d, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, 10000.0f, 1);
         res[r][1] = dtake(be, d, n);
     }
     char name[96];
@@ -425,8 +425,8 @@ static void test_activations(int64_t N, int64_t F) {
         float *ys = ct_dputf(be, NULL, n), *gs = ct_dputf(be, NULL, 2 * n);
         loom_op(be, gelu_forward, y, dx_, 2 * n);
         loom_op(be, gelu_backward, g, ddout, dx_, 2 * n);
-        loom_op(be, swiglu_forward, ys, dx_, N, F);
-        loom_op(be, swiglu_backward, gs, ddout, dx_, N, F);
+        loom_op(be, swiglu_forward, ys, dx_, LOOM_DTYPE_F32, N, F);
+        loom_op(be, swiglu_backward, gs, ddout, dx_, LOOM_DTYPE_F32, N, F);
         res[r][0] = dtake(be, y, 2 * n);
         res[r][1] = dtake(be, g, 2 * n);
         res[r][2] = dtake(be, ys, n);

@@ -436,7 +436,7 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
     double *ry = ALLOCD(N);
     fill_normal(x, N, 7, 1.0f);
     memcpy(y, x, (size_t)N * sizeof(float));
-    loom_op(g_be, rope, y, B, T, NH, NKV, HS, pos0, theta, 0);
+    loom_op(g_be, rope, y, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, theta, 0);
     ref_rope(ry, x, B, T, NH, NKV, HS, pos0, theta);
     check_close("rope", y, ry, N, 2e-6, 2e-6);
     /* value heads bit-identical */
@@ -446,7 +446,7 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
             EXPECT(memcmp(y + bt * R + c, x + bt * R + c, (size_t)HS * sizeof(float)) == 0);
         }
     /* inverse(rope(x)) == x */
-    loom_op(g_be, rope, y, B, T, NH, NKV, HS, pos0, theta, 1);
+    loom_op(g_be, rope, y, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, theta, 1);
     double e = max_abs_diff(y, x, N);
     EXPECT(e <= 1e-6);
     if (!(e <= 1e-6)) fprintf(stderr, "  rope inverse error %g\n", e);
@@ -456,7 +456,7 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
     float *W = ALLOCF(N);
     fill_normal(W, N, 8, 1.0f);
     memcpy(y, W, (size_t)N * sizeof(float));
-    loom_op(g_be, rope, y, B, T, NH, NKV, HS, pos0, theta, 1);
+    loom_op(g_be, rope, y, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, theta, 1);
     const int64_t nprobe = N < 200 ? N : 200;
     double *fd = ALLOCD(nprobe);
     float *gp = ALLOCF(nprobe), *xp = ALLOCF(N);
@@ -466,7 +466,7 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
         for (int k = 0; k < 2; k++) {
             memcpy(xp, x, (size_t)N * sizeof(float));
             xp[i] += k == 0 ? 0.5f : -0.5f;
-            loom_op(g_be, rope, xp, B, T, NH, NKV, HS, pos0, theta, 0);
+            loom_op(g_be, rope, xp, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, theta, 0);
             l[k] = 0;
             for (int64_t j = 0; j < N; j++) l[k] += (double)W[j] * xp[j];
         }
@@ -528,9 +528,9 @@ static int dump_cases(const char *dir) {
         /* rope, then attention on the rotated qkv; the backward of the pair is attention
          * backward followed by the inverse rotation of dqkv */
         memcpy(qkv, x, (size_t)(B * T * R) * sizeof(float));
-        loom_op(g_be, rope, qkv, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta, 0);
+        loom_op(g_be, rope, qkv, LOOM_DTYPE_F32, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta, 0);
         run_fwd_bwd(&a, out, lse, dqkv, qkv, dout);
-        loom_op(g_be, rope, dqkv, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta, 1);
+        loom_op(g_be, rope, dqkv, LOOM_DTYPE_F32, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta, 1);
         fprintf(list, "%d %lld %lld %lld %lld %lld %d %.9g %.9g %llu %llu %lld %lld %lld %lld %.9g\n",
                 c, (long long)B, (long long)T, (long long)NH, (long long)a.NKV, (long long)a.HS,
                 a.causal, (double)a.scale, (double)a.dropout_p, (unsigned long long)a.seed,

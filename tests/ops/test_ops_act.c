@@ -90,11 +90,11 @@ static void test_swiglu(int64_t N, int64_t F) {
     struct swiglu_ctx k = {N, F, ops_to_double(x, 2 * n), ops_to_double(R, n),
                            ops_alloc((size_t)n * sizeof(double))};
     swiglu_ref(&k);
-    loom_op(be, swiglu_forward, y, x, N, F);
+    loom_op(be, swiglu_forward, y, x, LOOM_DTYPE_F32, N, F);
     snprintf(name, sizeof name, "swiglu forward N=%lld F=%lld", (long long)N, (long long)F);
     ops_check(name, ops_max_rel_err(y, k.out, n), 2e-6);
     for (int64_t i = 0; i < 2 * n; i++) dx[i] = NAN; /* assigned */
-    loom_op(be, swiglu_backward, dx, R, x, N, F);
+    loom_op(be, swiglu_backward, dx, R, x, LOOM_DTYPE_F32, N, F);
     snprintf(name, sizeof name, "swiglu backward N=%lld F=%lld against central differences",
              (long long)N, (long long)F);
     ops_check(name, ops_grad_check_some(swiglu_loss, &k, k.x, 2 * n, dx, 1e-4, 100), 1e-5);

@@ -53,9 +53,12 @@ void loom_cpu_gelu_backward(struct loom_backend *be, float *dinp, const float *d
     }
 }
 
-void loom_cpu_swiglu_forward(struct loom_backend *be, float *out, const float *inp, int64_t N,
-                             int64_t F) {
+void loom_cpu_swiglu_forward(struct loom_backend *be, void *out_, const void *inp_,
+                             enum loom_dtype dt, int64_t N, int64_t F) {
     (void)be;
+    loom_cpu_need_f32(dt, "swiglu_forward");
+    float *out = out_;
+    const float *inp = inp_;
 #pragma omp parallel for schedule(static) if (N * F >= CPU_ACT_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *restrict g = inp + i * 2 * F;
@@ -66,9 +69,12 @@ void loom_cpu_swiglu_forward(struct loom_backend *be, float *out, const float *i
     }
 }
 
-void loom_cpu_swiglu_backward(struct loom_backend *be, float *dinp, const float *dout,
-                              const float *inp, int64_t N, int64_t F) {
+void loom_cpu_swiglu_backward(struct loom_backend *be, void *dinp_, const void *dout_,
+                              const void *inp_, enum loom_dtype dt, int64_t N, int64_t F) {
     (void)be;
+    loom_cpu_need_f32(dt, "swiglu_backward");
+    float *dinp = dinp_;
+    const float *dout = dout_, *inp = inp_;
 #pragma omp parallel for schedule(static) if (N * F >= CPU_ACT_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *restrict g = inp + i * 2 * F;

@@ -592,9 +592,11 @@ static void ws_put(struct ws w) {
 /* ------------------------------------------------------------------------------------------ */
 /* rotary embedding                                                                           */
 
-void loom_cpu_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
-                   int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse) {
+void loom_cpu_rope(struct loom_backend *be, void *qkv_, enum loom_dtype dt, int64_t B, int64_t T,
+                   int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse) {
     LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && HS % 2 == 0);
+    loom_cpu_need_f32(dt, "rope");
+    float *qkv = qkv_;
     if (B <= 0 || T <= 0 || HS == 0) return;
     const int64_t half = HS / 2, Q = NH / NKV, R = (NH + 2 * NKV) * HS;
     /* cos/sin table [T][2][half], angles in double */

@@ -121,46 +121,108 @@ void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *
     LOOM_CUDA_LAUNCHED();
 }
 
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-__global__ void swiglu_forward_kernel(float *out, const float *inp, int64_t N, int64_t F) {
-    int64_t total = N * F;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / F, f = i - r * F;
-        float g = inp[r * 2 * F + f], u = inp[r * 2 * F + F + f];
-        out[i] = g / (1.0f + expf(-g)) * u;
+/* SwiGLU on rows of 2F elements (gate | up) of T (fp32 or bf16; the math in fp32, each result
+ * rounded once at its store). A thread takes V adjacent columns of a row (one 16-byte access per
+ * operand where every row start is aligned to it, else V = 1); columns run over blockIdx.x,
+ * rows over blockIdx.y with a stride of gridDim.y, so no thread divides by F. */
+template <typename T, int V>
+__global__ void swiglu_forward_kernel(T *out, const T *inp, int64_t N, int64_t F) {
+    typedef loom_vec<T, V> vec;
+    const int64_t f = V * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (f >= F) return;
+    for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
+        const vec g = *reinterpret_cast<const vec *>(inp + r * 2 * F + f);
+        const vec u = *reinterpret_cast<const vec *>(inp + r * 2 * F + F + f);
+        vec o;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const float x = loom_to_f32(g.v[j]);
+            o.v[j] = loom_from_f32<T>(x / (1.0f + expf(-x)) * loom_to_f32(u.v[j]));
+        }
+        *reinterpret_cast<vec *>(out + r * F + f) = o;
     }
 }
 
-__global__ void swiglu_backward_kernel(float *dinp, const float *dout, const float *inp,
-                                       int64_t N, int64_t F) {
-    int64_t total = N * F;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / F, f = i - r * F;
-        float g = inp[r * 2 * F + f], u = inp[r * 2 * F + F + f];
-        float s = sigmoidf_(g);
-        float dy = dout[i];
-        dinp[r * 2 * F + f] = dy * u * s * (1.0f + g * (1.0f - s));
-        dinp[r * 2 * F + F + f] = dy * g * s;
+template <typename T, int V>
+__global__ void swiglu_backward_kernel(T *dinp, const T *dout, const T *inp, int64_t N, int64_t F) {
+    typedef loom_vec<T, V> vec;
+    const int64_t f = V * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (f >= F) return;
+    for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
+        const vec g = *reinterpret_cast<const vec *>(inp + r * 2 * F + f);
+        const vec u = *reinterpret_cast<const vec *>(inp + r * 2 * F + F + f);
+        const vec dy = *reinterpret_cast<const vec *>(dout + r * F + f);
+        vec dg, du;
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const float x = loom_to_f32(g.v[j]), y = loom_to_f32(dy.v[j]);
+            const float s = 1.0f / (1.0f + expf(-x));
+            dg.v[j] = loom_from_f32<T>(y * loom_to_f32(u.v[j]) * s * (1.0f + x * (1.0f - s)));
+            du.v[j] = loom_from_f32<T>(y * x * s);
+        }
+        *reinterpret_cast<vec *>(dinp + r * 2 * F + f) = dg;
+        *reinterpret_cast<vec *>(dinp + r * 2 * F + F + f) = du;
     }
 }
 
-void loom_cuda_swiglu_forward(struct loom_backend *be, float *out, const float *inp, int64_t N,
-                              int64_t F) {
-    if (N <= 0 || F <= 0) return;
-    swiglu_forward_kernel<<<loom_cuda_grid(N * F, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
-                            loom_cuda_stream(be)>>>(out, inp, N, F);
+/* The grid of the SwiGLU kernels: V-column chunks of a row over x, rows over y (at most 65535,
+ * the rest taken in turn) */
+static dim3 swiglu_grid(int64_t N, int64_t F, int v) {
+    const int64_t chunks = (F / v + LOOM_ACT_THREADS - 1) / LOOM_ACT_THREADS;
+    return dim3((unsigned)chunks, (unsigned)(N < 65535 ? N : 65535));
+}
+
+/* V: 16 bytes of T where F is a multiple of it and every pointer aligned to 16 bytes, else 1 */
+template <typename T>
+static int swiglu_width(int64_t F, const void *a, const void *b, const void *c) {
+    const int v = 16 / (int)sizeof(T);
+    return F % v == 0 && aligned16(a) && aligned16(b) && (!c || aligned16(c)) ? v : 1;
+}
+
+template <typename T>
+static void swiglu_forward(struct loom_backend *be, T *out, const T *inp, int64_t N, int64_t F) {
+    const int v = swiglu_width<T>(F, out, inp, NULL);
+    cudaStream_t st = loom_cuda_stream(be);
+    if (v > 1)
+        swiglu_forward_kernel<T, 16 / sizeof(T)>
+            <<<swiglu_grid(N, F, v), LOOM_ACT_THREADS, 0, st>>>(out, inp, N, F);
+    else
+        swiglu_forward_kernel<T, 1>
+            <<<swiglu_grid(N, F, 1), LOOM_ACT_THREADS, 0, st>>>(out, inp, N, F);
     LOOM_CUDA_LAUNCHED();
 }
 
-void loom_cuda_swiglu_backward(struct loom_backend *be, float *dinp, const float *dout,
-                               const float *inp, int64_t N, int64_t F) {
-    if (N <= 0 || F <= 0) return;
-    swiglu_backward_kernel<<<loom_cuda_grid(N * F, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
-                             loom_cuda_stream(be)>>>(dinp, dout, inp, N, F);
+template <typename T>
+static void swiglu_backward(struct loom_backend *be, T *dinp, const T *dout, const T *inp,
+                            int64_t N, int64_t F) {
+    const int v = swiglu_width<T>(F, dinp, dout, inp);
+    cudaStream_t st = loom_cuda_stream(be);
+    if (v > 1)
+        swiglu_backward_kernel<T, 16 / sizeof(T)>
+            <<<swiglu_grid(N, F, v), LOOM_ACT_THREADS, 0, st>>>(dinp, dout, inp, N, F);
+    else
+        swiglu_backward_kernel<T, 1>
+            <<<swiglu_grid(N, F, 1), LOOM_ACT_THREADS, 0, st>>>(dinp, dout, inp, N, F);
     LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_swiglu_forward(struct loom_backend *be, void *out, const void *inp,
+                              enum loom_dtype dt, int64_t N, int64_t F) {
+    if (N <= 0 || F <= 0) return;
+    if (loom_cuda_typed16(be, dt, "swiglu_forward"))
+        swiglu_forward(be, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)inp, N, F);
+    else
+        swiglu_forward(be, (float *)out, (const float *)inp, N, F);
+}
+
+void loom_cuda_swiglu_backward(struct loom_backend *be, void *dinp, const void *dout,
+                               const void *inp, enum loom_dtype dt, int64_t N, int64_t F) {
+    if (N <= 0 || F <= 0) return;
+    if (loom_cuda_typed16(be, dt, "swiglu_backward"))
+        swiglu_backward(be, (__nv_bfloat16 *)dinp, (const __nv_bfloat16 *)dout,
+                        (const __nv_bfloat16 *)inp, N, F);
+    else
+        swiglu_backward(be, (float *)dinp, (const float *)dout, (const float *)inp, N, F);
 }
 
 /* y = x * keep / (1 - p) over [B,T,C]; the same kernel serves forward and backward. */

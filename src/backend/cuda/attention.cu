@@ -581,37 +581,78 @@ void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float
 /* ---- rotary embeddings ----
  * Pairs (i, i + HS/2) of every q and k head at position pos = pos0 + t rotate by
  * angle = pos * theta^(-2i/HS): (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos); inverse rotates
- * by -angle. The angle and its sine/cosine are computed in double. */
-__global__ void rope_kernel(float *qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                            int64_t pos0, float theta, int inverse) {
-    const int64_t half = HS / 2, heads = NH + NKV, G = NH / NKV;
-    const int64_t total = B * T * heads * half;
-    const int64_t stride = (NH + 2 * NKV) * HS;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
+ * by -angle. The angles and their sines and cosines are computed in double, once a call, into a
+ * table of T x HS/2 (cos, sin) pairs rounded to fp32 (rope_table_kernel); the rotation reads it.
+ * qkv is fp32 or bf16 (the rotation in fp32, each result rounded once). */
+__global__ void rope_table_kernel(float2 *tab, int64_t T, int64_t HS, int64_t pos0, float theta,
+                                  int inverse) {
+    const int64_t half = HS / 2;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < T * half;
          e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = e % half, rest = e / half;
-        int64_t hh = rest % heads, bt = rest / heads;
-        int64_t t = bt % T;
-        int64_t col = hh < NH ? at_q_col(hh, G, HS) : at_k_col(hh - NH, G, HS);
-        double freq = pow((double)theta, -2.0 * (double)i / (double)HS);
-        double ang = (double)(pos0 + t) * freq;
+        const int64_t i = e % half, t = e / half;
+        const double freq = pow((double)theta, -2.0 * (double)i / (double)HS);
         double sd, cd;
-        sincos(ang, &sd, &cd);
-        float sn = (float)sd, cs = (float)cd;
-        if (inverse) sn = -sn;
-        float *x = qkv + bt * stride + col;
-        float x1 = x[i], x2 = x[i + half];
-        x[i] = x1 * cs - x2 * sn;
-        x[i + half] = x1 * sn + x2 * cs;
+        sincos((double)(pos0 + t) * freq, &sd, &cd);
+        const float sn = (float)sd;
+        tab[e] = make_float2((float)cd, inverse ? -sn : sn);
     }
 }
 
-void loom_cuda_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
-                    int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse) {
+/* V adjacent pairs a thread (16-byte accesses where HS/2 is a multiple of V and qkv aligned, else
+ * V = 1): the (NH + NKV) rotated heads' HS/2 / V chunks of a row over x, rows over y with a stride
+ * of gridDim.y. */
+template <typename X, int V>
+__global__ void rope_kernel(X *qkv, const float2 *tab, int64_t BT, int64_t T, int64_t NH,
+                            int64_t NKV, int64_t HS) {
+    typedef loom_vec<X, V> vec;
+    const int64_t half = HS / 2, G = NH / NKV, stride = (NH + 2 * NKV) * HS;
+    const int chunks = (int)(half / V), idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int)(NH + NKV) * chunks) return;
+    const int hh = idx / chunks, i0 = V * (idx - hh * chunks);
+    const int64_t col = hh < NH ? at_q_col(hh, G, HS) : at_k_col(hh - NH, G, HS);
+    for (int64_t bt = blockIdx.y; bt < BT; bt += gridDim.y) {
+        X *x = qkv + bt * stride + col + i0;
+        const float2 *cs = tab + (bt % T) * half + i0;
+        vec a = *reinterpret_cast<const vec *>(x), b = *reinterpret_cast<const vec *>(x + half);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            const float x1 = loom_to_f32(a.v[j]), x2 = loom_to_f32(b.v[j]);
+            const float c = cs[j].x, sn = cs[j].y;
+            a.v[j] = loom_from_f32<X>(x1 * c - x2 * sn);
+            b.v[j] = loom_from_f32<X>(x1 * sn + x2 * c);
+        }
+        *reinterpret_cast<vec *>(x) = a;
+        *reinterpret_cast<vec *>(x + half) = b;
+    }
+}
+
+template <typename X>
+static void rope(struct loom_backend *be, X *qkv, const float2 *tab, int64_t B, int64_t T,
+                 int64_t NH, int64_t NKV, int64_t HS) {
+    const int v = 16 / (int)sizeof(X);
+    const int wide = (HS / 2) % v == 0 && ((uintptr_t)qkv & 15) == 0;
+    const int64_t chunks = (NH + NKV) * (HS / 2) / (wide ? v : 1), BT = B * T;
+    const dim3 grid((unsigned)((chunks + 255) / 256), (unsigned)(BT < 65535 ? BT : 65535));
+    cudaStream_t st = loom_cuda_stream(be);
+    if (wide)
+        rope_kernel<X, 16 / sizeof(X)><<<grid, 256, 0, st>>>(qkv, tab, BT, T, NH, NKV, HS);
+    else
+        rope_kernel<X, 1><<<grid, 256, 0, st>>>(qkv, tab, BT, T, NH, NKV, HS);
+    LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, int64_t B, int64_t T,
+                    int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse) {
     if (B <= 0 || T <= 0 || HS < 2) return;
     LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && HS % 2 == 0);
-    int64_t total = B * T * (NH + NKV) * (HS / 2);
-    rope_kernel<<<loom_cuda_grid(total, 256), 256, 0, loom_cuda_stream(be)>>>(
-        qkv, B, T, NH, NKV, HS, pos0, theta, inverse);
+    LOOM_ASSERT((NH + NKV) * (HS / 2) <= INT32_MAX);
+    const int typed = loom_cuda_typed16(be, dt, "rope");
+    float2 *tab = (float2 *)loom_cuda_scratch(be, (size_t)(T * (HS / 2)) * sizeof(float2));
+    rope_table_kernel<<<loom_cuda_grid(T * (HS / 2), 256), 256, 0, loom_cuda_stream(be)>>>(
+        tab, T, HS, pos0, theta, inverse);
     LOOM_CUDA_LAUNCHED();
+    if (typed)
+        rope(be, (__nv_bfloat16 *)qkv, tab, B, T, NH, NKV, HS);
+    else
+        rope(be, (float *)qkv, tab, B, T, NH, NKV, HS);
 }

@@ -252,8 +252,8 @@ void loom_cuda_linear_backward_typed(struct loom_backend *be, void *dinp, enum l
                                      int64_t OC);
 
 /* attention.cu */
-void loom_cuda_rope(struct loom_backend *be, float *qkv, int64_t B, int64_t T, int64_t NH,
-                    int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
+void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, int64_t B, int64_t T,
+                    int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
 void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
                                  const struct loom_attn *a);
 void loom_cuda_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,
@@ -294,10 +294,10 @@ void loom_cuda_gelu_forward_typed(struct loom_backend *be, void *out, const void
                                   enum loom_dtype dt, int64_t n);
 void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
                              const float *inp, int64_t n);
-void loom_cuda_swiglu_forward(struct loom_backend *be, float *out, const float *inp, int64_t N,
-                              int64_t F);
-void loom_cuda_swiglu_backward(struct loom_backend *be, float *dinp, const float *dout,
-                               const float *inp, int64_t N, int64_t F);
+void loom_cuda_swiglu_forward(struct loom_backend *be, void *out, const void *inp,
+                              enum loom_dtype dt, int64_t N, int64_t F);
+void loom_cuda_swiglu_backward(struct loom_backend *be, void *dinp, const void *dout,
+                               const void *inp, enum loom_dtype dt, int64_t N, int64_t F);
 void loom_cuda_dropout_forward(struct loom_backend *be, float *out, const float *inp, int64_t B,
                                int64_t T, int64_t C, const struct loom_dropout *d);
 void loom_cuda_dropout_backward(struct loom_backend *be, float *dinp, const float *dout,
