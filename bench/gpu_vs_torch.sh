@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # loom against PyTorch on one GPU: GPT-2 124M (12 layers, hidden 768, 12 heads) and 350M
-# (24 layers, hidden 1024, 16 heads), sequence 1024, micro-batch 16, vocabulary 50257, random
-# tokens, no dropout, AdamW with clipping. loom runs `loom train --device cuda --bf16`;
-# PyTorch runs bench/torch_gpt.py (bf16 autocast, scaled_dot_product_attention, fused AdamW)
-# eager and under torch.compile. Prints tokens/s, model TFLOP/s, MFU (989 TFLOP/s peak; FLOPs per
+# (24 layers, hidden 1024, 16 heads), sequence 1024, micro-batch 16, vocabulary 50257; and, when
+# asked for (MODELS=llama1b), a Llama-style model of 1.1B parameters (16 layers, hidden 2048,
+# 32 query heads on 8 key/value heads, SwiGLU of 5632, RMSNorm, rotary embeddings, no biases,
+# untied output layer, sequence 2048, micro-batch 4, vocabulary 32000). Random tokens, no
+# dropout, AdamW with clipping. loom runs `loom train --device cuda --bf16`; PyTorch runs
+# bench/torch_gpt.py (bf16 autocast, scaled_dot_product_attention, fused AdamW) eager and under
+# torch.compile. Prints tokens/s, model TFLOP/s, MFU (989 TFLOP/s peak; FLOPs per
 # token 6N + 12 L C T), peak memory, and loom's ratio to the faster PyTorch; then loom's time
 # split by op (one more short run with LOOM_CUDA_PROFILE=1).
 #
-#   bash bench/gpu_vs_torch.sh                 both models
+#   bash bench/gpu_vs_torch.sh                 both GPT models
 #   MODELS=124m STEPS=20 bash bench/gpu_vs_torch.sh
 # Environment: LOOM (default build-gpu/loom), PYTHON (python3), STEPS (timed steps, 20),
-# WARMUP (5), BATCH (16), TORCH (0: loom only), TORCH_COMPILE (1: also torch.compile), OUT_DIR (logs; $OUT or
+# WARMUP (5), BATCH (the GPT models' micro-batch, 16), TORCH (0: loom only), TORCH_COMPILE (1: also torch.compile), OUT_DIR (logs; $OUT or
 # bench-gpu-logs), KEPT_LAYERS (loom's --kept-activation-layers for every model instead of the
 # per-model value below). Exit status 0 when every run finished.
 set -uo pipefail
@@ -25,15 +28,17 @@ LOGS=${OUT_DIR:-${OUT:-bench-gpu-logs}}
 mkdir -p "$LOGS"
 rc=0
 
-# model -> layers hidden heads, and loom's --kept-activation-layers: as many layers keep their
-# MLP activation (instead of remaking it in the backward) as leave loom's peak memory below
-# torch.compile's (8.45 GiB at 124M, 19.95 GiB at 350M): each kept layer takes 96 MiB at 124M
-# and 128 MiB at 350M (micro-batch 16); 18 at 350M peak at 19.91 GiB (2026-12-01)
+# model -> arch layers hidden heads key/value-heads ffn seq micro-batch vocabulary, and loom's
+# --kept-activation-layers: as many layers keep their MLP activation (instead of remaking it in
+# the backward) as leave loom's peak memory below torch.compile's (8.45 GiB at 124M, 19.95 GiB at
+# 350M): each kept layer takes 96 MiB at 124M and 128 MiB at 350M (micro-batch 16); 18 at 350M
+# peak at 19.91 GiB (2026-12-01)
 shape() {
   case $1 in
-    124m) echo "12 768 12 12" ;;
-    350m) echo "24 1024 16 18" ;;
-    *) echo "unknown model $1" >&2; return 1 ;;
+    124m) echo "gpt 12 768 12 12 3072 1024 $BATCH 50257 12" ;;
+    350m) echo "gpt 24 1024 16 16 4096 1024 $BATCH 50257 18" ;;
+    llama1b) echo "llama 16 2048 32 8 5632 2048 4 32000 16" ;;
+    *) echo "unknown model $1 (valid: 124m 350m llama1b)" >&2; return 1 ;;
   esac
 }
 
@@ -64,14 +69,22 @@ echo "== $(date -u +%Y-%m-%dT%H:%MZ) $(nvidia-smi --query-gpu=name,driver_versio
 "$PY" -c 'import torch; print("torch", torch.__version__)' 2>&1
 results=()
 for model in $MODELS; do
-  read -r L C NH KEPT < <(shape "$model") || { rc=1; continue; }
-  res="$LOGS/gpt-$model.jsonl"
+  read -r ARCH L C NH NKV FFN SEQ MB VOCAB KEPT < <(shape "$model") || { rc=1; continue; }
+  res="$LOGS/$ARCH-$model.jsonl"
   : > "$res"
   iters=$((WARMUP + STEPS))
   flags=(--mock-data --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH"
-         --seq-length 1024 --vocab-size 50257 --micro-batch-size "$BATCH" --hidden-dropout 0
+         --seq-length "$SEQ" --vocab-size "$VOCAB" --micro-batch-size "$MB" --hidden-dropout 0
          --attention-dropout 0 --lr 1e-4 --weight-decay 0.01 --clip-grad 1.0 --eval-iters 0
          --log-interval 1 --device cuda --bf16 --kept-activation-layers "${KEPT_LAYERS:-$KEPT}")
+  torch_flags=(--layers "$L" --hidden "$C" --heads "$NH" --seq "$SEQ" --batch "$MB"
+               --vocab "$VOCAB" --arch "$ARCH")
+  if [ "$ARCH" = llama ]; then
+    flags+=(--group-query-attention --num-query-groups "$NKV" --ffn-hidden-size "$FFN"
+            --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear
+            --untie-embeddings-and-output-weights)
+    torch_flags+=(--groups "$NKV" --ffn "$FFN")
+  fi
   echo "== loom $model: ${flags[*]} --train-iters $iters"
   if "$LOOM" train "${flags[@]}" --train-iters "$iters" --metrics-file "$LOGS/loom-$model.metrics" \
       > "$LOGS/loom-$model.log" 2>&1; then
@@ -85,8 +98,8 @@ for model in $MODELS; do
     echo "== torch $model $mode"
     extra=()
     [ "$mode" = compile ] && extra=(--compile)
-    if "$PY" bench/torch_gpt.py --layers "$L" --hidden "$C" --heads "$NH" --batch "$BATCH" \
-        --steps "$STEPS" --warmup "$WARMUP" "${extra[@]}" > "$LOGS/torch-$model-$mode.log" 2>&1; then
+    if "$PY" bench/torch_gpt.py "${torch_flags[@]}" --steps "$STEPS" --warmup "$WARMUP" \
+        "${extra[@]}" > "$LOGS/torch-$model-$mode.log" 2>&1; then
       grep '^{' "$LOGS/torch-$model-$mode.log" | tee -a "$res"
     else
       echo "torch $model $mode failed:"; tail -5 "$LOGS/torch-$model-$mode.log"; rc=1

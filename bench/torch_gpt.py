@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""The PyTorch side of bench/gpu_vs_torch.sh: trains the same GPT as `loom train --device cuda
+"""The PyTorch side of bench/gpu_vs_torch.sh: trains the same model as `loom train --device cuda
 --bf16` on one GPU and prints one JSON line of figures per run.
 
-Model (as loom's GPT-2 layout): learned positions, pre-norm LayerNorm blocks, fused QKV with
-biases, causal attention through F.scaled_dot_product_attention, GELU (tanh) MLP of 4 x hidden,
-final LayerNorm, output layer tied to the word embedding; vocabulary padded to a multiple of 128
-as loom pads it; no dropout. Training: bf16 autocast, fp32 master weights, fused AdamW
+Model --arch gpt (as loom's GPT-2 layout): learned positions, pre-norm LayerNorm blocks, fused QKV
+with biases, causal attention through F.scaled_dot_product_attention, GELU (tanh) MLP of
+4 x hidden, final LayerNorm, output layer tied to the word embedding. --arch llama (loom's
+`--normalization RMSNorm --swiglu --position-embedding-type rope --group-query-attention
+--disable-bias-linear --untie-embeddings-and-output-weights`): RMSNorm (eps 1e-5), fused QKV
+without biases with --groups key/value heads (SDPA's enable_gqa), rotary embeddings (rotate-half
+pairs, base 10000) on q and k, SwiGLU MLP of --ffn, no biases, untied output layer. Vocabulary
+padded to a multiple of 128 as loom pads it; no dropout. Training: bf16 autocast, fp32 master weights, fused AdamW
 (lr 1e-4, betas 0.9/0.999, eps 1e-8, weight decay 0.01 on matrices), gradient clipping at 1.0,
 random tokens. Eager, or with torch.compile (--compile).
 
@@ -16,6 +20,7 @@ live tensors, comparable to loom's peak of its own allocations).
 
 usage: torch_gpt.py --layers 12 --hidden 768 --heads 12 [--seq 1024 --batch 16 --vocab 50257
                     --steps 20 --warmup 5 --compile --peak-tflops 989]
+                    [--arch llama --groups 8 --ffn 5632]
 """
 import argparse
 import json
@@ -47,6 +52,63 @@ class Block(nn.Module):
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(a.transpose(1, 2).contiguous().view(B, T, C))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+def rotate(x, cos, sin):
+    """Rotary embedding of x [B, heads, T, HS]: pairs (i, i + HS/2) rotated by the angles whose
+    cosines and sines cos, sin [T, HS] hold (each twice), in x's type"""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos.to(x.dtype) + torch.cat((-x2, x1), dim=-1) * sin.to(x.dtype)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, C, NH, NKV, F_):
+        super().__init__()
+        self.NH, self.NKV, self.HS = NH, NKV, C // NH
+        self.ln1 = nn.RMSNorm(C, eps=1e-5)
+        self.qkv = nn.Linear(C, (NH + 2 * NKV) * self.HS, bias=False)
+        self.proj = nn.Linear(C, C, bias=False)
+        self.ln2 = nn.RMSNorm(C, eps=1e-5)
+        self.fc1 = nn.Linear(C, 2 * F_, bias=False)
+        self.fc2 = nn.Linear(F_, C, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        HS = self.HS
+        q, k, v = self.qkv(self.ln1(x)).split([self.NH * HS, self.NKV * HS, self.NKV * HS], dim=2)
+        q = rotate(q.view(B, T, self.NH, HS).transpose(1, 2), cos, sin)
+        k = rotate(k.view(B, T, self.NKV, HS).transpose(1, 2), cos, sin)
+        v = v.view(B, T, self.NKV, HS).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.NKV != self.NH)
+        x = x + self.proj(a.transpose(1, 2).contiguous().view(B, T, C))
+        gate, up = self.fc1(self.ln2(x)).chunk(2, dim=-1)
+        return x + self.fc2(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    def __init__(self, L, C, NH, NKV, F_, V, T):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.blocks = nn.ModuleList(LlamaBlock(C, NH, NKV, F_) for _ in range(L))
+        self.lnf = nn.RMSNorm(C, eps=1e-5)
+        self.out = nn.Linear(C, V, bias=False)
+        HS = C // NH
+        freq = 10000.0 ** (-torch.arange(0, HS // 2, dtype=torch.float64) * 2.0 / HS)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]
+        self.register_buffer("cos", torch.cat([ang.cos()] * 2, dim=-1).float(), persistent=False)
+        self.register_buffer("sin", torch.cat([ang.sin()] * 2, dim=-1).float(), persistent=False)
+        for n, p in self.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * L) if n.endswith(("proj.weight", "fc2.weight")) else 0.02)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx)
+        T = idx.shape[1]
+        cos, sin = self.cos[:T], self.sin[:T]
+        for b in self.blocks:
+            x = b(x, cos, sin)
+        logits = self.out(self.lnf(x))
+        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 class GPT(nn.Module):
@@ -84,6 +146,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--arch", choices=("gpt", "llama"), default="gpt")
+    ap.add_argument("--groups", type=int, default=0, help="key/value heads (llama; 0: --heads)")
+    ap.add_argument("--ffn", type=int, default=0, help="SwiGLU width (llama; 0: 4 x hidden)")
     a = ap.parse_args()
 
     torch.manual_seed(1234)
@@ -91,7 +156,11 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 work stays fp32, as in loom
     torch.backends.cudnn.allow_tf32 = False
     Vp = (a.vocab + 127) // 128 * 128
-    model = GPT(a.layers, a.hidden, a.heads, Vp, a.seq).to(dev)
+    if a.arch == "llama":
+        model = Llama(a.layers, a.hidden, a.heads, a.groups or a.heads, a.ffn or 4 * a.hidden, Vp,
+                      a.seq).to(dev)
+    else:
+        model = GPT(a.layers, a.hidden, a.heads, Vp, a.seq).to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -131,7 +200,7 @@ def main():
     fpt = 6.0 * nparams + 12.0 * a.layers * a.hidden * a.seq
     tflops = tps * fpt / 1e12
     print(json.dumps({
-        "impl": "torch " + ("compile" if a.compile else "eager"),
+        "impl": "torch " + ("compile" if a.compile else "eager"), "arch": a.arch,
         "layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "batch": a.batch,
         "params": nparams, "steps": a.steps, "warmup_s": round(warm_s, 2),
         "ms_per_iter": round(1000.0 * dt / a.steps, 3), "tokens_per_s": round(tps, 1),
