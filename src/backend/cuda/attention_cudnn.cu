@@ -6,16 +6,16 @@
  * (LOOM_HAVE_CUDNN); without it loom_cuda_attention_cudnn_ok is 0.
  *
  * Same contract as the other attention kernels: out, lse (natural log of the row sums of
- * exp(scale q.k), fp32 [B, NH, T]) and dqkv assigned. cuDNN reads q, k and v in place from the
- * qkv rows [B, T, (NH + 2 NKV) HS] in Megatron's grouped order (group j: its G query heads, then
- * its key head, then its value head, HS columns each) through strides, and writes out and dqkv
- * the same way: no conversion pass. Query head h = j G + i belongs to group j. A graph runs the
- * NKV query heads of one index i within their groups (every tensor then has one stride per head):
- * G runs of a forward, each writing its heads' out and lse. In the backward each run assigns its
- * heads' dq in place; with G > 1 the runs' key and value gradients go to a workspace, G partial
- * gradients a key/value head, and a kernel adds them in run order in fp32 and rounds once into
- * dqkv. The backward accumulates dq with atomics in fp32, so a run is not bit-for-bit repeatable
- * (loom's own kernel is: --attention-backend flash).
+ * exp(scale q.k), fp32 [B, NH, T]) and dqkv assigned. The qkv rows [B, T, (NH + 2 NKV) HS] are in
+ * Megatron's grouped order (group j: its G query heads, then its key head, then its value head,
+ * HS columns each); query head h = j G + i uses group j's key and value. cuDNN reads k and v in
+ * place through strides and writes dk and dv the same way (its graph folds the G query heads'
+ * key and value gradients of a group into one, as grouped-query attention needs); out and dout
+ * are read and written in place. The query heads have one stride in those rows only without
+ * grouping (G = 1): then q and dq are in place too, else q is copied out to a dense
+ * [B, T, NH, HS] before a run (sdpa_q_copy) and dq copied back after the backward. The backward
+ * accumulates dq with atomics in fp32, so a run is not bit-for-bit repeatable (loom's own kernel
+ * is: --attention-backend flash).
  *
  * Graphs (one per shape, direction and mask, built on first use and kept; a shape that cuDNN
  * cannot run falls back to loom's kernel with one line on stderr, or is an error under
@@ -59,8 +59,7 @@ enum { /* tensor ids of the graphs' operands */
 #define SDPA_CANDIDATES 4
 
 struct sdpa_plan {
-    int64_t B, T, H, HS; /* H heads a run: the key/value heads (NKV) */
-    int64_t G;           /* query heads a key/value head: the runs of a call */
+    int64_t B, T, H, HK, HS; /* H query heads, HK key/value heads */
     int causal, backward;
     cudnnBackendDescriptor_t plan; /* NULL: cuDNN cannot run this shape */
     int64_t ws_bytes;              /* cuDNN's workspace (the first candidate's) */
@@ -128,14 +127,13 @@ static void gb_free(struct gb *g) {
     g->ndescs = 0;
 }
 
-/* A tensor [d0, d1, d2, d3] with strides s whose address is a multiple of align bytes; uid 0
- * makes a new virtual (graph-internal) one. */
-static cudnnBackendDescriptor_t gb_tensor_aligned(struct gb *g, int64_t uid, cudnnDataType_t dt,
-                                                  const int64_t d[4], const int64_t s[4],
-                                                  int by_value, int64_t align) {
+/* A tensor [d0, d1, d2, d3] with strides s; uid 0 makes a new virtual (graph-internal) one. */
+static cudnnBackendDescriptor_t gb_tensor(struct gb *g, int64_t uid, cudnnDataType_t dt,
+                                          const int64_t d[4], const int64_t s[4], int by_value) {
     cudnnBackendDescriptor_t t = gb_new(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     bool virt = uid == 0, byv = by_value != 0;
     if (virt) uid = g->next_virtual++;
+    int64_t align = 16;
     gb_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor type");
     gb_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, d, "tensor dims");
     gb_set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, s, "tensor strides");
@@ -145,10 +143,6 @@ static cudnnBackendDescriptor_t gb_tensor_aligned(struct gb *g, int64_t uid, cud
     gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byv, "tensor by value");
     gb_fin(g, t, "tensor");
     return t;
-}
-static cudnnBackendDescriptor_t gb_tensor(struct gb *g, int64_t uid, cudnnDataType_t dt,
-                                          const int64_t d[4], const int64_t s[4], int by_value) {
-    return gb_tensor_aligned(g, uid, dt, d, s, by_value, 16);
 }
 
 /* Dense strides of dims d (row-major) */
@@ -215,7 +209,8 @@ static void gb_matmul(struct gb *g, cudnnBackendDescriptor_t a, cudnnBackendDesc
     gb_op(g, op, "matmul op");
 }
 
-/* y = reduction of x over the dimensions where y has extent 1 */
+/* y = reduction of x over the dimensions where y has extent 1 (and, for grouped-query attention,
+ * over the groups of heads that y's smaller head dimension folds together: gb_grad_of) */
 static void gb_reduce(struct gb *g, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
                       cudnnBackendDescriptor_t y) {
     cudnnDataType_t comp = CUDNN_DATA_FLOAT;
@@ -244,41 +239,33 @@ static void gb_reshape(struct gb *g, cudnnBackendDescriptor_t x, cudnnBackendDes
     gb_op(g, op, "reshape op");
 }
 
-/* The operands of one run (heads j G + i, j < H, for one i) in the qkv / out layout: group j's
- * query heads, key and value at columns (j (G + 2) + i) HS, (j (G + 2) + G) HS and
- * (j (G + 2) + G + 1) HS of rows of R = (G + 2) H HS; out's head j G + i at (j G + i) HS of rows
- * of G H HS; lse's at (j G + i) T of [B, G H, T]. */
+/* The strides of the operands as [B, heads, T, HS]: k and v (and dk, dv) in the qkv rows of
+ * R = (H + 2 HK) HS elements, group j's key head at column (j (G + 2) + G) HS and value head one
+ * head further; q (and dq) there too at (3 h) HS without grouping, else in the dense copy
+ * [B, T, H, HS]; out and dout [B, T, H, HS]. */
 struct sdpa_layout {
-    int64_t B, H, T, HS;
-    int64_t qkv[4];     /* strides of q, k, v, dq as [B, H, T, HS] */
-    int64_t o[4];       /* strides of out, dout as [B, H, T, HS] */
-    int64_t kv[4];      /* of dk, dv: in dqkv when G = 1, else a partial [B, T, H, HS] */
-    int64_t rows[4];    /* of the softmax statistics as [B, H, T, 1] */
-    int64_t rows_align; /* their byte alignment: a run's lse begins i T floats in */
+    int64_t B, T, HS;
+    int64_t q[4], kv[4], o[4];
 };
 
 static struct sdpa_layout sdpa_layout_of(const struct sdpa_plan *p) {
     struct sdpa_layout l;
-    const int64_t G = p->G, H = p->H, T = p->T, HS = p->HS;
+    const int64_t G = p->H / p->HK, T = p->T, HS = p->HS;
+    const int64_t R = (p->H + 2 * p->HK) * HS, C = p->H * HS;
     l.B = p->B;
-    l.H = H;
     l.T = T;
     l.HS = HS;
-    const int64_t R = (G + 2) * H * HS, C = G * H * HS;
-    const int64_t qkv[4] = {T * R, (G + 2) * HS, R, 1}, o[4] = {T * C, G * HS, C, 1};
-    const int64_t part[4] = {T * H * HS, HS, H * HS, 1}, rows[4] = {G * H * T, G * T, 1, 1};
-    memcpy(l.qkv, qkv, sizeof qkv);
+    const int64_t kv[4] = {T * R, (G + 2) * HS, R, 1}, o[4] = {T * C, HS, C, 1};
+    memcpy(l.kv, kv, sizeof kv);
     memcpy(l.o, o, sizeof o);
-    memcpy(l.kv, G == 1 ? qkv : part, sizeof qkv);
-    memcpy(l.rows, rows, sizeof rows);
-    l.rows_align = G == 1 || T % 4 == 0 ? 16 : 4;
+    memcpy(l.q, G == 1 ? kv : o, sizeof kv);
     return l;
 }
 
-/* An operand [B, H, T, HS] with strides st, or transposed ([B, H, HS, T]) when tr */
+/* An operand [B, heads, T, HS] with strides st, or transposed ([B, heads, HS, T]) when tr */
 static cudnnBackendDescriptor_t gb_operand(struct gb *g, int64_t uid, const struct sdpa_layout *l,
-                                           const int64_t st[4], int tr) {
-    int64_t d[4] = {l->B, l->H, tr ? l->HS : l->T, tr ? l->T : l->HS};
+                                           const int64_t st[4], int64_t heads, int tr) {
+    int64_t d[4] = {l->B, heads, tr ? l->HS : l->T, tr ? l->T : l->HS};
     int64_t s[4] = {st[0], st[1], tr ? st[3] : st[2], tr ? st[2] : st[3]};
     return gb_tensor(g, uid, CUDNN_DATA_BFLOAT16, d, s, 0);
 }
@@ -311,25 +298,30 @@ static cudnnBackendDescriptor_t gb_causal(struct gb *g, const struct sdpa_plan *
     return y;
 }
 
-/* A per-row fp32 tensor [B, H, T, 1]: the softmax statistics in lse (stats), else dense (the
- * backward's Dsum) */
-static cudnnBackendDescriptor_t gb_rows(struct gb *g, int64_t uid, const struct sdpa_plan *p,
-                                        int stats) {
-    const struct sdpa_layout l = sdpa_layout_of(p);
+/* A per-row fp32 tensor [B, H, T, 1], dense: the softmax statistics, the backward's Dsum */
+static cudnnBackendDescriptor_t gb_rows(struct gb *g, int64_t uid, const struct sdpa_plan *p) {
     int64_t d[4] = {p->B, p->H, p->T, 1}, s[4];
     dense(d, s);
-    return gb_tensor_aligned(g, uid, CUDNN_DATA_FLOAT, d, stats ? l.rows : s, 0,
-                             stats ? l.rows_align : 16);
+    return gb_tensor(g, uid, CUDNN_DATA_FLOAT, d, s, 0);
+}
+
+/* x [B, H, T, HS] (bf16, virtual) folded into y (an operand with HK heads): y's head k is the sum
+ * of x's heads k G .. k G + G - 1, as cuDNN's reduction reads a head dimension that shrinks by a
+ * whole factor. Without grouping x is y itself (see gb_grad_of). */
+static cudnnBackendDescriptor_t gb_grad_of(struct gb *g, const struct sdpa_plan *p,
+                                           cudnnBackendDescriptor_t y) {
+    if (p->H == p->HK) return y;
+    return gb_virtual(g, CUDNN_DATA_BFLOAT16, p->B, p->H, p->T, p->HS);
 }
 
 static void gb_forward(struct gb *g, const struct sdpa_plan *p) {
     struct sdpa_layout l = sdpa_layout_of(p);
     int64_t B = p->B, H = p->H, T = p->T;
-    cudnnBackendDescriptor_t q = gb_operand(g, U_Q, &l, l.qkv, 0);
-    cudnnBackendDescriptor_t kt = gb_operand(g, U_K, &l, l.qkv, 1);
-    cudnnBackendDescriptor_t v = gb_operand(g, U_V, &l, l.qkv, 0);
-    cudnnBackendDescriptor_t o = gb_operand(g, U_O, &l, l.o, 0);
-    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p, 1);
+    cudnnBackendDescriptor_t q = gb_operand(g, U_Q, &l, l.q, H, 0);
+    cudnnBackendDescriptor_t kt = gb_operand(g, U_K, &l, l.kv, p->HK, 1);
+    cudnnBackendDescriptor_t v = gb_operand(g, U_V, &l, l.kv, p->HK, 0);
+    cudnnBackendDescriptor_t o = gb_operand(g, U_O, &l, l.o, H, 0);
+    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p);
 
     cudnnBackendDescriptor_t s = gb_causal(g, p, gb_scores(g, p, q, kt));
     cudnnBackendDescriptor_t mx = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, 1);
@@ -351,15 +343,16 @@ static void gb_forward(struct gb *g, const struct sdpa_plan *p) {
 static void gb_backward(struct gb *g, const struct sdpa_plan *p) {
     struct sdpa_layout l = sdpa_layout_of(p);
     int64_t B = p->B, H = p->H, T = p->T, D = p->HS;
-    cudnnBackendDescriptor_t q = gb_operand(g, U_Q, &l, l.qkv, 0);
-    cudnnBackendDescriptor_t kt = gb_operand(g, U_K, &l, l.qkv, 1);
-    cudnnBackendDescriptor_t vt = gb_operand(g, U_V, &l, l.qkv, 1);
-    cudnnBackendDescriptor_t o = gb_operand(g, U_O, &l, l.o, 0);
-    cudnnBackendDescriptor_t dout = gb_operand(g, U_DO, &l, l.o, 0);
-    cudnnBackendDescriptor_t dq = gb_operand(g, U_DQ, &l, l.qkv, 0);
-    cudnnBackendDescriptor_t dk = gb_operand(g, U_DK, &l, l.kv, 0);
-    cudnnBackendDescriptor_t dv = gb_operand(g, U_DV, &l, l.kv, 0);
-    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p, 1), dsum = gb_rows(g, U_DSUM, p, 0);
+    const int64_t HK = p->HK;
+    cudnnBackendDescriptor_t q = gb_operand(g, U_Q, &l, l.q, H, 0);
+    cudnnBackendDescriptor_t kt = gb_operand(g, U_K, &l, l.kv, HK, 1);
+    cudnnBackendDescriptor_t vt = gb_operand(g, U_V, &l, l.kv, HK, 1);
+    cudnnBackendDescriptor_t o = gb_operand(g, U_O, &l, l.o, H, 0);
+    cudnnBackendDescriptor_t dout = gb_operand(g, U_DO, &l, l.o, H, 0);
+    cudnnBackendDescriptor_t dq = gb_operand(g, U_DQ, &l, l.q, H, 0);
+    cudnnBackendDescriptor_t dk = gb_operand(g, U_DK, &l, l.kv, HK, 0);
+    cudnnBackendDescriptor_t dv = gb_operand(g, U_DV, &l, l.kv, HK, 0);
+    cudnnBackendDescriptor_t stats = gb_rows(g, U_STATS, p), dsum = gb_rows(g, U_DSUM, p);
     int64_t ad[4] = {B, H, T, D}, as[4];
     dense(ad, as);
     cudnnBackendDescriptor_t dq_acc = gb_tensor(g, U_DQ_ACC, CUDNN_DATA_FLOAT, ad, as, 0);
@@ -384,7 +377,9 @@ static void gb_backward(struct gb *g, const struct sdpa_plan *p) {
     int64_t td[4] = {B, H, T, T}, ts[4] = {H * T * T, T * T, 1, T};
     cudnnBackendDescriptor_t prt = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
     gb_reshape(g, pr, prt);
-    gb_matmul(g, prt, dout, dv);
+    cudnnBackendDescriptor_t dv_all = gb_grad_of(g, p, dv);
+    gb_matmul(g, prt, dout, dv_all);
+    if (dv_all != dv) gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dv_all, dv);
 
     /* dS = P (dO V^T - Dsum) scale */
     cudnnBackendDescriptor_t dp = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
@@ -399,10 +394,12 @@ static void gb_backward(struct gb *g, const struct sdpa_plan *p) {
     /* dK = dS^T Q */
     cudnnBackendDescriptor_t dst = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
     gb_reshape(g, ds, dst);
-    gb_matmul(g, dst, q, dk);
+    cudnnBackendDescriptor_t dk_all = gb_grad_of(g, p, dk);
+    gb_matmul(g, dst, q, dk_all);
+    if (dk_all != dk) gb_reduce(g, CUDNN_REDUCE_TENSOR_ADD, dk_all, dk);
 
     /* dQ = dS K, accumulated in fp32, then rounded into dqkv */
-    int64_t kd[4] = {B, H, T, D}, ks[4] = {l.qkv[0], l.qkv[1], l.qkv[2], l.qkv[3]};
+    int64_t kd[4] = {B, HK, T, D}, ks[4] = {l.kv[0], l.kv[1], l.kv[2], l.kv[3]};
     cudnnBackendDescriptor_t k = gb_tensor(g, 0, CUDNN_DATA_BFLOAT16, kd, ks, 0);
     gb_reshape(g, kt, k);
     gb_matmul(g, ds, k, dq_acc);
@@ -482,8 +479,7 @@ static void sdpa_build(struct loom_cudnn *cd, struct sdpa_plan *p, int strict) {
                  "cuDNN attention %s has no plan for B %lld T %lld heads %lld (%lld key/value) "
                  "head size %lld%s (%s: %s%s%s)",
                  p->backward ? "backward" : "forward", (long long)p->B, (long long)p->T,
-                 (long long)(p->G * p->H), (long long)p->H, (long long)p->HS,
-                 p->causal ? " causal" : "",
+                 (long long)p->H, (long long)p->HK, (long long)p->HS, p->causal ? " causal" : "",
                  g->err != CUDNN_STATUS_SUCCESS ? g->what : "execution plan",
                  cudnnGetErrorString(g->err != CUDNN_STATUS_SUCCESS ? g->err : last),
                  msg[0] ? ", " : "", msg);
@@ -520,8 +516,8 @@ static struct sdpa_plan *sdpa_plan_for(struct loom_backend *be, const struct loo
     if (cd->failed) return NULL;
     for (int i = 0; i < cd->nplans; i++) {
         struct sdpa_plan *p = &cd->plans[i];
-        if (p->B == a->B && p->T == a->T && p->H == a->NKV && p->G == a->NH / a->NKV &&
-            p->HS == a->HS && p->causal == (a->causal != 0) && p->backward == backward)
+        if (p->B == a->B && p->T == a->T && p->H == a->NH && p->HK == a->NKV && p->HS == a->HS &&
+            p->causal == (a->causal != 0) && p->backward == backward)
             return p->plan ? p : NULL;
     }
     if (cd->nplans == cd->cap) {
@@ -533,8 +529,8 @@ static struct sdpa_plan *sdpa_plan_for(struct loom_backend *be, const struct loo
     memset(p, 0, sizeof *p);
     p->B = a->B;
     p->T = a->T;
-    p->H = a->NKV;
-    p->G = a->NH / a->NKV;
+    p->H = a->NH;
+    p->HK = a->NKV;
     p->HS = a->HS;
     p->causal = a->causal != 0;
     p->backward = backward;
@@ -636,57 +632,55 @@ static int aligned16(struct loom_backend *be, const void *const *ptrs, int n) {
     return (bits & 15) == 0;
 }
 
+/* The query heads of the grouped qkv rows [B, T, (H + 2 HK) HS] copied to the dense
+ * q[B, T, H, HS] (back = 0), or dense dq back into dqkv's query columns (back = 1): 8 elements a
+ * thread. */
+__global__ void sdpa_q_copy_kernel(__nv_bfloat16 *dense, __nv_bfloat16 *rows, int64_t n, int64_t H,
+                                   int64_t HK, int64_t HS, int back) {
+    const int64_t G = H / HK;
+    for (int64_t e = 8 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); e < n;
+         e += 8 * (int64_t)gridDim.x * blockDim.x) {
+        const int64_t d = e % HS, h = (e / HS) % H, bt = e / (HS * H);
+        uint4 *r = reinterpret_cast<uint4 *>(rows + bt * (H + 2 * HK) * HS +
+                                             ((h / G) * (G + 2) + h % G) * HS + d);
+        uint4 *c = reinterpret_cast<uint4 *>(dense + e);
+        if (back)
+            *r = *c;
+        else
+            *c = *r;
+    }
+}
+
+static void sdpa_q_copy(struct loom_backend *be, void *dense, const void *rows,
+                        const struct loom_attn *a, int back) {
+    const int64_t n = a->B * a->T * a->NH * a->HS;
+    sdpa_q_copy_kernel<<<loom_cuda_grid(n / 8, 256), 256, 0, loom_cuda_stream(be)>>>(
+        (__nv_bfloat16 *)dense, (__nv_bfloat16 *)rows, n, a->NH, a->NKV, a->HS, back);
+    LOOM_CUDA_LAUNCHED();
+}
+
 int loom_cuda_attention_forward_cudnn(struct loom_backend *be, void *out, float *lse,
                                       const void *qkv, const struct loom_attn *a) {
     const void *arrays[] = {out, lse, qkv};
     if (!aligned16(be, arrays, 3)) return 0;
     struct sdpa_plan *p = sdpa_plan_for(be, a, 0);
     if (!p) return 0;
-    const char *base = (const char *)qkv;
+    const int64_t G = a->NH / a->NKV;
     const size_t hb = (size_t)a->HS * 2; /* bytes of one head */
+    const size_t head = ((size_t)p->ws_bytes + 255) & ~(size_t)255;
+    char *ws = sdpa_workspace(be, p, G > 1 ? (size_t)(a->B * a->T * a->NH) * hb : 0);
+    const char *base = (const char *)qkv, *q = base;
+    if (G > 1) {
+        sdpa_q_copy(be, ws + head, qkv, a, 0);
+        q = ws + head;
+    }
     float scale = a->scale, neg_inf = -INFINITY;
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEG_INF};
-    const int n = p->causal ? 7 : 6;
-    char *ws = sdpa_workspace(be, p, 0);
-    for (int64_t i = 0; i < p->G; i++) { /* the query heads of index i in their groups */
-        void *ptrs[] = {(void *)(base + i * hb),
-                        (void *)(base + p->G * hb),
-                        (void *)(base + (p->G + 1) * hb),
-                        (char *)out + i * hb,
-                        lse + i * a->T,
-                        &scale,
-                        &neg_inf};
-        sdpa_execute(be, p, n, uids, ptrs, ws);
-    }
+    void *ptrs[] = {
+        (void *)q, (void *)(base + G * hb), (void *)(base + (G + 1) * hb), out, lse, &scale,
+        &neg_inf};
+    sdpa_execute(be, p, p->causal ? 7 : 6, uids, ptrs, ws);
     return 1;
-}
-
-/* dqkv's key and value slots of every group (rows of R = (G + 2) H HS elements) = the sums of
- * the G runs' partial gradients part[r][i] (r = 0 keys, 1 values; i < G), each [B, T, H, HS],
- * added in i order in fp32 and rounded once: 8 elements a thread, blockIdx.y = r. */
-__global__ void sdpa_group_sum_kernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *part, int64_t n,
-                                      int64_t H, int64_t HS, int64_t G) {
-    const int64_t e = 8 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
-    if (e >= n) return;
-    const int64_t r = blockIdx.y, d = e % HS, h = (e / HS) % H, bt = e / (HS * H);
-    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    const __nv_bfloat16 *src = part + r * G * n + e;
-    for (int64_t i = 0; i < G; i++) {
-        const uint4 u = *reinterpret_cast<const uint4 *>(src + i * n);
-        const __nv_bfloat162 *v = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float2 f = __bfloat1622float2(v[j]);
-            acc[2 * j] += f.x;
-            acc[2 * j + 1] += f.y;
-        }
-    }
-    uint4 u;
-    __nv_bfloat162 *v = reinterpret_cast<__nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-        v[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
-    *reinterpret_cast<uint4 *>(dqkv + bt * (G + 2) * H * HS + (h * (G + 2) + G + r) * HS + d) = u;
 }
 
 int loom_cuda_attention_backward_cudnn(struct loom_backend *be, void *dqkv, const void *dout,
@@ -696,53 +690,43 @@ int loom_cuda_attention_backward_cudnn(struct loom_backend *be, void *dqkv, cons
     if (!aligned16(be, arrays, 5)) return 0;
     struct sdpa_plan *p = sdpa_plan_for(be, a, 1);
     if (!p) return 0;
-    const int64_t G = p->G, nrun = a->B * p->H * a->T; /* rows of one run */
-    /* the workspace: cuDNN's, Dsum and the dq accumulator of a run, then (G > 1) the runs'
-     * partial key and value gradients */
-    const size_t head = ((size_t)p->ws_bytes + 255) & ~(size_t)255;
-    const size_t nsum = (((size_t)nrun * sizeof(float)) + 255) & ~(size_t)255;
-    const size_t nacc = (size_t)(nrun * a->HS) * sizeof(float);
-    const size_t npart = G > 1 ? (size_t)(2 * G * nrun * a->HS) * 2 : 0;
-    char *ws = sdpa_workspace(be, p, nsum + nacc + npart);
-    __nv_bfloat16 *part = (__nv_bfloat16 *)(ws + head + nsum + nacc);
-    const char *base = (const char *)qkv;
-    char *dbase = (char *)dqkv;
+    const int64_t G = a->NH / a->NKV, rows = a->B * a->NH * a->T;
     const size_t hb = (size_t)a->HS * 2;
+    /* the workspace: cuDNN's, Dsum, the dq accumulator, then with grouping q and dq dense */
+    const size_t head = ((size_t)p->ws_bytes + 255) & ~(size_t)255;
+    const size_t nsum = ((size_t)rows * sizeof(float) + 255) & ~(size_t)255;
+    const size_t nacc = (size_t)(rows * a->HS) * sizeof(float);
+    const size_t nq = G > 1 ? (size_t)rows * hb : 0;
+    char *ws = sdpa_workspace(be, p, nsum + nacc + 2 * nq);
+    char *qd = ws + head + nsum + nacc, *dqd = qd + nq;
+    if (cudnnGetVersion() < 90600) /* older engines expect the dq accumulator zeroed */
+        LOOM_CUDA_CHECK(cudaMemsetAsync(ws + head + nsum, 0, nacc, loom_cuda_stream(be)));
+    const char *base = (const char *)qkv, *q = base;
+    char *dbase = (char *)dqkv, *dq = dbase;
+    if (G > 1) {
+        sdpa_q_copy(be, qd, qkv, a, 0);
+        q = qd;
+        dq = dqd;
+    }
     float scale = a->scale, neg_inf = -INFINITY, one = 1.0f;
     int64_t uids[] = {U_Q,  U_K,  U_V,    U_O,      U_DO,    U_STATS, U_DQ,
                       U_DK, U_DV, U_DSUM, U_DQ_ACC, U_SCALE, U_ONE,   U_NEG_INF};
-    const int n = p->causal ? 14 : 13;
-    for (int64_t i = 0; i < G; i++) {
-        if (cudnnGetVersion() < 90600) /* older engines expect the dq accumulator zeroed */
-            LOOM_CUDA_CHECK(cudaMemsetAsync(ws + head + nsum, 0, nacc, loom_cuda_stream(be)));
-        void *dk = dbase + G * hb, *dv = dbase + (G + 1) * hb;
-        if (G > 1) {
-            dk = part + i * nrun * a->HS;
-            dv = part + (G + i) * nrun * a->HS;
-        }
-        void *ptrs[] = {(void *)(base + i * hb),
-                        (void *)(base + G * hb),
-                        (void *)(base + (G + 1) * hb),
-                        (char *)out + i * hb,
-                        (char *)dout + i * hb,
-                        (void *)(lse + i * a->T),
-                        dbase + i * hb,
-                        dk,
-                        dv,
-                        ws + head,
-                        ws + head + nsum,
-                        &scale,
-                        &one,
-                        &neg_inf};
-        sdpa_execute(be, p, n, uids, ptrs, ws);
-    }
-    if (G > 1) {
-        const int64_t nkv = nrun * a->HS;
-        const dim3 grid((unsigned)((nkv / 8 + 255) / 256), 2);
-        sdpa_group_sum_kernel<<<grid, 256, 0, loom_cuda_stream(be)>>>((__nv_bfloat16 *)dqkv, part,
-                                                                      nkv, p->H, a->HS, G);
-        LOOM_CUDA_LAUNCHED();
-    }
+    void *ptrs[] = {(void *)q,
+                    (void *)(base + G * hb),
+                    (void *)(base + (G + 1) * hb),
+                    (void *)out,
+                    (void *)dout,
+                    (void *)lse,
+                    dq,
+                    dbase + G * hb,
+                    dbase + (G + 1) * hb,
+                    ws + head,
+                    ws + head + nsum,
+                    &scale,
+                    &one,
+                    &neg_inf};
+    sdpa_execute(be, p, p->causal ? 14 : 13, uids, ptrs, ws);
+    if (G > 1) sdpa_q_copy(be, dqd, dqkv, a, 1);
     return 1;
 }
 
