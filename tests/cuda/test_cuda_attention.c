@@ -11,8 +11,8 @@
  *
  * Shapes: GPT-2 124M's heads (B 2, T 1024, 12 heads of 64, causal), a partial tile (T 77), no
  * causal mask with head size 128, head size 32; grouped-query attention (4 query heads a
- * key/value head; 2 with T 77, where each run's lse does not begin on 16 bytes; one key/value
- * head for all, no causal mask). Built without cuDNN, the fused cases are skipped
+ * key/value head; 2 a group with T 77 and head size 128; one key/value head for all, no causal
+ * mask). Built without cuDNN, the fused cases are skipped
  * (set_attention_backend says so) and the flash ones still run.
  */
 #define CT_SEED 0xa77e
@@ -157,7 +157,7 @@ int main(void) {
     run_case(1, 300, 4, 4, 128, 0, 300, have_fused);   /* no causal mask, head size 128 */
     run_case(2, 256, 4, 4, 32, 1, 400, have_fused);  /* head size 32: cuDNN only; flash via fp32 */
     run_case(2, 1024, 8, 2, 64, 1, 500, have_fused); /* grouped: 4 query heads a group */
-    run_case(1, 77, 6, 3, 128, 1, 600, have_fused);  /* 2 a group, T not a multiple of 4 */
+    run_case(1, 77, 6, 3, 128, 1, 600, have_fused);  /* 2 a group, a partial tile */
     run_case(2, 256, 4, 1, 64, 0, 700, have_fused);  /* one key/value head, no causal mask */
     loom_backend_destroy(g_cpu);
     loom_backend_destroy(g_gpu);
