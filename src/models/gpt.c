@@ -148,6 +148,7 @@ static enum loom_dtype act_dtype(const struct loom_gpt *m) {
                    m->acts[0].act_elem, loom_dtype_name(dt));
     return dt;
 }
+
 /* The typed activations of the activation type act: the MLP's (fc1, act, dpre in dwide, SwiGLU's
  * d(act) in dwide2) and attention's (qkv, rotated in place with rotary embeddings, att, dqkv in
  * dwide, d(att) in dwide2). Two classes may differ from it: the layers' norm outputs ln1, ln2
