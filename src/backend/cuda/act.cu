@@ -122,107 +122,78 @@ void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *
 }
 
 /* SwiGLU on rows of 2F elements (gate | up) of T (fp32 or bf16; the math in fp32, each result
- * rounded once at its store). A thread takes V adjacent columns of a row (one 16-byte access per
- * operand where every row start is aligned to it, else V = 1); columns run over blockIdx.x,
- * rows over blockIdx.y with a stride of gridDim.y, so no thread divides by F. */
-template <typename T, int V>
-__global__ void swiglu_forward_kernel(T *out, const T *inp, int64_t N, int64_t F) {
+ * rounded once at its store): the forward writes y = out[N, F]; the backward (BWD) reads
+ * dy = dout[N, F] and writes y = dinp[N, 2F]. A thread takes V adjacent columns of a row (one
+ * 16-byte access per operand where every row start is aligned to it, else V = 1); columns run
+ * over blockIdx.x, rows over blockIdx.y with a stride of gridDim.y, so no thread divides by F. */
+template <typename T, int V, bool BWD>
+__global__ void swiglu_kernel(T *y, const T *dy, const T *inp, int64_t N, int64_t F) {
     typedef loom_vec<T, V> vec;
     const int64_t f = V * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
     if (f >= F) return;
     for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
         const vec g = *reinterpret_cast<const vec *>(inp + r * 2 * F + f);
         const vec u = *reinterpret_cast<const vec *>(inp + r * 2 * F + F + f);
-        vec o;
+        if constexpr (!BWD) {
+            vec o;
 #pragma unroll
-        for (int j = 0; j < V; j++) {
-            const float x = loom_to_f32(g.v[j]);
-            o.v[j] = loom_from_f32<T>(x / (1.0f + expf(-x)) * loom_to_f32(u.v[j]));
+            for (int j = 0; j < V; j++) {
+                const float x = loom_to_f32(g.v[j]);
+                o.v[j] = loom_from_f32<T>(x / (1.0f + expf(-x)) * loom_to_f32(u.v[j]));
+            }
+            *reinterpret_cast<vec *>(y + r * F + f) = o;
+        } else {
+            const vec d = *reinterpret_cast<const vec *>(dy + r * F + f);
+            vec dg, du;
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const float x = loom_to_f32(g.v[j]), e = loom_to_f32(d.v[j]);
+                const float s = 1.0f / (1.0f + expf(-x));
+                dg.v[j] = loom_from_f32<T>(e * loom_to_f32(u.v[j]) * s * (1.0f + x * (1.0f - s)));
+                du.v[j] = loom_from_f32<T>(e * x * s);
+            }
+            *reinterpret_cast<vec *>(y + r * 2 * F + f) = dg;
+            *reinterpret_cast<vec *>(y + r * 2 * F + F + f) = du;
         }
-        *reinterpret_cast<vec *>(out + r * F + f) = o;
     }
 }
 
-template <typename T, int V>
-__global__ void swiglu_backward_kernel(T *dinp, const T *dout, const T *inp, int64_t N, int64_t F) {
-    typedef loom_vec<T, V> vec;
-    const int64_t f = V * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x);
-    if (f >= F) return;
-    for (int64_t r = blockIdx.y; r < N; r += gridDim.y) {
-        const vec g = *reinterpret_cast<const vec *>(inp + r * 2 * F + f);
-        const vec u = *reinterpret_cast<const vec *>(inp + r * 2 * F + F + f);
-        const vec dy = *reinterpret_cast<const vec *>(dout + r * F + f);
-        vec dg, du;
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            const float x = loom_to_f32(g.v[j]), y = loom_to_f32(dy.v[j]);
-            const float s = 1.0f / (1.0f + expf(-x));
-            dg.v[j] = loom_from_f32<T>(y * loom_to_f32(u.v[j]) * s * (1.0f + x * (1.0f - s)));
-            du.v[j] = loom_from_f32<T>(y * x * s);
-        }
-        *reinterpret_cast<vec *>(dinp + r * 2 * F + f) = dg;
-        *reinterpret_cast<vec *>(dinp + r * 2 * F + F + f) = du;
-    }
-}
-
-/* The grid of the SwiGLU kernels: V-column chunks of a row over x, rows over y (at most 65535,
- * the rest taken in turn) */
-static dim3 swiglu_grid(int64_t N, int64_t F, int v) {
-    const int64_t chunks = (F / v + LOOM_ACT_THREADS - 1) / LOOM_ACT_THREADS;
-    return dim3((unsigned)chunks, (unsigned)(N < 65535 ? N : 65535));
-}
-
-/* V: 16 bytes of T where F is a multiple of it and every pointer aligned to 16 bytes, else 1 */
-template <typename T>
-static int swiglu_width(int64_t F, const void *a, const void *b, const void *c) {
-    const int v = 16 / (int)sizeof(T);
-    return F % v == 0 && aligned16(a) && aligned16(b) && (!c || aligned16(c)) ? v : 1;
-}
-
-template <typename T>
-static void swiglu_forward(struct loom_backend *be, T *out, const T *inp, int64_t N, int64_t F) {
-    const int v = swiglu_width<T>(F, out, inp, NULL);
+/* Launches swiglu_kernel: V = 16 bytes of T where F is a multiple of it and every array is 16-byte
+ * aligned, else 1; V-column chunks of a row over the grid's x, rows over y (at most 65535, the
+ * rest taken in turn). */
+template <typename T, bool BWD>
+static void swiglu(struct loom_backend *be, T *y, const T *dy, const T *inp, int64_t N, int64_t F) {
+    constexpr int wide = 16 / sizeof(T);
+    const int v =
+        F % wide == 0 && aligned16(y) && aligned16(inp) && (!dy || aligned16(dy)) ? wide : 1;
+    const dim3 grid((unsigned)((F / v + LOOM_ACT_THREADS - 1) / LOOM_ACT_THREADS),
+                    (unsigned)(N < 65535 ? N : 65535));
     cudaStream_t st = loom_cuda_stream(be);
     if (v > 1)
-        swiglu_forward_kernel<T, 16 / sizeof(T)>
-            <<<swiglu_grid(N, F, v), LOOM_ACT_THREADS, 0, st>>>(out, inp, N, F);
+        swiglu_kernel<T, wide, BWD><<<grid, LOOM_ACT_THREADS, 0, st>>>(y, dy, inp, N, F);
     else
-        swiglu_forward_kernel<T, 1>
-            <<<swiglu_grid(N, F, 1), LOOM_ACT_THREADS, 0, st>>>(out, inp, N, F);
-    LOOM_CUDA_LAUNCHED();
-}
-
-template <typename T>
-static void swiglu_backward(struct loom_backend *be, T *dinp, const T *dout, const T *inp,
-                            int64_t N, int64_t F) {
-    const int v = swiglu_width<T>(F, dinp, dout, inp);
-    cudaStream_t st = loom_cuda_stream(be);
-    if (v > 1)
-        swiglu_backward_kernel<T, 16 / sizeof(T)>
-            <<<swiglu_grid(N, F, v), LOOM_ACT_THREADS, 0, st>>>(dinp, dout, inp, N, F);
-    else
-        swiglu_backward_kernel<T, 1>
-            <<<swiglu_grid(N, F, 1), LOOM_ACT_THREADS, 0, st>>>(dinp, dout, inp, N, F);
+        swiglu_kernel<T, 1, BWD><<<grid, LOOM_ACT_THREADS, 0, st>>>(y, dy, inp, N, F);
     LOOM_CUDA_LAUNCHED();
 }
 
 void loom_cuda_swiglu_forward(struct loom_backend *be, void *out, const void *inp,
                               enum loom_dtype dt, int64_t N, int64_t F) {
     if (N <= 0 || F <= 0) return;
+    typedef __nv_bfloat16 bf16;
     if (loom_cuda_typed16(be, dt, "swiglu_forward"))
-        swiglu_forward(be, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)inp, N, F);
+        swiglu<bf16, false>(be, (bf16 *)out, NULL, (const bf16 *)inp, N, F);
     else
-        swiglu_forward(be, (float *)out, (const float *)inp, N, F);
+        swiglu<float, false>(be, (float *)out, NULL, (const float *)inp, N, F);
 }
 
 void loom_cuda_swiglu_backward(struct loom_backend *be, void *dinp, const void *dout,
                                const void *inp, enum loom_dtype dt, int64_t N, int64_t F) {
     if (N <= 0 || F <= 0) return;
+    typedef __nv_bfloat16 bf16;
     if (loom_cuda_typed16(be, dt, "swiglu_backward"))
-        swiglu_backward(be, (__nv_bfloat16 *)dinp, (const __nv_bfloat16 *)dout,
-                        (const __nv_bfloat16 *)inp, N, F);
+        swiglu<bf16, true>(be, (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, N, F);
     else
-        swiglu_backward(be, (float *)dinp, (const float *)dout, (const float *)inp, N, F);
+        swiglu<float, true>(be, (float *)dinp, (const float *)dout, (const float *)inp, N, F);
 }
 
 /* y = x * keep / (1 - p) over [B,T,C]; the same kernel serves forward and backward. */
