@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # loom against PyTorch on one GPU: GPT-2 124M (12 layers, hidden 768, 12 heads) and 350M
 # (24 layers, hidden 1024, 16 heads), sequence 1024, micro-batch 16, vocabulary 50257; and, when
-# asked for (MODELS=llama1b), a Llama-style model of 1.1B parameters (16 layers, hidden 2048,
-# 32 query heads on 8 key/value heads, SwiGLU of 5632, RMSNorm, rotary embeddings, no biases,
-# untied output layer, sequence 2048, micro-batch 4, vocabulary 32000). Random tokens, no
+# asked for (MODELS=llama850m), a Llama-style model of 852.6M parameters (16 layers, hidden
+# 2048, 32 query heads on 8 key/value heads, SwiGLU of 5632, RMSNorm, rotary embeddings, no
+# biases, untied output layer, sequence 2048, micro-batch 4, vocabulary 32000). Random tokens, no
 # dropout, AdamW with clipping. loom runs `loom train --device cuda --bf16`; PyTorch runs
 # bench/torch_gpt.py (bf16 autocast, scaled_dot_product_attention, fused AdamW) eager and under
 # torch.compile. Prints tokens/s, model TFLOP/s, MFU (989 TFLOP/s peak; FLOPs per
@@ -37,8 +37,8 @@ shape() {
   case $1 in
     124m) echo "gpt 12 768 12 12 3072 1024 $BATCH 50257 12" ;;
     350m) echo "gpt 24 1024 16 16 4096 1024 $BATCH 50257 18" ;;
-    llama1b) echo "llama 16 2048 32 8 5632 2048 4 32000 16" ;;
-    *) echo "unknown model $1 (valid: 124m 350m llama1b)" >&2; return 1 ;;
+    llama850m) echo "llama 16 2048 32 8 5632 2048 4 32000 16" ;;
+    *) echo "unknown model $1 (valid: 124m 350m llama850m)" >&2; return 1 ;;
   esac
 }
 
