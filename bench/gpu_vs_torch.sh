@@ -13,9 +13,10 @@
 #   bash bench/gpu_vs_torch.sh                 both GPT models
 #   MODELS=124m STEPS=20 bash bench/gpu_vs_torch.sh
 # Environment: LOOM (default build-gpu/loom), PYTHON (python3), STEPS (timed steps, 20),
-# WARMUP (5), BATCH (the GPT models' micro-batch, 16), TORCH (0: loom only), TORCH_COMPILE (1: also torch.compile), OUT_DIR (logs; $OUT or
-# bench-gpu-logs), KEPT_LAYERS (loom's --kept-activation-layers for every model instead of the
-# per-model value below). Exit status 0 when every run finished.
+# WARMUP (5), BATCH (the GPT models' micro-batch, 16), TORCH (0: loom only), TORCH_COMPILE
+# (1: also torch.compile), OUT_DIR (logs; $OUT or bench-gpu-logs), KEPT_LAYERS (loom's
+# --kept-activation-layers for every model instead of the per-model value below).
+# Exit status 0 when every run finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOOM=${LOOM:-build-gpu/loom}
