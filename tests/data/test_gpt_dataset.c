@@ -7,16 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "expect.h"
 #include "loom/data.h"
-
-static int g_fail;
-#define EXPECT(c)                                                                             \
-    do {                                                                                      \
-        if (!(c)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                      \
-            g_fail++;                                                                         \
-        }                                                                                     \
-    } while (0)
 
 static char g_dir[256];
 
@@ -56,7 +48,7 @@ static void test_split_bounds(void) {
             fprintf(stderr, "FAIL split %s over %lld: got %lld %lld %lld %lld\n", cases[i].split,
                     (long long)cases[i].n, (long long)b[0], (long long)b[1], (long long)b[2],
                     (long long)b[3]);
-            g_fail++;
+            expect_failures++;
         }
     }
     /* every split of every size: ordered ranges covering [0, n) */
@@ -170,7 +162,7 @@ static void check_source(const struct loom_gpt_dataset *ds, int src, int64_t T) 
     for (int64_t p = 0; p < si.doc_order_len; p++) {
         int64_t d = si.doc_order[p];
         if (d < si.doc_begin || d >= si.doc_end) {
-            g_fail++;
+            expect_failures++;
             fprintf(stderr, "FAIL doc %lld outside split [%lld, %lld)\n", (long long)d,
                     (long long)si.doc_begin, (long long)si.doc_end);
             break;
@@ -221,7 +213,7 @@ static void check_samples(const struct loom_gpt_dataset *ds, int64_t T) {
     qsort(js, (size_t)len, sizeof *js, cmp_i64);
     for (int64_t k = 0; k < len; k++)
         if (js[k] != k) {
-            g_fail++;
+            expect_failures++;
             fprintf(stderr, "FAIL sample shuffle is not a permutation\n");
             break;
         }
@@ -249,7 +241,7 @@ static struct loom_gpt_dataset *open_ds(const char *path, const char *split, enu
     if (loom_gpt_dataset_open(&ds, &c) != LOOM_OK) {
         fprintf(stderr, "FAIL open %s split %d N=%lld T=%lld: %s\n", path, (int)w, (long long)N,
                 (long long)T, loom_last_error());
-        g_fail++;
+        expect_failures++;
     }
     return ds;
 }
@@ -529,10 +521,7 @@ int main(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-    if (g_fail) {
-        fprintf(stderr, "test_gpt_dataset: %d failure(s)\n", g_fail);
-        return 1;
-    }
+    if (expect_finish("test_gpt_dataset")) return 1;
     printf("test_gpt_dataset: ok\n");
     return 0;
 }

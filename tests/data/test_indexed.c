@@ -15,16 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "expect.h"
 #include "loom/data.h"
-
-static int g_fail;
-#define EXPECT(c)                                                                             \
-    do {                                                                                      \
-        if (!(c)) {                                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);                      \
-            g_fail++;                                                                         \
-        }                                                                                     \
-    } while (0)
 
 /* ---------------------------------------------------------------------------------------- */
 /* tool modes                                                                               */
@@ -373,7 +365,7 @@ static void test_corruptions(void) {
         if (!ok)
             fprintf(stderr, "FAIL corruption '%s': status %d, message '%s' (want '%s')\n",
                     k->what, (int)s, loom_last_error(), k->want);
-        g_fail += !ok;
+        expect_failures += !ok;
         loom_indexed_free(ds);
     }
 
@@ -506,10 +498,7 @@ int main(int argc, char **argv) {
     test_fuzz();
     clear_dir();
     rmdir(g_dir);
-    if (g_fail) {
-        fprintf(stderr, "test_indexed: %d failure(s)\n", g_fail);
-        return 1;
-    }
+    if (expect_finish("test_indexed")) return 1;
     printf("test_indexed: ok\n");
     return 0;
 }

@@ -19,20 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "expect.h"
 #include "loom/fileio.h"
 #include "loom/tokenizer.h"
-
-static int g_fail;
-
-#define EXPECT(cond, ...)                                                                     \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            g_fail++;                                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                  \
-            fprintf(stderr, __VA_ARGS__);                                                     \
-            fputc('\n', stderr);                                                              \
-        }                                                                                     \
-    } while (0)
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
@@ -80,7 +69,7 @@ static void expect_ids(const struct loom_tokenizer *t, const char *text, const i
     size_t n;
     enum loom_status s = enc(t, text, strlen(text), &ids, &n);
     if (s != LOOM_OK || !same_ids(ids, n, want, nwant)) {
-        g_fail++;
+        expect_failures++;
         fprintf(stderr, "FAIL line %d: encode(\"%s\") status %d %s\n", line, text, (int)s,
                 loom_last_error());
         print_ids("got ", ids, n);
@@ -390,8 +379,9 @@ static void test_utf8(void) {
     struct loom_tokenizer *t;
     const char *extra[] = {"ab"};
     write_tiny_gpt2("u.json", "u.txt", extra, 1, "#version: 0.2\na b\n", -1);
-    EXPECT(loom_tokenizer_load(&t, "GPT2BPETokenizer", tmp_path("u.json"), tmp_path("u.txt")) == LOOM_OK,
-           "%s", loom_last_error());
+    EXPECTF(loom_tokenizer_load(&t, "GPT2BPETokenizer", tmp_path("u.json"), tmp_path("u.txt")) ==
+                LOOM_OK,
+            "%s", loom_last_error());
     struct {
         const char *s;
         size_t len;
@@ -417,13 +407,13 @@ static void test_utf8(void) {
         size_t n = 0, cap = 0;
         enum loom_status s = loom_tokenizer_encode(t, cases[i].s, cases[i].len, &ids, &n, &cap);
         if (cases[i].bad < 0) {
-            EXPECT(s == LOOM_OK && n > 0, "case %zu: %s", i, loom_last_error());
+            EXPECTF(s == LOOM_OK && n > 0, "case %zu: %s", i, loom_last_error());
         } else {
             char want[64];
             snprintf(want, sizeof want, "byte offset %ld of %zu", cases[i].bad, cases[i].len);
-            EXPECT(s == LOOM_ERR_FORMAT && n == 0 && strstr(loom_last_error(), want),
-                   "case %zu: status %d, n %zu, message '%s', want '%s'", i, (int)s, n,
-                   loom_last_error(), want);
+            EXPECTF(s == LOOM_ERR_FORMAT && n == 0 && strstr(loom_last_error(), want),
+                    "case %zu: status %d, n %zu, message '%s', want '%s'", i, (int)s, n,
+                    loom_last_error(), want);
         }
         free(ids);
     }
@@ -440,13 +430,14 @@ static void test_tiny_gpt2(void) {
     write_tiny_gpt2("v.json", "m.txt", extra, (int)(sizeof extra / sizeof extra[0]), merges, -1);
     struct loom_tokenizer *t;
     if (loom_tokenizer_load(&t, "GPT2BPETokenizer", tmp_path("v.json"), tmp_path("m.txt")) != LOOM_OK) {
-        g_fail++;
+        expect_failures++;
         fprintf(stderr, "FAIL: tiny GPT-2 load: %s\n", loom_last_error());
         return;
     }
-    EXPECT(loom_tokenizer_vocab_size(t) == 256 + 11, "vocab size %lld", (long long)loom_tokenizer_vocab_size(t));
-    EXPECT(loom_tokenizer_eod(t) == 260, "eod %d", loom_tokenizer_eod(t));
-    EXPECT(loom_tokenizer_special(t, "[CLS]") == -1, "GPT-2 has no CLS");
+    EXPECTF(loom_tokenizer_vocab_size(t) == 256 + 11, "vocab size %lld",
+            (long long)loom_tokenizer_vocab_size(t));
+    EXPECTF(loom_tokenizer_eod(t) == 260, "eod %d", loom_tokenizer_eod(t));
+    EXPECTF(loom_tokenizer_special(t, "[CLS]") == -1, "GPT-2 has no CLS");
     EXPECT_IDS(t, "hello", 259);
     /* every occurrence of a pair merges in one pass: h e l l h e l l o -> hell hello */
     EXPECT_IDS(t, "hellhello", 258, 259);
@@ -471,9 +462,9 @@ static void test_tiny_gpt2(void) {
         const char nul[] = {'h', 'e', 0, 'l', 'l'};
         int32_t *ids;
         size_t n;
-        EXPECT(enc(t, nul, 5, &ids, &n) == LOOM_OK && n == 3 && ids[0] == 256 && ids[1] == 0 &&
-                   ids[2] == 257,
-               "NUL: n=%zu", n);
+        EXPECTF(enc(t, nul, 5, &ids, &n) == LOOM_OK && n == 3 && ids[0] == 256 && ids[1] == 0 &&
+                    ids[2] == 257,
+                "NUL: n=%zu", n);
         free(ids);
     }
     /* non-ASCII: bytes of the UTF-8 */
@@ -482,10 +473,10 @@ static void test_tiny_gpt2(void) {
     {
         int32_t *ids = NULL;
         size_t n = 0, cap = 0;
-        EXPECT(loom_tokenizer_encode(t, "hello", 5, &ids, &n, &cap) == LOOM_OK, "append 1");
-        EXPECT(loom_tokenizer_encode(t, " world", 6, &ids, &n, &cap) == LOOM_OK, "append 2");
-        EXPECT(n == 2 && ids[0] == 259 && ids[1] == 265 && cap >= n, "append: n=%zu", n);
-        EXPECT(loom_tokenizer_encode(t, "", 0, &ids, &n, &cap) == LOOM_OK && n == 2, "empty");
+        EXPECTF(loom_tokenizer_encode(t, "hello", 5, &ids, &n, &cap) == LOOM_OK, "append 1");
+        EXPECTF(loom_tokenizer_encode(t, " world", 6, &ids, &n, &cap) == LOOM_OK, "append 2");
+        EXPECTF(n == 2 && ids[0] == 259 && ids[1] == 265 && cap >= n, "append: n=%zu", n);
+        EXPECTF(loom_tokenizer_encode(t, "", 0, &ids, &n, &cap) == LOOM_OK && n == 2, "empty");
         free(ids);
     }
     /* decode */
@@ -493,18 +484,19 @@ static void test_tiny_gpt2(void) {
         const int32_t ids[] = {259, 265, 260, 0xC3, 0xA9};
         char *s;
         size_t len;
-        EXPECT(loom_tokenizer_decode(t, ids, 5, &s, &len) == LOOM_OK && len == 26 &&
-                   strcmp(s, "hello world<|endoftext|>\xC3\xA9") == 0,
-               "decode: %s", s ? s : "(null)");
+        EXPECTF(loom_tokenizer_decode(t, ids, 5, &s, &len) == LOOM_OK && len == 26 &&
+                    strcmp(s, "hello world<|endoftext|>\xC3\xA9") == 0,
+                "decode: %s", s ? s : "(null)");
         free(s);
         const int32_t badid[] = {259, 267};
-        EXPECT(loom_tokenizer_decode(t, badid, 2, &s, &len) == LOOM_ERR_INVALID_ARG &&
-                   strstr(loom_last_error(), "267") && s == NULL,
-               "decode out of range: %s", loom_last_error());
+        EXPECTF(loom_tokenizer_decode(t, badid, 2, &s, &len) == LOOM_ERR_INVALID_ARG &&
+                    strstr(loom_last_error(), "267") && s == NULL,
+                "decode out of range: %s", loom_last_error());
         const int32_t neg[] = {-1};
-        EXPECT(loom_tokenizer_decode(t, neg, 1, &s, NULL) == LOOM_ERR_INVALID_ARG, "negative id");
-        EXPECT(loom_tokenizer_decode(t, NULL, 0, &s, &len) == LOOM_OK && len == 0 && s && s[0] == 0,
-               "decode nothing");
+        EXPECTF(loom_tokenizer_decode(t, neg, 1, &s, NULL) == LOOM_ERR_INVALID_ARG, "negative id");
+        EXPECTF(loom_tokenizer_decode(t, NULL, 0, &s, &len) == LOOM_OK && len == 0 && s &&
+                    s[0] == 0,
+                "decode nothing");
         free(s);
     }
     /* round trips of the whole byte range as valid UTF-8 */
@@ -512,7 +504,7 @@ static void test_tiny_gpt2(void) {
         char buf[1024];
         size_t k = 0;
         for (uint32_t c = 0; c < 0x250; c += 3) k += put_cp(buf + k, c);
-        EXPECT(roundtrip_one(t, buf, k, "byte range") == 0, "roundtrip");
+        EXPECTF(roundtrip_one(t, buf, k, "byte range") == 0, "roundtrip");
     }
     /* a long piece takes the heap path: 3000 letters */
     {
@@ -521,10 +513,10 @@ static void test_tiny_gpt2(void) {
         for (size_t i = 0; i < len; i++) s[i] = "hello"[i % 5];
         int32_t *ids;
         size_t n;
-        EXPECT(enc(t, s, len, &ids, &n) == LOOM_OK && n == len / 5, "long piece: n=%zu", n);
+        EXPECTF(enc(t, s, len, &ids, &n) == LOOM_OK && n == len / 5, "long piece: n=%zu", n);
         int ok = 1;
         for (size_t i = 0; i < n; i++) ok &= ids[i] == 259;
-        EXPECT(ok, "long piece ids");
+        EXPECTF(ok, "long piece ids");
         free(ids);
         free(s);
     }
@@ -536,7 +528,7 @@ static void expect_load_error(const char *type, const char *vocab, const char *m
     struct loom_tokenizer *t = (struct loom_tokenizer *)1;
     enum loom_status s = loom_tokenizer_load(&t, type, vocab, merges);
     if (s != want || t != NULL || !strstr(loom_last_error(), substr)) {
-        g_fail++;
+        expect_failures++;
         fprintf(stderr, "FAIL line %d: load(%s, %s, %s): status %d (want %d), message '%s' (want '%s')\n",
                 line, type, vocab ? vocab : "NULL", merges ? merges : "NULL", (int)s, (int)want,
                 loom_last_error(), substr);
@@ -586,8 +578,8 @@ static void test_gpt2_load_errors(void) {
     /* without the #version line, with CRLF and blank lines: fine */
     write_text("crlf.txt", "a b\r\n\r\n");
     struct loom_tokenizer *t;
-    EXPECT(loom_tokenizer_load(&t, "GPT2BPETokenizer", v, tmp_path("crlf.txt")) == LOOM_OK, "%s",
-           loom_last_error());
+    EXPECTF(loom_tokenizer_load(&t, "GPT2BPETokenizer", v, tmp_path("crlf.txt")) == LOOM_OK, "%s",
+            loom_last_error());
     if (t) {
         EXPECT_IDS(t, "ab", 256);
         loom_tokenizer_free(t);
@@ -629,16 +621,18 @@ static void test_tiny_wordpiece(void) {
     struct loom_tokenizer *lo, *ca;
     if (loom_tokenizer_load(&lo, "BertWordPieceLowerCase", tmp_path("vocab.txt"), NULL) != LOOM_OK ||
         loom_tokenizer_load(&ca, "BertWordPieceCase", tmp_path("vocab.txt"), NULL) != LOOM_OK) {
-        g_fail++;
+        expect_failures++;
         fprintf(stderr, "FAIL: tiny WordPiece load: %s\n", loom_last_error());
         return;
     }
-    EXPECT(loom_tokenizer_vocab_size(lo) == 28, "vocab size %lld", (long long)loom_tokenizer_vocab_size(lo));
-    EXPECT(loom_tokenizer_eod(lo) == 3, "eod = [SEP]");
-    EXPECT(loom_tokenizer_special(lo, "[CLS]") == 2 && loom_tokenizer_special(lo, "SEP") == 3 &&
-               loom_tokenizer_special(lo, "mask") == 4 && loom_tokenizer_special(lo, "[PAD]") == 0 &&
-               loom_tokenizer_special(lo, "[UNK]") == 1 && loom_tokenizer_special(lo, "[FOO]") == -1,
-           "specials");
+    EXPECTF(loom_tokenizer_vocab_size(lo) == 28, "vocab size %lld",
+            (long long)loom_tokenizer_vocab_size(lo));
+    EXPECTF(loom_tokenizer_eod(lo) == 3, "eod = [SEP]");
+    EXPECTF(
+        loom_tokenizer_special(lo, "[CLS]") == 2 && loom_tokenizer_special(lo, "SEP") == 3 &&
+            loom_tokenizer_special(lo, "mask") == 4 && loom_tokenizer_special(lo, "[PAD]") == 0 &&
+            loom_tokenizer_special(lo, "[UNK]") == 1 && loom_tokenizer_special(lo, "[FOO]") == -1,
+        "specials");
     /* lower case: Hello -> hello; punctuation split; ## continuations */
     EXPECT_IDS(lo, "Hello, worlds!", 5, 9, 7, 8, 10);
     EXPECT_IDS(ca, "Hello, worlds!", 6, 9, 7, 8, 10);
@@ -658,7 +652,7 @@ static void test_tiny_wordpiece(void) {
         const char nul[] = "hel\0lo";
         int32_t *ids;
         size_t n;
-        EXPECT(enc(lo, nul, 6, &ids, &n) == LOOM_OK && n == 1 && ids[0] == 5, "NUL dropped");
+        EXPECTF(enc(lo, nul, 6, &ids, &n) == LOOM_OK && n == 1 && ids[0] == 5, "NUL dropped");
         free(ids);
     }
     /* a ZWJ (format character, Cf) is a control character: dropped */
@@ -684,12 +678,13 @@ static void test_tiny_wordpiece(void) {
         w[LOOM_WORDPIECE_MAX_WORD_CHARS + 1] = 0;
         int32_t *ids;
         size_t n;
-        EXPECT(enc(lo, w, LOOM_WORDPIECE_MAX_WORD_CHARS + 1, &ids, &n) == LOOM_OK && n == 1 && ids[0] == 1,
-               "long word: n=%zu", n);
+        EXPECTF(enc(lo, w, LOOM_WORDPIECE_MAX_WORD_CHARS + 1, &ids, &n) == LOOM_OK && n == 1 &&
+                    ids[0] == 1,
+                "long word: n=%zu", n);
         free(ids);
-        EXPECT(enc(lo, w, LOOM_WORDPIECE_MAX_WORD_CHARS, &ids, &n) == LOOM_OK &&
-                   n == LOOM_WORDPIECE_MAX_WORD_CHARS && ids[0] == 18 && ids[1] == 19,
-               "word at the limit: n=%zu", n);
+        EXPECTF(enc(lo, w, LOOM_WORDPIECE_MAX_WORD_CHARS, &ids, &n) == LOOM_OK &&
+                    n == LOOM_WORDPIECE_MAX_WORD_CHARS && ids[0] == 18 && ids[1] == 19,
+                "word at the limit: n=%zu", n);
         free(ids);
     }
     /* decode: tokens joined by spaces, ## glued */
@@ -697,17 +692,18 @@ static void test_tiny_wordpiece(void) {
         const int32_t ids[] = {2, 11, 12, 13, 9, 7, 8, 3};
         char *s;
         size_t len;
-        EXPECT(loom_tokenizer_decode(lo, ids, 8, &s, &len) == LOOM_OK &&
-                   strcmp(s, "[CLS] unaffable , worlds [SEP]") == 0 && len == strlen(s),
-               "decode: '%s'", s ? s : "(null)");
+        EXPECTF(loom_tokenizer_decode(lo, ids, 8, &s, &len) == LOOM_OK &&
+                    strcmp(s, "[CLS] unaffable , worlds [SEP]") == 0 && len == strlen(s),
+                "decode: '%s'", s ? s : "(null)");
         free(s);
     }
     /* invalid UTF-8 */
     {
         int32_t *ids;
         size_t n;
-        EXPECT(enc(lo, "ok \xFF", 4, &ids, &n) == LOOM_ERR_FORMAT && strstr(loom_last_error(), "byte offset 3"),
-               "%s", loom_last_error());
+        EXPECTF(enc(lo, "ok \xFF", 4, &ids, &n) == LOOM_ERR_FORMAT &&
+                    strstr(loom_last_error(), "byte offset 3"),
+                "%s", loom_last_error());
         free(ids);
     }
     loom_tokenizer_free(lo);
@@ -736,10 +732,7 @@ int main(int argc, char **argv) {
     test_gpt2_load_errors();
     test_tiny_wordpiece();
     loom_rm_rf(g_dir);
-    if (g_fail) {
-        fprintf(stderr, "test_tokenizer: %d failure(s)\n", g_fail);
-        return 1;
-    }
+    if (expect_finish("test_tokenizer")) return 1;
     printf("test_tokenizer: all passed\n");
     return 0;
 }

@@ -24,19 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "expect.h"
 #include "loom/backend.h"
 #include "loom/rng.h"
 
-static int g_failures;
 static struct loom_backend *g_be;
-
-#define EXPECT(cond)                                                                          \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);    \
-            g_failures++;                                                                     \
-        }                                                                                     \
-    } while (0)
 
 static void *xmalloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
@@ -96,7 +88,7 @@ static int check_close(const char *what, const float *got, const double *ref, in
     if (bad) {
         fprintf(stderr, "  %s: %lld of %lld elements off; worst [%lld] got %.9g want %.9g\n", what,
                 (long long)bad, (long long)n, (long long)wi, wg, wr);
-        g_failures++;
+        expect_failures++;
         return 0;
     }
     return 1;
@@ -253,7 +245,7 @@ static void test_vs_reference_at(int64_t B, int64_t T, int64_t NH, int64_t NKV, 
     struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, p);
     a.sample0 = sample0;
     const int64_t R = row_len(&a), C = NH * HS;
-    const int f0 = g_failures;
+    const int f0 = expect_failures;
     /* every tensor the op reads or writes ends against a guard page */
     float *qkv = guarded_alloc(B * T * R), *dout = guarded_alloc(B * T * C);
     float *out = guarded_alloc(B * T * C), *lse = guarded_alloc(B * NH * T);
@@ -285,7 +277,7 @@ static void test_vs_reference_at(int64_t B, int64_t T, int64_t NH, int64_t NKV, 
     EXPECT(memcmp(dqkv, dqkv2, (size_t)(B * T * R) * sizeof(float)) == 0);
 
     printf("%-4s attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f sample0=%lld\n",
-           g_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
+           expect_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
            (long long)NKV, (long long)HS, causal ? "causal" : "bidirectional", (double)p,
            (long long)sample0);
     guarded_free(qkv, B * T * R), guarded_free(dout, B * T * C), guarded_free(out, B * T * C);
@@ -303,7 +295,7 @@ static void test_finite_differences(int causal, float p, int64_t NH, int64_t NKV
     const int64_t B = 2, T = 6, HS = 4;
     struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, p);
     const int64_t R = row_len(&a), C = NH * HS, N = B * T * R;
-    const int f0 = g_failures;
+    const int f0 = expect_failures;
     float *qkv = ALLOCF(N), *W = ALLOCF(B * T * C), *out = ALLOCF(B * T * C);
     float *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(N);
     double *fd = ALLOCD(N);
@@ -325,7 +317,7 @@ static void test_finite_differences(int causal, float p, int64_t NH, int64_t NKV
     }
     check_close("dqkv vs finite differences", dqkv, fd, N, 2e-3, 1e-2);
     printf("%-4s attention finite differences %s p=%.2f NH=%lld NKV=%lld\n",
-           g_failures == f0 ? "ok" : "FAIL", causal ? "causal" : "bidirectional", (double)p,
+           expect_failures == f0 ? "ok" : "FAIL", causal ? "causal" : "bidirectional", (double)p,
            (long long)NH, (long long)NKV);
     free(qkv), free(W), free(out), free(lse), free(dqkv), free(fd);
 }
@@ -335,7 +327,7 @@ static void test_finite_differences(int causal, float p, int64_t NH, int64_t NKV
  * mask included. Data parallelism likewise: sample 1 alone with sample0 = 1. */
 static void test_dropout_layout(void) {
     const int64_t B = 2, T = 70, NH = 4, NKV = 2, HS = 16;
-    const int f0 = g_failures;
+    const int f0 = expect_failures;
     struct loom_attn a = make_attn(B, T, NH, NKV, HS, 1, 0.25f);
     const int64_t R = row_len(&a), C = NH * HS;
     float *qkv = ALLOCF(B * T * R), *dout = ALLOCF(B * T * C), *out = ALLOCF(B * T * C);
@@ -396,7 +388,7 @@ static void test_dropout_layout(void) {
     EXPECT(fabs(frac - 0.75) < 0.02);
 
     printf("%-4s attention dropout mask across head slices and samples (kept %.3f)\n",
-           g_failures == f0 ? "ok" : "FAIL", frac);
+           expect_failures == f0 ? "ok" : "FAIL", frac);
     free(qkv), free(dout), free(out), free(lse), free(dqkv), free(qkvl), free(doutl), free(outl);
     free(lsel), free(dqkvl), free(want_out), free(want_lse), free(want_d), free(out1), free(lse1);
     free(dqkv1);
@@ -431,7 +423,7 @@ static void ref_rope(double *y, const float *x, int64_t B, int64_t T, int64_t NH
 static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
     const float theta = 10000.0f;
     const int64_t R = (NH + 2 * NKV) * HS, N = B * T * R, Q = NH / NKV;
-    const int f0 = g_failures;
+    const int f0 = expect_failures;
     float *x = ALLOCF(N), *y = ALLOCF(N);
     double *ry = ALLOCD(N);
     fill_normal(x, N, 7, 1.0f);
@@ -475,7 +467,7 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
     }
     check_close("rope backward vs finite differences", gp, fd, nprobe, 1e-4, 1e-4);
     printf("%-4s rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld\n",
-           g_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
+           expect_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
            (long long)NKV, (long long)HS, (long long)pos0);
     free(x), free(y), free(ry), free(W), free(fd), free(gp), free(xp);
 }
@@ -643,8 +635,7 @@ int main(int argc, char **argv) {
         test_rope(2, 33, 4, 2, 16, 0);
         test_rope(1, 20, 4, 1, 64, 1000);
         test_rope(1, 9, 2, 2, 8, 5);
-        rc = g_failures ? 1 : 0;
-        if (g_failures) fprintf(stderr, "%d failure(s)\n", g_failures);
+        rc = expect_finish("test_attention");
     }
     loom_backend_destroy(g_be);
     return rc;

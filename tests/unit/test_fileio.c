@@ -11,39 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "expect.h"
 #include "loom/fileio.h"
-
-static int g_failures;
-
-#define EXPECT(cond)                                                                          \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);    \
-            g_failures++;                                                                     \
-        }                                                                                     \
-    } while (0)
-
-#define EXPECT_OK(expr)                                                                       \
-    do {                                                                                      \
-        enum loom_status s_ = (expr);                                                         \
-        if (s_ != LOOM_OK) {                                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,             \
-                    loom_last_error());                                                       \
-            g_failures++;                                                                     \
-        }                                                                                     \
-    } while (0)
-
-/* expr must fail with status st and a message containing `needle`. */
-#define EXPECT_FAIL(expr, st, needle)                                                         \
-    do {                                                                                      \
-        loom_clear_error();                                                                   \
-        enum loom_status s_ = (expr);                                                         \
-        if (s_ != (st) || !strstr(loom_last_error(), (needle))) {                             \
-            fprintf(stderr, "%s:%d: %s: got status %d, message '%s'; want status %d and '%s'\n", \
-                    __FILE__, __LINE__, #expr, (int)s_, loom_last_error(), (int)(st), (needle)); \
-            g_failures++;                                                                     \
-        }                                                                                     \
-    } while (0)
 
 static char g_root[200];
 
@@ -369,12 +338,9 @@ int main(void) {
     test_read_file();
     if (loom_rm_rf(g_root) != LOOM_OK) {
         fprintf(stderr, "cleanup: %s\n", loom_last_error());
-        g_failures++;
+        expect_failures++;
     }
-    if (g_failures) {
-        fprintf(stderr, "test_fileio: %d failure(s)\n", g_failures);
-        return 1;
-    }
+    if (expect_finish("test_fileio")) return 1;
     printf("test_fileio: all passed\n");
     return 0;
 }

@@ -6,17 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "expect.h"
 #include "loom/parallel.h"
-
-static int g_failures;
-
-#define EXPECT(cond)                                                                          \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);    \
-            g_failures++;                                                                     \
-        }                                                                                     \
-    } while (0)
 
 /* Every listed group, for every one of its members, must be what loom_rank_group returns. */
 static void expect_groups(const int sizes[LOOM_PDIM_COUNT], enum loom_pdim dim, int ngroups,
@@ -164,10 +155,7 @@ int main(void) {
     test_single_and_roundtrip();
     EXPECT(strcmp(loom_pdim_flag(LOOM_PDIM_TP), "--tensor-model-parallel-size") == 0);
     EXPECT(strcmp(loom_pdim_flag(LOOM_PDIM_PP), "--pipeline-model-parallel-size") == 0);
-    if (g_failures) {
-        fprintf(stderr, "test_rank_grid: %d failure(s)\n", g_failures);
-        return 1;
-    }
+    if (expect_finish("test_rank_grid")) return 1;
     printf("test_rank_grid: ok\n");
     return 0;
 }

@@ -11,59 +11,14 @@
  */
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "expect.h"
 #include "loom/fileio.h"
 #include "loom/safetensors.h"
-
-static int g_failures;
-
-#define EXPECT(cond)                                                                          \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            fprintf(stderr, "%s:%d: expectation failed: %s\n", __FILE__, __LINE__, #cond);    \
-            g_failures++;                                                                     \
-        }                                                                                     \
-    } while (0)
-
-#define EXPECT_OK(expr)                                                                       \
-    do {                                                                                      \
-        enum loom_status s_ = (expr);                                                         \
-        if (s_ != LOOM_OK) {                                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,             \
-                    loom_last_error());                                                       \
-            g_failures++;                                                                     \
-        }                                                                                     \
-    } while (0)
-
-/* expr must fail with status st and a message containing every string of the NULL-terminated
- * list that follows. */
-static void expect_fail_(const char *file, int line, const char *text, enum loom_status got,
-                         enum loom_status want, ...) {
-    bool ok = got == want;
-    va_list ap;
-    va_start(ap, want);
-    const char *needle;
-    while ((needle = va_arg(ap, const char *)) != NULL)
-        if (!strstr(loom_last_error(), needle)) ok = false;
-    va_end(ap);
-    if (!ok) {
-        fprintf(stderr, "%s:%d: %s: got status %d, message '%s'; want status %d\n", file, line,
-                text, (int)got, loom_last_error(), (int)want);
-        g_failures++;
-    }
-}
-#define EXPECT_FAIL(expr, st, ...)                                                            \
-    do {                                                                                      \
-        loom_clear_error();                                                                   \
-        enum loom_status s2_ = (expr);                                                        \
-        expect_fail_(__FILE__, __LINE__, #expr, s2_, (st), __VA_ARGS__, (const char *)NULL);  \
-    } while (0)
 
 static char g_root[200];
 
@@ -572,7 +527,7 @@ static int check_python(const char *path, const char *expect_path) {
         const struct loom_safetensors_entry *e = loom_safetensors_find(st, key);
         if (!e) {
             fprintf(stderr, "missing tensor '%s'\n", key);
-            g_failures++;
+            expect_failures++;
             continue;
         }
         const char *dtype = json_string_value(json_object_get(v, "dtype"));
@@ -612,7 +567,7 @@ static int check_python(const char *path, const char *expect_path) {
            (long long)loom_safetensors_metadata_count(st));
     loom_safetensors_close(st);
     json_decref(ex);
-    return g_failures ? 1 : 0;
+    return expect_failures ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
@@ -626,8 +581,7 @@ int main(int argc, char **argv) {
     }
     if (argc == 4 && !strcmp(argv[1], "--check-python")) {
         int rc = check_python(argv[2], argv[3]);
-        if (rc) fprintf(stderr, "check-python: %d failure(s)\n", g_failures);
-        return rc;
+        return expect_finish("check-python") || rc;
     }
     if (argc != 1) {
         fprintf(stderr, "usage: %s [--write-sample FILE | --check-python FILE EXPECT.json]\n",
@@ -646,10 +600,7 @@ int main(int argc, char **argv) {
     test_conversions();
     test_malformed();
     loom_rm_rf(g_root);
-    if (g_failures) {
-        fprintf(stderr, "test_safetensors: %d failure(s)\n", g_failures);
-        return 1;
-    }
+    if (expect_finish("test_safetensors")) return 1;
     printf("test_safetensors: all passed\n");
     return 0;
 }
