@@ -64,8 +64,7 @@ static void test_split_bounds(void) {
     const char *bad[] = {"", "a,b", "1,2,3,4", "0,0,0", "-1,2", "1,,2", "1;2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         loom_clear_error();
-        EXPECT(loom_data_parse_split(bad[i], w) == LOOM_ERR_INVALID_ARG);
-        EXPECT(strstr(loom_last_error(), "--split") != NULL);
+        EXPECT_FAIL(loom_data_parse_split(bad[i], w), LOOM_ERR_INVALID_ARG, "--split");
     }
 }
 
@@ -81,8 +80,8 @@ static void test_parse_blend(void) {
     loom_data_blend_free(n, p, w);
     const char *bad[] = {"", "A B", "1 A B", "x A 1 B", "-1 A 2 B", "0 A 0 B"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        EXPECT(loom_data_parse_blend(bad[i], &n, &p, &w, &is_blend) == LOOM_ERR_INVALID_ARG);
-        EXPECT(strstr(loom_last_error(), "--data-path") != NULL);
+        EXPECT_FAIL(loom_data_parse_blend(bad[i], &n, &p, &w, &is_blend), LOOM_ERR_INVALID_ARG,
+                    "--data-path");
     }
 }
 
@@ -275,8 +274,7 @@ static void test_single(void) {
                                                     .which = (enum loom_split)w, .num_samples = 5,
                                                     .seq_length = cases[i].T, .seed = 1};
                 struct loom_gpt_dataset *ds = NULL;
-                EXPECT(loom_gpt_dataset_open(&ds, &c) == LOOM_ERR_INVALID_ARG);
-                EXPECT(strstr(loom_last_error(), "no documents") != NULL);
+                EXPECT_FAIL(loom_gpt_dataset_open(&ds, &c), LOOM_ERR_INVALID_ARG, "no documents");
                 c.num_samples = 0;
                 EXPECT(loom_gpt_dataset_open(&ds, &c) == LOOM_OK && loom_gpt_dataset_len(ds) == 0);
                 loom_gpt_dataset_free(ds);
@@ -421,8 +419,7 @@ static void test_blend(void) {
     struct loom_gpt_dataset_config cfg = {.data_path = path, .split = "969,30,1",
                                           .which = LOOM_SPLIT_VALID, .num_samples = 10,
                                           .seq_length = 4, .seed = 1};
-    EXPECT(loom_gpt_dataset_open(&ds, &cfg) == LOOM_ERR_INVALID_ARG);
-    EXPECT(strstr(loom_last_error(), "blend_tiny") && strstr(loom_last_error(), "valid"));
+    EXPECT_FAIL(loom_gpt_dataset_open(&ds, &cfg), LOOM_ERR_INVALID_ARG, "blend_tiny", "valid");
     /* a weight-0 dataset is never drawn */
     snprintf(path, sizeof path, "0 %s 1 %s", b, a);
     ds = open_ds(path, "1", LOOM_SPLIT_TRAIN, 100, 8, 5);
@@ -488,15 +485,12 @@ static void test_errors(void) {
     struct loom_gpt_dataset_config c = {.data_path = a, .split = "1", .which = LOOM_SPLIT_TRAIN,
                                         .num_samples = 5, .seq_length = 8, .seed = 1};
     struct loom_gpt_dataset *ds = NULL;
-    EXPECT(loom_gpt_dataset_open(&ds, &c) == LOOM_ERR_INVALID_ARG);
-    EXPECT(strstr(loom_last_error(), "no tokens") != NULL);
+    EXPECT_FAIL(loom_gpt_dataset_open(&ds, &c), LOOM_ERR_INVALID_ARG, "no tokens");
     c.seq_length = 0;
-    EXPECT(loom_gpt_dataset_open(&ds, &c) == LOOM_ERR_INVALID_ARG);
-    EXPECT(strstr(loom_last_error(), "--seq-length") != NULL);
+    EXPECT_FAIL(loom_gpt_dataset_open(&ds, &c), LOOM_ERR_INVALID_ARG, "--seq-length");
     c.seq_length = 8;
     c.data_path = "/nonexistent/prefix";
-    EXPECT(loom_gpt_dataset_open(&ds, &c) == LOOM_ERR_IO);
-    EXPECT(strstr(loom_last_error(), "/nonexistent/prefix.idx") != NULL);
+    EXPECT_FAIL(loom_gpt_dataset_open(&ds, &c), LOOM_ERR_IO, "/nonexistent/prefix.idx");
     c.data_path = a;
     c.split = "1,x";
     EXPECT(loom_gpt_dataset_open(&ds, &c) == LOOM_ERR_INVALID_ARG);

@@ -240,8 +240,7 @@ static void test_writer_edges(void) {
     struct loom_indexed_builder *b;
     EXPECT(loom_indexed_builder_init(&b, prefix, LOOM_IDX_DTYPE_U16) == LOOM_OK);
     int32_t bad[2] = {1, 70000};
-    EXPECT(loom_indexed_builder_add_document(b, bad, 2) == LOOM_ERR_INVALID_ARG);
-    EXPECT(strstr(loom_last_error(), "70000") != NULL);
+    EXPECT_FAIL(loom_indexed_builder_add_document(b, bad, 2), LOOM_ERR_INVALID_ARG, "70000");
     EXPECT(count_entries() == 2); /* two temporaries */
     loom_indexed_builder_free(b); /* abandoned: temporaries removed */
     EXPECT(count_entries() == 0);
@@ -287,8 +286,8 @@ static void test_writer_edges(void) {
     /* a missing directory is an I/O error naming the file */
     char nodir[512];
     path_of(nodir, sizeof nodir, "no/such/dir/x");
-    EXPECT(loom_indexed_builder_init(&b, nodir, LOOM_IDX_DTYPE_U16) == LOOM_ERR_IO);
-    EXPECT(strstr(loom_last_error(), "no/such/dir/x.bin") != NULL);
+    EXPECT_FAIL(loom_indexed_builder_init(&b, nodir, LOOM_IDX_DTYPE_U16), LOOM_ERR_IO,
+                "no/such/dir/x.bin");
 }
 
 /* Apply `mutate` to a fresh copy of the u16 sample and expect open to fail with `want` in the
@@ -372,12 +371,10 @@ static void test_corruptions(void) {
     /* missing files */
     clear_dir();
     struct loom_indexed *ds = NULL;
-    EXPECT(loom_indexed_open(&ds, prefix) == LOOM_ERR_IO);
-    EXPECT(strstr(loom_last_error(), "c.idx: cannot open") != NULL);
+    EXPECT_FAIL(loom_indexed_open(&ds, prefix), LOOM_ERR_IO, "c.idx: cannot open");
     EXPECT(write_sample(prefix, LOOM_IDX_DTYPE_U16) == 0);
     unlink(bin);
-    EXPECT(loom_indexed_open(&ds, prefix) == LOOM_ERR_IO);
-    EXPECT(strstr(loom_last_error(), "c.bin: cannot open") != NULL);
+    EXPECT_FAIL(loom_indexed_open(&ds, prefix), LOOM_ERR_IO, "c.bin: cannot open");
 
     /* a float dtype is a valid file but holds no tokens */
     clear_dir();
@@ -389,8 +386,7 @@ static void test_corruptions(void) {
     free(buf);
     EXPECT(loom_indexed_open(&ds, prefix) == LOOM_OK);
     int32_t out[8];
-    EXPECT(loom_indexed_read(ds, 0, 0, 3, out) == LOOM_ERR_FORMAT);
-    EXPECT(strstr(loom_last_error(), "f32") != NULL);
+    EXPECT_FAIL(loom_indexed_read(ds, 0, 0, 3, out), LOOM_ERR_FORMAT, "f32");
     loom_indexed_free(ds);
 
     /* i64 values beyond int32 are refused by read, not truncated */
@@ -401,8 +397,7 @@ static void test_corruptions(void) {
     spit(bin, buf, n);
     free(buf);
     EXPECT(loom_indexed_open(&ds, prefix) == LOOM_OK);
-    EXPECT(loom_indexed_read(ds, 0, 0, 3, out) == LOOM_ERR_FORMAT);
-    EXPECT(strstr(loom_last_error(), "int32") != NULL);
+    EXPECT_FAIL(loom_indexed_read(ds, 0, 0, 3, out), LOOM_ERR_FORMAT, "int32");
     loom_indexed_free(ds);
 
     /* the optional modes array */
