@@ -209,6 +209,7 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.b1 < 0 || f.b1 >= 1 || f.b2 < 0 || f.b2 >= 1) FAIL("--adam-beta1/--adam-beta2 must be in [0, 1)");
     if (!(f.eps > 0)) FAIL("--adam-eps must be positive");
     if (f.clip < 0) FAIL("--clip-grad must be >= 0");
+    if (f.wd < 0) FAIL("--weight-decay must be >= 0 (got %g)", f.wd);
     if (f.tp < 1 || f.pp < 1) FAIL("parallel sizes must be at least 1");
     if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
     if (f.fp16 && f.bf16) FAIL("--fp16 and --bf16 exclude each other");

@@ -47,6 +47,8 @@ enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int
     if (c->posemb == LOOM_POSEMB_ROPE && (loom_gpt_head_size(c) % 2))
         BAD("--position-embedding-type rope needs an even head size (hidden/heads = %lld)",
             (long long)loom_gpt_head_size(c));
+    if (c->posemb == LOOM_POSEMB_ROPE && !(c->rope_theta > 0))
+        BAD("--rotary-base (rope_theta) must be positive (got %g)", c->rope_theta);
     if (c->vocab_size < 2) BAD("--vocab-size must be at least 2 (got %lld)", (long long)c->vocab_size);
     if (c->divisible_by < 1)
         BAD("--make-vocab-size-divisible-by must be positive (got %lld)", (long long)c->divisible_by);

@@ -42,6 +42,8 @@ expect_error "attention backend choice" "--attention-backend" "$LOOM" "${T[@]}" 
 expect_error "attention backend on cpu" "--attention-backend flash: the cpu backend has one attention kernel" "$LOOM" "${T[@]}" --attention-backend flash
 expect_error "deterministic with fused" "--deterministic-mode and --attention-backend fused" "$LOOM" "${T[@]}" --deterministic-mode --attention-backend fused
 expect_error "kept activation layers" "--kept-activation-layers must be 0 or more" "$LOOM" "${T[@]}" --kept-activation-layers -1
+expect_error "rotary base" "--rotary-base (rope_theta) must be positive (got 0)" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-base 0
+expect_error "weight decay" "--weight-decay must be >= 0 (got -0.1)" "$LOOM" "${T[@]}" --weight-decay -0.1
 expect_error "missing checkpoint" "$tmp/nothing" "$LOOM" "${T[@]}" --load "$tmp/nothing"
 expect_error "missing data file" "$tmp/missing" "$LOOM" train --data-path "$tmp/missing" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 50 --train-iters 1
 expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu
