@@ -189,7 +189,7 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
     int ln = c->norm == LOOM_NORM_LAYERNORM;
     size_t elem, ln_elem;
     typed_elems(m, &elem, &ln_elem);
-    a->act_elem = loom_dtype_size(act_dtype_now(m));
+    a->act_elem = elem;
     int64_t nlocal = 0, seen = 0;
     for (int64_t l = 0; l < c->num_layers; l++)
         nlocal += loom_gpt_layer_is_local(c, m->par, l);
@@ -267,16 +267,14 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     /* dwide: dqkv or the MLP's dpre; dwide2: d(att), or SwiGLU's d(act) */
     size_t elem, ln_elem;
     typed_elems(m, &elem, &ln_elem);
-    a->dwide = (float *)carve(cv, (size_t)d.N *
-                                      (size_t)max64(d.QKVl * (int64_t)elem, d.F1l * (int64_t)elem));
+    a->dwide = (float *)carve(cv, (size_t)(d.N * max64(d.QKVl, d.F1l)) * elem);
     a->act = carve(cv, (size_t)(d.N * d.Fl) * elem);
     for (int64_t l = 0; l < m->cfg.num_layers; l++)
         if (loom_gpt_layer_is_local(&m->cfg, m->par, l))
             for (int s = 0; s < m->nslots; s++)
                 if (!m->acts[s].layers[l].act) m->acts[s].layers[l].act = a->act;
     a->dwide2 =
-        (float *)carve(cv, (size_t)d.N * (size_t)max64(d.NHl * d.HS * (int64_t)elem,
-                                                       m->cfg.swiglu ? d.Fl * (int64_t)elem : 0));
+        (float *)carve(cv, (size_t)(d.N * max64(d.NHl * d.HS, m->cfg.swiglu ? d.Fl : 0)) * elem);
     if (m->last_stage && d.tp == 1) { /* for the logits' type now (set before the model) */
         const int64_t elem = xent_elem(m);
         a->xent_bytes = xent_chunk_rows(&d, elem) * d.Vl * elem;

@@ -56,11 +56,12 @@ struct loom_gpt_acts {
     float *dc;                /* [N,C] */
     float *full;              /* [N,C] a full-sequence buffer for region transitions */
     float *sp_scratch;        /* [N,C] the sequence-parallel collectives' scratch */
-    float *dwide;             /* [N, max(QKVl, F1l)]: dqkv of the attention's type, or dpre of the
-                                 MLP's type (act_elem bytes an element, fp32 for SwiGLU) */
+    float *dwide;             /* [N, max(QKVl, F1l)]: dqkv, or the MLP's dpre (act_elem bytes an
+                                 element) */
     void *act;                /* [N, Fl] the MLP's activation of the layers that remake it in the
                                  backward: shared by them and the slots */
-    float *dwide2;            /* [N, max(NHl HS, Fl)]: d(att) of the attention's type, or fp32 */
+    float *dwide2;            /* [N, max(NHl HS, Fl)]: d(att), or SwiGLU's d(act) (act_elem bytes
+                                 an element) */
     size_t act_elem;          /* bytes an element the typed activations got (gpt.c act_dtype) */
     void *mem;                /* the one allocation everything above lives in */
 };
