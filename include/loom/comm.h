@@ -55,16 +55,20 @@ int loom_comm_local_rank(void);
 /* Non-zero when a launcher (mpirun, srun) started this process and MPI is built in: what "auto"
  * uses to choose between one rank and MPI. */
 int loom_comm_launched(void);
-/* Device-memory backends (nccl) run their operations on a stream of their own, ordered after the
- * work already queued on `stream` (a cudaStream_t; NULL: the legacy default stream), and make
- * work queued there afterwards wait for their results: a blocking collective on device buffers
- * returns once it is queued, not once it has finished. Process-wide (one device per process); no
+/* Device-memory backends order their operations with the work queued on `stream` (a
+ * cudaStream_t; NULL: the legacy default stream): nccl runs them on a stream of its own, after the
+ * work already queued there, and makes work queued there afterwards wait for their results (a
+ * blocking collective on device buffers returns once it is queued, not once it has finished);
+ * mpi-staged copies the buffers on `stream` itself. Process-wide (one device per process); no
  * effect on the host backends. */
 void loom_comm_set_stream(void *stream);
-/* Non-zero when `c`'s operations are ordered after the work queued on that stream (nccl): a
- * caller need not wait for the device before handing it a buffer that queued work writes.
- * Zero for the host backends (mpi, self), which read the buffer when called. */
+/* Non-zero when `c`'s operations are ordered after the work queued on that stream (nccl,
+ * mpi-staged): a caller need not wait for the device before handing it a buffer that queued work
+ * writes. Zero for the host backends (mpi, self), which read the buffer when called. */
 int loom_comm_stream_ordered(const struct loom_comm *c);
+/* Non-zero when `c` takes buffers in device memory (nccl, mpi-staged); zero for the backends
+ * that move host memory only (mpi, self). */
+int loom_comm_device_memory(const struct loom_comm *c);
 
 /* Sub-group of `parent` made of the ranks with the same `color`, ordered by `key` (ties by
  * parent rank). Collective over `parent`. A negative color joins no group: *out is NULL. */

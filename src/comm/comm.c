@@ -26,6 +26,9 @@ int loom_comm_rank(const struct loom_comm *c) { return c->rank; }
 int loom_comm_size(const struct loom_comm *c) { return c->size; }
 const char *loom_comm_backend_name(const struct loom_comm *c) { return c->ops->name; }
 int loom_comm_stream_ordered(const struct loom_comm *c) { return c->ops->stream_ordered; }
+int loom_comm_device_memory(const struct loom_comm *c) {
+    return c->ops->device_memory;
+}
 
 #ifdef LOOM_HAVE_MPI
 static int launched_by_mpi(void) {
@@ -96,6 +99,8 @@ enum loom_status loom_comm_world(struct loom_comm **out, const char *backend, in
     if (strcmp(backend, "mpi-staged") == 0) {
         LOOM_CHECK(loom_comm_staged_world(out, argc, argv));
         loom_log_set_rank((*out)->rank, (*out)->size);
+        loom_log_info("--comm mpi with --device cuda: device buffers go through host memory "
+                      "(slow: for checks on fewer GPUs than ranks, or without NCCL)");
         return LOOM_OK;
     }
 #endif

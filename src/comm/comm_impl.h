@@ -17,6 +17,8 @@ struct loom_comm_ops {
     const char *name;
     /* non-zero: operations are ordered with the compute stream (see loom_comm_stream_ordered) */
     int stream_ordered;
+    /* non-zero: buffers may be in device memory (see loom_comm_device_memory) */
+    int device_memory;
     /* color < 0: this rank joins no group and *out is set to NULL. */
     enum loom_status (*split)(struct loom_comm **out, struct loom_comm *parent, int color,
                               int key);

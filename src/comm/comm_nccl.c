@@ -646,6 +646,7 @@ static enum loom_status nccl_recv(struct loom_comm *c, void *buf, int64_t count,
 static const struct loom_comm_ops g_nccl_ops = {
     .name = "nccl",
     .stream_ordered = 1,
+    .device_memory = 1,
     .split = nccl_split,
     .free = nccl_free,
     .allreduce = nccl_allreduce,

@@ -392,6 +392,7 @@ static enum loom_status staged_test(struct loom_comm_req *req, int *done) {
 static const struct loom_comm_ops g_staged_ops = {
     .name = BACKEND,
     .stream_ordered = 1,
+    .device_memory = 1,
     .split = staged_split,
     .free = staged_free,
     .allreduce = staged_allreduce,

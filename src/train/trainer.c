@@ -264,16 +264,11 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     if (comm && strcmp(comm, "mpi") == 0 && cuda) comm = "mpi-staged";
 #endif
     LOOM_CHECK(loom_comm_world(&world, comm, argc, argv));
-    const char *used = loom_comm_backend_name(world);
-    if (cuda && loom_comm_size(world) > 1 && strcmp(used, "nccl") != 0 &&
-        strcmp(used, "mpi-staged") != 0)
+    if (cuda && loom_comm_size(world) > 1 && !loom_comm_device_memory(world))
         return loom_fail(LOOM_ERR_UNSUPPORTED,
                          "--device cuda with %d ranks needs --comm nccl (the "
                          "default under mpirun); '%s' moves host memory only",
-                         loom_comm_size(world), used);
-    if (strcmp(used, "mpi-staged") == 0)
-        loom_log_info("--comm mpi with --device cuda: device buffers go through host memory "
-                      "(slow: for checks on fewer GPUs than ranks, or without NCCL)");
+                         loom_comm_size(world), loom_comm_backend_name(world));
     if (c->fp16 && strcmp(c->device, "cuda") != 0)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "--fp16: fp16 matrix products need --device cuda; "
                          "the %s backend computes in fp32 only (leave --fp16 out)", c->device);

@@ -487,6 +487,9 @@ static int run(const char *backend, int *argc, char ***argv) {
     }
     loom_comm_set_stream(g_be->ops->stream(g_be));
     report_devices(w);
+    check(strcmp(loom_comm_backend_name(w), backend) == 0 && loom_comm_device_memory(w) &&
+              loom_comm_stream_ordered(w),
+          "the backend takes device memory and is ordered with the compute stream");
     test_allreduce(w);
     test_gather_scatter(w);
     test_alltoallv_gaps(w);

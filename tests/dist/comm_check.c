@@ -450,6 +450,7 @@ int main(int argc, char **argv) {
     R = loom_comm_rank(W);
     N = loom_comm_size(W);
     EXPECT(strcmp(loom_comm_backend_name(W), "mpi") == 0);
+    EXPECT(!loom_comm_device_memory(W) && !loom_comm_stream_ordered(W));
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
     EXPECT(env && atoi(env) == N);
     EXPECT(loom_log_rank() == R && loom_log_world() == N);

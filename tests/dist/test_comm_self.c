@@ -11,6 +11,7 @@
 static void test_collectives(struct loom_comm *w) {
     EXPECT(loom_comm_rank(w) == 0 && loom_comm_size(w) == 1);
     EXPECT(strcmp(loom_comm_backend_name(w), "self") == 0);
+    EXPECT(!loom_comm_device_memory(w) && !loom_comm_stream_ordered(w));
     float f[4] = {1, 2, 3, 4}, g[4] = {0};
     EXPECT_OK(loom_comm_allreduce(w, f, 4, LOOM_DTYPE_F32, LOOM_REDOP_SUM));
     EXPECT(f[0] == 1 && f[3] == 4);
