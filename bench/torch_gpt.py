@@ -54,6 +54,16 @@ class Block(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
 
+def init_weights(model, L, std=0.02):
+    """Matrices normal(0, std), the residual branches' output layers (proj, fc2) std/sqrt(2L);
+    biases 0"""
+    for n, p in model.named_parameters():
+        if p.dim() == 2:
+            nn.init.normal_(p, 0.0, std / math.sqrt(2 * L) if n.endswith(("proj.weight", "fc2.weight")) else std)
+        elif n.endswith("bias"):
+            nn.init.zeros_(p)
+
+
 def rotate(x, cos, sin):
     """Rotary embedding of x [B, heads, T, HS]: pairs (i, i + HS/2) rotated by the angles whose
     cosines and sines cos, sin [T, HS] hold (each twice), in x's type"""
@@ -97,9 +107,7 @@ class Llama(nn.Module):
         ang = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]
         self.register_buffer("cos", torch.cat([ang.cos()] * 2, dim=-1).float(), persistent=False)
         self.register_buffer("sin", torch.cat([ang.sin()] * 2, dim=-1).float(), persistent=False)
-        for n, p in self.named_parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * L) if n.endswith(("proj.weight", "fc2.weight")) else 0.02)
+        init_weights(self, L)
 
     def forward(self, idx, targets):
         x = self.wte(idx)
@@ -118,12 +126,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(T, C)
         self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
         self.lnf = nn.LayerNorm(C, eps=1e-5)
-        std = 0.02
-        for n, p in self.named_parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, 0.0, std / math.sqrt(2 * L) if n.endswith(("proj.weight", "fc2.weight")) else std)
-            elif n.endswith("bias"):
-                nn.init.zeros_(p)
+        init_weights(self, L)
 
     def forward(self, idx, targets):
         B, T = idx.shape
