@@ -6,17 +6,23 @@
 
 #include "loom/model.h"
 
-enum loom_lr_decay { LOOM_LR_CONSTANT = 0, LOOM_LR_LINEAR, LOOM_LR_COSINE };
+enum loom_lr_decay { LOOM_LR_CONSTANT = 0, LOOM_LR_LINEAR, LOOM_LR_COSINE, LOOM_LR_INVERSE_SQRT };
 
+/* The schedule counts steps: optimizer steps for iteration-based training, samples for
+ * sample-based training (--train-samples: each optimizer step advances it by the global batch),
+ * as Megatron's OptimizerParamScheduler. */
 struct loom_lr_schedule {
     double max_lr, min_lr;
-    int64_t warmup_iters, decay_iters;
+    double init_lr;      /* where the warmup starts (--lr-warmup-init) */
+    double warmup_steps; /* fractional with --lr-warmup-fraction */
+    int64_t decay_steps;
     enum loom_lr_decay style;
 };
 
-/* Learning rate for an iteration that follows `steps_done` completed iterations, as Megatron's
- * scheduler: linear warmup max_lr * steps/warmup for steps <= warmup, then the decay from max_lr
- * to min_lr over [warmup, decay_iters], then min_lr. */
+/* Learning rate after `steps_done` steps, as Megatron's scheduler: the linear warmup
+ * init_lr + (max_lr - init_lr) * steps / warmup for steps <= warmup; then constant max_lr, or
+ * inverse-square-root max_lr * sqrt(max(warmup, 1) / max(steps, 1)) (at least min_lr), or the
+ * linear or cosine decay from max_lr to min_lr over [warmup, decay_steps] and min_lr after. */
 double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps_done);
 
 struct loom_adamw {

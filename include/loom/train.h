@@ -19,8 +19,14 @@ struct loom_train_config {
     double initial_loss_scale, min_loss_scale;
     int64_t loss_scale_window, hysteresis;
     int64_t dp_bucket_mb; /* data-parallel gradient bucket size (MiB) */
-    /* batch and schedule */
-    int64_t micro_batch, global_batch, train_iters;
+    /* batch and schedule: training counted in iterations (train_iters) or in samples
+     * (train_samples > 0: train_iters becomes train_samples / global_batch, and the learning-rate
+     * schedule counts samples, with lr_*_samples); lr's max_lr, min_lr, init_lr and style are set
+     * by the caller, its warmup_steps and decay_steps by the trainer from these: */
+    int64_t micro_batch, global_batch, train_iters, train_samples;
+    int64_t lr_warmup_iters, lr_decay_iters;     /* iteration-based; decay 0 = train_iters */
+    int64_t lr_warmup_samples, lr_decay_samples; /* sample-based; decay 0 = train_samples */
+    double lr_warmup_fraction; /* warmup as a fraction of the decay (< 0: not given) */
     int64_t exit_interval; /* stop (after saving) when the iteration is a multiple; 0 = off */
     struct loom_lr_schedule lr;
     double weight_decay, beta1, beta2, adam_eps, clip_grad;

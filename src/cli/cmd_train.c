@@ -17,9 +17,10 @@ struct train_flags {
         deterministic;
     const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
-    double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, wd, b1, b2, eps,
-        clip, init_std, peak, loss_scale, initial_loss_scale, min_loss_scale;
-    int64_t micro, global, iters, warmup, decay_iters, seed, save_interval, eval_interval,
+    double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
+        warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
+        min_loss_scale;
+    int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, seed, save_interval, eval_interval,
         eval_iters, log_interval, tp, pp, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
 };
 
@@ -99,7 +100,7 @@ int loom_cmd_train(int argc, char **argv) {
     struct train_flags f = {
         .num_layers = 12, .hidden = 768, .heads = 12, .query_groups = 0, .ffn = 0, .seq = 1024,
         .max_pos = 0, .vocab = 0, .divisible = 128,
-        .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear",
+        .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear", .warmup_fraction = -1,
         .device = "cpu", .split = "969,30,1", .comm = "auto", .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer",
         .norm_eps = 1e-5, .rope_base = 10000, .hidden_dropout = 0.1, .attention_dropout = 0.1,
         .lr = 1e-4, .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0,
@@ -131,13 +132,18 @@ int loom_cmd_train(int argc, char **argv) {
         {"--init-method-std", LOOM_FLAG_FLOAT, &f.init_std, "std of the normal initialisation", NULL, 0},
         {"--micro-batch-size", LOOM_FLAG_INT, &f.micro, "samples per micro-batch", NULL, 0},
         {"--global-batch-size", LOOM_FLAG_INT, &f.global, "samples per iteration (0 = micro x DP)", NULL, 0},
-        {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (required)", NULL, 0},
+        {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (this or --train-samples)", NULL, 0},
+        {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
         {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
         {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
         {"--min-lr", LOOM_FLAG_FLOAT, &f.min_lr, "final learning rate", NULL, 0},
-        {"--lr-decay-style", LOOM_FLAG_CHOICE, &f.decay_style, "decay after warmup", "constant|linear|cosine", 0},
-        {"--lr-warmup-iters", LOOM_FLAG_INT, &f.warmup, "linear warmup iterations", NULL, 0},
-        {"--lr-decay-iters", LOOM_FLAG_INT, &f.decay_iters, "decay ends here (0 = --train-iters)", NULL, 0},
+        {"--lr-decay-style", LOOM_FLAG_CHOICE, &f.decay_style, "decay after warmup", "constant|linear|cosine|inverse-square-root", 0},
+        {"--lr-warmup-iters", LOOM_FLAG_INT, &f.warmup, "linear warmup iterations (with --train-iters)", NULL, 0},
+        {"--lr-decay-iters", LOOM_FLAG_INT, &f.decay_iters, "decay ends here (with --train-iters; 0 = --train-iters)", NULL, 0},
+        {"--lr-warmup-samples", LOOM_FLAG_INT, &f.warmup_samples, "linear warmup samples (with --train-samples)", NULL, 0},
+        {"--lr-decay-samples", LOOM_FLAG_INT, &f.decay_samples, "decay ends here (with --train-samples; 0 = --train-samples)", NULL, 0},
+        {"--lr-warmup-fraction", LOOM_FLAG_FLOAT, &f.warmup_fraction, "warmup as a fraction of the decay iterations or samples (instead of --lr-warmup-iters/-samples; -1 = not given)", NULL, 0},
+        {"--lr-warmup-init", LOOM_FLAG_FLOAT, &f.warmup_init, "learning rate where the warmup starts", NULL, 0},
         {"--weight-decay", LOOM_FLAG_FLOAT, &f.wd, "AdamW weight decay (matrices only)", NULL, 0},
         {"--adam-beta1", LOOM_FLAG_FLOAT, &f.b1, "AdamW beta1", NULL, 0},
         {"--adam-beta2", LOOM_FLAG_FLOAT, &f.b2, "AdamW beta2", NULL, 0},
@@ -187,7 +193,11 @@ int loom_cmd_train(int argc, char **argv) {
     }
 #define FAIL(...) do { s = loom_fail(LOOM_ERR_INVALID_ARG, __VA_ARGS__); goto out; } while (0)
     if (s != LOOM_OK) goto out;
-    if (f.iters <= 0) FAIL("--train-iters must be given and positive");
+    if (f.iters && f.samples) FAIL("--train-iters and --train-samples exclude each other (training "
+                                   "counted in iterations or in samples)");
+    if (f.iters <= 0 && f.samples <= 0)
+        FAIL("give --train-iters or --train-samples, positive (got %lld)",
+             (long long)(f.samples ? f.samples : f.iters));
     if (f.load && (s = apply_checkpoint_arch(flags, NFLAGS(flags), &f, f.load)) != LOOM_OK) goto out;
     if (f.vocab == 0 && f.vocab_file) {
         struct loom_tokenizer *tok;
@@ -205,7 +215,31 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.exit_interval < 0) FAIL("--exit-interval must be >= 0");
     if (f.save_interval < 0) FAIL("--save-interval must be >= 0");
     if (!(f.lr >= 0) || !(f.min_lr >= 0) || f.min_lr > f.lr) FAIL("need 0 <= --min-lr <= --lr");
-    if (f.warmup < 0) FAIL("--lr-warmup-iters must be >= 0");
+    if (f.warmup < 0 || f.decay_iters < 0 || f.warmup_samples < 0 || f.decay_samples < 0)
+        FAIL("--lr-warmup-iters, --lr-decay-iters, --lr-warmup-samples and --lr-decay-samples "
+             "must be >= 0");
+    {
+        /* iteration-based or sample-based schedule flags, as the training length is counted */
+        const char *iter_flags[] = {"--lr-warmup-iters", "--lr-decay-iters"};
+        const char *sample_flags[] = {"--lr-warmup-samples", "--lr-decay-samples"};
+        for (int i = 0; i < 2; i++) {
+            const char *wrong = f.samples ? iter_flags[i] : sample_flags[i];
+            if (loom_flags_find(flags, NFLAGS(flags), wrong)->given)
+                FAIL("%s goes with %s; with %s give %s", wrong,
+                     f.samples ? "--train-iters" : "--train-samples",
+                     f.samples ? "--train-samples" : "--train-iters",
+                     f.samples ? sample_flags[i] : iter_flags[i]);
+        }
+    }
+    if (loom_flags_find(flags, NFLAGS(flags), "--lr-warmup-fraction")->given) {
+        if (!(f.warmup_fraction >= 0 && f.warmup_fraction <= 1))
+            FAIL("--lr-warmup-fraction must be in [0, 1] (got %g)", f.warmup_fraction);
+        const char *other = f.samples ? "--lr-warmup-samples" : "--lr-warmup-iters";
+        if (loom_flags_find(flags, NFLAGS(flags), other)->given)
+            FAIL("give one of --lr-warmup-fraction and %s", other);
+    }
+    if (!(f.warmup_init >= 0) || f.warmup_init > f.lr)
+        FAIL("need 0 <= --lr-warmup-init <= --lr (got %g)", f.warmup_init);
     if (f.b1 < 0 || f.b1 >= 1 || f.b2 < 0 || f.b2 >= 1) FAIL("--adam-beta1/--adam-beta2 must be in [0, 1)");
     if (!(f.eps > 0)) FAIL("--adam-eps must be positive");
     if (f.clip < 0) FAIL("--clip-grad must be >= 0");
@@ -256,14 +290,22 @@ int loom_cmd_train(int argc, char **argv) {
     c.micro_batch = f.micro;
     c.global_batch = f.global;
     c.train_iters = f.iters;
+    c.train_samples = f.samples;
+    c.lr_warmup_iters = f.warmup;
+    c.lr_decay_iters = f.decay_iters;
+    c.lr_warmup_samples = f.warmup_samples;
+    c.lr_decay_samples = f.decay_samples;
+    c.lr_warmup_fraction = loom_flags_find(flags, NFLAGS(flags), "--lr-warmup-fraction")->given
+                               ? f.warmup_fraction
+                               : -1.0;
     c.exit_interval = f.exit_interval;
     c.lr.max_lr = f.lr;
     c.lr.min_lr = f.min_lr;
-    c.lr.warmup_iters = f.warmup;
-    c.lr.decay_iters = f.decay_iters;
-    c.lr.style = strcmp(f.decay_style, "constant") == 0 ? LOOM_LR_CONSTANT
-                 : strcmp(f.decay_style, "cosine") == 0 ? LOOM_LR_COSINE
-                                                        : LOOM_LR_LINEAR;
+    c.lr.init_lr = f.warmup_init;
+    c.lr.style = strcmp(f.decay_style, "constant") == 0              ? LOOM_LR_CONSTANT
+                 : strcmp(f.decay_style, "cosine") == 0              ? LOOM_LR_COSINE
+                 : strcmp(f.decay_style, "inverse-square-root") == 0 ? LOOM_LR_INVERSE_SQRT
+                                                                     : LOOM_LR_LINEAR;
     c.weight_decay = f.wd;
     c.beta1 = f.b1;
     c.beta2 = f.b2;

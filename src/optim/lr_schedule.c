@@ -4,12 +4,18 @@
 #include "loom/optim.h"
 
 double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps) {
-    if (s->warmup_iters > 0 && steps <= s->warmup_iters)
-        return s->max_lr * (double)steps / (double)s->warmup_iters;
+    const double n = (double)steps;
+    if (s->warmup_steps > 0 && n <= s->warmup_steps)
+        return s->init_lr + (s->max_lr - s->init_lr) * n / s->warmup_steps;
     if (s->style == LOOM_LR_CONSTANT) return s->max_lr;
-    if (steps > s->decay_iters) return s->min_lr;
-    double span = (double)(s->decay_iters - s->warmup_iters);
-    double ratio = span > 0 ? (double)(steps - s->warmup_iters) / span : 1.0;
+    if (s->style == LOOM_LR_INVERSE_SQRT) {
+        const double lr =
+            s->max_lr * sqrt(s->warmup_steps > 1 ? s->warmup_steps : 1.0) / sqrt(n > 1 ? n : 1.0);
+        return lr > s->min_lr ? lr : s->min_lr;
+    }
+    if (steps > s->decay_steps) return s->min_lr;
+    double span = (double)s->decay_steps - s->warmup_steps;
+    double ratio = span > 0 ? (n - s->warmup_steps) / span : 1.0;
     double coeff = s->style == LOOM_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(M_PI * ratio) + 1.0);
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
 }

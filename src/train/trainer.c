@@ -31,6 +31,7 @@ struct trainer {
     int have_valid;
     struct loom_train_state st;
     int64_t num_micro; /* micro-batches per rank per iteration */
+    int64_t lr_unit;   /* learning-rate schedule steps per optimizer step: 1, or the global batch */
     int32_t *tokens, *targets, *sample; /* host [B*T], [B*T], [T+1] */
     FILE *metrics;
     double flops_per_token, peak_tflops;
@@ -228,6 +229,39 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
     }
 }
 
+/* The training length and the learning-rate schedule's steps, once the global batch is known:
+ * iterations, or (train_samples) samples, as Megatron's get_optimizer_param_scheduler. */
+static enum loom_status schedule_length(struct trainer *t) {
+    struct loom_train_config *c = t->cfg;
+    struct loom_lr_schedule *s = &c->lr;
+    const char *unit = "iterations", *decay_flag = "--lr-decay-iters", *len_flag = "--train-iters";
+    if (c->train_samples > 0) {
+        c->train_iters = c->train_samples / c->global_batch;
+        if (c->train_iters < 1)
+            return loom_fail(LOOM_ERR_INVALID_ARG,
+                             "--train-samples %lld is less than one global "
+                             "batch (--global-batch-size %lld)",
+                             (long long)c->train_samples, (long long)c->global_batch);
+        t->lr_unit = c->global_batch;
+        s->decay_steps = c->lr_decay_samples > 0 ? c->lr_decay_samples : c->train_samples;
+        s->warmup_steps = (double)c->lr_warmup_samples;
+        unit = "samples", decay_flag = "--lr-decay-samples", len_flag = "--train-samples";
+    } else {
+        t->lr_unit = 1;
+        s->decay_steps = c->lr_decay_iters > 0 ? c->lr_decay_iters : c->train_iters;
+        s->warmup_steps = (double)c->lr_warmup_iters;
+    }
+    if (c->lr_warmup_fraction >= 0)
+        s->warmup_steps = c->lr_warmup_fraction * (double)s->decay_steps;
+    if (s->warmup_steps > (double)s->decay_steps)
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "the learning-rate warmup (%g %s) must end by the "
+                         "end of the decay (%lld %s: %s, or %s)",
+                         s->warmup_steps, unit, (long long)s->decay_steps, unit, decay_flag,
+                         len_flag);
+    return LOOM_OK;
+}
+
 static enum loom_status open_sources(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     int64_t T = c->model.seq_length;
@@ -237,7 +271,8 @@ static enum loom_status open_sources(struct trainer *t) {
         t->have_valid = 1;
         return LOOM_OK;
     }
-    int64_t n_train = c->train_iters * c->global_batch;
+    /* sample-based training asks for its samples, as Megatron sizes the dataset */
+    int64_t n_train = c->train_samples > 0 ? c->train_samples : c->train_iters * c->global_batch;
     int64_t n_valid = (c->train_iters / (c->eval_interval > 0 ? c->eval_interval : c->train_iters) + 1) *
                       c->eval_iters * c->global_batch;
     LOOM_CHECK(loom_gpt_data_source(&t->train_src, c->data_path, c->split, LOOM_SPLIT_TRAIN, T,
@@ -313,7 +348,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                          "= %lld) to be a multiple of --pipeline-model-parallel-size %lld",
                          (long long)c->global_batch, (long long)c->micro_batch, (long long)dp,
                          (long long)t->num_micro, (long long)c->pp);
-    if (c->lr.decay_iters == 0) c->lr.decay_iters = c->train_iters;
+    LOOM_CHECK(schedule_length(t));
 
     /* everything above fails alike on every rank; what follows (devices, files, memory) may fail
      * on one rank alone */
@@ -486,7 +521,7 @@ static enum loom_status train_loop(struct trainer *t) {
         t->step_bytes[2] = group_bytes(t->par.group[LOOM_PDIM_DP]);
         t->step_bytes[3] = loom_pp_size(&t->par) > 1 ? group_bytes(t->par.embedding) : 0;
         /* the schedule advances only with optimizer steps (skipped iterations do not count) */
-        double lr = loom_lr_at(&c->lr, t->st.iteration - t->st.skipped);
+        double lr = loom_lr_at(&c->lr, (t->st.iteration - t->st.skipped) * t->lr_unit);
         if (skip) {
             t->st.skipped++;
             t->skipped_since_log++;

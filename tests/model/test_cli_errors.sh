@@ -44,6 +44,19 @@ expect_error "deterministic with fused" "--deterministic-mode and --attention-ba
 expect_error "kept activation layers" "--kept-activation-layers must be 0 or more" "$LOOM" "${T[@]}" --kept-activation-layers -1
 expect_error "rotary base" "--rotary-base (rope_theta) must be positive (got 0)" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-base 0
 expect_error "weight decay" "--weight-decay must be >= 0 (got -0.1)" "$LOOM" "${T[@]}" --weight-decay -0.1
+S=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+   --vocab-size 50 --eval-iters 0 --micro-batch-size 2 --global-batch-size 4)
+expect_error "iters and samples" "--train-iters and --train-samples exclude each other" "$LOOM" "${S[@]}" --train-iters 2 --train-samples 8
+expect_error "no length" "give --train-iters or --train-samples" "$LOOM" "${S[@]}" --train-samples -8
+expect_error "samples flag with iters" "--lr-decay-samples goes with --train-samples" "$LOOM" "${S[@]}" --train-iters 2 --lr-decay-samples 8
+expect_error "iters flag with samples" "--lr-warmup-iters goes with --train-iters" "$LOOM" "${S[@]}" --train-samples 8 --lr-warmup-iters 1
+expect_error "warmup fraction range" "--lr-warmup-fraction must be in [0, 1] (got 1.5)" "$LOOM" "${S[@]}" --train-iters 2 --lr-warmup-fraction 1.5
+expect_error "warmup twice" "give one of --lr-warmup-fraction and --lr-warmup-iters" "$LOOM" "${S[@]}" --train-iters 2 --lr-warmup-fraction 0.1 --lr-warmup-iters 1
+expect_error "negative decay" "--lr-decay-iters" "$LOOM" "${S[@]}" --train-iters 2 --lr-decay-iters -5
+expect_error "warmup init" "--lr-warmup-init" "$LOOM" "${S[@]}" --train-iters 2 --lr 1e-3 --lr-warmup-init 1e-2
+expect_error "samples below a batch" "--train-samples 3 is less than one global batch (--global-batch-size 4)" "$LOOM" "${S[@]}" --train-samples 3
+expect_error "warmup past decay" "the learning-rate warmup (5 iterations) must end by the end of the decay (4 iterations" "$LOOM" "${S[@]}" --train-iters 4 --lr-warmup-iters 5
+expect_error "warmup past decay, samples" "the learning-rate warmup (40 samples) must end by the end of the decay (32 samples" "$LOOM" "${S[@]}" --train-samples 64 --lr-decay-samples 32 --lr-warmup-samples 40
 expect_error "missing checkpoint" "$tmp/nothing" "$LOOM" "${T[@]}" --load "$tmp/nothing"
 expect_error "missing data file" "$tmp/missing" "$LOOM" train --data-path "$tmp/missing" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 50 --train-iters 1
 expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu

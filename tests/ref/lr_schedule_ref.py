@@ -1,0 +1,70 @@
+"""Megatron-LM's learning-rate schedule (OptimizerParamScheduler and get_optimizer_param_scheduler),
+written from its documented semantics, as the oracle of tests/model/test_lr_schedule.sh.
+
+The scheduler counts samples: it starts at 0 steps and each optimizer step adds the global batch
+size. Iteration-based flags are turned into samples (decay = lr_decay_iters x global batch,
+warmup = lr_warmup_iters x global batch); sample-based flags are taken as they are; a warmup
+fraction is a fraction of the decay. The learning rate that iteration i's optimizer step uses is
+the one after i - 1 steps.
+
+    lr_schedule_ref.py METRICS.jsonl KEY=VALUE...   (keys: lr, min_lr, init, style, gbs,
+        train_iters | train_samples, warmup_iters | warmup_samples | warmup_fraction,
+        decay_iters | decay_samples)
+
+Checks every row's "lr" against the schedule (relative 1e-12) and that there is one row per
+iteration; prints the first mismatch and exits 1, else prints the count.
+"""
+import json
+import math
+import sys
+
+
+def schedule(o):
+    gbs = int(o["gbs"])
+    if "train_samples" in o:
+        iters = int(o["train_samples"]) // gbs
+        decay = int(o.get("decay_samples", o["train_samples"]))
+        warmup = float(o.get("warmup_samples", 0))
+    else:
+        iters = int(o["train_iters"])
+        decay = int(o.get("decay_iters", iters)) * gbs
+        warmup = float(o.get("warmup_iters", 0)) * gbs
+    if "warmup_fraction" in o:
+        warmup = float(o["warmup_fraction"]) * decay
+    max_lr, min_lr, init = float(o["lr"]), float(o.get("min_lr", 0)), float(o.get("init", 0))
+    style = o.get("style", "linear")
+
+    def lr_at(n):
+        if warmup > 0 and n <= warmup:
+            return init + (max_lr - init) * n / warmup
+        if style == "constant":
+            return max_lr
+        if style == "inverse-square-root":
+            return max(min_lr, max_lr * math.sqrt(max(warmup, 1)) / math.sqrt(max(n, 1)))
+        if n > decay:
+            return min_lr
+        ratio = (n - warmup) / (decay - warmup)
+        coeff = 1.0 - ratio if style == "linear" else 0.5 * (math.cos(math.pi * ratio) + 1.0)
+        return min_lr + coeff * (max_lr - min_lr)
+
+    return iters, [lr_at((i - 1) * gbs) for i in range(1, iters + 1)]
+
+
+def main():
+    path = sys.argv[1]
+    opts = dict(a.split("=", 1) for a in sys.argv[2:])
+    iters, want = schedule(opts)
+    rows = [json.loads(line) for line in open(path)]
+    if [r["iteration"] for r in rows] != list(range(1, iters + 1)):
+        print(f"{path}: iterations {[r['iteration'] for r in rows]}, expected 1..{iters}")
+        return 1
+    for r, w in zip(rows, want):
+        if abs(r["lr"] - w) > 1e-12 * max(abs(w), 1e-30) and not (w == 0 and r["lr"] == 0):
+            print(f"{path}: iteration {r['iteration']}: lr {r['lr']!r}, Megatron's schedule {w!r}")
+            return 1
+    print(f"{path}: {iters} iterations match")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
