@@ -48,8 +48,6 @@ __global__ void gelu_backward_x4_kernel(float4 *dinp, const float4 *dout,
     }
 }
 
-static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
 /* bf16 arrays: eight elements a thread (16-byte accesses) where aligned, else one */
 __global__ void gelu16_forward_x8_kernel(uint4 *__restrict__ out, const uint4 *__restrict__ inp,
                                          int64_t n8) {
@@ -75,7 +73,7 @@ __global__ void gelu16_forward_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *i
 void loom_cuda_gelu16_forward(struct loom_backend *be, void *out, const void *inp, int64_t n) {
     if (n <= 0) return;
     cudaStream_t st = loom_cuda_stream(be);
-    if (n % 8 == 0 && aligned16(out) && aligned16(inp))
+    if (n % 8 == 0 && loom_aligned(16, out, inp))
         gelu16_forward_x8_kernel<<<loom_cuda_grid(n / 8, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
                                    st>>>((uint4 *)out, (const uint4 *)inp, n / 8);
     else
@@ -98,7 +96,7 @@ void loom_cuda_gelu_forward_typed(struct loom_backend *be, void *out, const void
 void loom_cuda_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n) {
     if (n <= 0) return;
     cudaStream_t st = loom_cuda_stream(be);
-    if (n % 4 == 0 && aligned16(out) && aligned16(inp))
+    if (n % 4 == 0 && loom_aligned(16, out, inp))
         gelu_forward_x4_kernel<<<loom_cuda_grid(n / 4, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
                                  st>>>((float4 *)out, (const float4 *)inp, n / 4);
     else
@@ -111,7 +109,7 @@ void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *
                              const float *inp, int64_t n) {
     if (n <= 0) return;
     cudaStream_t st = loom_cuda_stream(be);
-    if (n % 4 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp))
+    if (n % 4 == 0 && loom_aligned(16, dinp, dout, inp))
         gelu_backward_x4_kernel<<<loom_cuda_grid(n / 4, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
                                   st>>>((float4 *)dinp, (const float4 *)dout,
                                         (const float4 *)inp, n / 4);
@@ -165,7 +163,7 @@ template <typename T, bool BWD>
 static void swiglu(struct loom_backend *be, T *y, const T *dy, const T *inp, int64_t N, int64_t F) {
     constexpr int wide = 16 / sizeof(T);
     const int v =
-        F % wide == 0 && aligned16(y) && aligned16(inp) && (!dy || aligned16(dy)) ? wide : 1;
+        F % wide == 0 && loom_aligned(16, y, inp, dy) ? wide : 1; /* dy NULL: 0, aligned */
     const dim3 grid((unsigned)((F / v + LOOM_ACT_THREADS - 1) / LOOM_ACT_THREADS),
                     (unsigned)(N < 65535 ? N : 65535));
     cudaStream_t st = loom_cuda_stream(be);

@@ -630,7 +630,7 @@ template <typename X>
 static void rope(struct loom_backend *be, X *qkv, const float2 *tab, int64_t B, int64_t T,
                  int64_t NH, int64_t NKV, int64_t HS) {
     const int v = 16 / (int)sizeof(X);
-    const int wide = (HS / 2) % v == 0 && ((uintptr_t)qkv & 15) == 0;
+    const int wide = (HS / 2) % v == 0 && loom_aligned(16, qkv);
     const int64_t chunks = (NH + NKV) * (HS / 2) / (wide ? v : 1), BT = B * T;
     const dim3 grid((unsigned)((chunks + 255) / 256), (unsigned)(BT < 65535 ? BT : 65535));
     cudaStream_t st = loom_cuda_stream(be);

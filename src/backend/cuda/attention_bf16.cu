@@ -769,9 +769,8 @@ static void fa_convert(struct loom_backend *be, const X *qkv, const X *dout, con
     p->k = k;
     p->v = v;
     p->dout = d;
-    LOOM_ASSERT(((uintptr_t)qkv & 15) == 0);
-    LOOM_ASSERT(!dout || (out && Dv && ((uintptr_t)dout & 15) == 0 &&
-                          ((uintptr_t)out & 15) == 0));
+    LOOM_ASSERT(loom_aligned(16, qkv));
+    LOOM_ASSERT(!dout || (out && Dv && loom_aligned(16, dout, out)));
     int64_t chunks = a->B * a->T * (D / 8);
     unsigned bx = (unsigned)((chunks + 255) / 256);
     if (bx > 4096) bx = 4096;

@@ -119,6 +119,13 @@ static inline void loom_cuda_wrote(struct loom_backend *be, const void *p, size_
     if (q < hi && q + bytes > lo) c->params_dirty = 1;
 }
 
+/* Whether every pointer is a multiple of `bytes` (a power of two): the condition of the vector
+ * paths that move 8 or 16 bytes an access. */
+template <typename... P>
+__host__ __device__ __forceinline__ bool loom_aligned(unsigned bytes, const P *...p) {
+    return (((uintptr_t)0 | ... | (uintptr_t)p) & (bytes - 1)) == 0;
+}
+
 /* Blocks for a grid-stride kernel over n elements. */
 static inline unsigned loom_cuda_grid(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

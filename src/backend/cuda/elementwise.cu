@@ -147,8 +147,8 @@ __global__ void colsum_partial_kernel(double *__restrict__ partial, T16 *__restr
 template <typename TIN, typename T16, bool CONVERT>
 static void colsum_partials(struct loom_backend *be, double *partial, void *dst, const void *in,
                             int64_t N, int64_t C, int64_t rows, int64_t chunks) {
-    const int vec2 = C % 2 == 0 && ((uintptr_t)in & (2 * sizeof(TIN) - 1)) == 0 &&
-                     ((uintptr_t)dst & (2 * sizeof(T16) - 1)) == 0;
+    const int vec2 =
+        C % 2 == 0 && loom_aligned(2 * sizeof(TIN), in) && loom_aligned(2 * sizeof(T16), dst);
     const int64_t threads = vec2 ? C / 2 : C;
     dim3 grid((unsigned)((threads + LOOM_COLSUM_THREADS - 1) / LOOM_COLSUM_THREADS),
               (unsigned)chunks);

@@ -47,8 +47,7 @@ __global__ void embedding_forward_kernel(float *out, const int32_t *tokens, cons
 
 /* 1 or 4: whether rows of C floats move 4 columns an access */
 static int emb_vec_width(int64_t C, const void *a, const void *b, const void *c) {
-    const uintptr_t m = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
-    return C % 4 == 0 && (m & 15) == 0 ? 4 : 1;
+    return C % 4 == 0 && loom_aligned(16, a, b, c) ? 4 : 1;
 }
 
 /* threads of a block that has one row of C columns, VEC a thread */

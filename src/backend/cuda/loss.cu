@@ -220,13 +220,12 @@ static void xent_fused_launch(struct loom_backend *be, float *losses, T *x,
                               const int32_t *targets, float dloss, int grad, int64_t N,
                               int64_t Vl, int64_t Vvalid) {
     constexpr int wide = (int)(16 / sizeof(T));
-    const uintptr_t a = (uintptr_t)x;
     cudaStream_t st = loom_cuda_stream(be);
     const unsigned blocks = (unsigned)N;
-    if (Vl % wide == 0 && a % 16 == 0)
+    if (Vl % wide == 0 && loom_aligned(16, x))
         xent_fused_kernel<T, wide><<<blocks, LOOM_XENT_FUSED_THREADS, 0, st>>>(
             losses, x, targets, dloss, grad, Vl, Vvalid);
-    else if (Vl % 2 == 0 && a % (2 * sizeof(T)) == 0)
+    else if (Vl % 2 == 0 && loom_aligned(2 * sizeof(T), x))
         xent_fused_kernel<T, 2><<<blocks, LOOM_XENT_FUSED_THREADS, 0, st>>>(
             losses, x, targets, dloss, grad, Vl, Vvalid);
     else

@@ -129,7 +129,7 @@ void loom_cuda_to16(struct loom_backend *be, void *dst, const float *src, int64_
     int blocks = 4 * loom_cuda_impl(be)->num_sms;
     if (loom_cuda_impl(be)->matmul_f16) {
         int64_t need;
-        if (n % 4 == 0 && ((uintptr_t)src & 15) == 0 && ((uintptr_t)dst & 7) == 0) {
+        if (n % 4 == 0 && loom_aligned(16, src) && loom_aligned(8, dst)) {
             need = (n / 4 + 255) / 256;
             f32_to_f16_x4_kernel<<<(unsigned)(need < blocks ? need : blocks), 256, 0, st>>>(
                 (__half2 *)dst, (const float4 *)src, n / 4);
@@ -141,7 +141,7 @@ void loom_cuda_to16(struct loom_backend *be, void *dst, const float *src, int64_
         LOOM_CUDA_LAUNCHED();
         return;
     }
-    if (n % 4 == 0 && ((uintptr_t)src & 15) == 0 && ((uintptr_t)dst & 7) == 0) {
+    if (n % 4 == 0 && loom_aligned(16, src) && loom_aligned(8, dst)) {
         int64_t n4 = n / 4;
         int64_t need = (n4 + 255) / 256;
         f32_to_bf16_x4_kernel<<<(unsigned)(need < blocks ? need : blocks), 256, 0, st>>>(

@@ -541,8 +541,6 @@ __global__ void norm_sum_partials_kernel(float *dw, float *db, float *dy, const 
 
 /* ---- host side ---- */
 
-static int norm_aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
-
 /* Threads per row (tpr) and float4 chunks kept per thread (k, at most kmax) for rows of C: the
  * fewest warps, up to NORM_THREADS / 32, whose threads hold the row in kmax chunks, then the
  * fewest chunks among 1, 2, 3, 4, 6, 8 that hold it. Longer rows keep kmax chunks in registers and
@@ -566,9 +564,8 @@ static void norm_forward(struct loom_backend *be, OT *out, float *mean, float *r
     const int groups = tpr == 32 ? NORM_THREADS / 32 : 1;
     const dim3 block((unsigned)tpr, (unsigned)groups);
     const unsigned grid = (unsigned)((N + groups - 1) / groups);
-    const int vec = C % 4 == 0 && norm_aligned(inp, 16) && norm_aligned(res, 4 * sizeof(RT)) &&
-                    norm_aligned(xs, 16) && norm_aligned(w, 16) && norm_aligned(b, 16) &&
-                    norm_aligned(out, 4 * sizeof(OT));
+    const int vec = C % 4 == 0 && loom_aligned(16, inp, xs, w, b) &&
+                    loom_aligned(4 * sizeof(RT), res) && loom_aligned(4 * sizeof(OT), out);
     cudaStream_t st = loom_cuda_stream(be);
 #define NORM_FWD_CASE(KK)                                                                          \
     case KK:                                                                                       \
@@ -642,9 +639,8 @@ static void norm_backward(struct loom_backend *be, float *dinp, bf16 *dcopy, flo
     double *partial = wgrad ? (double *)loom_cuda_scratch(
                                   be, (size_t)(norm_sum_rows<RMS>(fsum) * G * C) * sizeof(double))
                             : NULL;
-    const int vec = C % 4 == 0 && norm_aligned(inp, 16) && norm_aligned(w, 16) &&
-                    norm_aligned(dinp, 16) && norm_aligned(dout, 4 * sizeof(DT)) &&
-                    norm_aligned(fcopy, 8);
+    const int vec = C % 4 == 0 && loom_aligned(16, inp, w, dinp) &&
+                    loom_aligned(4 * sizeof(DT), dout) && loom_aligned(8, fcopy);
     const size_t smem = norm_bwd_smem<RMS, DT>(C, k, tpr * groups, fused, fsum, vec);
     cudaStream_t st = loom_cuda_stream(be);
     if (dinp || fused) {

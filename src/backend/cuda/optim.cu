@@ -126,10 +126,9 @@ __global__ void adamw_ranges_kernel(float *__restrict__ param, const float *__re
     const int64_t n = d[1] - start < LOOM_ADAMW_PIECE ? d[1] - start : LOOM_ADAMW_PIECE;
     const int64_t base = d[0] + start;
     const float decay = d[3] ? decay_on : decay_off;
-    const uintptr_t a16 = (uintptr_t)(param + base) | (uintptr_t)(grad + base) |
-                          (uintptr_t)(m + base) | (uintptr_t)(v + base);
-    const bool vec = n % 4 == 0 && a16 % 16 == 0 &&
-                     (!has_copy || (uintptr_t)(copy + base) % (4 * sizeof(T16)) == 0);
+    const bool vec = n % 4 == 0 &&
+                     loom_aligned(16, param + base, grad + base, m + base, v + base) &&
+                     (!has_copy || loom_aligned(4 * sizeof(T16), copy + base));
     if (vec) {
         float4 *p4 = (float4 *)(param + base), *m4 = (float4 *)(m + base),
                *v4 = (float4 *)(v + base);
@@ -228,7 +227,7 @@ __global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64
     int64_t n = desc[3 * lo + 1] - start < LOOM_SUMSQ_PIECE ? desc[3 * lo + 1] - start : LOOM_SUMSQ_PIECE;
     const float *xp = x + desc[3 * lo] + start;
     double acc = 0.0;
-    if (n % 4 == 0 && (uintptr_t)xp % 16 == 0) { /* four elements a load, added in order */
+    if (n % 4 == 0 && loom_aligned(16, xp)) { /* four elements a load, added in order */
         const float4 *x4 = (const float4 *)xp;
 #pragma unroll 4
         for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
