@@ -49,6 +49,7 @@ struct loom_train_config {
     int bf16;           /* matrix products with bf16 inputs (cuda) */
     enum loom_attn_backend attention_backend; /* --attention-backend */
     int deterministic;  /* --deterministic-mode */
+    const char *notes;  /* logged at the start as "loom: note: ..." (may be NULL) */
 };
 
 struct loom_sample_source {

@@ -14,14 +14,14 @@
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel, bf16, fp16,
-        deterministic;
+        deterministic, use_rope, no_posemb;
     const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
-    double norm_eps, rope_base, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
+    double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
         min_loss_scale;
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, seed, save_interval, eval_interval,
-        eval_iters, log_interval, tp, pp, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
+        eval_iters, log_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
 };
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -96,20 +96,110 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
     return LOOM_OK;
 }
 
+/* Megatron-LM flags that have no setting of their own in loom. With `effect` the flag is taken
+ * and changes nothing, because loom always does what it asks or has no such switch: it is named,
+ * with the effect, in one note at the start of the log. With `missing` it asks for something loom
+ * does not do: an error naming it. `value`: the flag takes one value (any). */
+struct megatron_flag {
+    const char *name;
+    int value;
+    const char *effect, *missing;
+};
+
+static const struct megatron_flag megatron_flags[] = {
+    {"--use-flash-attn", 0, "attention is always one fused kernel, chosen by --attention-backend", NULL},
+    {"--use-mcore-models", 0, "loom has one model implementation", NULL},
+    {"--transformer-impl", 1, "loom has one model implementation", NULL},
+    {"--overlap-grad-reduce", 0, "data-parallel gradients are always reduced in buckets while the "
+     "backward runs, sized by --ddp-bucket-size-mb", NULL},
+    {"--attention-softmax-in-fp32", 0, "the softmax is always computed in fp32", NULL},
+    {"--accumulate-allreduce-grads-in-fp32", 0, "gradients are always accumulated and reduced in "
+     "fp32", NULL},
+    {"--no-masked-softmax-fusion", 0, "loom's kernels have no fusion switches", NULL},
+    {"--no-bias-gelu-fusion", 0, "loom's kernels have no fusion switches", NULL},
+    {"--no-bias-swiglu-fusion", 0, "loom's kernels have no fusion switches", NULL},
+    {"--no-bias-dropout-fusion", 0, "loom's kernels have no fusion switches", NULL},
+    {"--no-gradient-accumulation-fusion", 0, "loom's kernels have no fusion switches", NULL},
+    {"--no-rope-fusion", 0, "loom's kernels have no fusion switches", NULL},
+    {"--no-persist-layer-norm", 0, "loom's kernels have no fusion switches", NULL},
+    {"--no-async-tensor-model-parallel-allreduce", 0, "loom's kernels have no fusion switches",
+     NULL},
+    {"--log-throughput", 0, "tokens/s, TFLOP/s and MFU are always logged", NULL},
+    {"--no-load-rng", 0, "random numbers are counter-based, from the seed and position, "
+     "with no generator state to save or load", NULL},
+    {"--no-save-rng", 0, "random numbers are counter-based, from the seed and position, "
+     "with no generator state to save or load", NULL},
+    {"--data-impl", 1, "indexed datasets are always memory-mapped", NULL},
+    {"--num-workers", 1, "samples are read in the training process", NULL},
+    {"--distributed-backend", 1, "--comm chooses the communication backend, auto taking NCCL with "
+     "--device cuda under mpirun", NULL},
+    {"--use-distributed-optimizer", 0, NULL, "the distributed (ZeRO-style) optimizer is not "
+     "implemented: every data-parallel rank holds the whole optimizer state"},
+    {"--overlap-param-gather", 0, NULL, "the distributed (ZeRO-style) optimizer is not "
+     "implemented: every data-parallel rank holds the whole optimizer state"},
+    {"--recompute-activations", 0, NULL, "activation recomputation is limited to the MLP's "
+     "activation: --kept-activation-layers says which layers keep it"},
+    {"--recompute-granularity", 1, NULL, "activation recomputation is limited to the MLP's "
+     "activation: --kept-activation-layers says which layers keep it"},
+    {"--recompute-method", 1, NULL, "activation recomputation is limited to the MLP's activation: "
+     "--kept-activation-layers says which layers keep it"},
+    {"--recompute-num-layers", 1, NULL, "activation recomputation is limited to the MLP's "
+     "activation: --kept-activation-layers says which layers keep it"},
+    {"--tensorboard-dir", 1, NULL, "no TensorBoard logs: --metrics-file writes one JSON object per "
+     "logged iteration"},
+    {"--wandb-project", 1, NULL, "no Weights & Biases logs: --metrics-file writes one JSON object "
+     "per logged iteration"},
+    {"--ckpt-format", 1, NULL, "checkpoints are safetensors with meta.json (loom convert exchanges "
+     "Hugging Face directories)"},
+    {"--fp8-format", 1, NULL, "FP8 training is not implemented"},
+    {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented"},
+    {"--apply-query-key-layer-scaling", 0, NULL, "query-key layer scaling is not implemented"},
+    {"--log-params-norm", 0, NULL, "the parameter norm is not logged (the gradient norm is)"},
+    {"--log-num-zeros-in-grad", 0, NULL, "zeros in the gradient are not counted"},
+};
+
+/* The notes of the Megatron-LM flags given that change nothing, or an error for one loom does
+ * not take. *notes is one line (allocated; NULL when none was given). */
+static enum loom_status megatron_flags_check(struct loom_flag *flags, int nflags, char **notes) {
+    size_t len = 0;
+    *notes = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < NFLAGS(megatron_flags); i++) {
+            const struct megatron_flag *m = &megatron_flags[i];
+            if (!loom_flags_find(flags, nflags, m->name)->given) continue;
+            if (m->missing)
+                return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: %s", m->name, m->missing);
+            if (pass == 0)
+                len += strlen(m->name) + strlen(m->effect) + 4;
+            else
+                sprintf(*notes + strlen(*notes), "%s%s: %s", **notes ? "; " : "", m->name,
+                        m->effect);
+        }
+        if (pass == 0) {
+            if (!len) return LOOM_OK;
+            if (!(*notes = calloc(1, len + 1))) return loom_fail(LOOM_ERR_OOM, "out of memory");
+        }
+    }
+    return LOOM_OK;
+}
+
 int loom_cmd_train(int argc, char **argv) {
     struct train_flags f = {
         .num_layers = 12, .hidden = 768, .heads = 12, .query_groups = 0, .ffn = 0, .seq = 1024,
         .max_pos = 0, .vocab = 0, .divisible = 128,
         .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear", .warmup_fraction = -1,
         .device = "cpu", .split = "969,30,1", .comm = "auto", .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer",
-        .norm_eps = 1e-5, .rope_base = 10000, .hidden_dropout = 0.1, .attention_dropout = 0.1,
+        .norm_eps = 1e-5, .rope_base = 10000, .rope_percent = 1.0, .hidden_dropout = 0.1, .attention_dropout = 0.1,
         .lr = 1e-4, .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0,
         .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
         .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
-        .log_interval = 100, .tp = 1, .pp = 1, .bucket_mb = 40, .initial_loss_scale = 4294967296.0, .min_loss_scale = 1.0,
+        .log_interval = 100, .tp = 1, .pp = 1, .cp = 1, .ep = 1, .bucket_mb = 40, .initial_loss_scale = 4294967296.0, .min_loss_scale = 1.0,
         .loss_scale_window = 1000, .hysteresis = 2,
     };
-    struct loom_flag flags[] = {
+    int megatron_bool = 0;
+    const char *megatron_value = NULL;
+    char *notes = NULL;
+    struct loom_flag own[] = {
         {"--num-layers", LOOM_FLAG_INT, &f.num_layers, "decoder layers", NULL, 0},
         {"--hidden-size", LOOM_FLAG_INT, &f.hidden, "hidden size", NULL, 0},
         {"--num-attention-heads", LOOM_FLAG_INT, &f.heads, "attention heads", NULL, 0},
@@ -125,6 +215,9 @@ int loom_cmd_train(int argc, char **argv) {
         {"--swiglu", LOOM_FLAG_BOOL, &f.swiglu, "SwiGLU MLP instead of GELU", NULL, 0},
         {"--position-embedding-type", LOOM_FLAG_CHOICE, &f.posemb, "position embedding", "learned_absolute|rope|none", 0},
         {"--rotary-base", LOOM_FLAG_FLOAT, &f.rope_base, "rotary base theta", NULL, 0},
+        {"--rotary-percent", LOOM_FLAG_FLOAT, &f.rope_percent, "share of each head's dimensions that rotate (1 only)", NULL, 0},
+        {"--use-rotary-position-embeddings", LOOM_FLAG_BOOL, &f.use_rope, "as --position-embedding-type rope (older Megatron-LM)", NULL, 0},
+        {"--no-position-embedding", LOOM_FLAG_BOOL, &f.no_posemb, "no learned absolute position embedding (older Megatron-LM)", NULL, 0},
         {"--disable-bias-linear", LOOM_FLAG_BOOL, &f.disable_bias, "no biases in linear layers", NULL, 0},
         {"--untie-embeddings-and-output-weights", LOOM_FLAG_BOOL, &f.untie, "separate output layer", NULL, 0},
         {"--hidden-dropout", LOOM_FLAG_FLOAT, &f.hidden_dropout, "dropout on hidden states", NULL, 0},
@@ -167,6 +260,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--metrics-file", LOOM_FLAG_STR, &f.metrics, "JSON lines, one object per logged iteration", NULL, 0},
         {"--tensor-model-parallel-size", LOOM_FLAG_INT, &f.tp, "tensor-parallel ranks", NULL, 0},
         {"--pipeline-model-parallel-size", LOOM_FLAG_INT, &f.pp, "pipeline stages", NULL, 0},
+        {"--context-parallel-size", LOOM_FLAG_INT, &f.cp, "context-parallel ranks (1 only)", NULL, 0},
+        {"--expert-model-parallel-size", LOOM_FLAG_INT, &f.ep, "expert-parallel ranks (1 only)", NULL, 0},
         {"--num-layers-per-virtual-pipeline-stage", LOOM_FLAG_INT, &f.vpp_layers, "interleaved schedule (0 = off)", NULL, 0},
         {"--sequence-parallel", LOOM_FLAG_BOOL, &f.sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
         {"--save-grads", LOOM_FLAG_STR, &f.save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
@@ -185,6 +280,19 @@ int loom_cmd_train(int argc, char **argv) {
         {"--bf16", LOOM_FLAG_BOOL, &f.bf16, "matrix products with bf16 inputs and fp32 accumulation (cuda; weights, activations and optimizer stay fp32)", NULL, 0},
         {"--peak-tflops", LOOM_FLAG_FLOAT, &f.peak, "peak TFLOP/s per rank for MFU (0 = 989 on cuda, measured sgemm on cpu)", NULL, 0},
     };
+    /* loom's flags, then the Megatron-LM flags that have no setting in loom (megatron_flags) */
+    struct loom_flag flags[NFLAGS(own) + NFLAGS(megatron_flags)];
+    static char megatron_help[NFLAGS(megatron_flags)][192];
+    memcpy(flags, own, sizeof own);
+    for (int i = 0; i < NFLAGS(megatron_flags); i++) {
+        const struct megatron_flag *m = &megatron_flags[i];
+        snprintf(megatron_help[i], sizeof megatron_help[i], "Megatron-LM's; %s: %s",
+                 m->effect ? "no effect" : "not supported", m->effect ? m->effect : m->missing);
+        flags[NFLAGS(own) + i] =
+            (struct loom_flag){m->name, m->value ? LOOM_FLAG_STR : LOOM_FLAG_BOOL,
+                               m->value ? (void *)&megatron_value : (void *)&megatron_bool,
+                               megatron_help[i], NULL, 0};
+    }
     int help, collective = 1;
     enum loom_status s = loom_flags_parse(flags, NFLAGS(flags), argc, argv, 2, &help);
     if (s == LOOM_OK && help) {
@@ -193,6 +301,17 @@ int loom_cmd_train(int argc, char **argv) {
     }
 #define FAIL(...) do { s = loom_fail(LOOM_ERR_INVALID_ARG, __VA_ARGS__); goto out; } while (0)
     if (s != LOOM_OK) goto out;
+    if ((s = megatron_flags_check(flags, NFLAGS(flags), &notes)) != LOOM_OK) goto out;
+    if (f.use_rope || f.no_posemb) { /* older Megatron-LM's position-embedding flags */
+        struct loom_flag *pe = loom_flags_find(flags, NFLAGS(flags), "--position-embedding-type");
+        const int rope = f.use_rope || (pe->given && strcmp(f.posemb, "rope") == 0);
+        if (pe->given && strcmp(f.posemb, rope ? "rope" : "none") != 0)
+            FAIL("%s contradicts --position-embedding-type %s",
+                 f.use_rope ? "--use-rotary-position-embeddings" : "--no-position-embedding",
+                 f.posemb);
+        f.posemb = rope ? "rope" : "none";
+        pe->given = 1; /* as if given: a checkpoint's must agree */
+    }
     if (f.iters && f.samples) FAIL("--train-iters and --train-samples exclude each other (training "
                                    "counted in iterations or in samples)");
     if (f.iters <= 0 && f.samples <= 0)
@@ -245,6 +364,11 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.clip < 0) FAIL("--clip-grad must be >= 0");
     if (f.wd < 0) FAIL("--weight-decay must be >= 0 (got %g)", f.wd);
     if (f.tp < 1 || f.pp < 1) FAIL("parallel sizes must be at least 1");
+    if (f.cp != 1) FAIL("--context-parallel-size %lld: context parallelism is not implemented (1 only)", (long long)f.cp);
+    if (f.ep != 1) FAIL("--expert-model-parallel-size %lld: expert parallelism is not implemented (1 only)", (long long)f.ep);
+    if (f.rope_percent != 1.0)
+        FAIL("--rotary-percent %g: partial rotary embeddings are not implemented (1 only)", f.rope_percent);
+
     if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
     if (f.fp16 && f.bf16) FAIL("--fp16 and --bf16 exclude each other");
     if (f.kept_act < 0) FAIL("--kept-activation-layers must be 0 or more (0 = remade in every layer)");
@@ -339,6 +463,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.min_loss_scale = f.min_loss_scale;
     c.loss_scale_window = f.loss_scale_window;
     c.hysteresis = f.hysteresis;
+    c.notes = notes;
     /* validate the model before any work (the trainer re-checks against the layout) */
     {
         struct loom_gpt_config probe = c.model;
@@ -350,6 +475,7 @@ out:
      * other failure may be one rank's alone: it reports and ends the whole job */
     if (s != LOOM_OK) loom_comm_exit_error(1, collective);
     loom_comm_finalize();
+    free(notes);
     return 0;
 #undef FAIL
 }

@@ -451,6 +451,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     } else {
         t->peak_tflops = 0.0; /* ranks share the cores */
     }
+    if (c->notes) loom_log_info("loom: note: flags with no effect: %s", c->notes);
     loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
                   "vocab %lld (padded %lld), seq %lld | world %d = TP %lld x PP %lld x DP %lld | "
                   "%s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",

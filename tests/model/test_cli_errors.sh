@@ -57,6 +57,12 @@ expect_error "warmup init" "--lr-warmup-init" "$LOOM" "${S[@]}" --train-iters 2 
 expect_error "samples below a batch" "--train-samples 3 is less than one global batch (--global-batch-size 4)" "$LOOM" "${S[@]}" --train-samples 3
 expect_error "warmup past decay" "the learning-rate warmup (5 iterations) must end by the end of the decay (4 iterations" "$LOOM" "${S[@]}" --train-iters 4 --lr-warmup-iters 5
 expect_error "warmup past decay, samples" "the learning-rate warmup (40 samples) must end by the end of the decay (32 samples" "$LOOM" "${S[@]}" --train-samples 64 --lr-decay-samples 32 --lr-warmup-samples 40
+expect_error "distributed optimizer" "--use-distributed-optimizer: the distributed (ZeRO-style) optimizer is not implemented" "$LOOM" "${T[@]}" --use-distributed-optimizer
+expect_error "recompute" "--recompute-granularity: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
+expect_error "tensorboard" "--tensorboard-dir: no TensorBoard logs: --metrics-file" "$LOOM" "${T[@]}" --tensorboard-dir /tmp/tb
+expect_error "context parallel" "--context-parallel-size 2: context parallelism is not implemented" "$LOOM" "${T[@]}" --context-parallel-size 2
+expect_error "partial rotary" "--rotary-percent 0.5: partial rotary embeddings are not implemented" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 0.5
+expect_error "old and new rope flags" "--use-rotary-position-embeddings contradicts --position-embedding-type learned_absolute" "$LOOM" "${T[@]}" --use-rotary-position-embeddings --position-embedding-type learned_absolute
 expect_error "missing checkpoint" "$tmp/nothing" "$LOOM" "${T[@]}" --load "$tmp/nothing"
 expect_error "missing data file" "$tmp/missing" "$LOOM" train --data-path "$tmp/missing" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 50 --train-iters 1
 expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Megatron-LM flags without a setting of their own in loom: those asking for what loom always does
+# are taken, named in one "loom: note:" line, and change nothing (the same losses and gradient
+# norms bit for bit); the older position-embedding flags are the same as the newer one
+# (--use-rotary-position-embeddings --no-position-embedding as --position-embedding-type rope,
+# --no-position-embedding alone as none). The flags asking for what loom does not do are errors:
+# tests/model/test_cli_errors.sh.
+set -uo pipefail
+LOOM=${LOOM:-build/loom}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+      --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --eval-iters 0
+      --log-interval 1 --lr 1e-3 --seed 11)
+run() { # run NAME ARGS...: the log, and the losses and gradient norms of each iteration
+  local name=$1
+  shift
+  if ! OMP_NUM_THREADS=2 "$LOOM" "${base[@]}" "$@" --metrics-file "$tmp/$name.jsonl" > "$tmp/$name.log" 2>&1; then
+    echo "FAIL $name: loom exited non-zero"; tail -3 "$tmp/$name.log"; fail=1; return
+  fi
+  sed -E 's/.*"loss": ([^,]*), "grad_norm": ([^,]*),.*/\1 \2/' "$tmp/$name.jsonl" > "$tmp/$name.txt"
+}
+same() { # same A B
+  if [ "$(wc -l < "$tmp/$1.txt" 2>/dev/null)" = 4 ] && cmp -s "$tmp/$1.txt" "$tmp/$2.txt"; then
+    echo "ok   $2 trains as $1"
+  else
+    echo "FAIL $2 differs from $1"; fail=1
+  fi
+}
+noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine --overlap-grad-reduce
+      --attention-softmax-in-fp32 --accumulate-allreduce-grads-in-fp32 --no-masked-softmax-fusion
+      --no-bias-gelu-fusion --no-bias-swiglu-fusion --no-bias-dropout-fusion
+      --no-gradient-accumulation-fusion --no-rope-fusion --no-persist-layer-norm
+      --no-async-tensor-model-parallel-allreduce --log-throughput --no-load-rng --no-save-rng
+      --data-impl mmap --num-workers 2 --distributed-backend nccl --rotary-percent 1.0
+      --context-parallel-size 1 --expert-model-parallel-size 1)
+run plain
+run megatron "${noop[@]}"
+same plain megatron
+notes=$(grep -c '^loom: note: flags with no effect:' "$tmp/megatron.log")
+missing=""
+for fl in "${noop[@]}"; do
+  case $fl in
+    --rotary-percent|--context-parallel-size|--expert-model-parallel-size) continue ;; # loom's own
+    --*) grep -q -- "$fl: " "$tmp/megatron.log" || missing="$missing $fl" ;;
+  esac
+done
+if [ "$notes" = 1 ] && [ -z "$missing" ] && ! grep -q "note:" "$tmp/plain.log"; then
+  echo "ok   one note names every flag with no effect"
+else
+  echo "FAIL the note: $notes lines, not named:$missing"; fail=1
+fi
+run rope --position-embedding-type rope
+run rope-old --use-rotary-position-embeddings --no-position-embedding
+same rope rope-old
+run none --position-embedding-type none
+run none-old --no-position-embedding
+same none none-old
+if cmp -s "$tmp/rope.txt" "$tmp/plain.txt" || cmp -s "$tmp/none.txt" "$tmp/rope.txt"; then
+  echo "FAIL the position embeddings made no difference"; fail=1
+fi
+exit $fail
