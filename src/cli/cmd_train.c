@@ -246,7 +246,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--mock-data", LOOM_FLAG_BOOL, &f.mock, "synthetic data", NULL, 0},
         {"--data-path", LOOM_FLAG_LIST, &f.data_path, "PREFIX or W1 PREFIX1 W2 PREFIX2 ...", NULL, 0},
         {"--split", LOOM_FLAG_STR, &f.split, "train,valid,test document weights", NULL, 0},
-        {"--tokenizer-type", LOOM_FLAG_CHOICE, &f.tokenizer_type, "tokenizer (for the vocabulary size)", "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase", 0},
+        {"--tokenizer-type", LOOM_FLAG_CHOICE, &f.tokenizer_type, "tokenizer (for the vocabulary size; NullTokenizer: --vocab-size ids and an end-of-document one, as Megatron-LM)", "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase|NullTokenizer", 0},
         {"--vocab-file", LOOM_FLAG_STR, &f.vocab_file, "tokenizer vocabulary", NULL, 0},
         {"--merge-file", LOOM_FLAG_STR, &f.merge_file, "GPT-2 merges", NULL, 0},
         {"--save", LOOM_FLAG_STR, &f.save, "checkpoint directory to save to", NULL, 0},
@@ -317,6 +317,13 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.iters <= 0 && f.samples <= 0)
         FAIL("give --train-iters or --train-samples, positive (got %lld)",
              (long long)(f.samples ? f.samples : f.iters));
+    if (strcmp(f.tokenizer_type, "NullTokenizer") == 0) {
+        /* Megatron-LM's: token ids 0 .. --vocab-size - 1 and an end-of-document id after them */
+        if (f.vocab <= 0 || f.vocab_file)
+            FAIL("--tokenizer-type NullTokenizer takes --vocab-size (the ids before the "
+                 "end-of-document one) and no --vocab-file");
+        f.vocab += 1;
+    }
     if (f.load && (s = apply_checkpoint_arch(flags, NFLAGS(flags), &f, f.load)) != LOOM_OK) goto out;
     if (f.vocab == 0 && f.vocab_file) {
         struct loom_tokenizer *tok;

@@ -3,7 +3,8 @@
 # are taken, named in one "loom: note:" line, and change nothing (the same losses and gradient
 # norms bit for bit); the older position-embedding flags are the same as the newer one
 # (--use-rotary-position-embeddings --no-position-embedding as --position-embedding-type rope,
-# --no-position-embedding alone as none). The flags asking for what loom does not do are errors:
+# --no-position-embedding alone as none); --tokenizer-type NullTokenizer --vocab-size 63 is a
+# vocabulary of 64, as Megatron-LM's (63 ids and the end-of-document one). The flags asking for what loom does not do are errors:
 # tests/model/test_cli_errors.sh.
 set -uo pipefail
 LOOM=${LOOM:-build/loom}
@@ -57,6 +58,9 @@ same rope rope-old
 run none --position-embedding-type none
 run none-old --no-position-embedding
 same none none-old
+# Megatron-LM's NullTokenizer: --vocab-size ids and an end-of-document one (64 in all, as plain)
+run null --tokenizer-type NullTokenizer --vocab-size 63
+same plain null
 if cmp -s "$tmp/rope.txt" "$tmp/plain.txt" || cmp -s "$tmp/none.txt" "$tmp/rope.txt"; then
   echo "FAIL the position embeddings made no difference"; fail=1
 fi
