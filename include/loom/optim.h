@@ -42,10 +42,13 @@ void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model);
  * grad_scale multiplies the gradients first (clipping). */
 void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, double grad_scale);
 
-/* Global L2 norm of the gradients, counting every parameter exactly once across tensor,
- * pipeline and data-parallel ranks (replicated parameters are counted on TP rank 0 only; the
- * last stage's copy of a tied embedding is not counted; data-parallel ranks hold the same
- * reduced gradients and are not summed). */
+/* Global L2 norm of a device buffer laid out like the model's parameters (the parameters, the
+ * gradients), counting every parameter exactly once across tensor, pipeline and data-parallel
+ * ranks (replicated parameters are counted on TP rank 0 only; the last stage's copy of a tied
+ * embedding is not counted; data-parallel ranks hold the same values and are not summed).
+ * Collective over the TP and PP groups. */
+enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm);
+/* loom_param_buffer_norm of the (reduced) gradients */
 enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm);
 
 /* Dynamic loss scaling for fp16 (Megatron's DynamicGradScaler rules): the loss is multiplied

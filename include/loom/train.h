@@ -36,12 +36,13 @@ struct loom_train_config {
     const char *data_path, *split;
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
+    int log_params_norm; /* --log-params-norm */
     const char *metrics_file;
     double peak_tflops; /* 0 = default for the device */
     /* checkpoints */
     const char *save, *load;
     int64_t save_interval;
-    int finetune, no_load_optim;
+    int finetune, no_load_optim, no_save_optim;
     /* device */
     const char *save_grads; /* write the first iteration's reduced gradients here (testing) */
     const char *device;

@@ -13,7 +13,7 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, sequence_parallel, bf16, fp16,
+    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb;
     const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
@@ -154,7 +154,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--fp8-format", 1, NULL, "FP8 training is not implemented"},
     {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented"},
     {"--apply-query-key-layer-scaling", 0, NULL, "query-key layer scaling is not implemented"},
-    {"--log-params-norm", 0, NULL, "the parameter norm is not logged (the gradient norm is)"},
     {"--log-num-zeros-in-grad", 0, NULL, "zeros in the gradient are not counted"},
 };
 
@@ -254,9 +253,11 @@ int loom_cmd_train(int argc, char **argv) {
         {"--save-interval", LOOM_FLAG_INT, &f.save_interval, "save every N iterations (0 = at the end only)", NULL, 0},
         {"--finetune", LOOM_FLAG_BOOL, &f.finetune, "load weights only; reset iteration and optimizer", NULL, 0},
         {"--no-load-optim", LOOM_FLAG_BOOL, &f.no_load_optim, "do not load the optimizer state", NULL, 0},
+        {"--no-save-optim", LOOM_FLAG_BOOL, &f.no_save_optim, "save weights and training state without the optimizer state", NULL, 0},
         {"--eval-interval", LOOM_FLAG_INT, &f.eval_interval, "validate every N iterations", NULL, 0},
         {"--eval-iters", LOOM_FLAG_INT, &f.eval_iters, "validation batches", NULL, 0},
         {"--log-interval", LOOM_FLAG_INT, &f.log_interval, "log every N iterations", NULL, 0},
+        {"--log-params-norm", LOOM_FLAG_BOOL, &f.log_params_norm, "log the parameters' L2 norm (after the step)", NULL, 0},
         {"--metrics-file", LOOM_FLAG_STR, &f.metrics, "JSON lines, one object per logged iteration", NULL, 0},
         {"--tensor-model-parallel-size", LOOM_FLAG_INT, &f.tp, "tensor-parallel ranks", NULL, 0},
         {"--pipeline-model-parallel-size", LOOM_FLAG_INT, &f.pp, "pipeline stages", NULL, 0},
@@ -449,6 +450,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.eval_interval = f.eval_interval;
     c.eval_iters = f.eval_iters;
     c.log_interval = f.log_interval;
+    c.log_params_norm = f.log_params_norm;
     c.metrics_file = f.metrics;
     c.peak_tflops = f.peak;
     c.save = f.save;
@@ -456,6 +458,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.save_interval = f.save_interval;
     c.finetune = f.finetune;
     c.no_load_optim = f.no_load_optim;
+    c.no_save_optim = f.no_save_optim;
     c.save_grads = f.save_grads;
     c.device = f.device;
     c.comm = f.comm;

@@ -83,7 +83,7 @@ void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, do
 
 /* The squared gradient norm counts each parameter once: tensor-parallel copies (tp_dim < 0) on
  * TP rank 0 only, the tied output layer on the first stage only. */
-enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm) {
+enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm) {
     struct loom_parallel *par = model->par;
     struct loom_backend *be = model->be;
     int tpr = loom_tp_rank(par);
@@ -104,9 +104,10 @@ enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm) {
     }
     double ss = 0;
     if (be->ops->sumsq_ranges) {
-        ss = be->ops->sumsq_ranges(be, model->grad_mem, off, len, nr);
+        ss = be->ops->sumsq_ranges(be, buf, off, len, nr);
     } else {
-        for (int k = 0; k < nr; k++) ss += loom_op(be, sumsq, model->grad_mem + off[k], len[k]);
+        for (int k = 0; k < nr; k++)
+            ss += loom_op(be, sumsq, buf + off[k], len[k]);
     }
     free(off);
     if (loom_tp_size(par) > 1)
@@ -115,4 +116,8 @@ enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm) {
         LOOM_CHECK(loom_comm_allreduce(par->group[LOOM_PDIM_PP], &ss, 1, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
     *norm = sqrt(ss);
     return LOOM_OK;
+}
+
+enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm) {
+    return loom_param_buffer_norm(model, model->grad_mem, norm);
 }

@@ -167,8 +167,9 @@ static void reset_comm_counters(struct trainer *t) {
     if (t->par.embedding) loom_comm_reset_counters(t->par.embedding);
 }
 
+/* pnorm: the parameters' norm (--log-params-norm), or < 0 when not logged */
 static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, double loss,
-                          double gnorm, int have_val, double val_loss) {
+                          double gnorm, double pnorm, int have_val, double val_loss) {
     struct loom_train_config *c = t->cfg;
     double tokens = (double)c->global_batch * (double)c->model.seq_length;
     double tps = tokens / (ms / 1000.0);
@@ -188,11 +189,14 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
     time_t now = time(NULL);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
-    loom_log_info(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
-                  "iteration (ms): %.1f | learning rate: %.6E | global batch size: %5lld | lm loss: "
-                  "%.6E | grad norm: %.3f | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
-                  stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples,
-                  ms, lr, (long long)c->global_batch, loss, gnorm, tps, tflops, mfu);
+    char params_s[48] = "";
+    if (pnorm >= 0) snprintf(params_s, sizeof params_s, " | params norm: %.3f", pnorm);
+    loom_log_info(
+        " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
+        "iteration (ms): %.1f | learning rate: %.6E | global batch size: %5lld | lm loss: "
+        "%.6E | grad norm: %.3f%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
+        stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples, ms, lr,
+        (long long)c->global_batch, loss, gnorm, params_s, tps, tflops, mfu);
     if (t->peak_mem >= 0)
         loom_log_info(" peak device memory per rank: %.1f MiB", (double)t->peak_mem / 1048576.0);
     if (t->cfg->fp16)
@@ -213,6 +217,7 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
                 (long long)it, (long long)t->st.consumed_samples, lr, loss_s, gnorm_s, ms, tps,
                 tflops, mfu / 100.0);
         if (have_val) fprintf(t->metrics, ", \"val_loss\": %.17g", val_loss);
+        if (pnorm >= 0) fprintf(t->metrics, ", \"params_norm\": %.17g", pnorm);
         if (t->cfg->fp16)
             fprintf(t->metrics, ", \"loss_scale\": %.17g, \"skipped_iterations\": %lld",
                     t->scaler.scale, (long long)t->skipped_since_log);
@@ -422,7 +427,10 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         }
         if (!load_optim) t->opt.step = 0;
         loom_log_info("loaded checkpoint %s at iteration %lld%s", c->load, (long long)st.iteration,
-                      c->finetune ? " (finetune: iteration and optimizer reset)" : "");
+                      c->finetune  ? " (finetune: iteration and optimizer reset)"
+                      : load_optim ? ""
+                      : has_optim  ? " (--no-load-optim: the optimizer starts afresh)"
+                                   : " (it holds no optimizer state: the optimizer starts afresh)");
     } else {
         LOOM_CHECK(loom_gpt_init_weights(t->model, c->seed));
     }
@@ -554,7 +562,10 @@ static enum loom_status train_loop(struct trainer *t) {
         if (it % c->log_interval == 0 || it == c->train_iters || have_val) {
             double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
             LOOM_CHECK(device_memory(t));
-            log_iteration(t, it, ms, lr, loss, gnorm, have_val, val);
+            double pnorm = -1.0; /* after the step, as Megatron-LM logs it */
+            if (c->log_params_norm)
+                LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm));
+            log_iteration(t, it, ms, lr, loss, gnorm, pnorm, have_val, val);
             t->skipped_since_log = 0;
             t_last = loom_time_s();
             iters_since_log = 0;
@@ -565,13 +576,14 @@ static enum loom_status train_loop(struct trainer *t) {
             break;
         }
         if (c->save && c->save_interval > 0 && it % c->save_interval == 0 && it < c->train_iters) {
-            LOOM_CHECK(loom_ckpt_save(c->save, t->model, &t->opt, &t->st));
+            LOOM_CHECK(
+                loom_ckpt_save(c->save, t->model, c->no_save_optim ? NULL : &t->opt, &t->st));
             loom_log_info("saved checkpoint at iteration %lld to %s", (long long)it, c->save);
             t_last = loom_time_s();
         }
     }
     if (c->save) {
-        LOOM_CHECK(loom_ckpt_save(c->save, t->model, &t->opt, &t->st));
+        LOOM_CHECK(loom_ckpt_save(c->save, t->model, c->no_save_optim ? NULL : &t->opt, &t->st));
         loom_log_info("saved checkpoint at iteration %lld to %s", (long long)t->st.iteration, c->save);
     }
     return LOOM_OK;

@@ -3,8 +3,8 @@
 # (2,2,1) (2,2,2) (4,1,1), (1,4,1) with 2 virtual stages (interleaved schedule) and (2,1,2) with
 # sequence parallelism, a GPT-2-style and a Llama-style model (RMSNorm, SwiGLU, rotary, GQA, no
 # biases, untied) train 20 iterations with dropout on, in fp32 under MPI. Loss and grad norm at
-# every iteration and every parameter after training must equal the single-rank run within 1e-5
-# relative.
+# every iteration (and the parameters' norm, --log-params-norm) and every parameter after training
+# must equal the single-rank run within 1e-5 relative.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -16,7 +16,8 @@ trap 'rm -rf "$tmp"' EXIT
 common=(--mock-data --num-layers 8 --seq-length 16 --vocab-size 97 --make-vocab-size-divisible-by 32
         --micro-batch-size 2 --global-batch-size 16 --train-iters 20 --lr 3e-3 --min-lr 3e-4
         --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0
-        --hidden-dropout 0.1 --attention-dropout 0.1 --log-interval 1 --eval-iters 0 --seed 11)
+        --hidden-dropout 0.1 --attention-dropout 0.1 --log-interval 1 --eval-iters 0 --seed 11
+        --log-params-norm)
 gpt=(--hidden-size 32 --num-attention-heads 4)
 llama=(--hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 4
        --ffn-hidden-size 96 --normalization RMSNorm --swiglu --position-embedding-type rope

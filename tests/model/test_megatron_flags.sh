@@ -4,7 +4,8 @@
 # norms bit for bit); the older position-embedding flags are the same as the newer one
 # (--use-rotary-position-embeddings --no-position-embedding as --position-embedding-type rope,
 # --no-position-embedding alone as none); --tokenizer-type NullTokenizer --vocab-size 63 is a
-# vocabulary of 64, as Megatron-LM's (63 ids and the end-of-document one). The flags asking for what loom does not do are errors:
+# vocabulary of 64, as Megatron-LM's (63 ids and the end-of-document one); --log-params-norm logs
+# the norm of the weights, and changes nothing else. The flags asking for what loom does not do are errors:
 # tests/model/test_cli_errors.sh.
 set -uo pipefail
 LOOM=${LOOM:-build/loom}
@@ -61,6 +62,33 @@ same none none-old
 # Megatron-LM's NullTokenizer: --vocab-size ids and an end-of-document one (64 in all, as plain)
 run null --tokenizer-type NullTokenizer --vocab-size 63
 same plain null
+# --log-params-norm: the same training, and the last logged norm is the L2 norm of the saved
+# weights (every tensor of the checkpoint once, read here without loom)
+run pnorm --log-params-norm --save "$tmp/pnorm-ckpt"
+same plain pnorm
+PY=${PYTHON:-python3}
+if "$PY" - "$tmp/pnorm.jsonl" "$tmp/pnorm-ckpt" <<'PYEOF'
+import array, json, math, struct, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+it = open(sys.argv[2] + "/latest_checkpointed_iteration.txt").read().strip()
+data = open(f"{sys.argv[2]}/iter_{int(it):07d}/model.safetensors", "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+ss = 0.0
+for name, e in json.loads(data[8:8 + n]).items():
+    if name == "__metadata__":
+        continue
+    assert e["dtype"] == "F32", e
+    b, en = e["data_offsets"]
+    ss += sum(float(v) * float(v) for v in array.array("f", data[8 + n + b:8 + n + en]))
+want, got = math.sqrt(ss), rows[-1]["params_norm"]
+print(f"params norm logged {got!r}, of the saved weights {want!r}")
+sys.exit(0 if all("params_norm" in r for r in rows) and abs(got - want) <= 1e-9 * want else 1)
+PYEOF
+then
+  echo "ok   --log-params-norm logs the norm of the weights"
+else
+  echo "FAIL --log-params-norm"; fail=1
+fi
 if cmp -s "$tmp/rope.txt" "$tmp/plain.txt" || cmp -s "$tmp/none.txt" "$tmp/rope.txt"; then
   echo "FAIL the position embeddings made no difference"; fail=1
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Compare two loom training runs: per-iteration loss and grad norm from --metrics-file, and the
-final checkpoints' tensors. Relative tolerance per scalar, and per tensor on the L2 norm.
+"""Compare two loom training runs: per-iteration loss and grad norm (and the parameters' norm
+where both logged it: --log-params-norm) from --metrics-file, and the final checkpoints' tensors. Relative tolerance per scalar, and per tensor on the L2 norm.
 usage: compare_runs.py REF_METRICS REF_CKPT RUN_METRICS RUN_CKPT TOL LABEL"""
 import json
 import struct
@@ -27,13 +27,16 @@ ref_m, ref_c, run_m, run_c, tol, label = sys.argv[1:7]
 tol = float(tol)
 a = [json.loads(l) for l in open(ref_m)]
 b = [json.loads(l) for l in open(run_m)]
-worst_loss = worst_gn = worst_p = 0.0
+worst_loss = worst_gn = worst_p = worst_pn = 0.0
 worst_name = ""
 ok = len(a) == len(b) and len(a) > 0
 for x, y in zip(a, b):
     ok &= x["iteration"] == y["iteration"]
     worst_loss = max(worst_loss, abs(x["loss"] - y["loss"]) / abs(x["loss"]))
     worst_gn = max(worst_gn, abs(x["grad_norm"] - y["grad_norm"]) / abs(x["grad_norm"]))
+    ok &= ("params_norm" in x) == ("params_norm" in y)
+    if "params_norm" in x and "params_norm" in y:
+        worst_pn = max(worst_pn, abs(x["params_norm"] - y["params_norm"]) / abs(x["params_norm"]))
 ta, tb = tensors(ref_c), tensors(run_c)
 ok &= set(ta) == set(tb)
 for k in ta:
@@ -41,7 +44,8 @@ for k in ta:
         e = np.linalg.norm(ta[k] - tb[k]) / max(np.linalg.norm(ta[k]), 1e-30)
         if e > worst_p:
             worst_p, worst_name = e, k
-ok &= worst_loss < tol and worst_gn < tol and worst_p < tol
+ok &= worst_loss < tol and worst_gn < tol and worst_p < tol and worst_pn < tol
+pn = f", params norm {worst_pn:.2e}" if "params_norm" in a[0] else ""
 print(f"{'ok  ' if ok else 'FAIL'} {label}: {len(b)} iterations, worst relative difference "
-      f"loss {worst_loss:.2e}, grad norm {worst_gn:.2e}, parameters {worst_p:.2e} ({worst_name}) (tolerance {tol:g})")
+      f"loss {worst_loss:.2e}, grad norm {worst_gn:.2e}{pn}, parameters {worst_p:.2e} ({worst_name}) (tolerance {tol:g})")
 sys.exit(0 if ok else 1)
