@@ -106,49 +106,53 @@ struct megatron_flag {
     const char *effect, *missing;
 };
 
+/* the reasons given by more than one of megatron_flags */
+#define ONE_MODEL "loom has one model implementation"
+#define NO_FUSION_SWITCHES "loom's kernels have no fusion switches"
+#define COUNTER_RNG                                                                              \
+    "random numbers are counter-based, from the seed and position, with no generator state to " \
+    "save or load"
+#define NO_ZERO                                                                                   \
+    "the distributed (ZeRO-style) optimizer is not implemented: every data-parallel rank holds " \
+    "the whole optimizer state"
+#define MLP_RECOMPUTE_ONLY                                                                   \
+    "activation recomputation is limited to the MLP's activation: --kept-activation-layers " \
+    "says which layers keep it"
+#define JSON_METRICS "--metrics-file writes one JSON object per logged iteration"
+
 static const struct megatron_flag megatron_flags[] = {
-    {"--use-flash-attn", 0, "attention is always one fused kernel, chosen by --attention-backend", NULL},
-    {"--use-mcore-models", 0, "loom has one model implementation", NULL},
-    {"--transformer-impl", 1, "loom has one model implementation", NULL},
+    {"--use-flash-attn", 0, "attention is always one fused kernel, chosen by --attention-backend",
+     NULL},
+    {"--use-mcore-models", 0, ONE_MODEL, NULL},
+    {"--transformer-impl", 1, ONE_MODEL, NULL},
     {"--overlap-grad-reduce", 0, "data-parallel gradients are always reduced in buckets while the "
      "backward runs, sized by --ddp-bucket-size-mb", NULL},
     {"--attention-softmax-in-fp32", 0, "the softmax is always computed in fp32", NULL},
     {"--accumulate-allreduce-grads-in-fp32", 0, "gradients are always accumulated and reduced in "
      "fp32", NULL},
-    {"--no-masked-softmax-fusion", 0, "loom's kernels have no fusion switches", NULL},
-    {"--no-bias-gelu-fusion", 0, "loom's kernels have no fusion switches", NULL},
-    {"--no-bias-swiglu-fusion", 0, "loom's kernels have no fusion switches", NULL},
-    {"--no-bias-dropout-fusion", 0, "loom's kernels have no fusion switches", NULL},
-    {"--no-gradient-accumulation-fusion", 0, "loom's kernels have no fusion switches", NULL},
-    {"--no-rope-fusion", 0, "loom's kernels have no fusion switches", NULL},
-    {"--no-persist-layer-norm", 0, "loom's kernels have no fusion switches", NULL},
-    {"--no-async-tensor-model-parallel-allreduce", 0, "loom's kernels have no fusion switches",
-     NULL},
+    {"--no-masked-softmax-fusion", 0, NO_FUSION_SWITCHES, NULL},
+    {"--no-bias-gelu-fusion", 0, NO_FUSION_SWITCHES, NULL},
+    {"--no-bias-swiglu-fusion", 0, NO_FUSION_SWITCHES, NULL},
+    {"--no-bias-dropout-fusion", 0, NO_FUSION_SWITCHES, NULL},
+    {"--no-gradient-accumulation-fusion", 0, NO_FUSION_SWITCHES, NULL},
+    {"--no-rope-fusion", 0, NO_FUSION_SWITCHES, NULL},
+    {"--no-persist-layer-norm", 0, NO_FUSION_SWITCHES, NULL},
+    {"--no-async-tensor-model-parallel-allreduce", 0, NO_FUSION_SWITCHES, NULL},
     {"--log-throughput", 0, "tokens/s, TFLOP/s and MFU are always logged", NULL},
-    {"--no-load-rng", 0, "random numbers are counter-based, from the seed and position, "
-     "with no generator state to save or load", NULL},
-    {"--no-save-rng", 0, "random numbers are counter-based, from the seed and position, "
-     "with no generator state to save or load", NULL},
+    {"--no-load-rng", 0, COUNTER_RNG, NULL},
+    {"--no-save-rng", 0, COUNTER_RNG, NULL},
     {"--data-impl", 1, "indexed datasets are always memory-mapped", NULL},
     {"--num-workers", 1, "samples are read in the training process", NULL},
     {"--distributed-backend", 1, "--comm chooses the communication backend, auto taking NCCL with "
      "--device cuda under mpirun", NULL},
-    {"--use-distributed-optimizer", 0, NULL, "the distributed (ZeRO-style) optimizer is not "
-     "implemented: every data-parallel rank holds the whole optimizer state"},
-    {"--overlap-param-gather", 0, NULL, "the distributed (ZeRO-style) optimizer is not "
-     "implemented: every data-parallel rank holds the whole optimizer state"},
-    {"--recompute-activations", 0, NULL, "activation recomputation is limited to the MLP's "
-     "activation: --kept-activation-layers says which layers keep it"},
-    {"--recompute-granularity", 1, NULL, "activation recomputation is limited to the MLP's "
-     "activation: --kept-activation-layers says which layers keep it"},
-    {"--recompute-method", 1, NULL, "activation recomputation is limited to the MLP's activation: "
-     "--kept-activation-layers says which layers keep it"},
-    {"--recompute-num-layers", 1, NULL, "activation recomputation is limited to the MLP's "
-     "activation: --kept-activation-layers says which layers keep it"},
-    {"--tensorboard-dir", 1, NULL, "no TensorBoard logs: --metrics-file writes one JSON object per "
-     "logged iteration"},
-    {"--wandb-project", 1, NULL, "no Weights & Biases logs: --metrics-file writes one JSON object "
-     "per logged iteration"},
+    {"--use-distributed-optimizer", 0, NULL, NO_ZERO},
+    {"--overlap-param-gather", 0, NULL, NO_ZERO},
+    {"--recompute-activations", 0, NULL, MLP_RECOMPUTE_ONLY},
+    {"--recompute-granularity", 1, NULL, MLP_RECOMPUTE_ONLY},
+    {"--recompute-method", 1, NULL, MLP_RECOMPUTE_ONLY},
+    {"--recompute-num-layers", 1, NULL, MLP_RECOMPUTE_ONLY},
+    {"--tensorboard-dir", 1, NULL, "no TensorBoard logs: " JSON_METRICS},
+    {"--wandb-project", 1, NULL, "no Weights & Biases logs: " JSON_METRICS},
     {"--ckpt-format", 1, NULL, "checkpoints are safetensors with meta.json (loom convert exchanges "
      "Hugging Face directories)"},
     {"--fp8-format", 1, NULL, "FP8 training is not implemented"},
