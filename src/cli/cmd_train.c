@@ -99,7 +99,8 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
 /* Megatron-LM flags that have no setting of their own in loom. With `effect` the flag is taken
  * and changes nothing, because loom always does what it asks or has no such switch: it is named,
  * with the effect, in one note at the start of the log. With `missing` it asks for something loom
- * does not do: an error naming it. `value`: the flag takes one value (any). */
+ * does not do: an error naming it. `value`: the flag takes no value (0), one (1), or every value
+ * up to the next flag (2). */
 struct megatron_flag {
     const char *name;
     int value;
@@ -145,6 +146,12 @@ static const struct megatron_flag megatron_flags[] = {
     {"--num-workers", 1, "samples are read in the training process", NULL},
     {"--distributed-backend", 1, "--comm chooses the communication backend, auto taking NCCL with "
      "--device cuda under mpirun", NULL},
+    {"--fp32-residual-connection", 0, "the residual stream is always fp32 (with --bf16 too)",
+     NULL},
+    {"--use-checkpoint-args", 0, "--load always takes the model's shape from the checkpoint",
+     NULL},
+    {"--data-cache-path", 1, "the dataset's sample indices are computed in memory, not cached",
+     NULL},
     {"--use-distributed-optimizer", 0, NULL, NO_ZERO},
     {"--overlap-param-gather", 0, NULL, NO_ZERO},
     {"--recompute-activations", 0, NULL, MLP_RECOMPUTE_ONLY},
@@ -159,6 +166,11 @@ static const struct megatron_flag megatron_flags[] = {
     {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented"},
     {"--apply-query-key-layer-scaling", 0, NULL, "query-key layer scaling is not implemented"},
     {"--log-num-zeros-in-grad", 0, NULL, "zeros in the gradient are not counted"},
+    {"--rampup-batch-size", 2, NULL, "the global batch size is fixed (no ramp-up)"},
+    {"--apply-residual-connection-post-layernorm", 0, NULL, "the residual connection always "
+     "takes the norm's input (pre-norm)"},
+    {"--exit-duration-in-mins", 1, NULL, "no time limit: --exit-interval stops (after saving) at "
+     "an iteration"},
 };
 
 /* The notes of the Megatron-LM flags given that change nothing, or an error for one loom does
@@ -294,7 +306,10 @@ int loom_cmd_train(int argc, char **argv) {
         snprintf(megatron_help[i], sizeof megatron_help[i], "Megatron-LM's; %s: %s",
                  m->effect ? "no effect" : "not supported", m->effect ? m->effect : m->missing);
         flags[NFLAGS(own) + i] =
-            (struct loom_flag){m->name, m->value ? LOOM_FLAG_STR : LOOM_FLAG_BOOL,
+            (struct loom_flag){m->name,
+                               m->value == 2   ? LOOM_FLAG_LIST
+                               : m->value == 1 ? LOOM_FLAG_STR
+                                               : LOOM_FLAG_BOOL,
                                m->value ? (void *)&megatron_value : (void *)&megatron_bool,
                                megatron_help[i], NULL, 0};
     }

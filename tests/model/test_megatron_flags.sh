@@ -36,7 +36,8 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --no-gradient-accumulation-fusion --no-rope-fusion --no-persist-layer-norm
       --no-async-tensor-model-parallel-allreduce --log-throughput --no-load-rng --no-save-rng
       --data-impl mmap --num-workers 2 --distributed-backend nccl --rotary-percent 1.0
-      --context-parallel-size 1 --expert-model-parallel-size 1)
+      --context-parallel-size 1 --expert-model-parallel-size 1 --fp32-residual-connection
+      --use-checkpoint-args --data-cache-path "$tmp/cache")
 run plain
 run megatron "${noop[@]}"
 same plain megatron
