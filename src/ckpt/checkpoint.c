@@ -238,7 +238,7 @@ enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap) {
     char *text = NULL;
     size_t len = 0;
     if (loom_read_file(path, 64, &text, &len) != LOOM_OK)
-        return loom_fail(LOOM_ERR_IO, "--load %s: not a loom checkpoint (no meta.json and no %s)",
+        return loom_fail(LOOM_ERR_IO, "%s: not a loom checkpoint (no meta.json and no %s)",
                          root, LATEST_FILE);
     char *end = NULL;
     long long it = strtoll(text, &end, 10);
