@@ -11,21 +11,7 @@ fail=0
 base=(train --mock-data --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32
       --vocab-size 128 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --eval-iters 0
       --log-interval 1 --lr 1e-3 --seed 7)
-run() { # run NAME ARGS...: metrics of one run, losses and gradient norms only
-  local name=$1
-  shift
-  if ! OMP_NUM_THREADS=2 "$LOOM" "${base[@]}" "$@" --metrics-file "$tmp/$name.jsonl" > "$tmp/$name.log" 2>&1; then
-    echo "FAIL $name: loom exited non-zero"; tail -3 "$tmp/$name.log"; fail=1; return
-  fi
-  sed -E 's/.*"loss": ([^,]*), "grad_norm": ([^,]*),.*/\1 \2/' "$tmp/$name.jsonl" > "$tmp/$name.txt"
-}
-same() { # same A B: A's and B's losses and gradient norms identical (and 4 iterations)
-  if [ "$(wc -l < "$tmp/$1.txt")" -eq 4 ] && cmp -s "$tmp/$1.txt" "$tmp/$2.txt"; then
-    echo "ok   $2 equals $1"
-  else
-    echo "FAIL $2 differs from $1"; paste "$tmp/$1.txt" "$tmp/$2.txt"; fail=1
-  fi
-}
+source "$(dirname "$0")/runs.sh"
 for mlp in gelu swiglu; do
   extra=()
   [ $mlp = swiglu ] && extra=(--swiglu)
@@ -43,7 +29,7 @@ if command -v mpirun > /dev/null && [ -x "$(dirname "$LOOM")/loom" ]; then
       echo "FAIL pp-$k: exited non-zero"; tail -3 "$tmp/pp-$k.log"; fail=1
       continue
     fi
-    sed -E 's/.*"loss": ([^,]*), "grad_norm": ([^,]*),.*/\1 \2/' "$tmp/pp-$k.jsonl" > "$tmp/pp-$k.txt"
+    losses_of pp-$k
   done
   same pp-0 pp-1
 fi

@@ -15,21 +15,7 @@ fail=0
 base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --eval-iters 0
       --log-interval 1 --lr 1e-3 --seed 11)
-run() { # run NAME ARGS...: the log, and the losses and gradient norms of each iteration
-  local name=$1
-  shift
-  if ! OMP_NUM_THREADS=2 "$LOOM" "${base[@]}" "$@" --metrics-file "$tmp/$name.jsonl" > "$tmp/$name.log" 2>&1; then
-    echo "FAIL $name: loom exited non-zero"; tail -3 "$tmp/$name.log"; fail=1; return
-  fi
-  sed -E 's/.*"loss": ([^,]*), "grad_norm": ([^,]*),.*/\1 \2/' "$tmp/$name.jsonl" > "$tmp/$name.txt"
-}
-same() { # same A B
-  if [ "$(wc -l < "$tmp/$1.txt" 2>/dev/null)" = 4 ] && cmp -s "$tmp/$1.txt" "$tmp/$2.txt"; then
-    echo "ok   $2 trains as $1"
-  else
-    echo "FAIL $2 differs from $1"; fail=1
-  fi
-}
+source "$(dirname "$0")/runs.sh"
 noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine --overlap-grad-reduce
       --attention-softmax-in-fp32 --accumulate-allreduce-grads-in-fp32 --no-masked-softmax-fusion
       --no-bias-gelu-fusion --no-bias-swiglu-fusion --no-bias-dropout-fusion
