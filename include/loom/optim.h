@@ -6,7 +6,20 @@
 
 #include "loom/model.h"
 
-enum loom_lr_decay { LOOM_LR_CONSTANT = 0, LOOM_LR_LINEAR, LOOM_LR_COSINE, LOOM_LR_INVERSE_SQRT };
+enum loom_lr_decay {
+    LOOM_LR_CONSTANT = 0,
+    LOOM_LR_LINEAR,
+    LOOM_LR_COSINE,
+    LOOM_LR_INVERSE_SQRT,
+    LOOM_LR_WSD /* warmup, stable, decay: max_lr until the last wsd_decay_steps of the decay */
+};
+/* the shape of WSD's final decay */
+enum loom_lr_wsd {
+    LOOM_WSD_EXPONENTIAL = 0,
+    LOOM_WSD_LINEAR,
+    LOOM_WSD_COSINE,
+    LOOM_WSD_MINUS_SQRT
+};
 
 /* The schedule counts steps: optimizer steps for iteration-based training, samples for
  * sample-based training (--train-samples: each optimizer step advances it by the global batch),
@@ -17,12 +30,17 @@ struct loom_lr_schedule {
     double warmup_steps; /* fractional with --lr-warmup-fraction */
     int64_t decay_steps;
     enum loom_lr_decay style;
+    int64_t wsd_decay_steps; /* LOOM_LR_WSD */
+    enum loom_lr_wsd wsd_style;
 };
 
 /* Learning rate after `steps_done` steps, as Megatron's scheduler: the linear warmup
- * init_lr + (max_lr - init_lr) * steps / warmup for steps <= warmup; then constant max_lr, or
- * inverse-square-root max_lr * sqrt(max(warmup, 1) / max(steps, 1)) (at least min_lr), or the
- * linear or cosine decay from max_lr to min_lr over [warmup, decay_steps] and min_lr after. */
+ * init_lr + (max_lr - init_lr) * steps / warmup for steps <= warmup; then constant max_lr; else
+ * min_lr after decay_steps; before, inverse-square-root max_lr * sqrt(max(warmup, 1) /
+ * max(steps, 1)) (at least min_lr), or min_lr + coeff (max_lr - min_lr) with coeff the linear or
+ * cosine decay over [warmup, decay_steps], or for WSD 1 until decay_steps - wsd_decay_steps and
+ * then the WSD shape of r = (steps - that start) / wsd_decay_steps: 2 * 0.5^r - 1, 1 - r,
+ * (cos(pi r) + 1) / 2 or 1 - sqrt(r). */
 double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps_done);
 
 struct loom_adamw {

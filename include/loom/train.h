@@ -26,6 +26,7 @@ struct loom_train_config {
     int64_t micro_batch, global_batch, train_iters, train_samples;
     int64_t lr_warmup_iters, lr_decay_iters;     /* iteration-based; decay 0 = train_iters */
     int64_t lr_warmup_samples, lr_decay_samples; /* sample-based; decay 0 = train_samples */
+    int64_t lr_wsd_decay_iters, lr_wsd_decay_samples; /* WSD's final decay (one of them) */
     double lr_warmup_fraction; /* warmup as a fraction of the decay (< 0: not given) */
     int64_t exit_interval; /* stop (after saving) when the iteration is a multiple; 0 = off */
     struct loom_lr_schedule lr;

@@ -15,12 +15,12 @@ struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb;
-    const char *normalization, *posemb, *decay_style, *device, *data_path, *split, *save, *load,
+    const char *normalization, *posemb, *decay_style, *wsd_style, *device, *data_path, *split, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
     double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
         min_loss_scale;
-    int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, seed, save_interval, eval_interval,
+    int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, wsd_iters, wsd_samples, seed, save_interval, eval_interval,
         eval_iters, log_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
 };
 
@@ -202,7 +202,7 @@ int loom_cmd_train(int argc, char **argv) {
     struct train_flags f = {
         .num_layers = 12, .hidden = 768, .heads = 12, .query_groups = 0, .ffn = 0, .seq = 1024,
         .max_pos = 0, .vocab = 0, .divisible = 128,
-        .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear", .warmup_fraction = -1,
+        .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear", .wsd_style = "exponential", .warmup_fraction = -1,
         .device = "cpu", .split = "969,30,1", .comm = "auto", .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer",
         .norm_eps = 1e-5, .rope_base = 10000, .rope_percent = 1.0, .hidden_dropout = 0.1, .attention_dropout = 0.1,
         .lr = 1e-4, .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0,
@@ -245,7 +245,10 @@ int loom_cmd_train(int argc, char **argv) {
         {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
         {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
         {"--min-lr", LOOM_FLAG_FLOAT, &f.min_lr, "final learning rate", NULL, 0},
-        {"--lr-decay-style", LOOM_FLAG_CHOICE, &f.decay_style, "decay after warmup", "constant|linear|cosine|inverse-square-root", 0},
+        {"--lr-decay-style", LOOM_FLAG_CHOICE, &f.decay_style, "decay after warmup", "constant|linear|cosine|inverse-square-root|WSD", 0},
+        {"--lr-wsd-decay-style", LOOM_FLAG_CHOICE, &f.wsd_style, "shape of WSD's final decay", "exponential|linear|cosine|minus_sqrt", 0},
+        {"--lr-wsd-decay-iters", LOOM_FLAG_INT, &f.wsd_iters, "iterations of WSD's final decay (with --train-iters)", NULL, 0},
+        {"--lr-wsd-decay-samples", LOOM_FLAG_INT, &f.wsd_samples, "samples of WSD's final decay (with --train-samples)", NULL, 0},
         {"--lr-warmup-iters", LOOM_FLAG_INT, &f.warmup, "linear warmup iterations (with --train-iters)", NULL, 0},
         {"--lr-decay-iters", LOOM_FLAG_INT, &f.decay_iters, "decay ends here (with --train-iters; 0 = --train-iters)", NULL, 0},
         {"--lr-warmup-samples", LOOM_FLAG_INT, &f.warmup_samples, "linear warmup samples (with --train-samples)", NULL, 0},
@@ -361,14 +364,23 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.exit_interval < 0) FAIL("--exit-interval must be >= 0");
     if (f.save_interval < 0) FAIL("--save-interval must be >= 0");
     if (!(f.lr >= 0) || !(f.min_lr >= 0) || f.min_lr > f.lr) FAIL("need 0 <= --min-lr <= --lr");
-    if (f.warmup < 0 || f.decay_iters < 0 || f.warmup_samples < 0 || f.decay_samples < 0)
-        FAIL("--lr-warmup-iters, --lr-decay-iters, --lr-warmup-samples and --lr-decay-samples "
-             "must be >= 0");
+    {
+        const struct {
+            const char *flag;
+            int64_t value;
+        } counts[] = {{"--lr-warmup-iters", f.warmup},         {"--lr-decay-iters", f.decay_iters},
+                      {"--lr-warmup-samples", f.warmup_samples}, {"--lr-decay-samples", f.decay_samples},
+                      {"--lr-wsd-decay-iters", f.wsd_iters},   {"--lr-wsd-decay-samples", f.wsd_samples}};
+        for (int i = 0; i < NFLAGS(counts); i++)
+            if (counts[i].value < 0)
+                FAIL("%s must be >= 0 (got %lld)", counts[i].flag, (long long)counts[i].value);
+    }
     {
         /* iteration-based or sample-based schedule flags, as the training length is counted */
-        const char *iter_flags[] = {"--lr-warmup-iters", "--lr-decay-iters"};
-        const char *sample_flags[] = {"--lr-warmup-samples", "--lr-decay-samples"};
-        for (int i = 0; i < 2; i++) {
+        const char *iter_flags[] = {"--lr-warmup-iters", "--lr-decay-iters", "--lr-wsd-decay-iters"};
+        const char *sample_flags[] = {"--lr-warmup-samples", "--lr-decay-samples",
+                                      "--lr-wsd-decay-samples"};
+        for (int i = 0; i < 3; i++) {
             const char *wrong = f.samples ? iter_flags[i] : sample_flags[i];
             if (loom_flags_find(flags, NFLAGS(flags), wrong)->given)
                 FAIL("%s goes with %s; with %s give %s", wrong,
@@ -446,6 +458,8 @@ int loom_cmd_train(int argc, char **argv) {
     c.lr_decay_iters = f.decay_iters;
     c.lr_warmup_samples = f.warmup_samples;
     c.lr_decay_samples = f.decay_samples;
+    c.lr_wsd_decay_iters = f.wsd_iters;
+    c.lr_wsd_decay_samples = f.wsd_samples;
     c.lr_warmup_fraction = loom_flags_find(flags, NFLAGS(flags), "--lr-warmup-fraction")->given
                                ? f.warmup_fraction
                                : -1.0;
@@ -456,7 +470,12 @@ int loom_cmd_train(int argc, char **argv) {
     c.lr.style = strcmp(f.decay_style, "constant") == 0              ? LOOM_LR_CONSTANT
                  : strcmp(f.decay_style, "cosine") == 0              ? LOOM_LR_COSINE
                  : strcmp(f.decay_style, "inverse-square-root") == 0 ? LOOM_LR_INVERSE_SQRT
+                 : strcmp(f.decay_style, "WSD") == 0                 ? LOOM_LR_WSD
                                                                      : LOOM_LR_LINEAR;
+    c.lr.wsd_style = strcmp(f.wsd_style, "linear") == 0       ? LOOM_WSD_LINEAR
+                     : strcmp(f.wsd_style, "cosine") == 0     ? LOOM_WSD_COSINE
+                     : strcmp(f.wsd_style, "minus_sqrt") == 0 ? LOOM_WSD_MINUS_SQRT
+                                                              : LOOM_WSD_EXPONENTIAL;
     c.weight_decay = f.wd;
     c.beta1 = f.b1;
     c.beta2 = f.b2;

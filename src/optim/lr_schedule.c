@@ -8,14 +8,28 @@ double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps) {
     if (s->warmup_steps > 0 && n <= s->warmup_steps)
         return s->init_lr + (s->max_lr - s->init_lr) * n / s->warmup_steps;
     if (s->style == LOOM_LR_CONSTANT) return s->max_lr;
+    if (steps > s->decay_steps) return s->min_lr;
     if (s->style == LOOM_LR_INVERSE_SQRT) {
         const double lr =
             s->max_lr * sqrt(s->warmup_steps > 1 ? s->warmup_steps : 1.0) / sqrt(n > 1 ? n : 1.0);
         return lr > s->min_lr ? lr : s->min_lr;
     }
-    if (steps > s->decay_steps) return s->min_lr;
-    double span = (double)s->decay_steps - s->warmup_steps;
-    double ratio = span > 0 ? (n - s->warmup_steps) / span : 1.0;
-    double coeff = s->style == LOOM_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(M_PI * ratio) + 1.0);
+    double coeff;
+    if (s->style == LOOM_LR_WSD) {
+        const int64_t start = s->decay_steps - s->wsd_decay_steps;
+        if (steps <= start) {
+            coeff = 1.0;
+        } else {
+            const double r = (double)(steps - start) / (double)s->wsd_decay_steps;
+            coeff = s->wsd_style == LOOM_WSD_LINEAR       ? 1.0 - r
+                    : s->wsd_style == LOOM_WSD_COSINE     ? 0.5 * (cos(M_PI * r) + 1.0)
+                    : s->wsd_style == LOOM_WSD_MINUS_SQRT ? 1.0 - sqrt(r)
+                                                          : 2.0 * pow(0.5, r) - 1.0;
+        }
+    } else {
+        const double span = (double)s->decay_steps - s->warmup_steps;
+        const double ratio = span > 0 ? (n - s->warmup_steps) / span : 1.0;
+        coeff = s->style == LOOM_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(M_PI * ratio) + 1.0);
+    }
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
 }

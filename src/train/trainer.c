@@ -250,12 +250,17 @@ static enum loom_status schedule_length(struct trainer *t) {
         t->lr_unit = c->global_batch;
         s->decay_steps = c->lr_decay_samples > 0 ? c->lr_decay_samples : c->train_samples;
         s->warmup_steps = (double)c->lr_warmup_samples;
+        s->wsd_decay_steps = c->lr_wsd_decay_samples;
         unit = "samples", decay_flag = "--lr-decay-samples", len_flag = "--train-samples";
     } else {
         t->lr_unit = 1;
         s->decay_steps = c->lr_decay_iters > 0 ? c->lr_decay_iters : c->train_iters;
         s->warmup_steps = (double)c->lr_warmup_iters;
+        s->wsd_decay_steps = c->lr_wsd_decay_iters;
     }
+    if (s->style == LOOM_LR_WSD && s->wsd_decay_steps <= 0)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--lr-decay-style WSD needs %s, positive",
+                         c->train_samples > 0 ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters");
     if (c->lr_warmup_fraction >= 0)
         s->warmup_steps = c->lr_warmup_fraction * (double)s->decay_steps;
     if (s->warmup_steps > (double)s->decay_steps)

@@ -57,6 +57,8 @@ expect_error "warmup init" "--lr-warmup-init" "$LOOM" "${S[@]}" --train-iters 2 
 expect_error "samples below a batch" "--train-samples 3 is less than one global batch (--global-batch-size 4)" "$LOOM" "${S[@]}" --train-samples 3
 expect_error "warmup past decay" "the learning-rate warmup (5 iterations) must end by the end of the decay (4 iterations" "$LOOM" "${S[@]}" --train-iters 4 --lr-warmup-iters 5
 expect_error "warmup past decay, samples" "the learning-rate warmup (40 samples) must end by the end of the decay (32 samples" "$LOOM" "${S[@]}" --train-samples 64 --lr-decay-samples 32 --lr-warmup-samples 40
+expect_error "wsd without its decay" "--lr-decay-style WSD needs --lr-wsd-decay-iters" "$LOOM" "${S[@]}" --train-iters 4 --lr-decay-style WSD
+expect_error "wsd samples with iters" "--lr-wsd-decay-samples goes with --train-samples" "$LOOM" "${S[@]}" --train-iters 4 --lr-decay-style WSD --lr-wsd-decay-samples 8
 expect_error "distributed optimizer" "--use-distributed-optimizer: the distributed (ZeRO-style) optimizer is not implemented" "$LOOM" "${T[@]}" --use-distributed-optimizer
 expect_error "recompute" "--recompute-granularity: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
 expect_error "tensorboard" "--tensorboard-dir: no TensorBoard logs: --metrics-file" "$LOOM" "${T[@]}" --tensorboard-dir /tmp/tb

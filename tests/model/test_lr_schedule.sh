@@ -2,8 +2,8 @@
 # The learning-rate schedule against Megatron-LM's (tests/ref/lr_schedule_ref.py, written from its
 # scheduler's semantics): iteration-based (--train-iters, --lr-warmup-iters, --lr-decay-iters)
 # and sample-based (--train-samples, --lr-warmup-samples, --lr-decay-samples) training,
-# --lr-warmup-fraction, --lr-warmup-init, and the constant, linear, cosine and inverse-square-root
-# styles; every iteration's learning rate within 1e-12. A schedule given in samples that equals
+# --lr-warmup-fraction, --lr-warmup-init, and the constant, linear, cosine, inverse-square-root
+# and WSD styles (WSD's four final shapes); every iteration's learning rate within 1e-12. A schedule given in samples that equals
 # one in iterations trains to the same losses bit for bit.
 set -uo pipefail
 LOOM=${LOOM:-build/loom}
@@ -43,6 +43,16 @@ check iters-inverse-sqrt "train_iters=8 warmup_fraction=0.3 init=1e-4 style=inve
   --train-iters 8 --lr-warmup-fraction 0.3 --lr-warmup-init 1e-4 --lr-decay-style inverse-square-root --min-lr 4e-4
 check iters-constant "train_iters=6 warmup_iters=3 init=5e-4 style=constant" \
   --train-iters 6 --lr-warmup-iters 3 --lr-warmup-init 5e-4 --lr-decay-style constant
+check iters-inverse-sqrt-past-decay "train_iters=8 warmup_iters=2 decay_iters=5 style=inverse-square-root min_lr=1e-4" \
+  --train-iters 8 --lr-warmup-iters 2 --lr-decay-iters 5 --lr-decay-style inverse-square-root --min-lr 1e-4
+check iters-wsd-exponential "train_iters=12 warmup_iters=2 decay_iters=10 wsd_iters=4 style=WSD min_lr=1e-4" \
+  --train-iters 12 --lr-warmup-iters 2 --lr-decay-iters 10 --lr-decay-style WSD --lr-wsd-decay-iters 4 --min-lr 1e-4
+check iters-wsd-minus-sqrt "train_iters=10 warmup_fraction=0.1 wsd_iters=5 style=WSD wsd_style=minus_sqrt" \
+  --train-iters 10 --lr-warmup-fraction 0.1 --lr-decay-style WSD --lr-wsd-decay-style minus_sqrt --lr-wsd-decay-iters 5
+check samples-wsd-cosine "train_samples=40 warmup_samples=4 wsd_samples=18 style=WSD wsd_style=cosine min_lr=2e-4" \
+  --train-samples 40 --lr-warmup-samples 4 --lr-decay-style WSD --lr-wsd-decay-style cosine --lr-wsd-decay-samples 18 --min-lr 2e-4
+check samples-wsd-linear "train_samples=40 wsd_samples=16 style=WSD wsd_style=linear" \
+  --train-samples 40 --lr-decay-style WSD --lr-wsd-decay-style linear --lr-wsd-decay-samples 16
 # the same schedule in iterations and in samples: the same training, bit for bit
 losses() { sed -E 's/.*"lr": ([^,]*), "loss": ([^,]*),.*/\1 \2/' "$tmp/$1.jsonl"; }
 if [ -s "$tmp/iters-cosine.jsonl" ] && [ "$(losses iters-cosine)" = "$(losses samples-cosine)" ]; then

@@ -1,5 +1,6 @@
-"""Megatron-LM's learning-rate schedule (OptimizerParamScheduler and get_optimizer_param_scheduler),
-written from its documented semantics, as the oracle of tests/model/test_lr_schedule.sh.
+"""Megatron-LM's learning-rate schedule (megatron/core/optimizer_param_scheduler.py's get_lr, and
+the steps that training.py's get_optimizer_param_scheduler gives it), written again here from
+those semantics as the oracle of tests/model/test_lr_schedule.sh.
 
 The scheduler counts samples: it starts at 0 steps and each optimizer step adds the global batch
 size. Iteration-based flags are turned into samples (decay = lr_decay_iters x global batch,
@@ -9,7 +10,7 @@ the one after i - 1 steps.
 
     lr_schedule_ref.py METRICS.jsonl KEY=VALUE...   (keys: lr, min_lr, init, style, gbs,
         train_iters | train_samples, warmup_iters | warmup_samples | warmup_fraction,
-        decay_iters | decay_samples)
+        decay_iters | decay_samples, wsd_iters | wsd_samples, wsd_style)
 
 Checks every row's "lr" against the schedule (relative 1e-12) and that there is one row per
 iteration; prints the first mismatch and exits 1, else prints the count.
@@ -25,26 +26,39 @@ def schedule(o):
         iters = int(o["train_samples"]) // gbs
         decay = int(o.get("decay_samples", o["train_samples"]))
         warmup = float(o.get("warmup_samples", 0))
+        wsd = int(o.get("wsd_samples", 0))
     else:
         iters = int(o["train_iters"])
         decay = int(o.get("decay_iters", iters)) * gbs
         warmup = float(o.get("warmup_iters", 0)) * gbs
+        wsd = int(o.get("wsd_iters", 0)) * gbs
     if "warmup_fraction" in o:
         warmup = float(o["warmup_fraction"]) * decay
     max_lr, min_lr, init = float(o["lr"]), float(o.get("min_lr", 0)), float(o.get("init", 0))
-    style = o.get("style", "linear")
+    style, wsd_style = o.get("style", "linear"), o.get("wsd_style", "exponential")
 
     def lr_at(n):
         if warmup > 0 and n <= warmup:
             return init + (max_lr - init) * n / warmup
         if style == "constant":
             return max_lr
-        if style == "inverse-square-root":
-            return max(min_lr, max_lr * math.sqrt(max(warmup, 1)) / math.sqrt(max(n, 1)))
         if n > decay:
             return min_lr
+        if style == "inverse-square-root":
+            return max(min_lr, max_lr * math.sqrt(max(warmup, 1)) / math.sqrt(max(n, 1)))
         ratio = (n - warmup) / (decay - warmup)
-        coeff = 1.0 - ratio if style == "linear" else 0.5 * (math.cos(math.pi * ratio) + 1.0)
+        if style == "linear":
+            coeff = 1.0 - ratio
+        elif style == "cosine":
+            coeff = 0.5 * (math.cos(math.pi * ratio) + 1.0)
+        else:  # WSD
+            start = decay - wsd
+            r = (n - start) / wsd
+            coeff = (1.0 if n <= start else
+                     1.0 - r if wsd_style == "linear" else
+                     0.5 * (math.cos(math.pi * r) + 1.0) if wsd_style == "cosine" else
+                     1.0 - math.sqrt(r) if wsd_style == "minus_sqrt" else
+                     2.0 * math.pow(0.5, r) - 1.0)
         return min_lr + coeff * (max_lr - min_lr)
 
     return iters, [lr_at((i - 1) * gbs) for i in range(1, iters + 1)]
