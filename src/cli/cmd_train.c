@@ -15,7 +15,7 @@ struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb;
-    const char *normalization, *posemb, *decay_style, *wsd_style, *device, *data_path, *split, *save, *load,
+    const char *normalization, *posemb, *decay_style, *wsd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
     double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
@@ -146,6 +146,7 @@ static const struct megatron_flag megatron_flags[] = {
     {"--num-workers", 1, "samples are read in the training process", NULL},
     {"--distributed-backend", 1, "--comm chooses the communication backend, auto taking NCCL with "
      "--device cuda under mpirun", NULL},
+    {"--test-data-path", 2, "the test split is not evaluated (nor is --split's third part)", NULL},
     {"--fp32-residual-connection", 0, "the residual stream is always fp32 (with --bf16 too)",
      NULL},
     {"--use-checkpoint-args", 0, "--load always takes the model's shape from the checkpoint",
@@ -264,6 +265,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--mock-data", LOOM_FLAG_BOOL, &f.mock, "synthetic data", NULL, 0},
         {"--data-path", LOOM_FLAG_LIST, &f.data_path, "PREFIX or W1 PREFIX1 W2 PREFIX2 ...", NULL, 0},
         {"--split", LOOM_FLAG_STR, &f.split, "train,valid,test document weights", NULL, 0},
+        {"--train-data-path", LOOM_FLAG_LIST, &f.train_data_path, "a training dataset of its own, whole (instead of --data-path and --split)", NULL, 0},
+        {"--valid-data-path", LOOM_FLAG_LIST, &f.valid_data_path, "a validation dataset of its own, whole (with --train-data-path)", NULL, 0},
         {"--tokenizer-type", LOOM_FLAG_CHOICE, &f.tokenizer_type, "tokenizer (for the vocabulary size; NullTokenizer: --vocab-size ids and an end-of-document one, as Megatron-LM)", "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase|NullTokenizer", 0},
         {"--vocab-file", LOOM_FLAG_STR, &f.vocab_file, "tokenizer vocabulary", NULL, 0},
         {"--merge-file", LOOM_FLAG_STR, &f.merge_file, "GPT-2 merges", NULL, 0},
@@ -356,8 +359,14 @@ int loom_cmd_train(int argc, char **argv) {
         loom_tokenizer_free(tok);
     }
     if (f.vocab == 0) f.vocab = 50257;
-    if (!f.mock && !f.data_path) FAIL("give --data-path PREFIX or --mock-data");
-    if (f.mock && f.data_path) FAIL("--mock-data and --data-path exclude each other");
+    if (!f.mock && !f.data_path && !f.train_data_path)
+        FAIL("give --data-path PREFIX (or --train-data-path PREFIX) or --mock-data");
+    if (f.mock && (f.data_path || f.train_data_path))
+        FAIL("--mock-data and %s exclude each other", f.data_path ? "--data-path" : "--train-data-path");
+    if (f.data_path && (f.train_data_path || f.valid_data_path))
+        FAIL("--data-path (one dataset split by --split) and %s exclude each other",
+             f.train_data_path ? "--train-data-path" : "--valid-data-path");
+    if (f.valid_data_path && !f.train_data_path) FAIL("--valid-data-path needs --train-data-path");
     if (f.query_groups && !f.gqa) FAIL("--num-query-groups needs --group-query-attention");
     if (f.log_interval < 1) FAIL("--log-interval must be at least 1");
     if (f.eval_iters < 0 || f.eval_interval < 0) FAIL("--eval-iters and --eval-interval must be >= 0");
@@ -485,6 +494,8 @@ int loom_cmd_train(int argc, char **argv) {
     c.mock_data = f.mock;
     c.data_path = f.data_path;
     c.split = f.split;
+    c.train_data_path = f.train_data_path;
+    c.valid_data_path = f.valid_data_path;
     c.eval_interval = f.eval_interval;
     c.eval_iters = f.eval_iters;
     c.log_interval = f.log_interval;

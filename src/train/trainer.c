@@ -275,7 +275,7 @@ static enum loom_status schedule_length(struct trainer *t) {
 static enum loom_status open_sources(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     int64_t T = c->model.seq_length;
-    if (c->mock_data || !c->data_path) {
+    if (c->mock_data || (!c->data_path && !c->train_data_path)) {
         LOOM_CHECK(loom_mock_source(&t->train_src, c->model.vocab_size, T, c->seed, 0));
         LOOM_CHECK(loom_mock_source(&t->valid_src, c->model.vocab_size, T, c->seed, 1));
         t->have_valid = 1;
@@ -285,13 +285,20 @@ static enum loom_status open_sources(struct trainer *t) {
     int64_t n_train = c->train_samples > 0 ? c->train_samples : c->train_iters * c->global_batch;
     int64_t n_valid = (c->train_iters / (c->eval_interval > 0 ? c->eval_interval : c->train_iters) + 1) *
                       c->eval_iters * c->global_batch;
-    LOOM_CHECK(loom_gpt_data_source(&t->train_src, c->data_path, c->split, LOOM_SPLIT_TRAIN, T,
+    /* datasets of their own: each whole, as the one split of its --split */
+    const char *train_path = c->data_path, *valid_path = c->data_path;
+    const char *train_split = c->split, *valid_split = c->split;
+    if (c->train_data_path) {
+        train_path = c->train_data_path, train_split = "1,0,0";
+        valid_path = c->valid_data_path, valid_split = "0,1,0";
+    }
+    LOOM_CHECK(loom_gpt_data_source(&t->train_src, train_path, train_split, LOOM_SPLIT_TRAIN, T,
                                     n_train, c->seed, c->model.vocab_size));
-    t->have_valid = c->eval_iters > 0;
+    t->have_valid = c->eval_iters > 0 && valid_path;
     if (t->have_valid) {
-        enum loom_status s = loom_gpt_data_source(&t->valid_src, c->data_path, c->split,
-                                                  LOOM_SPLIT_VALID, T, n_valid, c->seed,
-                                                  c->model.vocab_size);
+        enum loom_status s =
+            loom_gpt_data_source(&t->valid_src, valid_path, valid_split, LOOM_SPLIT_VALID, T,
+                                 n_valid, c->seed, c->model.vocab_size);
         if (s != LOOM_OK) return s;
     }
     return LOOM_OK;

@@ -67,6 +67,8 @@ expect_error "partial rotary" "--rotary-percent 0.5: partial rotary embeddings a
 expect_error "old and new rope flags" "--use-rotary-position-embeddings contradicts --position-embedding-type learned_absolute" "$LOOM" "${T[@]}" --use-rotary-position-embeddings --position-embedding-type learned_absolute
 expect_error "null tokenizer" "--tokenizer-type NullTokenizer takes --vocab-size" "$LOOM" train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --train-iters 1 --tokenizer-type NullTokenizer
 expect_error "batch rampup" "--rampup-batch-size: the global batch size is fixed" "$LOOM" "${T[@]}" --rampup-batch-size 4 4 100
+expect_error "data path twice" "--data-path (one dataset split by --split) and --train-data-path exclude each other" "$LOOM" train --num-layers 2 --train-iters 1 --data-path x --train-data-path y
+expect_error "valid path alone" "--valid-data-path needs --train-data-path" "$LOOM" train --num-layers 2 --train-iters 1 --mock-data --valid-data-path y
 expect_error "missing checkpoint" "$tmp/nothing" "$LOOM" "${T[@]}" --load "$tmp/nothing"
 expect_error "missing data file" "$tmp/missing" "$LOOM" train --data-path "$tmp/missing" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 50 --train-iters 1
 expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Datasets of their own per split (Megatron-LM's --train-data-path and --valid-data-path): the
+# training dataset is taken whole, so training on it is training on --data-path with --split
+# 100,0,0, bit for bit; a --valid-data-path changes no training bit and its validation loss is
+# that of its own data (not the training data's); without one there is no validation.
+set -uo pipefail
+LOOM=${LOOM:-build/loom}
+SRC=${LOOM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+bash "$SRC/scripts/fetch_data.sh" > /dev/null
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$SRC/data/gpt2/vocab.json" --merge-file "$SRC/data/gpt2/merges.txt")
+head -n 4 "$SRC/data/shakespeare.jsonl" > "$tmp/a.jsonl"
+tail -n 3 "$SRC/data/shakespeare.jsonl" > "$tmp/b.jsonl"
+for p in a b; do
+  "$LOOM" preprocess --input "$tmp/$p.jsonl" --output-prefix "$tmp/$p" "${TOK[@]}" --append-eod --workers 2 > /dev/null ||
+    { echo "FAIL preprocess $p"; exit 1; }
+done
+A=$tmp/a_text_document B=$tmp/b_text_document
+base=(train "${TOK[@]}" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32
+      --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 1
+      --eval-interval 2 --eval-iters 1 --seed 5)
+ITERS=4
+source "$SRC/tests/model/runs.sh"
+run split --data-path "$A" --split 100,0,0 --eval-iters 0
+run own --train-data-path "$A" --eval-iters 0
+same split own
+run own-novalid --train-data-path "$A"
+same split own-novalid
+run own-valid-b --train-data-path "$A" --valid-data-path "$B"
+same split own-valid-b
+run own-valid-a --train-data-path "$A" --valid-data-path "$A"
+vals() { grep -o '"val_loss": [^,}]*' "$tmp/$1.jsonl" | tr '\n' ' '; }
+if [ -z "$(vals own-novalid)" ] && [ -n "$(vals own-valid-b)" ] && [ -n "$(vals own-valid-a)" ] &&
+   [ "$(vals own-valid-b)" != "$(vals own-valid-a)" ]; then
+  echo "ok   validation only with --valid-data-path, on its own data: $(vals own-valid-b)"
+else
+  echo "FAIL validation: none [$(vals own-novalid)] b [$(vals own-valid-b)] a [$(vals own-valid-a)]"; fail=1
+fi
+exit $fail
