@@ -17,6 +17,9 @@ struct loom_train_state {
     int64_t skipped;          /* iterations skipped by the fp16 loss scaler (no optimizer step) */
     double loss_scale;        /* fp16 loss scaler state (0 when unused) */
     int64_t growth_tracker, hysteresis_tracker;
+    /* the learning-rate schedule in force (has_lr 0: none recorded, e.g. a converted checkpoint) */
+    int has_lr;
+    struct loom_lr_schedule lr;
 };
 
 /* Save under ROOT/iter_NNNNNNN and point ROOT/latest at it. Collective over the world. */

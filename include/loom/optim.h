@@ -21,9 +21,9 @@ enum loom_lr_wsd {
     LOOM_WSD_MINUS_SQRT
 };
 
-/* The schedule counts steps: optimizer steps for iteration-based training, samples for
- * sample-based training (--train-samples: each optimizer step advances it by the global batch),
- * as Megatron's OptimizerParamScheduler. */
+/* The schedule counts samples: each optimizer step advances it by the global batch, whether
+ * training is counted in iterations or in samples (--train-samples), as Megatron's
+ * OptimizerParamScheduler. */
 struct loom_lr_schedule {
     double max_lr, min_lr;
     double init_lr;      /* where the warmup starts (--lr-warmup-init) */
@@ -42,6 +42,9 @@ struct loom_lr_schedule {
  * then the WSD shape of r = (steps - that start) / wsd_decay_steps: 2 * 0.5^r - 1, 1 - r,
  * (cos(pi r) + 1) / 2 or 1 - sqrt(r). */
 double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps_done);
+/* A decay style's name as --lr-decay-style spells it, and back (-1: not a style). */
+const char *loom_lr_style_name(enum loom_lr_decay style);
+int loom_lr_style_parse(const char *name);
 
 struct loom_adamw {
     double beta1, beta2, eps, weight_decay;

@@ -47,6 +47,9 @@ struct loom_train_config {
     const char *save, *load;
     int64_t save_interval;
     int finetune, no_load_optim, no_save_optim;
+    /* on resume, a schedule that differs from the checkpoint's: an error, unless one of these
+     * (Megatron-LM's --override-opt_param-scheduler, --use-checkpoint-opt_param-scheduler) */
+    int override_lr_schedule, use_checkpoint_lr_schedule;
     /* device */
     const char *save_grads; /* write the first iteration's reduced gradients here (testing) */
     const char *device;

@@ -109,6 +109,15 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
         json_object_set_new(o, "loss_scale", json_real(st->loss_scale));
         json_object_set_new(o, "loss_scale_growth_tracker", json_integer(st->growth_tracker));
         json_object_set_new(o, "loss_scale_hysteresis_tracker", json_integer(st->hysteresis_tracker));
+        if (st->has_lr) { /* in samples, as Megatron's scheduler state */
+            json_t *lr = json_object();
+            json_object_set_new(lr, "max_lr", json_real(st->lr.max_lr));
+            json_object_set_new(lr, "min_lr", json_real(st->lr.min_lr));
+            json_object_set_new(lr, "warmup_samples", json_real(st->lr.warmup_steps));
+            json_object_set_new(lr, "decay_samples", json_integer(st->lr.decay_steps));
+            json_object_set_new(lr, "decay_style", json_string(loom_lr_style_name(st->lr.style)));
+            json_object_set_new(o, "lr_schedule", lr);
+        }
     }
     char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(o);
@@ -316,6 +325,19 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     double ls;
     if (get_num(o, "loss_scale", file, &ls) == LOOM_OK) st->loss_scale = ls;
     loom_clear_error();
+    json_t *lr = json_object_get(o, "lr_schedule");
+    if (lr) {
+        const char *style = json_string_value(json_object_get(lr, "decay_style"));
+        const int sv = style ? loom_lr_style_parse(style) : -1;
+        if (sv < 0)
+            return loom_fail(LOOM_ERR_FORMAT, "%s: bad \"lr_schedule\" \"decay_style\"", file);
+        st->lr.style = (enum loom_lr_decay)sv;
+        LOOM_CHECK(get_num(lr, "max_lr", file, &st->lr.max_lr));
+        LOOM_CHECK(get_num(lr, "min_lr", file, &st->lr.min_lr));
+        LOOM_CHECK(get_num(lr, "warmup_samples", file, &st->lr.warmup_steps));
+        LOOM_CHECK(get_int(lr, "decay_samples", file, &st->lr.decay_steps));
+        st->has_lr = 1;
+    }
     return LOOM_OK;
 }
 

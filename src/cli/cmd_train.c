@@ -13,7 +13,7 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, log_params_norm, sequence_parallel, bf16, fp16,
+    int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb;
     const char *normalization, *posemb, *decay_style, *wsd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
@@ -276,6 +276,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--finetune", LOOM_FLAG_BOOL, &f.finetune, "load weights only; reset iteration and optimizer", NULL, 0},
         {"--no-load-optim", LOOM_FLAG_BOOL, &f.no_load_optim, "do not load the optimizer state", NULL, 0},
         {"--no-save-optim", LOOM_FLAG_BOOL, &f.no_save_optim, "save weights and training state without the optimizer state", NULL, 0},
+        {"--override-opt_param-scheduler", LOOM_FLAG_BOOL, &f.override_sched, "on resume, take the learning-rate schedule from these flags, not from the checkpoint", NULL, 0},
+        {"--use-checkpoint-opt_param-scheduler", LOOM_FLAG_BOOL, &f.use_ckpt_sched, "on resume, take the learning-rate schedule (rates, warmup, decay, style) from the checkpoint", NULL, 0},
         {"--eval-interval", LOOM_FLAG_INT, &f.eval_interval, "validate every N iterations", NULL, 0},
         {"--eval-iters", LOOM_FLAG_INT, &f.eval_iters, "validation batches", NULL, 0},
         {"--log-interval", LOOM_FLAG_INT, &f.log_interval, "log every N iterations", NULL, 0},
@@ -419,6 +421,9 @@ int loom_cmd_train(int argc, char **argv) {
 
     if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
     if (f.fp16 && f.bf16) FAIL("--fp16 and --bf16 exclude each other");
+    if (f.override_sched && f.use_ckpt_sched)
+        FAIL("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude "
+             "each other");
     if (f.kept_act < 0) FAIL("--kept-activation-layers must be 0 or more (0 = remade in every layer)");
     if (f.deterministic && strcmp(f.attention_backend, "fused") == 0)
         FAIL("--deterministic-mode and --attention-backend fused exclude each other (cuDNN's "
@@ -476,11 +481,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.lr.max_lr = f.lr;
     c.lr.min_lr = f.min_lr;
     c.lr.init_lr = f.warmup_init;
-    c.lr.style = strcmp(f.decay_style, "constant") == 0              ? LOOM_LR_CONSTANT
-                 : strcmp(f.decay_style, "cosine") == 0              ? LOOM_LR_COSINE
-                 : strcmp(f.decay_style, "inverse-square-root") == 0 ? LOOM_LR_INVERSE_SQRT
-                 : strcmp(f.decay_style, "WSD") == 0                 ? LOOM_LR_WSD
-                                                                     : LOOM_LR_LINEAR;
+    c.lr.style = (enum loom_lr_decay)loom_lr_style_parse(f.decay_style); /* a checked choice */
     c.lr.wsd_style = strcmp(f.wsd_style, "linear") == 0       ? LOOM_WSD_LINEAR
                      : strcmp(f.wsd_style, "cosine") == 0     ? LOOM_WSD_COSINE
                      : strcmp(f.wsd_style, "minus_sqrt") == 0 ? LOOM_WSD_MINUS_SQRT
@@ -508,6 +509,8 @@ int loom_cmd_train(int argc, char **argv) {
     c.finetune = f.finetune;
     c.no_load_optim = f.no_load_optim;
     c.no_save_optim = f.no_save_optim;
+    c.override_lr_schedule = f.override_sched;
+    c.use_checkpoint_lr_schedule = f.use_ckpt_sched;
     c.save_grads = f.save_grads;
     c.device = f.device;
     c.comm = f.comm;

@@ -1,7 +1,24 @@
 /* Learning-rate schedule (Megatron's OptimizerParamScheduler semantics for warmup and decay). */
 #include <math.h>
 
+#include <string.h>
+
 #include "loom/optim.h"
+
+static const char *const lr_style_names[] = {"constant", "linear", "cosine", "inverse-square-root",
+                                             "WSD"};
+
+const char *loom_lr_style_name(enum loom_lr_decay style) {
+    return (unsigned)style < sizeof lr_style_names / sizeof lr_style_names[0]
+               ? lr_style_names[style]
+               : "?";
+}
+
+int loom_lr_style_parse(const char *name) {
+    for (int i = 0; i < (int)(sizeof lr_style_names / sizeof lr_style_names[0]); i++)
+        if (strcmp(lr_style_names[i], name) == 0) return i;
+    return -1;
+}
 
 double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps) {
     const double n = (double)steps;

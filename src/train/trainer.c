@@ -30,8 +30,7 @@ struct trainer {
     struct loom_sample_source train_src, valid_src;
     int have_valid;
     struct loom_train_state st;
-    int64_t num_micro; /* micro-batches per rank per iteration */
-    int64_t lr_unit;   /* learning-rate schedule steps per optimizer step: 1, or the global batch */
+    int64_t num_micro;                  /* micro-batches per rank per iteration */
     int32_t *tokens, *targets, *sample; /* host [B*T], [B*T], [T+1] */
     FILE *metrics;
     double flops_per_token, peak_tflops;
@@ -234,11 +233,14 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
     }
 }
 
-/* The training length and the learning-rate schedule's steps, once the global batch is known:
- * iterations, or (train_samples) samples, as Megatron's get_optimizer_param_scheduler. */
+/* The training length and the learning-rate schedule's steps, once the global batch is known.
+ * The schedule counts samples whether training is counted in iterations or in samples (an
+ * iteration's count is times the global batch), as Megatron's get_optimizer_param_scheduler. */
 static enum loom_status schedule_length(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     struct loom_lr_schedule *s = &c->lr;
+    const int64_t gbs = c->global_batch;
+    int64_t per = gbs; /* samples per unit of the flags (for messages) */
     const char *unit = "iterations", *decay_flag = "--lr-decay-iters", *len_flag = "--train-iters";
     if (c->train_samples > 0) {
         c->train_iters = c->train_samples / c->global_batch;
@@ -247,16 +249,14 @@ static enum loom_status schedule_length(struct trainer *t) {
                              "--train-samples %lld is less than one global "
                              "batch (--global-batch-size %lld)",
                              (long long)c->train_samples, (long long)c->global_batch);
-        t->lr_unit = c->global_batch;
         s->decay_steps = c->lr_decay_samples > 0 ? c->lr_decay_samples : c->train_samples;
         s->warmup_steps = (double)c->lr_warmup_samples;
         s->wsd_decay_steps = c->lr_wsd_decay_samples;
-        unit = "samples", decay_flag = "--lr-decay-samples", len_flag = "--train-samples";
+        per = 1, unit = "samples", decay_flag = "--lr-decay-samples", len_flag = "--train-samples";
     } else {
-        t->lr_unit = 1;
-        s->decay_steps = c->lr_decay_iters > 0 ? c->lr_decay_iters : c->train_iters;
-        s->warmup_steps = (double)c->lr_warmup_iters;
-        s->wsd_decay_steps = c->lr_wsd_decay_iters;
+        s->decay_steps = (c->lr_decay_iters > 0 ? c->lr_decay_iters : c->train_iters) * gbs;
+        s->warmup_steps = (double)(c->lr_warmup_iters * gbs);
+        s->wsd_decay_steps = c->lr_wsd_decay_iters * gbs;
     }
     if (s->style == LOOM_LR_WSD && s->wsd_decay_steps <= 0)
         return loom_fail(LOOM_ERR_INVALID_ARG, "--lr-decay-style WSD needs %s, positive",
@@ -267,8 +267,52 @@ static enum loom_status schedule_length(struct trainer *t) {
         return loom_fail(LOOM_ERR_INVALID_ARG,
                          "the learning-rate warmup (%g %s) must end by the "
                          "end of the decay (%lld %s: %s, or %s)",
-                         s->warmup_steps, unit, (long long)s->decay_steps, unit, decay_flag,
-                         len_flag);
+                         s->warmup_steps / (double)per, unit, (long long)(s->decay_steps / per),
+                         unit, decay_flag, len_flag);
+    return LOOM_OK;
+}
+
+/* On resume, the schedule against the one the checkpoint was saved with (its peak and final
+ * rates, warmup and decay in samples, style), as Megatron's scheduler checks them: equal, or
+ * --override-opt_param-scheduler keeps the flags', or --use-checkpoint-opt_param-scheduler takes
+ * the checkpoint's. Not with --finetune or --no-load-optim (the schedule starts afresh), nor for
+ * a checkpoint that recorded none. */
+static enum loom_status schedule_from_checkpoint(struct trainer *t,
+                                                 const struct loom_train_state *st) {
+    struct loom_train_config *c = t->cfg;
+    struct loom_lr_schedule *s = &c->lr;
+    if (!st->has_lr || c->finetune || c->no_load_optim || c->override_lr_schedule) return LOOM_OK;
+    if (c->use_checkpoint_lr_schedule) {
+        s->max_lr = st->lr.max_lr;
+        s->min_lr = st->lr.min_lr;
+        s->warmup_steps = st->lr.warmup_steps;
+        s->decay_steps = st->lr.decay_steps;
+        s->style = st->lr.style;
+        return LOOM_OK;
+    }
+    char what[192] = "";
+    if (s->max_lr != st->lr.max_lr)
+        snprintf(what, sizeof what, "--lr %g here, %g there", s->max_lr, st->lr.max_lr);
+    else if (s->min_lr != st->lr.min_lr)
+        snprintf(what, sizeof what, "--min-lr %g here, %g there", s->min_lr, st->lr.min_lr);
+    else if (s->warmup_steps != st->lr.warmup_steps)
+        snprintf(what, sizeof what, "warmup of %g samples here, %g there", s->warmup_steps,
+                 st->lr.warmup_steps);
+    else if (s->decay_steps != st->lr.decay_steps)
+        snprintf(what, sizeof what, "decay over %lld samples here (%s), %lld there",
+                 (long long)s->decay_steps,
+                 c->train_samples > 0 ? "--lr-decay-samples, by default --train-samples"
+                                      : "--lr-decay-iters x global batch, by default --train-iters",
+                 (long long)st->lr.decay_steps);
+    else if (s->style != st->lr.style)
+        snprintf(what, sizeof what, "--lr-decay-style %s here, %s there",
+                 loom_lr_style_name(s->style), loom_lr_style_name(st->lr.style));
+    if (what[0])
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--load %s: the learning-rate schedule differs from the checkpoint's "
+                         "(%s); give the same flags, or --override-opt_param-scheduler to take "
+                         "these, or --use-checkpoint-opt_param-scheduler to take the checkpoint's",
+                         c->load, what);
     return LOOM_OK;
 }
 
@@ -366,6 +410,13 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                          (long long)c->global_batch, (long long)c->micro_batch, (long long)dp,
                          (long long)t->num_micro, (long long)c->pp);
     LOOM_CHECK(schedule_length(t));
+    if (c->load) { /* the checkpoint's schedule: read alike by every rank */
+        struct loom_gpt_config saved;
+        struct loom_train_state st;
+        int has_optim;
+        LOOM_CHECK(loom_ckpt_read_meta(c->load, &saved, &st, &has_optim));
+        LOOM_CHECK(schedule_from_checkpoint(t, &st));
+    }
 
     /* everything above fails alike on every rank; what follows (devices, files, memory) may fail
      * on one rank alone */
@@ -446,6 +497,10 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     } else {
         LOOM_CHECK(loom_gpt_init_weights(t->model, c->seed));
     }
+    /* the schedule in force, saved with the optimizer state (as Megatron-LM's, which
+     * --no-save-optim leaves out too) */
+    t->st.has_lr = !c->no_save_optim;
+    t->st.lr = c->lr;
     LOOM_CHECK(open_sources(t));
     int64_t BT = c->micro_batch * c->model.seq_length;
     t->tokens = malloc((size_t)BT * sizeof(int32_t));
@@ -542,7 +597,7 @@ static enum loom_status train_loop(struct trainer *t) {
         t->step_bytes[2] = group_bytes(t->par.group[LOOM_PDIM_DP]);
         t->step_bytes[3] = loom_pp_size(&t->par) > 1 ? group_bytes(t->par.embedding) : 0;
         /* the schedule advances only with optimizer steps (skipped iterations do not count) */
-        double lr = loom_lr_at(&c->lr, (t->st.iteration - t->st.skipped) * t->lr_unit);
+        double lr = loom_lr_at(&c->lr, (t->st.iteration - t->st.skipped) * c->global_batch);
         if (skip) {
             t->st.skipped++;
             t->skipped_since_log++;

@@ -104,11 +104,12 @@ h += b" " * (-len(h) % 8)
 open(path, "wb").write(struct.pack("<Q", len(h)) + h + data[8 + n:])
 EOF
 failed_alone 4 "\[rank [23]\] .*no tensor named 'decoder.layers.3.mlp.linear_fc2.bias'" "${M[@]}" \
-  --train-iters 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --load "$tmp/ck-missing"
+  --train-iters 4 --lr-decay-iters 2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --load "$tmp/ck-missing"
 # a truncated checkpoint fails on every rank (after the collective checks): the job still ends
 cp -r "$tmp/ck" "$tmp/ck-truncated"
 truncate -s -100 "$tmp/ck-truncated/iter_0000002/model.safetensors"
-failed_alone 4 "model.safetensors: .*file truncated" "${M[@]}" --train-iters 4 \
+failed_alone 4 "model.safetensors: .*file truncated" "${M[@]}" --train-iters 4 --lr-decay-iters 2 \
   --tensor-model-parallel-size 2 --load "$tmp/ck-truncated"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

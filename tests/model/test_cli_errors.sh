@@ -69,6 +69,7 @@ expect_error "null tokenizer" "--tokenizer-type NullTokenizer takes --vocab-size
 expect_error "batch rampup" "--rampup-batch-size: the global batch size is fixed" "$LOOM" "${T[@]}" --rampup-batch-size 4 4 100
 expect_error "data path twice" "--data-path (one dataset split by --split) and --train-data-path exclude each other" "$LOOM" train --num-layers 2 --train-iters 1 --data-path x --train-data-path y
 expect_error "valid path alone" "--valid-data-path needs --train-data-path" "$LOOM" train --num-layers 2 --train-iters 1 --mock-data --valid-data-path y
+expect_error "both schedule sources" "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude each other" "$LOOM" "${T[@]}" --override-opt_param-scheduler --use-checkpoint-opt_param-scheduler
 expect_error "missing checkpoint" "$tmp/nothing" "$LOOM" "${T[@]}" --load "$tmp/nothing"
 expect_error "missing data file" "$tmp/missing" "$LOOM" train --data-path "$tmp/missing" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 50 --train-iters 1
 expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu
@@ -77,7 +78,9 @@ expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu
 expect_error "contradicting checkpoint" "--hidden-size 64 contradicts the checkpoint" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --hidden-size 64
 expect_error "contradicting norm" "--normalization RMSNorm contradicts" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --normalization RMSNorm
 # and one that agrees loads fine
-if "$LOOM" train --mock-data --train-iters 4 --eval-iters 0 --load "$tmp/ck" --hidden-size 32 > /dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: resuming with agreeing flags"; fi
+if "$LOOM" train --mock-data --train-iters 4 --lr-decay-iters 2 --eval-iters 0 --load "$tmp/ck" --hidden-size 32 > /dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: resuming with agreeing flags"; fi
+# a longer run whose decay follows --train-iters is another schedule (Megatron-LM's rule)
+expect_error "longer schedule" "decay over 4 samples here (--lr-decay-iters x global batch, by default --train-iters), 2 there" "$LOOM" train --mock-data --train-iters 4 --eval-iters 0 --load "$tmp/ck"
 # convert
 expect_error "convert pair" "--loader and --saver are both" "$LOOM" convert --loader hf --saver hf --load-dir a --save-dir b
 expect_error "convert missing" "config.json" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/none" --save-dir "$tmp/out"

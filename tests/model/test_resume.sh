@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Resume: 20 iterations straight and 10 (--exit-interval) + save + load + 10 give bit-identical losses and grad
 # norms (dropout on, so the counter-based RNG state must carry over too), and the final
-# checkpoints hold identical tensors. --no-save-optim leaves the optimizer state out.
+# checkpoints hold identical tensors. --no-save-optim leaves the optimizer state out. A resume's
+# learning-rate schedule must be the checkpoint's, or --override-opt_param-scheduler /
+# --use-checkpoint-opt_param-scheduler says which one wins.
 set -euo pipefail
 LOOM=${LOOM:-build/loom}
 tmp=$(mktemp -d)
@@ -42,4 +44,33 @@ else
   echo "FAIL: --no-save-optim"; ls "$tmp/c/iter_0000010"; cat "$tmp/noopt.log"; fail=1
 fi
 [ "$(cat "$tmp/b/latest_checkpointed_iteration.txt")" = 20 ] || { echo "FAIL: latest pointer"; fail=1; }
+# The learning-rate schedule is checked against the checkpoint's on resume (Megatron-LM's rule):
+# other flags are an error; --use-checkpoint-opt_param-scheduler resumes on the saved schedule
+# (the straight run's iterations 11-20 exactly); --override-opt_param-scheduler takes the flags'
+# (the rate of a run started with them)
+"$LOOM" train "${args[@]}" --train-iters 20 --exit-interval 10 --save "$tmp/d" > /dev/null
+lr_at() { grep "\"iteration\": $2," "$1" | sed -E 's/.*"lr": ([^,]*),.*/\1/'; }
+if out=$("$LOOM" train "${args[@]}" --train-iters 20 --lr 1e-3 --load "$tmp/d" 2>&1); then
+  echo "FAIL: a resume with another --lr ran"; fail=1
+elif grep -q "the learning-rate schedule differs from the checkpoint's (--lr 0.001 here, 0.003 there); give the same flags, or --override-opt_param-scheduler" <<< "$out"; then
+  echo "ok   a resume with another --lr is refused, naming both ways out"
+else
+  echo "FAIL: $out"; fail=1
+fi
+"$LOOM" train "${args[@]}" --train-iters 20 --lr 1e-3 --load "$tmp/d" --use-checkpoint-opt_param-scheduler \
+  --metrics-file "$tmp/ckpt-sched.jsonl" > /dev/null
+if diff <(strip "$tmp/ckpt-sched.jsonl") <(strip "$tmp/straight.jsonl" | tail -n 10) > /dev/null; then
+  echo "ok   --use-checkpoint-opt_param-scheduler resumes on the saved schedule, bit for bit"
+else
+  echo "FAIL: --use-checkpoint-opt_param-scheduler"; fail=1
+fi
+"$LOOM" train "${args[@]}" --train-iters 20 --lr 1e-3 --metrics-file "$tmp/new-lr.jsonl" > /dev/null
+"$LOOM" train "${args[@]}" --train-iters 20 --lr 1e-3 --load "$tmp/d" --override-opt_param-scheduler \
+  --metrics-file "$tmp/override.jsonl" > /dev/null
+if [ -n "$(lr_at "$tmp/override.jsonl" 11)" ] && [ "$(lr_at "$tmp/override.jsonl" 11)" = "$(lr_at "$tmp/new-lr.jsonl" 11)" ] &&
+   [ "$(lr_at "$tmp/override.jsonl" 11)" != "$(lr_at "$tmp/straight.jsonl" 11)" ]; then
+  echo "ok   --override-opt_param-scheduler takes the flags' schedule"
+else
+  echo "FAIL: --override-opt_param-scheduler: $(lr_at "$tmp/override.jsonl" 11) vs $(lr_at "$tmp/new-lr.jsonl" 11)"; fail=1
+fi
 exit $fail
