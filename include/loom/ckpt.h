@@ -20,6 +20,7 @@ struct loom_train_state {
     /* the learning-rate schedule in force (has_lr 0: none recorded, e.g. a converted checkpoint) */
     int has_lr;
     struct loom_lr_schedule lr;
+    struct loom_wd_schedule wd;
 };
 
 /* Save under ROOT/iter_NNNNNNN and point ROOT/latest at it. Collective over the world. */

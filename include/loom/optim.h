@@ -42,6 +42,16 @@ struct loom_lr_schedule {
  * then the WSD shape of r = (steps - that start) / wsd_decay_steps: 2 * 0.5^r - 1, 1 - r,
  * (cos(pi r) + 1) / 2 or 1 - sqrt(r). */
 double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps_done);
+/* Weight decay over training (Megatron's get_wd): start_wd + coeff (end_wd - start_wd) with
+ * r = steps / incr_steps and coeff = r (linear) or (cos(pi (1 - r)) + 1) / 2 (cosine); end_wd
+ * when constant and after incr_steps. */
+enum loom_wd_incr { LOOM_WD_CONSTANT = 0, LOOM_WD_LINEAR, LOOM_WD_COSINE };
+struct loom_wd_schedule {
+    double start_wd, end_wd;
+    int64_t incr_steps;
+    enum loom_wd_incr style;
+};
+double loom_wd_at(const struct loom_wd_schedule *s, int64_t steps_done);
 /* A decay style's name as --lr-decay-style spells it, and back (-1: not a style). */
 const char *loom_lr_style_name(enum loom_lr_decay style);
 int loom_lr_style_parse(const char *name);

@@ -31,6 +31,10 @@ struct loom_train_config {
     int64_t exit_interval; /* stop (after saving) when the iteration is a multiple; 0 = off */
     struct loom_lr_schedule lr;
     double weight_decay, beta1, beta2, adam_eps, clip_grad;
+    /* weight decay over training (--start-weight-decay, --end-weight-decay,
+     * --weight-decay-incr-style); the trainer sets its incr_steps: the training length in samples
+     */
+    struct loom_wd_schedule wd;
     uint64_t seed;
     /* data */
     int mock_data;

@@ -15,8 +15,9 @@ struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb;
-    const char *normalization, *posemb, *decay_style, *wsd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
+    const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
+    double start_wd, end_wd;
     double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
         min_loss_scale;
@@ -203,7 +204,7 @@ int loom_cmd_train(int argc, char **argv) {
     struct train_flags f = {
         .num_layers = 12, .hidden = 768, .heads = 12, .query_groups = 0, .ffn = 0, .seq = 1024,
         .max_pos = 0, .vocab = 0, .divisible = 128,
-        .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear", .wsd_style = "exponential", .warmup_fraction = -1,
+        .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear", .wsd_style = "exponential", .wd_style = "constant", .warmup_fraction = -1,
         .device = "cpu", .split = "969,30,1", .comm = "auto", .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer",
         .norm_eps = 1e-5, .rope_base = 10000, .rope_percent = 1.0, .hidden_dropout = 0.1, .attention_dropout = 0.1,
         .lr = 1e-4, .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0,
@@ -257,6 +258,9 @@ int loom_cmd_train(int argc, char **argv) {
         {"--lr-warmup-fraction", LOOM_FLAG_FLOAT, &f.warmup_fraction, "warmup as a fraction of the decay iterations or samples (instead of --lr-warmup-iters/-samples; -1 = not given)", NULL, 0},
         {"--lr-warmup-init", LOOM_FLAG_FLOAT, &f.warmup_init, "learning rate where the warmup starts", NULL, 0},
         {"--weight-decay", LOOM_FLAG_FLOAT, &f.wd, "AdamW weight decay (matrices only)", NULL, 0},
+        {"--start-weight-decay", LOOM_FLAG_FLOAT, &f.start_wd, "weight decay at the start (with --weight-decay-incr-style linear|cosine)", NULL, 0},
+        {"--end-weight-decay", LOOM_FLAG_FLOAT, &f.end_wd, "weight decay at the end of training (with --weight-decay-incr-style linear|cosine)", NULL, 0},
+        {"--weight-decay-incr-style", LOOM_FLAG_CHOICE, &f.wd_style, "weight decay over training: constant (--weight-decay) or from --start-weight-decay to --end-weight-decay", "constant|linear|cosine", 0},
         {"--adam-beta1", LOOM_FLAG_FLOAT, &f.b1, "AdamW beta1", NULL, 0},
         {"--adam-beta2", LOOM_FLAG_FLOAT, &f.b2, "AdamW beta2", NULL, 0},
         {"--adam-eps", LOOM_FLAG_FLOAT, &f.eps, "AdamW epsilon", NULL, 0},
@@ -413,6 +417,23 @@ int loom_cmd_train(int argc, char **argv) {
     if (!(f.eps > 0)) FAIL("--adam-eps must be positive");
     if (f.clip < 0) FAIL("--clip-grad must be >= 0");
     if (f.wd < 0) FAIL("--weight-decay must be >= 0 (got %g)", f.wd);
+    {
+        /* Megatron-LM's rule: a constant decay is --weight-decay; a changing one gives both ends */
+        const int given_start = loom_flags_find(flags, NFLAGS(flags), "--start-weight-decay")->given;
+        const int given_end = loom_flags_find(flags, NFLAGS(flags), "--end-weight-decay")->given;
+        if (strcmp(f.wd_style, "constant") == 0) {
+            if (given_start || given_end)
+                FAIL("%s needs --weight-decay-incr-style linear or cosine (constant is "
+                     "--weight-decay)", given_start ? "--start-weight-decay" : "--end-weight-decay");
+            f.start_wd = f.end_wd = f.wd;
+        } else if (!given_start || !given_end) {
+            FAIL("--weight-decay-incr-style %s needs --start-weight-decay and --end-weight-decay",
+                 f.wd_style);
+        } else if (!(f.start_wd >= 0) || f.end_wd < f.start_wd) {
+            FAIL("need 0 <= --start-weight-decay <= --end-weight-decay (got %g and %g)", f.start_wd,
+                 f.end_wd);
+        }
+    }
     if (f.tp < 1 || f.pp < 1) FAIL("parallel sizes must be at least 1");
     if (f.cp != 1) FAIL("--context-parallel-size %lld: context parallelism is not implemented (1 only)", (long long)f.cp);
     if (f.ep != 1) FAIL("--expert-model-parallel-size %lld: expert parallelism is not implemented (1 only)", (long long)f.ep);
@@ -487,6 +508,11 @@ int loom_cmd_train(int argc, char **argv) {
                      : strcmp(f.wsd_style, "minus_sqrt") == 0 ? LOOM_WSD_MINUS_SQRT
                                                               : LOOM_WSD_EXPONENTIAL;
     c.weight_decay = f.wd;
+    c.wd.start_wd = f.start_wd;
+    c.wd.end_wd = f.end_wd;
+    c.wd.style = strcmp(f.wd_style, "linear") == 0   ? LOOM_WD_LINEAR
+                 : strcmp(f.wd_style, "cosine") == 0 ? LOOM_WD_COSINE
+                                                     : LOOM_WD_CONSTANT;
     c.beta1 = f.b1;
     c.beta2 = f.b2;
     c.adam_eps = f.eps;

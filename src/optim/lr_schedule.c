@@ -1,4 +1,4 @@
-/* Learning-rate schedule (Megatron's OptimizerParamScheduler semantics for warmup and decay). */
+/* Learning-rate and weight-decay schedules (Megatron's OptimizerParamScheduler semantics). */
 #include <math.h>
 
 #include <string.h>
@@ -49,4 +49,11 @@ double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps) {
         coeff = s->style == LOOM_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(M_PI * ratio) + 1.0);
     }
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
+}
+
+double loom_wd_at(const struct loom_wd_schedule *s, int64_t steps) {
+    if (steps > s->incr_steps || s->style == LOOM_WD_CONSTANT) return s->end_wd;
+    const double r = (double)steps / (double)s->incr_steps;
+    const double coeff = s->style == LOOM_WD_LINEAR ? r : 0.5 * (cos(M_PI * (1.0 - r)) + 1.0);
+    return s->start_wd + coeff * (s->end_wd - s->start_wd);
 }

@@ -217,6 +217,8 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
                 tflops, mfu / 100.0);
         if (have_val) fprintf(t->metrics, ", \"val_loss\": %.17g", val_loss);
         if (pnorm >= 0) fprintf(t->metrics, ", \"params_norm\": %.17g", pnorm);
+        if (c->wd.style != LOOM_WD_CONSTANT)
+            fprintf(t->metrics, ", \"weight_decay\": %.17g", t->opt.weight_decay);
         if (t->cfg->fp16)
             fprintf(t->metrics, ", \"loss_scale\": %.17g, \"skipped_iterations\": %lld",
                     t->scaler.scale, (long long)t->skipped_since_log);
@@ -261,6 +263,7 @@ static enum loom_status schedule_length(struct trainer *t) {
     if (s->style == LOOM_LR_WSD && s->wsd_decay_steps <= 0)
         return loom_fail(LOOM_ERR_INVALID_ARG, "--lr-decay-style WSD needs %s, positive",
                          c->train_samples > 0 ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters");
+    c->wd.incr_steps = c->train_samples > 0 ? c->train_samples : c->train_iters * gbs;
     if (c->lr_warmup_fraction >= 0)
         s->warmup_steps = c->lr_warmup_fraction * (double)s->decay_steps;
     if (s->warmup_steps > (double)s->decay_steps)
@@ -273,7 +276,8 @@ static enum loom_status schedule_length(struct trainer *t) {
 }
 
 /* On resume, the schedule against the one the checkpoint was saved with (its peak and final
- * rates, warmup and decay in samples, style), as Megatron's scheduler checks them: equal, or
+ * rates, warmup and decay in samples, style, and the weight decay's), as Megatron's scheduler
+ * checks them: equal, or
  * --override-opt_param-scheduler keeps the flags', or --use-checkpoint-opt_param-scheduler takes
  * the checkpoint's. Not with --finetune or --no-load-optim (the schedule starts afresh), nor for
  * a checkpoint that recorded none. */
@@ -288,6 +292,7 @@ static enum loom_status schedule_from_checkpoint(struct trainer *t,
         s->warmup_steps = st->lr.warmup_steps;
         s->decay_steps = st->lr.decay_steps;
         s->style = st->lr.style;
+        c->wd = st->wd;
         return LOOM_OK;
     }
     char what[192] = "";
@@ -307,9 +312,17 @@ static enum loom_status schedule_from_checkpoint(struct trainer *t,
     else if (s->style != st->lr.style)
         snprintf(what, sizeof what, "--lr-decay-style %s here, %s there",
                  loom_lr_style_name(s->style), loom_lr_style_name(st->lr.style));
+    else if (c->wd.start_wd != st->wd.start_wd || c->wd.end_wd != st->wd.end_wd ||
+             c->wd.style != st->wd.style ||
+             (c->wd.style != LOOM_WD_CONSTANT && c->wd.incr_steps != st->wd.incr_steps))
+        snprintf(what, sizeof what,
+                 "weight decay %g -> %g over %lld samples here, %g -> %g over "
+                 "%lld there",
+                 c->wd.start_wd, c->wd.end_wd, (long long)c->wd.incr_steps, st->wd.start_wd,
+                 st->wd.end_wd, (long long)st->wd.incr_steps);
     if (what[0])
         return loom_fail(LOOM_ERR_INVALID_ARG,
-                         "--load %s: the learning-rate schedule differs from the checkpoint's "
+                         "--load %s: the optimizer's schedule differs from the checkpoint's "
                          "(%s); give the same flags, or --override-opt_param-scheduler to take "
                          "these, or --use-checkpoint-opt_param-scheduler to take the checkpoint's",
                          c->load, what);
@@ -501,6 +514,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
      * --no-save-optim leaves out too) */
     t->st.has_lr = !c->no_save_optim;
     t->st.lr = c->lr;
+    t->st.wd = c->wd;
     LOOM_CHECK(open_sources(t));
     int64_t BT = c->micro_batch * c->model.seq_length;
     t->tokens = malloc((size_t)BT * sizeof(int32_t));
@@ -597,7 +611,9 @@ static enum loom_status train_loop(struct trainer *t) {
         t->step_bytes[2] = group_bytes(t->par.group[LOOM_PDIM_DP]);
         t->step_bytes[3] = loom_pp_size(&t->par) > 1 ? group_bytes(t->par.embedding) : 0;
         /* the schedule advances only with optimizer steps (skipped iterations do not count) */
-        double lr = loom_lr_at(&c->lr, (t->st.iteration - t->st.skipped) * c->global_batch);
+        const int64_t sched_steps = (t->st.iteration - t->st.skipped) * c->global_batch;
+        double lr = loom_lr_at(&c->lr, sched_steps);
+        t->opt.weight_decay = loom_wd_at(&c->wd, sched_steps);
         if (skip) {
             t->st.skipped++;
             t->skipped_since_log++;

@@ -70,6 +70,8 @@ expect_error "batch rampup" "--rampup-batch-size: the global batch size is fixed
 expect_error "data path twice" "--data-path (one dataset split by --split) and --train-data-path exclude each other" "$LOOM" train --num-layers 2 --train-iters 1 --data-path x --train-data-path y
 expect_error "valid path alone" "--valid-data-path needs --train-data-path" "$LOOM" train --num-layers 2 --train-iters 1 --mock-data --valid-data-path y
 expect_error "both schedule sources" "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude each other" "$LOOM" "${T[@]}" --override-opt_param-scheduler --use-checkpoint-opt_param-scheduler
+expect_error "wd ends without a style" "--start-weight-decay needs --weight-decay-incr-style linear or cosine" "$LOOM" "${T[@]}" --start-weight-decay 0.1
+expect_error "wd style without ends" "--weight-decay-incr-style cosine needs --start-weight-decay and --end-weight-decay" "$LOOM" "${T[@]}" --weight-decay-incr-style cosine --end-weight-decay 0.1
 expect_error "missing checkpoint" "$tmp/nothing" "$LOOM" "${T[@]}" --load "$tmp/nothing"
 expect_error "missing data file" "$tmp/missing" "$LOOM" train --data-path "$tmp/missing" --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 50 --train-iters 1
 expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu

@@ -3,7 +3,8 @@
 # scheduler's semantics): iteration-based (--train-iters, --lr-warmup-iters, --lr-decay-iters)
 # and sample-based (--train-samples, --lr-warmup-samples, --lr-decay-samples) training,
 # --lr-warmup-fraction, --lr-warmup-init, and the constant, linear, cosine, inverse-square-root
-# and WSD styles (WSD's four final shapes); every iteration's learning rate within 1e-12. A schedule given in samples that equals
+# and WSD styles (WSD's four final shapes), and the weight decay over training
+# (--weight-decay-incr-style); every iteration's learning rate and weight decay within 1e-12. A schedule given in samples that equals
 # one in iterations trains to the same losses bit for bit.
 set -uo pipefail
 LOOM=${LOOM:-build/loom}
@@ -53,6 +54,21 @@ check samples-wsd-cosine "train_samples=40 warmup_samples=4 wsd_samples=18 style
   --train-samples 40 --lr-warmup-samples 4 --lr-decay-style WSD --lr-wsd-decay-style cosine --lr-wsd-decay-samples 18 --min-lr 2e-4
 check samples-wsd-linear "train_samples=40 wsd_samples=16 style=WSD wsd_style=linear" \
   --train-samples 40 --lr-decay-style WSD --lr-wsd-decay-style linear --lr-wsd-decay-samples 16
+# the weight decay over training (Megatron's get_wd)
+check wd-linear "train_iters=8 wd_start=0.01 wd_end=0.2 wd_style=linear" \
+  --train-iters 8 --weight-decay-incr-style linear --start-weight-decay 0.01 --end-weight-decay 0.2
+check wd-cosine-samples "train_samples=30 wd_start=0 wd_end=0.1 wd_style=cosine" \
+  --train-samples 30 --weight-decay-incr-style cosine --start-weight-decay 0 --end-weight-decay 0.1
+# a changing decay whose ends agree trains as the constant one
+run_wd() { OMP_NUM_THREADS=2 "$LOOM" "${base[@]}" --train-iters 6 --metrics-file "$tmp/$1.jsonl" "${@:2}" > /dev/null 2>&1; }
+run_wd wd-const --weight-decay 0.1 && run_wd wd-flat --weight-decay-incr-style linear --start-weight-decay 0.1 --end-weight-decay 0.1 &&
+  run_wd wd-rise --weight-decay-incr-style linear --start-weight-decay 0 --end-weight-decay 1
+lossof() { sed -E 's/.*"loss": ([^,]*),.*/\1/' "$tmp/$1.jsonl"; }
+if [ -s "$tmp/wd-const.jsonl" ] && [ "$(lossof wd-const)" = "$(lossof wd-flat)" ] && [ "$(lossof wd-const)" != "$(lossof wd-rise)" ]; then
+  echo "ok   the optimizer takes the decay of each step (flat schedule = constant, bit for bit)"
+else
+  echo "FAIL the weight decay schedule in the optimizer"; fail=1
+fi
 # the same schedule in iterations and in samples: the same training, bit for bit
 losses() { sed -E 's/.*"lr": ([^,]*), "loss": ([^,]*),.*/\1 \2/' "$tmp/$1.jsonl"; }
 if [ -s "$tmp/iters-cosine.jsonl" ] && [ "$(losses iters-cosine)" = "$(losses samples-cosine)" ]; then

@@ -52,7 +52,7 @@ fi
 lr_at() { grep "\"iteration\": $2," "$1" | sed -E 's/.*"lr": ([^,]*),.*/\1/'; }
 if out=$("$LOOM" train "${args[@]}" --train-iters 20 --lr 1e-3 --load "$tmp/d" 2>&1); then
   echo "FAIL: a resume with another --lr ran"; fail=1
-elif grep -q "the learning-rate schedule differs from the checkpoint's (--lr 0.001 here, 0.003 there); give the same flags, or --override-opt_param-scheduler" <<< "$out"; then
+elif grep -q "the optimizer's schedule differs from the checkpoint's (--lr 0.001 here, 0.003 there); give the same flags, or --override-opt_param-scheduler" <<< "$out"; then
   echo "ok   a resume with another --lr is refused, naming both ways out"
 else
   echo "FAIL: $out"; fail=1

@@ -10,7 +10,9 @@ the one after i - 1 steps.
 
     lr_schedule_ref.py METRICS.jsonl KEY=VALUE...   (keys: lr, min_lr, init, style, gbs,
         train_iters | train_samples, warmup_iters | warmup_samples | warmup_fraction,
-        decay_iters | decay_samples, wsd_iters | wsd_samples, wsd_style)
+        decay_iters | decay_samples, wsd_iters | wsd_samples, wsd_style; and for the weight decay
+        (get_wd, over the training length in samples, checked against "weight_decay"):
+        wd_start, wd_end, wd_style)
 
 Checks every row's "lr" against the schedule (relative 1e-12) and that there is one row per
 iteration; prints the first mismatch and exits 1, else prints the count.
@@ -61,21 +63,36 @@ def schedule(o):
                      2.0 * math.pow(0.5, r) - 1.0)
         return min_lr + coeff * (max_lr - min_lr)
 
-    return iters, [lr_at((i - 1) * gbs) for i in range(1, iters + 1)]
+    incr = int(o["train_samples"]) if "train_samples" in o else iters * gbs
+    wd_start, wd_end, wd_style = float(o.get("wd_start", 0)), float(o.get("wd_end", 0)), o.get("wd_style")
+
+    def wd_at(n):
+        if n > incr or wd_style == "constant":
+            return wd_end
+        r = n / incr
+        coeff = r if wd_style == "linear" else 0.5 * (math.cos(math.pi * (1 - r)) + 1.0)
+        return wd_start + coeff * (wd_end - wd_start)
+
+    steps = [(i - 1) * gbs for i in range(1, iters + 1)]
+    return iters, [lr_at(n) for n in steps], ([wd_at(n) for n in steps] if wd_style else None)
 
 
 def main():
     path = sys.argv[1]
     opts = dict(a.split("=", 1) for a in sys.argv[2:])
-    iters, want = schedule(opts)
+    iters, want, want_wd = schedule(opts)
     rows = [json.loads(line) for line in open(path)]
     if [r["iteration"] for r in rows] != list(range(1, iters + 1)):
         print(f"{path}: iterations {[r['iteration'] for r in rows]}, expected 1..{iters}")
         return 1
-    for r, w in zip(rows, want):
-        if abs(r["lr"] - w) > 1e-12 * max(abs(w), 1e-30) and not (w == 0 and r["lr"] == 0):
-            print(f"{path}: iteration {r['iteration']}: lr {r['lr']!r}, Megatron's schedule {w!r}")
-            return 1
+    for k, r in enumerate(rows):
+        for key, ws in (("lr", want), ("weight_decay", want_wd)):
+            if ws is None:
+                continue
+            got, w = r.get(key), ws[k]
+            if got is None or (abs(got - w) > 1e-12 * max(abs(w), 1e-30) and not (w == 0 and got == 0)):
+                print(f"{path}: iteration {r['iteration']}: {key} {got!r}, Megatron's schedule {w!r}")
+                return 1
     print(f"{path}: {iters} iterations match")
     return 0
 
