@@ -52,9 +52,13 @@ struct loom_wd_schedule {
     enum loom_wd_incr style;
 };
 double loom_wd_at(const struct loom_wd_schedule *s, int64_t steps_done);
-/* A decay style's name as --lr-decay-style spells it, and back (-1: not a style). */
+/* A style's name as its flag spells it (--lr-decay-style, --lr-wsd-decay-style,
+ * --weight-decay-incr-style), and back (-1: not a style; NULL names none). */
 const char *loom_lr_style_name(enum loom_lr_decay style);
 int loom_lr_style_parse(const char *name);
+int loom_wsd_style_parse(const char *name);
+const char *loom_wd_style_name(enum loom_wd_incr style);
+int loom_wd_style_parse(const char *name);
 
 struct loom_adamw {
     double beta1, beta2, eps, weight_decay;

@@ -69,9 +69,6 @@ static enum loom_status gather_full(struct loom_gpt *m, const struct loom_param 
     return LOOM_OK;
 }
 
-/* enum loom_wd_incr as --weight-decay-incr-style spells it */
-static const char *const wd_style_names[] = {"constant", "linear", "cosine"};
-
 static char *config_json(const struct loom_gpt_config *c, const struct loom_train_state *st,
                          int64_t optim_step) {
     json_t *o = json_object();
@@ -123,7 +120,7 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
             json_object_set_new(lr, "end_weight_decay", json_real(st->wd.end_wd));
             json_object_set_new(lr, "weight_decay_incr_samples", json_integer(st->wd.incr_steps));
             json_object_set_new(lr, "weight_decay_incr_style",
-                                json_string(wd_style_names[st->wd.style]));
+                                json_string(loom_wd_style_name(st->wd.style)));
             json_object_set_new(o, "lr_schedule", lr);
         }
     }
@@ -335,8 +332,7 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     loom_clear_error();
     json_t *lr = json_object_get(o, "lr_schedule");
     if (lr) {
-        const char *style = json_string_value(json_object_get(lr, "decay_style"));
-        const int sv = style ? loom_lr_style_parse(style) : -1;
+        const int sv = loom_lr_style_parse(json_string_value(json_object_get(lr, "decay_style")));
         if (sv < 0)
             return loom_fail(LOOM_ERR_FORMAT, "%s: bad \"lr_schedule\" \"decay_style\"", file);
         st->lr.style = (enum loom_lr_decay)sv;
@@ -347,10 +343,8 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
         LOOM_CHECK(get_num(lr, "start_weight_decay", file, &st->wd.start_wd));
         LOOM_CHECK(get_num(lr, "end_weight_decay", file, &st->wd.end_wd));
         LOOM_CHECK(get_int(lr, "weight_decay_incr_samples", file, &st->wd.incr_steps));
-        const char *wds = json_string_value(json_object_get(lr, "weight_decay_incr_style"));
-        int wdv = -1;
-        for (int i = 0; wds && i < 3; i++)
-            if (strcmp(wds, wd_style_names[i]) == 0) wdv = i;
+        const int wdv =
+            loom_wd_style_parse(json_string_value(json_object_get(lr, "weight_decay_incr_style")));
         if (wdv < 0) return loom_fail(LOOM_ERR_FORMAT, "%s: bad \"weight_decay_incr_style\"", file);
         st->wd.style = (enum loom_wd_incr)wdv;
         st->has_lr = 1;

@@ -502,17 +502,13 @@ int loom_cmd_train(int argc, char **argv) {
     c.lr.max_lr = f.lr;
     c.lr.min_lr = f.min_lr;
     c.lr.init_lr = f.warmup_init;
-    c.lr.style = (enum loom_lr_decay)loom_lr_style_parse(f.decay_style); /* a checked choice */
-    c.lr.wsd_style = strcmp(f.wsd_style, "linear") == 0       ? LOOM_WSD_LINEAR
-                     : strcmp(f.wsd_style, "cosine") == 0     ? LOOM_WSD_COSINE
-                     : strcmp(f.wsd_style, "minus_sqrt") == 0 ? LOOM_WSD_MINUS_SQRT
-                                                              : LOOM_WSD_EXPONENTIAL;
+    /* the three styles are CHOICE flags, spelled as these parse them */
+    c.lr.style = (enum loom_lr_decay)loom_lr_style_parse(f.decay_style);
+    c.lr.wsd_style = (enum loom_lr_wsd)loom_wsd_style_parse(f.wsd_style);
     c.weight_decay = f.wd;
     c.wd.start_wd = f.start_wd;
     c.wd.end_wd = f.end_wd;
-    c.wd.style = strcmp(f.wd_style, "linear") == 0   ? LOOM_WD_LINEAR
-                 : strcmp(f.wd_style, "cosine") == 0 ? LOOM_WD_COSINE
-                                                     : LOOM_WD_CONSTANT;
+    c.wd.style = (enum loom_wd_incr)loom_wd_style_parse(f.wd_style);
     c.beta1 = f.b1;
     c.beta2 = f.b2;
     c.adam_eps = f.eps;

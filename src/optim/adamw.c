@@ -81,8 +81,8 @@ void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, do
             (float)o->eps, (float)o->weight_decay, o->step, (float)grad_scale);
 }
 
-/* The squared gradient norm counts each parameter once: tensor-parallel copies (tp_dim < 0) on
- * TP rank 0 only, the tied output layer on the first stage only. */
+/* The squared norm counts each parameter once: tensor-parallel copies (tp_dim < 0) on TP rank 0
+ * only, the tied output layer on the first stage only. */
 enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm) {
     struct loom_parallel *par = model->par;
     struct loom_backend *be = model->be;

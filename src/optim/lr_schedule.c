@@ -1,23 +1,40 @@
 /* Learning-rate and weight-decay schedules (Megatron's OptimizerParamScheduler semantics). */
 #include <math.h>
-
 #include <string.h>
 
 #include "loom/optim.h"
 
+/* The styles' names as the flags spell them, in the order of their enums. */
+#define NNAMES(a) ((int)(sizeof(a) / sizeof((a)[0])))
 static const char *const lr_style_names[] = {"constant", "linear", "cosine", "inverse-square-root",
                                              "WSD"};
+static const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus_sqrt"};
+static const char *const wd_style_names[] = {"constant", "linear", "cosine"};
 
-const char *loom_lr_style_name(enum loom_lr_decay style) {
-    return (unsigned)style < sizeof lr_style_names / sizeof lr_style_names[0]
-               ? lr_style_names[style]
-               : "?";
+static const char *name_of(const char *const *names, int n, int v) {
+    return v >= 0 && v < n ? names[v] : "?";
 }
 
-int loom_lr_style_parse(const char *name) {
-    for (int i = 0; i < (int)(sizeof lr_style_names / sizeof lr_style_names[0]); i++)
-        if (strcmp(lr_style_names[i], name) == 0) return i;
+static int index_of(const char *const *names, int n, const char *name) {
+    for (int i = 0; name && i < n; i++)
+        if (strcmp(names[i], name) == 0) return i;
     return -1;
+}
+
+const char *loom_lr_style_name(enum loom_lr_decay style) {
+    return name_of(lr_style_names, NNAMES(lr_style_names), (int)style);
+}
+int loom_lr_style_parse(const char *name) {
+    return index_of(lr_style_names, NNAMES(lr_style_names), name);
+}
+int loom_wsd_style_parse(const char *name) {
+    return index_of(wsd_style_names, NNAMES(wsd_style_names), name);
+}
+const char *loom_wd_style_name(enum loom_wd_incr style) {
+    return name_of(wd_style_names, NNAMES(wd_style_names), (int)style);
+}
+int loom_wd_style_parse(const char *name) {
+    return index_of(wd_style_names, NNAMES(wd_style_names), name);
 }
 
 double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps) {

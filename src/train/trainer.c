@@ -423,10 +423,12 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                          (long long)c->global_batch, (long long)c->micro_batch, (long long)dp,
                          (long long)t->num_micro, (long long)c->pp);
     LOOM_CHECK(schedule_length(t));
-    if (c->load) { /* the checkpoint's schedule: read alike by every rank */
+    /* the checkpoint's training state (read alike by every rank): its schedule now, the rest when
+     * the weights are loaded below */
+    struct loom_train_state st;
+    int has_optim = 0;
+    if (c->load) {
         struct loom_gpt_config saved;
-        struct loom_train_state st;
-        int has_optim;
         LOOM_CHECK(loom_ckpt_read_meta(c->load, &saved, &st, &has_optim));
         LOOM_CHECK(schedule_from_checkpoint(t, &st));
     }
@@ -485,10 +487,6 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         t->st.loss_scale = t->scaler.scale;
     }
     if (c->load) {
-        struct loom_gpt_config saved;
-        struct loom_train_state st;
-        int has_optim;
-        LOOM_CHECK(loom_ckpt_read_meta(c->load, &saved, &st, &has_optim));
         int load_optim = !c->finetune && !c->no_load_optim && has_optim;
         LOOM_CHECK(loom_ckpt_load(c->load, t->model, load_optim ? &t->opt : NULL));
         if (!c->finetune) {

@@ -1,6 +1,6 @@
-# Sourced by the tests that compare training runs (test_kept_activations.sh,
-# test_megatron_flags.sh). Expects LOOM, an array `base` of train arguments, a folder `tmp` and a
-# variable `fail`; ITERS is the iterations each run logs (default 4).
+# Sourced by the tests that compare training runs (test_kept_activations, test_megatron_flags,
+# test_data_paths, test_lr_schedule). Expects LOOM, an array `base` of train arguments, a folder
+# `tmp` and a variable `fail`; ITERS is the iterations each run logs (default 4).
 #   run NAME ARGS...   train base + ARGS; NAME.log, NAME.jsonl and NAME.txt (loss and gradient
 #                      norm of each iteration) in $tmp; a failure sets fail=1
 #   same A B           A's and B's losses and gradient norms identical, ITERS of them
