@@ -8,7 +8,8 @@
 #     build    configure (CUDA, MPI, NCCL) and build everything
 #     single   on one GPU: CTest label "cuda" (op parity, bf16 products, train cuda vs cpu);
 #              GPT-2 124M and a Llama-style model training end to end, fp32 and --bf16;
-#              --fp16 loss scaling; --deterministic-mode twice, the same bits
+#              --fp16 loss scaling; --deterministic-mode twice, the same bits; the nccl
+#              backend with one rank (comm_device_check, and training the same bits)
 #     multi    on two GPUs: comm_device_check nccl under mpirun (every collective and p2p of
 #              the nccl backend on device buffers); TP=2, PP=2 (1F1B and interleaved) and
 #              DP=2 of a small GPT and a small Llama-style model against one GPU, 10 iterations:
@@ -230,6 +231,28 @@ print(0 if len(a) == 5 and a == b else 1)' "$@"
   result $r "gpt2 bf16 --deterministic-mode: two runs, the same losses and gradient norms"
   r=$(same_runs "$LOGS/e2e-det1.jsonl" "$LOGS/e2e-det3.jsonl")
   result $r "gpt2 bf16 --kept-activation-layers 12: the same losses and gradient norms"
+  # the nccl backend with one rank (NCCL refuses two ranks on one GPU): its set-up through MPI,
+  # every collective on a one-rank communicator, and training through it, the same bits as the
+  # run without mpirun
+  section "the nccl backend with one rank"
+  timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x NCCL_NVLS_ENABLE -x PATH \
+    -x LD_LIBRARY_PATH "$BUILD/tests/comm_device_check" nccl > "$LOGS/comm_device_check-nccl1.log" 2>&1
+  r=$?
+  if [ $r -eq 77 ]; then
+    echo "skipped: $(tail -1 "$LOGS/comm_device_check-nccl1.log")"
+  else
+    grep -vE "^ok " "$LOGS/comm_device_check-nccl1.log" | head -20
+    grep -cE "^ok " "$LOGS/comm_device_check-nccl1.log" | sed 's/^/ok lines: /'
+    result $r "comm_device_check nccl (1 rank)"
+    timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x NCCL_NVLS_ENABLE -x PATH \
+      -x LD_LIBRARY_PATH -x OMP_NUM_THREADS "$LOOM" train "${e2e[@]}" "${gpt2[@]}" --device cuda \
+      --bf16 --deterministic-mode --comm nccl --metrics-file "$LOGS/e2e-nccl1.jsonl" \
+      > "$LOGS/e2e-nccl1.log" 2>&1
+    r=$?
+    grep -E "iteration +5/|comm|error" "$LOGS/e2e-nccl1.log" | head -5 | cut -c1-200
+    [ $r -eq 0 ] && r=$(same_runs "$LOGS/e2e-det1.jsonl" "$LOGS/e2e-nccl1.jsonl")
+    result $r "gpt2 bf16 through --comm nccl with one rank: the same losses and gradient norms"
+  fi
   unset CUDA_VISIBLE_DEVICES
   ;;
 
