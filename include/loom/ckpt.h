@@ -15,6 +15,8 @@ struct loom_train_state {
     int64_t consumed_samples; /* training samples consumed */
     uint64_t seed;
     int64_t skipped;          /* iterations skipped by the fp16 loss scaler (no optimizer step) */
+    int64_t scheduler_samples; /* samples of the optimizer steps taken: where the learning-rate
+                                  and weight-decay schedules stand (-1: not recorded) */
     double loss_scale;        /* fp16 loss scaler state (0 when unused) */
     int64_t growth_tracker, hysteresis_tracker;
     /* the learning-rate schedule in force (has_lr 0: none recorded, e.g. a converted checkpoint) */

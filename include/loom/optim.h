@@ -52,6 +52,21 @@ struct loom_wd_schedule {
     enum loom_wd_incr style;
 };
 double loom_wd_at(const struct loom_wd_schedule *s, int64_t steps_done);
+/* The global batch ramp-up (--rampup-batch-size START INCREMENT SAMPLES; Megatron's batch-size
+ * ramp-up calculator): with n = (final_batch - start) / increment ramp steps of SAMPLES / n
+ * samples each, the batch after `consumed` samples is start + increment * floor(consumed /
+ * (SAMPLES / n)), and final_batch once more than SAMPLES are consumed (or when n = 0). start = 0:
+ * no ramp, final_batch throughout. */
+struct loom_batch_ramp {
+    int64_t start, increment, samples;
+    int64_t final_batch;
+};
+int64_t loom_batch_at(const struct loom_batch_ramp *r, int64_t consumed);
+/* Iterations of a training of train_samples samples, as Megatron counts them: the ramp's (until
+ * more than SAMPLES are consumed) and then as many whole final batches as the rest holds.
+ * *consumed_end gets what they consume. 0 when the ramp alone needs more than train_samples. */
+int64_t loom_batch_ramp_iters(const struct loom_batch_ramp *r, int64_t train_samples,
+                              int64_t *consumed_end);
 /* A style's name as its flag spells it (--lr-decay-style, --lr-wsd-decay-style,
  * --weight-decay-incr-style), and back (-1: not a style; NULL names none). */
 const char *loom_lr_style_name(enum loom_lr_decay style);

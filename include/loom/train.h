@@ -20,10 +20,14 @@ struct loom_train_config {
     int64_t loss_scale_window, hysteresis;
     int64_t dp_bucket_mb; /* data-parallel gradient bucket size (MiB) */
     /* batch and schedule: training counted in iterations (train_iters) or in samples
-     * (train_samples > 0: train_iters becomes train_samples / global_batch, and the learning-rate
-     * schedule counts samples, with lr_*_samples); lr's max_lr, min_lr, init_lr and style are set
+     * (train_samples > 0: train_iters becomes train_samples / global_batch, or the count of
+     * the batch ramp-up below, and the learning-rate schedule counts samples, with
+     * lr_*_samples); lr's max_lr, min_lr, init_lr and style are set
      * by the caller, its warmup_steps and decay_steps by the trainer from these: */
     int64_t micro_batch, global_batch, train_iters, train_samples;
+    /* --rampup-batch-size START INCREMENT SAMPLES (with train_samples): the global batch grows
+     * from START to global_batch (struct loom_batch_ramp); START 0: a constant global batch */
+    int64_t rampup[3];
     int64_t lr_warmup_iters, lr_decay_iters;     /* iteration-based; decay 0 = train_iters */
     int64_t lr_warmup_samples, lr_decay_samples; /* sample-based; decay 0 = train_samples */
     int64_t lr_wsd_decay_iters, lr_wsd_decay_samples; /* WSD's final decay (one of them) */

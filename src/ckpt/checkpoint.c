@@ -106,6 +106,8 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
         json_object_set_new(o, "seed", json_integer((json_int_t)st->seed));
         json_object_set_new(o, "optimizer_step", json_integer(optim_step));
         json_object_set_new(o, "skipped_iterations", json_integer(st->skipped));
+        if (st->scheduler_samples >= 0)
+            json_object_set_new(o, "scheduler_samples", json_integer(st->scheduler_samples));
         json_object_set_new(o, "loss_scale", json_real(st->loss_scale));
         json_object_set_new(o, "loss_scale_growth_tracker", json_integer(st->growth_tracker));
         json_object_set_new(o, "loss_scale_hysteresis_tracker", json_integer(st->hysteresis_tracker));
@@ -325,6 +327,7 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     if (get_int(o, "seed", file, &v) == LOOM_OK) st->seed = (uint64_t)v;
     if (get_int(o, "optimizer_step", file, &v) == LOOM_OK) *optim_step = v;
     if (get_int(o, "skipped_iterations", file, &v) == LOOM_OK) st->skipped = v;
+    st->scheduler_samples = get_int(o, "scheduler_samples", file, &v) == LOOM_OK ? v : -1;
     if (get_int(o, "loss_scale_growth_tracker", file, &v) == LOOM_OK) st->growth_tracker = v;
     if (get_int(o, "loss_scale_hysteresis_tracker", file, &v) == LOOM_OK) st->hysteresis_tracker = v;
     double ls;

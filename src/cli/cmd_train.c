@@ -1,4 +1,5 @@
 /* `loom train`: Megatron-LM flag names -> struct loom_train_config -> loom_train_run. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +17,15 @@ struct train_flags {
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
-        *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file;
+        *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
+        *rampup;
     double start_wd, end_wd;
     double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
         min_loss_scale;
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, wsd_iters, wsd_samples, seed, save_interval, eval_interval,
         eval_iters, log_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
+    int64_t ramp[3]; /* --rampup-batch-size, parsed */
 };
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -168,7 +171,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented"},
     {"--apply-query-key-layer-scaling", 0, NULL, "query-key layer scaling is not implemented"},
     {"--log-num-zeros-in-grad", 0, NULL, "zeros in the gradient are not counted"},
-    {"--rampup-batch-size", 2, NULL, "the global batch size is fixed (no ramp-up)"},
     {"--apply-residual-connection-post-layernorm", 0, NULL, "the residual connection always "
      "takes the norm's input (pre-norm)"},
     {"--exit-duration-in-mins", 1, NULL, "no time limit: --exit-interval stops (after saving) at "
@@ -243,6 +245,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--micro-batch-size", LOOM_FLAG_INT, &f.micro, "samples per micro-batch", NULL, 0},
         {"--global-batch-size", LOOM_FLAG_INT, &f.global, "samples per iteration (0 = micro x DP)", NULL, 0},
         {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (this or --train-samples)", NULL, 0},
+        {"--rampup-batch-size", LOOM_FLAG_LIST, &f.rampup, "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT over SAMPLES samples to --global-batch-size (with --train-samples)", NULL, 0},
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
         {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
         {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
@@ -404,6 +407,18 @@ int loom_cmd_train(int argc, char **argv) {
                      f.samples ? sample_flags[i] : iter_flags[i]);
         }
     }
+    if (f.rampup) {
+        int used = 0;
+        if (sscanf(f.rampup, "%" SCNd64 " %" SCNd64 " %" SCNd64 " %n", &f.ramp[0], &f.ramp[1],
+                   &f.ramp[2], &used) != 3 || f.rampup[used])
+            FAIL("--rampup-batch-size takes three integers, START INCREMENT SAMPLES (got '%s')",
+                 f.rampup);
+        if (f.ramp[0] < 1 || f.ramp[1] < 1 || f.ramp[2] < 1)
+            FAIL("--rampup-batch-size %s: START, INCREMENT and SAMPLES must be positive", f.rampup);
+        if (!f.samples)
+            FAIL("--rampup-batch-size needs --train-samples (the ramp is counted in samples; "
+                 "with --train-iters the global batch is constant)");
+    }
     if (loom_flags_find(flags, NFLAGS(flags), "--lr-warmup-fraction")->given) {
         if (!(f.warmup_fraction >= 0 && f.warmup_fraction <= 1))
             FAIL("--lr-warmup-fraction must be in [0, 1] (got %g)", f.warmup_fraction);
@@ -489,6 +504,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.global_batch = f.global;
     c.train_iters = f.iters;
     c.train_samples = f.samples;
+    memcpy(c.rampup, f.ramp, sizeof c.rampup);
     c.lr_warmup_iters = f.warmup;
     c.lr_decay_iters = f.decay_iters;
     c.lr_warmup_samples = f.warmup_samples;

@@ -74,3 +74,31 @@ double loom_wd_at(const struct loom_wd_schedule *s, int64_t steps) {
     const double coeff = s->style == LOOM_WD_LINEAR ? r : 0.5 * (cos(M_PI * (1.0 - r)) + 1.0);
     return s->start_wd + coeff * (s->end_wd - s->start_wd);
 }
+
+int64_t loom_batch_at(const struct loom_batch_ramp *r, int64_t consumed) {
+    const int64_t n =
+        r->start > 0 && r->increment > 0 ? (r->final_batch - r->start) / r->increment : 0;
+    if (n <= 0 || consumed > r->samples) return r->final_batch;
+    /* in double, as Megatron's Python divides */
+    const double per_step = (double)r->samples / (double)n;
+    const int64_t k = (int64_t)((double)consumed / per_step);
+    const int64_t b = r->start + k * r->increment;
+    return b < r->final_batch ? b : r->final_batch;
+}
+
+int64_t loom_batch_ramp_iters(const struct loom_batch_ramp *r, int64_t train_samples,
+                              int64_t *consumed_end) {
+    int64_t iters = 0, consumed = 0;
+    if (r->start > 0)
+        while (consumed <= r->samples) {
+            consumed += loom_batch_at(r, consumed);
+            iters++;
+        }
+    if (consumed > train_samples) {
+        *consumed_end = consumed;
+        return 0;
+    }
+    const int64_t rest = (train_samples - consumed) / r->final_batch;
+    *consumed_end = consumed + rest * r->final_batch;
+    return iters + rest;
+}

@@ -30,7 +30,8 @@ struct trainer {
     struct loom_sample_source train_src, valid_src;
     int have_valid;
     struct loom_train_state st;
-    int64_t num_micro;                  /* micro-batches per rank per iteration */
+    int64_t num_micro;           /* micro-batches per rank per iteration at the final batch */
+    struct loom_batch_ramp ramp; /* the global batch over training (--rampup-batch-size) */
     int32_t *tokens, *targets, *sample; /* host [B*T], [B*T], [T+1] */
     FILE *metrics;
     double flops_per_token, peak_tflops;
@@ -40,6 +41,8 @@ struct trainer {
     int64_t allocs_first;  /* device allocations made by the end of the first iteration */
     struct loom_loss_scaler scaler; /* fp16 only */
     int64_t skipped_since_log;
+    int64_t samples_since_log; /* training samples of the iterations since the last log */
+    int64_t batch;             /* the global batch of the last training iteration */
     struct loom_pipeline *pipe;
     struct loom_grad_sync *gsync;
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
@@ -69,24 +72,25 @@ static enum loom_status fetch_micro(void *vctx, int64_t k, int32_t *tokens, int3
     return LOOM_OK;
 }
 
-/* Forward (and backward when training) over this rank's micro-batches of one global batch,
- * through the pipeline schedule; returns the global mean loss. */
+/* Forward (and backward when training) over this rank's micro-batches of one global batch of
+ * `batch` samples, through the pipeline schedule; returns the global mean loss. */
 static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *src, int64_t base,
-                                  int64_t iteration, int training, double *mean_loss) {
+                                  int64_t batch, int64_t iteration, int training,
+                                  double *mean_loss) {
     struct loom_train_config *c = t->cfg;
     struct loom_step_ctx ctx = {
         .seed = c->seed,
         .iteration = iteration,
         .training = training,
-        .dloss = (float)(1.0 / ((double)c->global_batch * (double)c->model.seq_length)),
+        .dloss = (float)(1.0 / ((double)batch * (double)c->model.seq_length)),
     };
+    const int64_t num_micro = batch / (c->micro_batch * loom_dp_size(&t->par));
     if (training && c->fp16) ctx.dloss = (float)(ctx.dloss * t->scaler.scale);
     struct fetch_ctx fc = {t, src, base};
     struct loom_pipeline_stats ps;
     if (training) loom_grad_sync_begin(t->gsync);
-    LOOM_CHECK(loom_pipeline_run(t->pipe, t->model, t->num_micro, training,
-                                 training ? t->gsync : NULL, &ctx, fetch_micro, &fc,
-                                 t->tokens, t->targets, &ps));
+    LOOM_CHECK(loom_pipeline_run(t->pipe, t->model, num_micro, training, training ? t->gsync : NULL,
+                                 &ctx, fetch_micro, &fc, t->tokens, t->targets, &ps));
     t->pipe_busy_s += ps.busy_s;
     t->pipe_wait_s += ps.wait_s;
     double buf[2] = {ps.loss_sum, (double)ps.count};
@@ -119,7 +123,8 @@ static enum loom_status evaluate(struct trainer *t, int64_t iteration, double *l
     double sum = 0;
     for (int64_t i = 0; i < t->cfg->eval_iters; i++) {
         double l;
-        LOOM_CHECK(run_batch(t, &t->valid_src, i * t->cfg->global_batch, iteration, 0, &l));
+        LOOM_CHECK(run_batch(t, &t->valid_src, i * t->cfg->global_batch, t->cfg->global_batch,
+                             iteration, 0, &l));
         sum += l;
     }
     *loss = t->cfg->eval_iters > 0 ? sum / (double)t->cfg->eval_iters : 0.0;
@@ -167,10 +172,12 @@ static void reset_comm_counters(struct trainer *t) {
 }
 
 /* pnorm: the parameters' norm (--log-params-norm), or < 0 when not logged */
-static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, double loss,
-                          double gnorm, double pnorm, int have_val, double val_loss) {
+static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double ms, double lr,
+                          double loss, double gnorm, double pnorm, int have_val, double val_loss) {
     struct loom_train_config *c = t->cfg;
-    double tokens = (double)c->global_batch * (double)c->model.seq_length;
+    /* the tokens of an iteration since the last log, on average (the batch may ramp up) */
+    double tokens = (double)t->samples_since_log / (double)iters * (double)c->model.seq_length;
+    const int64_t batch = t->batch;
     double tps = tokens / (ms / 1000.0);
     double tflops = tps * t->flops_per_token / 1e12 / t->par.world_size;
     if (t->peak_measured && tflops > t->peak_tflops) {
@@ -195,7 +202,7 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
         "iteration (ms): %.1f | learning rate: %.6E | global batch size: %5lld | lm loss: "
         "%.6E | grad norm: %.3f%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
         stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples, ms, lr,
-        (long long)c->global_batch, loss, gnorm, params_s, tps, tflops, mfu);
+        (long long)batch, loss, gnorm, params_s, tps, tflops, mfu);
     if (t->peak_mem >= 0)
         loom_log_info(" peak device memory per rank: %.1f MiB", (double)t->peak_mem / 1048576.0);
     if (t->cfg->fp16)
@@ -216,6 +223,8 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
                 (long long)it, (long long)t->st.consumed_samples, lr, loss_s, gnorm_s, ms, tps,
                 tflops, mfu / 100.0);
         if (have_val) fprintf(t->metrics, ", \"val_loss\": %.17g", val_loss);
+        if (t->ramp.start > 0)
+            fprintf(t->metrics, ", \"global_batch_size\": %lld", (long long)batch);
         if (pnorm >= 0) fprintf(t->metrics, ", \"params_norm\": %.17g", pnorm);
         if (c->wd.style != LOOM_WD_CONSTANT)
             fprintf(t->metrics, ", \"weight_decay\": %.17g", t->opt.weight_decay);
@@ -235,6 +244,41 @@ static void log_iteration(struct trainer *t, int64_t it, double ms, double lr, d
     }
 }
 
+/* The global batch over training: constant, or ramped up by --rampup-batch-size (each of its
+ * batches must split into micro-batches evenly over the data-parallel ranks, and for the
+ * interleaved schedule into a multiple of the pipeline stages: checked here for all of them,
+ * where Megatron-LM checks each as the ramp reaches it). */
+static enum loom_status batch_ramp(struct trainer *t, int vpp) {
+    struct loom_train_config *c = t->cfg;
+    const int64_t dp = loom_dp_size(&t->par), per = c->micro_batch * dp;
+    t->ramp = (struct loom_batch_ramp){c->rampup[0], c->rampup[1], c->rampup[2], c->global_batch};
+    if (t->ramp.start <= 0) return LOOM_OK;
+    if (t->ramp.start > c->global_batch || (c->global_batch - t->ramp.start) % t->ramp.increment)
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--rampup-batch-size %lld %lld %lld: the ramp must reach "
+                         "--global-batch-size %lld from START by whole INCREMENTs",
+                         (long long)c->rampup[0], (long long)c->rampup[1], (long long)c->rampup[2],
+                         (long long)c->global_batch);
+    for (int64_t b = t->ramp.start; b < c->global_batch; b += t->ramp.increment) {
+        if (b % per)
+            return loom_fail(LOOM_ERR_INVALID_ARG,
+                             "--rampup-batch-size %lld %lld %lld: its global batch %lld is not a "
+                             "multiple of --micro-batch-size %lld x data-parallel size %lld",
+                             (long long)c->rampup[0], (long long)c->rampup[1],
+                             (long long)c->rampup[2], (long long)b, (long long)c->micro_batch,
+                             (long long)dp);
+        if (vpp > 1 && (b / per) % c->pp)
+            return loom_fail(LOOM_ERR_INVALID_ARG,
+                             "--rampup-batch-size %lld %lld %lld: its global batch %lld makes %lld "
+                             "micro-batches per rank; the interleaved schedule needs a multiple "
+                             "of --pipeline-model-parallel-size %lld",
+                             (long long)c->rampup[0], (long long)c->rampup[1],
+                             (long long)c->rampup[2], (long long)b, (long long)(b / per),
+                             (long long)c->pp);
+    }
+    return LOOM_OK;
+}
+
 /* The training length and the learning-rate schedule's steps, once the global batch is known.
  * The schedule counts samples whether training is counted in iterations or in samples (an
  * iteration's count is times the global batch), as Megatron's get_optimizer_param_scheduler. */
@@ -245,7 +289,16 @@ static enum loom_status schedule_length(struct trainer *t) {
     int64_t per = gbs; /* samples per unit of the flags (for messages) */
     const char *unit = "iterations", *decay_flag = "--lr-decay-iters", *len_flag = "--train-iters";
     if (c->train_samples > 0) {
-        c->train_iters = c->train_samples / c->global_batch;
+        int64_t end;
+        c->train_iters = loom_batch_ramp_iters(&t->ramp, c->train_samples, &end);
+        if (c->train_iters < 1 && t->ramp.start > 0)
+            return loom_fail(LOOM_ERR_INVALID_ARG,
+                             "--train-samples %lld ends inside the batch-size ramp-up "
+                             "(--rampup-batch-size %lld %lld %lld takes %lld samples to reach "
+                             "--global-batch-size %lld)",
+                             (long long)c->train_samples, (long long)t->ramp.start,
+                             (long long)t->ramp.increment, (long long)t->ramp.samples,
+                             (long long)end, (long long)c->global_batch);
         if (c->train_iters < 1)
             return loom_fail(LOOM_ERR_INVALID_ARG,
                              "--train-samples %lld is less than one global "
@@ -422,6 +475,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                          "= %lld) to be a multiple of --pipeline-model-parallel-size %lld",
                          (long long)c->global_batch, (long long)c->micro_batch, (long long)dp,
                          (long long)t->num_micro, (long long)c->pp);
+    LOOM_CHECK(batch_ramp(t, vpp));
     LOOM_CHECK(schedule_length(t));
     /* the checkpoint's training state (read alike by every rank): its schedule now, the rest when
      * the weights are loaded below */
@@ -456,6 +510,16 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                                           &ops, &nops));
         int slots = loom_pipeline_max_in_flight(ops, nops, t->num_micro);
         free(ops);
+        /* the ramp's smaller batches: micro-batches in flight at most as many (checked) */
+        for (int64_t b = t->ramp.start; t->ramp.start > 0 && b < c->global_batch;
+             b += t->ramp.increment) {
+            const int64_t nm = b / (c->micro_batch * dp);
+            LOOM_CHECK(
+                loom_pipeline_schedule((int)c->pp, loom_pp_rank(&t->par), vpp, nm, 0, &ops, &nops));
+            const int k = loom_pipeline_max_in_flight(ops, nops, nm);
+            free(ops);
+            if (k > slots) slots = k;
+        }
         /* the product type first, so that the model sizes its 16-bit activation buffers by it;
          * then again with the weights, which get their 16-bit copy */
         enum loom_dtype mm = c->bf16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F16;
@@ -493,6 +557,10 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
             t->st.iteration = st.iteration;
             t->st.consumed_samples = st.consumed_samples;
             t->st.skipped = st.skipped;
+            /* an older checkpoint has none: its batch was constant */
+            t->st.scheduler_samples = st.scheduler_samples >= 0
+                                          ? st.scheduler_samples
+                                          : (st.iteration - st.skipped) * c->global_batch;
             if (c->fp16 && st.loss_scale > 0) {
                 t->scaler.scale = st.loss_scale;
                 t->scaler.growth_tracker = st.growth_tracker;
@@ -539,6 +607,12 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         t->peak_tflops = 0.0; /* ranks share the cores */
     }
     if (c->notes) loom_log_info("loom: note: flags with no effect: %s", c->notes);
+    if (t->ramp.start > 0)
+        loom_log_info("loom: the global batch ramps up from %lld to %lld by %lld over %lld "
+                      "samples: %lld iterations in all",
+                      (long long)t->ramp.start, (long long)c->global_batch,
+                      (long long)t->ramp.increment, (long long)t->ramp.samples,
+                      (long long)c->train_iters);
     loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
                   "vocab %lld (padded %lld), seq %lld | world %d = TP %lld x PP %lld x DP %lld | "
                   "%s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
@@ -581,7 +655,8 @@ static enum loom_status train_loop(struct trainer *t) {
         reset_comm_counters(t);
         t->pipe_busy_s = t->pipe_wait_s = 0;
         double loss;
-        LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, it, 1, &loss));
+        t->batch = loom_batch_at(&t->ramp, t->st.consumed_samples);
+        LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, t->batch, it, 1, &loss));
         LOOM_CHECK(sync_grads(t));
         LOOM_CHECK(sync_tied_embedding(t));
         if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
@@ -608,10 +683,12 @@ static enum loom_status train_loop(struct trainer *t) {
         t->step_bytes[1] = group_bytes(t->par.group[LOOM_PDIM_PP]);
         t->step_bytes[2] = group_bytes(t->par.group[LOOM_PDIM_DP]);
         t->step_bytes[3] = loom_pp_size(&t->par) > 1 ? group_bytes(t->par.embedding) : 0;
-        /* the schedule advances only with optimizer steps (skipped iterations do not count) */
-        const int64_t sched_steps = (t->st.iteration - t->st.skipped) * c->global_batch;
+        /* the schedules advance by the samples of the optimizer steps (skipped iterations do not
+         * count) */
+        const int64_t sched_steps = t->st.scheduler_samples;
         double lr = loom_lr_at(&c->lr, sched_steps);
         t->opt.weight_decay = loom_wd_at(&c->wd, sched_steps);
+        if (!skip) t->st.scheduler_samples += t->batch;
         if (skip) {
             t->st.skipped++;
             t->skipped_since_log++;
@@ -624,7 +701,8 @@ static enum loom_status train_loop(struct trainer *t) {
             t->st.hysteresis_tracker = t->scaler.hysteresis_tracker;
         }
         t->st.iteration = it;
-        t->st.consumed_samples += c->global_batch;
+        t->st.consumed_samples += t->batch;
+        t->samples_since_log += t->batch;
         iters_since_log++;
         be->ops->synchronize(be);
         if (t->be->ops->memory_stats && t->allocs_first == 0) {
@@ -646,8 +724,9 @@ static enum loom_status train_loop(struct trainer *t) {
             double pnorm = -1.0; /* after the step, as Megatron-LM logs it */
             if (c->log_params_norm)
                 LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm));
-            log_iteration(t, it, ms, lr, loss, gnorm, pnorm, have_val, val);
+            log_iteration(t, it, iters_since_log, ms, lr, loss, gnorm, pnorm, have_val, val);
             t->skipped_since_log = 0;
+            t->samples_since_log = 0;
             t_last = loom_time_s();
             iters_since_log = 0;
         }

@@ -66,7 +66,14 @@ expect_error "context parallel" "--context-parallel-size 2: context parallelism 
 expect_error "partial rotary" "--rotary-percent 0.5: partial rotary embeddings are not implemented" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 0.5
 expect_error "old and new rope flags" "--use-rotary-position-embeddings contradicts --position-embedding-type learned_absolute" "$LOOM" "${T[@]}" --use-rotary-position-embeddings --position-embedding-type learned_absolute
 expect_error "null tokenizer" "--tokenizer-type NullTokenizer takes --vocab-size" "$LOOM" train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --train-iters 1 --tokenizer-type NullTokenizer
-expect_error "batch rampup" "--rampup-batch-size: the global batch size is fixed" "$LOOM" "${T[@]}" --rampup-batch-size 4 4 100
+expect_error "rampup with iters" "--rampup-batch-size needs --train-samples" "$LOOM" "${T[@]}" --rampup-batch-size 4 4 100
+expect_error "rampup two values" "--rampup-batch-size takes three integers, START INCREMENT SAMPLES (got '4 4')" "$LOOM" "${S[@]}" --train-samples 64 --rampup-batch-size 4 4
+expect_error "rampup not integers" "--rampup-batch-size takes three integers" "$LOOM" "${S[@]}" --train-samples 64 --rampup-batch-size 4 4 1e3
+expect_error "rampup zero increment" "--rampup-batch-size 2 0 8: START, INCREMENT and SAMPLES must be positive" "$LOOM" "${S[@]}" --train-samples 64 --rampup-batch-size 2 0 8
+expect_error "rampup past the batch" "--rampup-batch-size 6 2 8: the ramp must reach --global-batch-size 4" "$LOOM" "${S[@]}" --train-samples 64 --rampup-batch-size 6 2 8
+expect_error "rampup off the batch" "--rampup-batch-size 1 2 8: the ramp must reach --global-batch-size 4" "$LOOM" "${S[@]}" --train-samples 64 --rampup-batch-size 1 2 8
+expect_error "rampup off the micro-batch" "--rampup-batch-size 1 1 8: its global batch 1 is not a multiple of --micro-batch-size 2" "$LOOM" "${S[@]}" --train-samples 64 --micro-batch-size 2 --rampup-batch-size 1 1 8
+expect_error "samples within the ramp" "--train-samples 20 ends inside the batch-size ramp-up (--rampup-batch-size 2 2 40 takes 44 samples" "$LOOM" "${S[@]}" --train-samples 20 --micro-batch-size 2 --rampup-batch-size 2 2 40
 expect_error "data path twice" "--data-path (one dataset split by --split) and --train-data-path exclude each other" "$LOOM" train --num-layers 2 --train-iters 1 --data-path x --train-data-path y
 expect_error "valid path alone" "--valid-data-path needs --train-data-path" "$LOOM" train --num-layers 2 --train-iters 1 --mock-data --valid-data-path y
 expect_error "both schedule sources" "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude each other" "$LOOM" "${T[@]}" --override-opt_param-scheduler --use-checkpoint-opt_param-scheduler

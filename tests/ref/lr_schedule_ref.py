@@ -12,20 +12,47 @@ the one after i - 1 steps.
         train_iters | train_samples, warmup_iters | warmup_samples | warmup_fraction,
         decay_iters | decay_samples, wsd_iters | wsd_samples, wsd_style; and for the weight decay
         (get_wd, over the training length in samples, checked against "weight_decay"):
-        wd_start, wd_end, wd_style)
+        wd_start, wd_end, wd_style; rampup=START,INCREMENT,SAMPLES with train_samples: the global
+        batch ramp-up of --rampup-batch-size)
 
 Checks every row's "lr" against the schedule (relative 1e-12) and that there is one row per
 iteration; prints the first mismatch and exits 1, else prints the count.
+
+The batch ramp-up (megatron/core/num_microbatches_calculator.py's ramp-up calculator, and
+training.py's update_train_iters): n = (gbs - START) / INCREMENT ramp steps share SAMPLES
+samples; after c consumed samples the batch is START + INCREMENT * int(c / (SAMPLES / n)), or gbs
+once c > SAMPLES. The training length is the iterations taken while c <= SAMPLES plus the whole
+gbs batches left of train_samples. Each row's "global_batch_size" and "consumed_samples" are
+checked too, and the schedule advances by each iteration's batch.
 """
 import json
 import math
 import sys
 
 
+def ramp_batches(o, gbs):
+    """The global batch of every iteration, or None without a ramp-up."""
+    if "rampup" not in o:
+        return None
+    start, incr, samples = (int(v) for v in o["rampup"].split(","))
+    per_step = samples / ((gbs - start) // incr)
+
+    def batch(c):
+        return gbs if c > samples else start + incr * int(c / per_step)
+
+    batches, c = [], 0
+    while c <= samples:
+        batches.append(batch(c))
+        c += batches[-1]
+    batches += [gbs] * ((int(o["train_samples"]) - c) // gbs)
+    return batches
+
+
 def schedule(o):
     gbs = int(o["gbs"])
+    batches = ramp_batches(o, gbs)
     if "train_samples" in o:
-        iters = int(o["train_samples"]) // gbs
+        iters = len(batches) if batches else int(o["train_samples"]) // gbs
         decay = int(o.get("decay_samples", o["train_samples"]))
         warmup = float(o.get("warmup_samples", 0))
         wsd = int(o.get("wsd_samples", 0))
@@ -73,19 +100,28 @@ def schedule(o):
         coeff = r if wd_style == "linear" else 0.5 * (math.cos(math.pi * (1 - r)) + 1.0)
         return wd_start + coeff * (wd_end - wd_start)
 
-    steps = [(i - 1) * gbs for i in range(1, iters + 1)]
-    return iters, [lr_at(n) for n in steps], ([wd_at(n) for n in steps] if wd_style else None)
+    batches = batches or [gbs] * iters
+    steps = [sum(batches[:i]) for i in range(iters)]
+    return iters, [lr_at(n) for n in steps], ([wd_at(n) for n in steps] if wd_style else None), batches
 
 
 def main():
     path = sys.argv[1]
     opts = dict(a.split("=", 1) for a in sys.argv[2:])
-    iters, want, want_wd = schedule(opts)
+    iters, want, want_wd, batches = schedule(opts)
     rows = [json.loads(line) for line in open(path)]
     if [r["iteration"] for r in rows] != list(range(1, iters + 1)):
         print(f"{path}: iterations {[r['iteration'] for r in rows]}, expected 1..{iters}")
         return 1
     for k, r in enumerate(rows):
+        consumed = sum(batches[:k + 1])
+        if r["consumed_samples"] != consumed or r.get("global_batch_size", batches[k]) != batches[k]:
+            print(f"{path}: iteration {r['iteration']}: global batch {r.get('global_batch_size')}, "
+                  f"consumed {r['consumed_samples']}; Megatron's ramp: {batches[k]}, {consumed}")
+            return 1
+        if "rampup" in opts and "global_batch_size" not in r:
+            print(f"{path}: iteration {r['iteration']}: no global_batch_size with a ramp-up")
+            return 1
         for key, ws in (("lr", want), ("weight_decay", want_wd)):
             if ws is None:
                 continue
