@@ -70,6 +70,9 @@ struct loom_backend_ops {
     void (*zero_strided)(struct loom_backend *be, float *p, int64_t count, int64_t len,
                          int64_t stride);
     void (*synchronize)(struct loom_backend *be);
+    /* [p, p + bytes) was written other than through these ops (by a collective of a
+     * communication backend): whatever the backend derived from it is stale. NULL: nothing. */
+    void (*written)(struct loom_backend *be, const void *p, size_t bytes);
 
     /* ---- elementwise ---- */
     /* y = a + b (y may alias a or b) */

@@ -25,8 +25,11 @@ struct loom_train_state {
     struct loom_wd_schedule wd;
 };
 
-/* Save under ROOT/iter_NNNNNNN and point ROOT/latest at it. Collective over the world. */
-enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, const struct loom_adamw *opt,
+/* Save under ROOT/iter_NNNNNNN and point ROOT/latest at it. Collective over the world. The
+ * optimizer's moments are saved whole whether or not they are sharded (the distributed
+ * optimizer's shares are gathered through the model's gradient buffer, which this overwrites:
+ * save between steps). */
+enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, struct loom_adamw *opt,
                                 const struct loom_train_state *st);
 /* Read the model configuration and state stored under ROOT (latest, or ROOT itself if it holds
  * meta.json). */

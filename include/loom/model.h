@@ -92,7 +92,9 @@ struct loom_gpt {
     struct loom_backend *be;
     int nparams;
     struct loom_param *params;
-    int64_t num_local;   /* floats in the flat buffers */
+    int64_t num_local;   /* floats of the parameters in the flat buffers */
+    int64_t num_alloc;   /* floats allocated: num_local rounded up to 16 x the data-parallel
+                            ranks (equal shards of the distributed optimizer), the rest zero */
     float *param_mem;    /* device: this rank's parameters, fp32 master copy */
     float *grad_mem;     /* device: gradients, same layout */
     struct loom_gpt_ptrs w, g;

@@ -78,19 +78,40 @@ int loom_wd_style_parse(const char *name);
 struct loom_adamw {
     double beta1, beta2, eps, weight_decay;
     int64_t step;  /* completed optimizer steps */
-    float *m, *v;  /* device, same layout as the model's flat parameter buffer */
+    /* device: the moments of the parameters [shard_lo, shard_lo + shard_len) of the model's flat
+     * buffers: all of them (shard_lo 0, shard_len num_local), or with the distributed optimizer
+     * this data-parallel rank's equal share of num_alloc (Megatron-LM's
+     * --use-distributed-optimizer: each rank updates its share, then the shares are gathered) */
+    float *m, *v;
+    int64_t shard_lo, shard_len;
+    int distributed; /* the shares above are split over the data-parallel group */
     /* the ranges of the flat buffers one step updates (host; made by loom_adamw_init from the
-     * parameter table): runs of neighbouring parameters with the same weight decay */
+     * parameter table): runs of neighbouring parameters with the same weight decay, within the
+     * share and relative to shard_lo */
     int64_t *run_off, *run_len;
     uint8_t *run_decay;
     int nruns;
 };
 
-enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model);
+/* distributed: shard the moments and the update over the model's data-parallel group (no effect
+ * with one data-parallel rank). */
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, int distributed);
 void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model);
 /* One step on every local parameter; weight decay only on parameters with weight_decay set.
- * grad_scale multiplies the gradients first (clipping). */
-void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, double grad_scale);
+ * grad_scale multiplies the gradients first (clipping). The distributed optimizer updates this
+ * rank's share and gathers the others' (collective over the data-parallel group); the values are
+ * those of the whole update, bit for bit. */
+enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr,
+                                 double grad_scale);
+/* The moment `which` (0: m, 1: v) over all the local parameters, in the model's layout: o->m or
+ * o->v, or with the distributed optimizer every rank's share gathered into the model's gradient
+ * buffer (which it overwrites: for checkpoints, between steps). Collective then. */
+enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
+                                   const float **out);
+/* Set the moment `which` from full, laid out as the model's parameters (this rank's share of it
+ * with the distributed optimizer). */
+void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
+                           const float *full);
 
 /* Global L2 norm of a device buffer laid out like the model's parameters (the parameters, the
  * gradients), counting every parameter exactly once across tensor, pipeline and data-parallel

@@ -19,6 +19,8 @@ struct loom_train_config {
     double initial_loss_scale, min_loss_scale;
     int64_t loss_scale_window, hysteresis;
     int64_t dp_bucket_mb; /* data-parallel gradient bucket size (MiB) */
+    int distributed_optimizer; /* --use-distributed-optimizer: the optimizer's moments and update
+                                  sharded over the data-parallel ranks */
     /* batch and schedule: training counted in iterations (train_iters) or in samples
      * (train_samples > 0: train_iters becomes train_samples / global_batch, or the count of
      * the batch ramp-up below, and the learning-rate schedule counts samples, with

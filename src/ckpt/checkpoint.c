@@ -177,17 +177,26 @@ static enum loom_status add_param_tensors(struct loom_gpt *m, struct loom_safete
     return LOOM_OK;
 }
 
-/* Write model (and optimizer) tensors of `m` to `path` (optim: NULL for the model file). */
-static enum loom_status save_tensors(struct loom_gpt *m, const char *path, const float *src_a,
-                                     const char *prefix_a, const float *src_b,
-                                     const char *prefix_b) {
+/* Write the tensors of `m` to `path`: the buffer src laid out as the parameters, or with opt
+ * (src NULL) the optimizer's two moments, as exp_avg.* and exp_avg_sq.* (gathered from the
+ * data-parallel ranks' shares with the distributed optimizer). */
+static enum loom_status save_tensors(struct loom_gpt *m, const char *path, const float *src,
+                                     struct loom_adamw *opt) {
     struct loom_safetensors_writer *w = NULL;
     float **bufs = calloc((size_t)m->nparams * 2, sizeof(float *));
     if (!bufs) return loom_fail(LOOM_ERR_OOM, "out of memory saving a checkpoint");
     enum loom_status s = LOOM_OK;
     if (m->par->rank == 0) s = loom_safetensors_writer_init(&w);
-    if (s == LOOM_OK) s = add_param_tensors(m, w, src_a, prefix_a, bufs);
-    if (s == LOOM_OK && src_b) s = add_param_tensors(m, w, src_b, prefix_b, bufs + m->nparams);
+    for (int k = 0; k < (opt ? 2 : 1); k++) {
+        const float *from = src;
+        if (opt) {
+            enum loom_status s2 = loom_adamw_moment(opt, m, k, &from);
+            if (s == LOOM_OK) s = s2;
+        }
+        if (s == LOOM_OK)
+            s = add_param_tensors(m, w, from, opt ? (k ? "exp_avg_sq." : "exp_avg.") : "",
+                                  bufs + k * m->nparams);
+    }
     if (s == LOOM_OK && m->par->rank == 0) {
         loom_safetensors_writer_set_metadata(w, "format", "loom");
         s = loom_safetensors_writer_save(w, path);
@@ -198,7 +207,7 @@ static enum loom_status save_tensors(struct loom_gpt *m, const char *path, const
     return s;
 }
 
-enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, const struct loom_adamw *opt,
+enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, struct loom_adamw *opt,
                                 const struct loom_train_state *st) {
     int rank0 = m->par->rank == 0;
     char dir[4096], tmp[4200], path[4400];
@@ -214,11 +223,11 @@ enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, const stru
     }
     /* every rank takes part in the gathers even if rank 0 failed to make the directory */
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    enum loom_status s2 = save_tensors(m, path, m->param_mem, "", NULL, NULL);
+    enum loom_status s2 = save_tensors(m, path, m->param_mem, NULL);
     if (s == LOOM_OK) s = s2;
     if (opt) {
         snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
-        s2 = save_tensors(m, path, opt->m, "exp_avg.", opt->v, "exp_avg_sq.");
+        s2 = save_tensors(m, path, NULL, opt);
         if (s == LOOM_OK) s = s2;
     }
     if (rank0 && s == LOOM_OK) {
@@ -453,8 +462,13 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loo
     if (opt) {
         snprintf(path, sizeof path, "%s/optim.safetensors", dir);
         LOOM_CHECK(loom_safetensors_open(&sf, path));
-        s = load_slices(m, sf, "exp_avg.", opt->m);
-        if (s == LOOM_OK) s = load_slices(m, sf, "exp_avg_sq.", opt->v);
+        /* with the distributed optimizer each moment goes through the gradient buffer (free
+         * between steps), from which the rank takes its share */
+        for (int k = 0; k < 2 && s == LOOM_OK; k++) {
+            float *to = opt->distributed ? m->grad_mem : k ? opt->v : opt->m;
+            s = load_slices(m, sf, k ? "exp_avg_sq." : "exp_avg.", to);
+            if (s == LOOM_OK && opt->distributed) loom_adamw_set_moment(opt, m, k, to);
+        }
         loom_safetensors_close(sf);
         LOOM_CHECK(s);
         opt->step = step;
@@ -467,7 +481,7 @@ enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_gpt *m, cons
     enum loom_status s = LOOM_OK;
     if (m->par->rank == 0) s = loom_mkdir_p(dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    enum loom_status s2 = save_tensors(m, path, buf, "", NULL, NULL);
+    enum loom_status s2 = save_tensors(m, path, buf, NULL);
     if (s == LOOM_OK) s = s2;
     if (s == LOOM_OK && m->par->rank == 0) {
         snprintf(path, sizeof path, "%s/meta.json", dir);

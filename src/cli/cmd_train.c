@@ -15,7 +15,7 @@
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
-        deterministic, use_rope, no_posemb;
+        deterministic, use_rope, no_posemb, dist_opt;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup;
@@ -117,9 +117,9 @@ struct megatron_flag {
 #define COUNTER_RNG                                                                              \
     "random numbers are counter-based, from the seed and position, with no generator state to " \
     "save or load"
-#define NO_ZERO                                                                                   \
-    "the distributed (ZeRO-style) optimizer is not implemented: every data-parallel rank holds " \
-    "the whole optimizer state"
+#define NO_OVERLAP_GATHER                                                                          \
+    "the distributed optimizer gathers the parameters after the step, not overlapped with the "   \
+    "next forward"
 #define MLP_RECOMPUTE_ONLY                                                                   \
     "activation recomputation is limited to the MLP's activation: --kept-activation-layers " \
     "says which layers keep it"
@@ -157,8 +157,7 @@ static const struct megatron_flag megatron_flags[] = {
      NULL},
     {"--data-cache-path", 1, "the dataset's sample indices are computed in memory, not cached",
      NULL},
-    {"--use-distributed-optimizer", 0, NULL, NO_ZERO},
-    {"--overlap-param-gather", 0, NULL, NO_ZERO},
+    {"--overlap-param-gather", 0, NULL, NO_OVERLAP_GATHER},
     {"--recompute-activations", 0, NULL, MLP_RECOMPUTE_ONLY},
     {"--recompute-granularity", 1, NULL, MLP_RECOMPUTE_ONLY},
     {"--recompute-method", 1, NULL, MLP_RECOMPUTE_ONLY},
@@ -245,6 +244,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--micro-batch-size", LOOM_FLAG_INT, &f.micro, "samples per micro-batch", NULL, 0},
         {"--global-batch-size", LOOM_FLAG_INT, &f.global, "samples per iteration (0 = micro x DP)", NULL, 0},
         {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (this or --train-samples)", NULL, 0},
+        {"--use-distributed-optimizer", LOOM_FLAG_BOOL, &f.dist_opt, "shard the optimizer's moments and its update over the data-parallel ranks (ZeRO stage 1); the parameters are gathered after each step", NULL, 0},
         {"--rampup-batch-size", LOOM_FLAG_LIST, &f.rampup, "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT over SAMPLES samples to --global-batch-size (with --train-samples)", NULL, 0},
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
         {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
@@ -505,6 +505,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.train_iters = f.iters;
     c.train_samples = f.samples;
     memcpy(c.rampup, f.ramp, sizeof c.rampup);
+    c.distributed_optimizer = f.dist_opt;
     c.lr_warmup_iters = f.warmup;
     c.lr_decay_iters = f.decay_iters;
     c.lr_warmup_samples = f.warmup_samples;

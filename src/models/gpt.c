@@ -305,7 +305,9 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
     m->first_stage = loom_pp_rank(par) == 0;
     m->last_stage = loom_pp_rank(par) == loom_pp_size(par) - 1;
     LOOM_CHECK(loom_gpt_build_table(m));
-    size_t pbytes = (size_t)m->num_local * sizeof(float);
+    const int64_t grain = 16 * (int64_t)loom_dp_size(par);
+    m->num_alloc = (m->num_local + grain - 1) / grain * grain;
+    size_t pbytes = (size_t)m->num_alloc * sizeof(float);
     m->param_mem = be->ops->malloc(be, pbytes);
     m->grad_mem = be->ops->malloc(be, pbytes);
     if (!m->param_mem || !m->grad_mem)

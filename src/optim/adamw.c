@@ -9,8 +9,10 @@
 /* Parameters are laid out one after the other in the flat buffers, each starting on a 16-float
  * boundary (the padding holds zeros and stays zero: its gradient is zero). Neighbours with the
  * same weight decay form one run, which is the same arithmetic element by element as a range
- * per parameter. Returns the number of runs; with off NULL only counts them. */
-static int adamw_runs(const struct loom_gpt *model, int64_t *off, int64_t *len, uint8_t *decay) {
+ * per parameter. Runs are cut to [lo, hi) and given relative to lo. Returns the number of runs;
+ * with off NULL only counts them. */
+static int adamw_runs(const struct loom_gpt *model, int64_t lo, int64_t hi, int64_t *off,
+                      int64_t *len, uint8_t *decay) {
     int nruns = 0;
     int64_t run_lo = 0, run_hi = -1;
     int run_wd = 0;
@@ -23,10 +25,11 @@ static int adamw_runs(const struct loom_gpt *model, int64_t *off, int64_t *len, 
             run_hi = p->offset + n; /* extends the run */
             continue;
         }
-        if (run_hi > run_lo) {
+        const int64_t a = run_lo > lo ? run_lo : lo, b = run_hi < hi ? run_hi : hi;
+        if (b > a) {
             if (off) {
-                off[nruns] = run_lo;
-                len[nruns] = run_hi - run_lo;
+                off[nruns] = a - lo;
+                len[nruns] = b - a;
                 decay[nruns] = (uint8_t)run_wd;
             }
             nruns++;
@@ -40,19 +43,28 @@ static int adamw_runs(const struct loom_gpt *model, int64_t *off, int64_t *len, 
     return nruns;
 }
 
-enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model) {
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, int distributed) {
     struct loom_backend *be = model->be;
-    size_t bytes = (size_t)model->num_local * sizeof(float);
+    const int dp = loom_dp_size(model->par);
     o->step = 0;
-    o->m = be->ops->malloc(be, bytes);
-    o->v = be->ops->malloc(be, bytes);
-    o->nruns = adamw_runs(model, NULL, NULL, NULL);
+    o->distributed = distributed && dp > 1;
+    o->shard_lo = 0;
+    o->shard_len = model->num_local;
+    if (o->distributed) { /* equal shares of num_alloc, a multiple of 16 x dp */
+        o->shard_len = model->num_alloc / dp;
+        o->shard_lo = (int64_t)loom_dp_rank(model->par) * o->shard_len;
+    }
+    const int64_t hi = o->shard_lo + o->shard_len;
+    size_t bytes = (size_t)o->shard_len * sizeof(float);
+    o->m = be->ops->malloc(be, bytes ? bytes : sizeof(float));
+    o->v = be->ops->malloc(be, bytes ? bytes : sizeof(float));
+    o->nruns = adamw_runs(model, o->shard_lo, hi, NULL, NULL, NULL);
     size_t nr = (size_t)(o->nruns > 0 ? o->nruns : 1);
     o->run_off = malloc(nr * 2 * sizeof(int64_t));
     o->run_len = o->run_off ? o->run_off + nr : NULL;
     o->run_decay = malloc(nr);
     if (!o->run_off || !o->run_decay) return loom_fail(LOOM_ERR_OOM, "out of memory");
-    adamw_runs(model, o->run_off, o->run_len, o->run_decay);
+    adamw_runs(model, o->shard_lo, hi, o->run_off, o->run_len, o->run_decay);
     if (!o->m || !o->v)
         return loom_fail(LOOM_ERR_OOM, "out of memory for the optimizer state (%zu MiB)",
                          (2 * bytes) >> 20);
@@ -72,13 +84,45 @@ void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model) {
     o->nruns = 0;
 }
 
+/* The shares of buf (floats of the model's layout), each rank's [shard_lo, + shard_len), gathered
+ * into full (every rank's; full may be buf, the share then in place), then the backend told that
+ * full was written. */
+static enum loom_status gather_shares(struct loom_adamw *o, struct loom_gpt *model, float *full,
+                                      const float *share) {
+    struct loom_backend *be = model->be;
+    LOOM_CHECK(loom_comm_allgather(model->par->group[LOOM_PDIM_DP], full, share, o->shard_len,
+                                   LOOM_DTYPE_F32));
+    if (be->ops->written) be->ops->written(be, full, (size_t)model->num_alloc * sizeof(float));
+    return LOOM_OK;
+}
+
 /* All the runs in one call (on cuda one launch). */
-void loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr, double grad_scale) {
+enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr,
+                                 double grad_scale) {
     struct loom_backend *be = model->be;
     o->step++;
-    loom_op(be, adamw_ranges, model->param_mem, model->grad_mem, o->m, o->v, o->run_off,
-            o->run_len, o->run_decay, o->nruns, (float)lr, (float)o->beta1, (float)o->beta2,
-            (float)o->eps, (float)o->weight_decay, o->step, (float)grad_scale);
+    loom_op(be, adamw_ranges, model->param_mem + o->shard_lo, model->grad_mem + o->shard_lo, o->m,
+            o->v, o->run_off, o->run_len, o->run_decay, o->nruns, (float)lr, (float)o->beta1,
+            (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->step, (float)grad_scale);
+    if (!o->distributed) return LOOM_OK;
+    return gather_shares(o, model, model->param_mem, model->param_mem + o->shard_lo);
+}
+
+enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
+                                   const float **out) {
+    float *mine = which ? o->v : o->m;
+    *out = mine;
+    if (!o->distributed) return LOOM_OK;
+    LOOM_CHECK(gather_shares(o, model, model->grad_mem, mine));
+    *out = model->grad_mem;
+    return LOOM_OK;
+}
+
+void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
+                           const float *full) {
+    struct loom_backend *be = model->be;
+    be->ops->copy(be, which ? o->v : o->m, full + o->shard_lo,
+                  (size_t)o->shard_len * sizeof(float));
 }
 
 /* The squared norm counts each parameter once: tensor-parallel copies (tp_dim < 0) on TP rank 0

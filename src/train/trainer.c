@@ -539,7 +539,12 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->opt.beta2 = c->beta2;
     t->opt.eps = c->adam_eps;
     t->opt.weight_decay = c->weight_decay;
-    LOOM_CHECK(loom_adamw_init(&t->opt, t->model));
+    LOOM_CHECK(loom_adamw_init(&t->opt, t->model, c->distributed_optimizer));
+    if (t->opt.distributed)
+        loom_log_info("loom: distributed optimizer: each of the %d data-parallel ranks keeps the "
+                      "moments of %lld of the %lld local parameters and updates them",
+                      loom_dp_size(&t->par), (long long)t->opt.shard_len,
+                      (long long)t->model->num_local);
     t->st.seed = c->seed;
     if (c->fp16) {
         /* --loss-scale gives a static scale (window 0); otherwise Megatron's dynamic scaler */
@@ -693,7 +698,7 @@ static enum loom_status train_loop(struct trainer *t) {
             t->st.skipped++;
             t->skipped_since_log++;
         } else {
-            loom_adamw_step(&t->opt, t->model, lr, scale * unscale);
+            LOOM_CHECK(loom_adamw_step(&t->opt, t->model, lr, scale * unscale));
         }
         if (c->fp16) {
             t->st.loss_scale = t->scaler.scale;

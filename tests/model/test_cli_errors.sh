@@ -59,7 +59,7 @@ expect_error "warmup past decay" "the learning-rate warmup (5 iterations) must e
 expect_error "warmup past decay, samples" "the learning-rate warmup (40 samples) must end by the end of the decay (32 samples" "$LOOM" "${S[@]}" --train-samples 64 --lr-decay-samples 32 --lr-warmup-samples 40
 expect_error "wsd without its decay" "--lr-decay-style WSD needs --lr-wsd-decay-iters" "$LOOM" "${S[@]}" --train-iters 4 --lr-decay-style WSD
 expect_error "wsd samples with iters" "--lr-wsd-decay-samples goes with --train-samples" "$LOOM" "${S[@]}" --train-iters 4 --lr-decay-style WSD --lr-wsd-decay-samples 8
-expect_error "distributed optimizer" "--use-distributed-optimizer: the distributed (ZeRO-style) optimizer is not implemented" "$LOOM" "${T[@]}" --use-distributed-optimizer
+expect_error "overlapped parameter gather" "--overlap-param-gather: the distributed optimizer gathers the parameters after the step" "$LOOM" "${T[@]}" --use-distributed-optimizer --overlap-param-gather
 expect_error "recompute" "--recompute-granularity: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
 expect_error "tensorboard" "--tensorboard-dir: no TensorBoard logs: --metrics-file" "$LOOM" "${T[@]}" --tensorboard-dir /tmp/tb
 expect_error "context parallel" "--context-parallel-size 2: context parallelism is not implemented" "$LOOM" "${T[@]}" --context-parallel-size 2

@@ -163,6 +163,10 @@ static void cuda_copy(struct loom_backend *be, void *dst, const void *src, size_
         cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, loom_cuda_stream(be)));
 }
 
+static void cuda_written(struct loom_backend *be, const void *p, size_t bytes) {
+    loom_cuda_wrote(be, p, bytes);
+}
+
 static void cuda_zero(struct loom_backend *be, void *p, size_t bytes) {
     if (!bytes) return;
     loom_cuda_wrote(be, p, bytes);
@@ -194,6 +198,7 @@ static const struct loom_backend_ops g_cuda_ops = {
     .zero = cuda_zero,
     .zero_strided = cuda_zero_strided,
     .synchronize = cuda_synchronize,
+    .written = cuda_written,
     .add = loom_cuda_add,
     .axpy = loom_cuda_axpy,
     .scale = loom_cuda_scale,
