@@ -104,11 +104,13 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
  * and changes nothing, because loom always does what it asks or has no such switch: it is named,
  * with the effect, in one note at the start of the log. With `missing` it asks for something loom
  * does not do: an error naming it. `value`: the flag takes no value (0), one (1), or every value
- * up to the next flag (2). */
+ * up to the next flag (2). `only` (a flag with one value): the one value that has that effect,
+ * any other value being an error with `missing`. */
 struct megatron_flag {
     const char *name;
     int value;
     const char *effect, *missing;
+    const char *only;
 };
 
 /* the reasons given by more than one of megatron_flags */
@@ -124,56 +126,132 @@ struct megatron_flag {
     "activation recomputation is limited to the MLP's activation: --kept-activation-layers " \
     "says which layers keep it"
 #define JSON_METRICS "--metrics-file writes one JSON object per logged iteration"
+#define TENSORBOARD_ONLY "it adds to TensorBoard logs, which loom does not write (" JSON_METRICS ")"
+#define WANDB_ONLY "it adds to Weights & Biases logs, which loom does not write"
+#define FP32_STATE "parameters, gradients and optimizer moments are fp32"
+#define FP32_STATE_ONLY "only fp32: " FP32_STATE
 
 static const struct megatron_flag megatron_flags[] = {
     {"--use-flash-attn", 0, "attention is always one fused kernel, chosen by --attention-backend",
-     NULL},
-    {"--use-mcore-models", 0, ONE_MODEL, NULL},
-    {"--transformer-impl", 1, ONE_MODEL, NULL},
+     NULL, NULL},
+    {"--use-mcore-models", 0, ONE_MODEL, NULL, NULL},
+    {"--transformer-impl", 1, ONE_MODEL, NULL, NULL},
     {"--overlap-grad-reduce", 0, "data-parallel gradients are always reduced in buckets while the "
-     "backward runs, sized by --ddp-bucket-size-mb", NULL},
-    {"--attention-softmax-in-fp32", 0, "the softmax is always computed in fp32", NULL},
+     "backward runs, sized by --ddp-bucket-size-mb", NULL, NULL},
+    {"--attention-softmax-in-fp32", 0, "the softmax is always computed in fp32", NULL, NULL},
     {"--accumulate-allreduce-grads-in-fp32", 0, "gradients are always accumulated and reduced in "
-     "fp32", NULL},
-    {"--no-masked-softmax-fusion", 0, NO_FUSION_SWITCHES, NULL},
-    {"--no-bias-gelu-fusion", 0, NO_FUSION_SWITCHES, NULL},
-    {"--no-bias-swiglu-fusion", 0, NO_FUSION_SWITCHES, NULL},
-    {"--no-bias-dropout-fusion", 0, NO_FUSION_SWITCHES, NULL},
-    {"--no-gradient-accumulation-fusion", 0, NO_FUSION_SWITCHES, NULL},
-    {"--no-rope-fusion", 0, NO_FUSION_SWITCHES, NULL},
-    {"--no-persist-layer-norm", 0, NO_FUSION_SWITCHES, NULL},
-    {"--no-async-tensor-model-parallel-allreduce", 0, NO_FUSION_SWITCHES, NULL},
-    {"--log-throughput", 0, "tokens/s, TFLOP/s and MFU are always logged", NULL},
-    {"--no-load-rng", 0, COUNTER_RNG, NULL},
-    {"--no-save-rng", 0, COUNTER_RNG, NULL},
-    {"--data-impl", 1, "indexed datasets are always memory-mapped", NULL},
-    {"--num-workers", 1, "samples are read in the training process", NULL},
+     "fp32", NULL, NULL},
+    {"--no-masked-softmax-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
+    {"--no-bias-gelu-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
+    {"--no-bias-swiglu-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
+    {"--no-bias-dropout-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
+    {"--no-gradient-accumulation-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
+    {"--no-rope-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
+    {"--no-persist-layer-norm", 0, NO_FUSION_SWITCHES, NULL, NULL},
+    {"--no-async-tensor-model-parallel-allreduce", 0, NO_FUSION_SWITCHES, NULL, NULL},
+    {"--log-throughput", 0, "tokens/s, TFLOP/s and MFU are always logged", NULL, NULL},
+    {"--no-load-rng", 0, COUNTER_RNG, NULL, NULL},
+    {"--no-save-rng", 0, COUNTER_RNG, NULL, NULL},
+    {"--data-impl", 1, "indexed datasets are always memory-mapped", NULL, NULL},
+    {"--num-workers", 1, "samples are read in the training process", NULL, NULL},
     {"--distributed-backend", 1, "--comm chooses the communication backend, auto taking NCCL with "
-     "--device cuda under mpirun", NULL},
-    {"--test-data-path", 2, "the test split is not evaluated (nor is --split's third part)", NULL},
+     "--device cuda under mpirun", NULL, NULL},
+    {"--test-data-path", 2, "the test split is not evaluated (nor is --split's third part)", NULL, NULL},
     {"--fp32-residual-connection", 0, "the residual stream is always fp32 (with --bf16 too)",
-     NULL},
+     NULL, NULL},
     {"--use-checkpoint-args", 0, "--load always takes the model's shape from the checkpoint",
-     NULL},
+     NULL, NULL},
     {"--data-cache-path", 1, "the dataset's sample indices are computed in memory, not cached",
-     NULL},
-    {"--overlap-param-gather", 0, NULL, NO_OVERLAP_GATHER},
-    {"--recompute-activations", 0, NULL, MLP_RECOMPUTE_ONLY},
-    {"--recompute-granularity", 1, NULL, MLP_RECOMPUTE_ONLY},
-    {"--recompute-method", 1, NULL, MLP_RECOMPUTE_ONLY},
-    {"--recompute-num-layers", 1, NULL, MLP_RECOMPUTE_ONLY},
-    {"--tensorboard-dir", 1, NULL, "no TensorBoard logs: " JSON_METRICS},
-    {"--wandb-project", 1, NULL, "no Weights & Biases logs: " JSON_METRICS},
+     NULL, NULL},
+    {"--overlap-param-gather", 0, NULL, NO_OVERLAP_GATHER, NULL},
+    {"--recompute-activations", 0, NULL, MLP_RECOMPUTE_ONLY, NULL},
+    {"--recompute-granularity", 1, NULL, MLP_RECOMPUTE_ONLY, NULL},
+    {"--recompute-method", 1, NULL, MLP_RECOMPUTE_ONLY, NULL},
+    {"--recompute-num-layers", 1, NULL, MLP_RECOMPUTE_ONLY, NULL},
+    {"--tensorboard-dir", 1, NULL, "no TensorBoard logs: " JSON_METRICS, NULL},
+    {"--wandb-project", 1, NULL, "no Weights & Biases logs: " JSON_METRICS, NULL},
     {"--ckpt-format", 1, NULL, "checkpoints are safetensors with meta.json (loom convert exchanges "
-     "Hugging Face directories)"},
-    {"--fp8-format", 1, NULL, "FP8 training is not implemented"},
-    {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented"},
-    {"--apply-query-key-layer-scaling", 0, NULL, "query-key layer scaling is not implemented"},
-    {"--log-num-zeros-in-grad", 0, NULL, "zeros in the gradient are not counted"},
+     "Hugging Face directories)", NULL},
+    {"--fp8-format", 1, NULL, "FP8 training is not implemented", NULL},
+    {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented", NULL},
+    {"--apply-query-key-layer-scaling", 0, NULL, "query-key layer scaling is not implemented", NULL},
+    {"--log-num-zeros-in-grad", 0, NULL, "zeros in the gradient are not counted", NULL},
     {"--apply-residual-connection-post-layernorm", 0, NULL, "the residual connection always "
-     "takes the norm's input (pre-norm)"},
+     "takes the norm's input (pre-norm)", NULL},
     {"--exit-duration-in-mins", 1, NULL, "no time limit: --exit-interval stops (after saving) at "
-     "an iteration"},
+     "an iteration", NULL},
+    {"--dataloader-type", 1, "samples are read in order, as Megatron's single sampler reads them",
+     "only 'single': samples are read in order (no cyclic random sampler, no external loader)",
+     "single"},
+    {"--optimizer", 1, "the optimizer is AdamW", "only 'adam': the optimizer is AdamW", "adam"},
+    {"--main-grads-dtype", 1, FP32_STATE, FP32_STATE_ONLY, "fp32"},
+    {"--exp-avg-dtype", 1, FP32_STATE, FP32_STATE_ONLY, "fp32"},
+    {"--exp-avg-sq-dtype", 1, FP32_STATE, FP32_STATE_ONLY, "fp32"},
+    {"--DDP-impl", 1, "data parallelism is loom's own bucketed reduction",
+     "only 'local': data parallelism is loom's own bucketed reduction", "local"},
+    {"--timing-log-level", 1, "the log line gives the step time; no other timers", NULL, NULL},
+    {"--log-timers-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
+    {"--log-validation-ppl-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
+    {"--log-memory-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
+    {"--log-world-size-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
+    {"--log-loss-scale-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
+    {"--tensorboard-log-interval", 1, TENSORBOARD_ONLY, NULL, NULL},
+    {"--wandb-exp-name", 1, WANDB_ONLY, NULL, NULL},
+    {"--wandb-save-dir", 1, WANDB_ONLY, NULL, NULL},
+    {"--manual-gc", 0, "loom has no garbage collector", NULL, NULL},
+    {"--manual-gc-interval", 1, "loom has no garbage collector", NULL, NULL},
+    {"--empty-unused-memory-level", 1, "device memory is allocated once, before training", NULL, NULL},
+    {"--distributed-timeout-minutes", 1, "collectives have no timeout: a failing rank ends the "
+     "whole job", NULL, NULL},
+    {"--cross-entropy-loss-fusion", 0, "the output layer and the loss are always fused", NULL, NULL},
+    {"--calculate-per-token-loss", 0, "the loss is always the mean over the global batch's "
+     "tokens", NULL, NULL},
+    {"--check-for-nan-in-loss-and-grad", 0, "a loss or gradient norm that is not finite always "
+     "stops training (skipped instead under --fp16 loss scaling)", NULL, NULL},
+    {"--no-create-attention-mask-in-dataloader", 0, "the causal mask is never materialised",
+     NULL, NULL},
+    {"--exit-on-missing-checkpoint", 0, "--load of a missing checkpoint is always an error",
+     NULL, NULL},
+    {"--use-cpu-initialization", 0, COUNTER_RNG " (the initial weights do not depend on where "
+     "they are made)", NULL, NULL},
+    {"--ddp-average-in-collective", 0, "gradients are scaled by the global batch's tokens before "
+     "they are summed", NULL, NULL},
+    {"--align-grad-reduce", 0, "data-parallel gradients are always reduced in buckets while the "
+     "backward runs", NULL, NULL},
+    {"--legacy-tokenizer", 0, "loom has one implementation of each tokenizer", NULL, NULL},
+    {"--use-legacy-models", 0, NULL, "loom's model is Megatron-Core's layout (and names)", NULL},
+    {"--use-dist-ckpt", 0, NULL, "checkpoints are safetensors with meta.json, whole tensors that "
+     "any layout loads", NULL},
+    {"--dist-ckpt-format", 1, NULL, "checkpoints are safetensors with meta.json", NULL},
+    {"--ckpt-fully-parallel-save", 0, NULL, "checkpoints are safetensors with meta.json", NULL},
+    {"--ckpt-fully-parallel-load", 0, NULL, "checkpoints are safetensors with meta.json", NULL},
+    {"--async-save", 0, NULL, "checkpoints are saved synchronously", NULL},
+    {"--use-precision-aware-optimizer", 0, NULL, FP32_STATE, NULL},
+    {"--sgd-momentum", 1, "it only applies to --optimizer sgd", NULL, NULL},
+    {"--kv-channels", 1, NULL, "the head size is --hidden-size / --num-attention-heads", NULL},
+    {"--use-torch-fsdp2", 0, NULL, "fully sharded data parallelism is not implemented "
+     "(--use-distributed-optimizer shards the optimizer's moments)", NULL},
+    {"--tp-comm-overlap", 0, NULL, "tensor-parallel communication is not overlapped with the "
+     "products", NULL},
+    {"--qk-layernorm", 0, NULL, "query-key normalisation is not implemented", NULL},
+    {"--apply-layernorm-1p", 0, NULL, "zero-centred norm weights are not implemented", NULL},
+    {"--init-method-xavier-uniform", 0, NULL, "weights are initialised normal with "
+     "--init-method-std", NULL},
+    {"--eod-mask-loss", 0, NULL, "the loss is not masked at end-of-document tokens", NULL},
+    {"--reset-position-ids", 0, NULL, "positions are not reset at document boundaries", NULL},
+    {"--reset-attention-mask", 0, NULL, "attention is not masked at document boundaries", NULL},
+    {"--decoder-first-pipeline-num-layers", 1, NULL, "pipeline stages hold equal numbers of "
+     "layers", NULL},
+    {"--decoder-last-pipeline-num-layers", 1, NULL, "pipeline stages hold equal numbers of "
+     "layers", NULL},
+    {"--account-for-embedding-in-pipeline-split", 0, NULL, "pipeline stages hold equal numbers of "
+     "layers", NULL},
+    {"--tokenizer-model", 1, NULL, "SentencePiece and Hugging Face tokenizers are not "
+     "implemented (--tokenizer-type GPT2BPETokenizer, BertWordPieceLowerCase/Case or "
+     "NullTokenizer)", NULL},
+    {"--profile", 0, NULL, "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device time of "
+     "each op", NULL},
+    {"--log-progress", 0, NULL, "no progress file: " JSON_METRICS, NULL},
 };
 
 /* The notes of the Megatron-LM flags given that change nothing, or an error for one loom does
@@ -184,9 +262,15 @@ static enum loom_status megatron_flags_check(struct loom_flag *flags, int nflags
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < NFLAGS(megatron_flags); i++) {
             const struct megatron_flag *m = &megatron_flags[i];
-            if (!loom_flags_find(flags, nflags, m->name)->given) continue;
-            if (m->missing)
+            const struct loom_flag *given = loom_flags_find(flags, nflags, m->name);
+            if (!given->given) continue;
+            if (m->only) {
+                const char *v = *(const char *const *)given->ptr;
+                if (strcmp(v, m->only) != 0)
+                    return loom_fail(LOOM_ERR_UNSUPPORTED, "%s %s: %s", m->name, v, m->missing);
+            } else if (m->missing) {
                 return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: %s", m->name, m->missing);
+            }
             if (pass == 0)
                 len += strlen(m->name) + strlen(m->effect) + 4;
             else
@@ -215,7 +299,6 @@ int loom_cmd_train(int argc, char **argv) {
         .loss_scale_window = 1000, .hysteresis = 2,
     };
     int megatron_bool = 0;
-    const char *megatron_value = NULL;
     char *notes = NULL;
     struct loom_flag own[] = {
         {"--num-layers", LOOM_FLAG_INT, &f.num_layers, "decoder layers", NULL, 0},
@@ -314,18 +397,23 @@ int loom_cmd_train(int argc, char **argv) {
     };
     /* loom's flags, then the Megatron-LM flags that have no setting in loom (megatron_flags) */
     struct loom_flag flags[NFLAGS(own) + NFLAGS(megatron_flags)];
-    static char megatron_help[NFLAGS(megatron_flags)][192];
+    static char megatron_help[NFLAGS(megatron_flags)][256];
+    static const char *megatron_values[NFLAGS(megatron_flags)];
     memcpy(flags, own, sizeof own);
     for (int i = 0; i < NFLAGS(megatron_flags); i++) {
         const struct megatron_flag *m = &megatron_flags[i];
-        snprintf(megatron_help[i], sizeof megatron_help[i], "Megatron-LM's; %s: %s",
-                 m->effect ? "no effect" : "not supported", m->effect ? m->effect : m->missing);
+        if (m->only)
+            snprintf(megatron_help[i], sizeof megatron_help[i], "Megatron-LM's; %s: no effect "
+                     "(%s); any other value: not supported", m->only, m->effect);
+        else
+            snprintf(megatron_help[i], sizeof megatron_help[i], "Megatron-LM's; %s: %s",
+                     m->effect ? "no effect" : "not supported", m->effect ? m->effect : m->missing);
         flags[NFLAGS(own) + i] =
             (struct loom_flag){m->name,
                                m->value == 2   ? LOOM_FLAG_LIST
                                : m->value == 1 ? LOOM_FLAG_STR
                                                : LOOM_FLAG_BOOL,
-                               m->value ? (void *)&megatron_value : (void *)&megatron_bool,
+                               m->value ? (void *)&megatron_values[i] : (void *)&megatron_bool,
                                megatron_help[i], NULL, 0};
     }
     int help, collective = 1;

@@ -59,6 +59,12 @@ expect_error "warmup past decay" "the learning-rate warmup (5 iterations) must e
 expect_error "warmup past decay, samples" "the learning-rate warmup (40 samples) must end by the end of the decay (32 samples" "$LOOM" "${S[@]}" --train-samples 64 --lr-decay-samples 32 --lr-warmup-samples 40
 expect_error "wsd without its decay" "--lr-decay-style WSD needs --lr-wsd-decay-iters" "$LOOM" "${S[@]}" --train-iters 4 --lr-decay-style WSD
 expect_error "wsd samples with iters" "--lr-wsd-decay-samples goes with --train-samples" "$LOOM" "${S[@]}" --train-iters 4 --lr-decay-style WSD --lr-wsd-decay-samples 8
+expect_error "cyclic sampler" "--dataloader-type cyclic: only 'single'" "$LOOM" "${T[@]}" --dataloader-type cyclic
+expect_error "sgd" "--optimizer sgd: only 'adam'" "$LOOM" "${T[@]}" --optimizer sgd
+expect_error "bf16 moments" "--exp-avg-dtype bf16: only fp32" "$LOOM" "${T[@]}" --exp-avg-dtype bf16
+expect_error "eod mask" "--eod-mask-loss: the loss is not masked" "$LOOM" "${T[@]}" --eod-mask-loss
+expect_error "dist ckpt" "--use-dist-ckpt: checkpoints are safetensors" "$LOOM" "${T[@]}" --use-dist-ckpt
+expect_error "sentencepiece" "--tokenizer-model: SentencePiece and Hugging Face tokenizers are not implemented" "$LOOM" "${T[@]}" --tokenizer-model tok.model
 expect_error "overlapped parameter gather" "--overlap-param-gather: the distributed optimizer gathers the parameters after the step" "$LOOM" "${T[@]}" --use-distributed-optimizer --overlap-param-gather
 expect_error "recompute" "--recompute-granularity: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
 expect_error "tensorboard" "--tensorboard-dir: no TensorBoard logs: --metrics-file" "$LOOM" "${T[@]}" --tensorboard-dir /tmp/tb

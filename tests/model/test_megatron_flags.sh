@@ -23,7 +23,17 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --no-async-tensor-model-parallel-allreduce --log-throughput --no-load-rng --no-save-rng
       --data-impl mmap --num-workers 2 --distributed-backend nccl --rotary-percent 1.0
       --context-parallel-size 1 --expert-model-parallel-size 1 --fp32-residual-connection
-      --use-checkpoint-args --data-cache-path "$tmp/cache")
+      --use-checkpoint-args --data-cache-path "$tmp/cache" --dataloader-type single
+      --optimizer adam --main-grads-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32
+      --DDP-impl local --timing-log-level 2 --log-timers-to-tensorboard
+      --log-validation-ppl-to-tensorboard --log-memory-to-tensorboard
+      --log-world-size-to-tensorboard --log-loss-scale-to-tensorboard --tensorboard-log-interval 1
+      --wandb-exp-name x --wandb-save-dir "$tmp/wandb" --manual-gc --manual-gc-interval 10
+      --empty-unused-memory-level 1 --distributed-timeout-minutes 60 --cross-entropy-loss-fusion
+      --calculate-per-token-loss --check-for-nan-in-loss-and-grad
+      --no-create-attention-mask-in-dataloader --exit-on-missing-checkpoint
+      --use-cpu-initialization --ddp-average-in-collective --align-grad-reduce --legacy-tokenizer
+      --sgd-momentum 0.9)
 run plain
 run megatron "${noop[@]}"
 same plain megatron
