@@ -45,9 +45,24 @@ section() { printf '\n== %s ==\n' "$*"; }
 result() { # result STATUS LABEL
   if [ "$1" -eq 0 ]; then pass=$((pass + 1)); echo "ok   $2"; else fail=$((fail + 1)); echo "FAIL $2"; fi
 }
-mpi2() { # at most 300 s, so that a hang cannot eat the whole check
-  timeout 300 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x NCCL_NVLS_ENABLE \
+mpin() { # mpin N ARGS...: N ranks, at most 300 s, so that a hang cannot eat the whole check
+  local n=$1
+  shift
+  timeout 300 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" -x NCCL_NVLS_ENABLE \
     -x OMP_NUM_THREADS -x PATH -x LD_LIBRARY_PATH "$@"
+}
+mpi2() { mpin 2 "$@"; }
+# comm_check BACKEND N [mpirun flags...]: comm_device_check BACKEND with N ranks, its failures
+# shown; the status is the program's (77: the backend is not built in)
+comm_check() {
+  local backend=$1 n=$2 log="$LOGS/comm_device_check-$1-$2.log"
+  shift 2
+  mpin "$n" "$@" "$BUILD/tests/comm_device_check" "$backend" > "$log" 2>&1
+  local r=$?
+  if [ $r -eq 77 ]; then echo "skipped: $(tail -1 "$log")"; return 77; fi
+  grep -vE "^ok " "$log" | head -30
+  grep -cE "^ok " "$log" | sed 's/^/ok lines: /'
+  return $r
 }
 
 # TP=2, PP=2 (1F1B and interleaved) and DP=2 of a small GPT and a small Llama-style model under
@@ -253,19 +268,12 @@ print(0 if len(a) == 5 and a == b else 1)' "$@"
   # every collective on a one-rank communicator, and training through it, the same bits as the
   # run without mpirun
   section "the nccl backend with one rank"
-  timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x NCCL_NVLS_ENABLE -x PATH \
-    -x LD_LIBRARY_PATH "$BUILD/tests/comm_device_check" nccl > "$LOGS/comm_device_check-nccl1.log" 2>&1
+  comm_check nccl 1
   r=$?
-  if [ $r -eq 77 ]; then
-    echo "skipped: $(tail -1 "$LOGS/comm_device_check-nccl1.log")"
-  else
-    grep -vE "^ok " "$LOGS/comm_device_check-nccl1.log" | head -20
-    grep -cE "^ok " "$LOGS/comm_device_check-nccl1.log" | sed 's/^/ok lines: /'
+  if [ $r -ne 77 ]; then
     result $r "comm_device_check nccl (1 rank)"
-    timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x NCCL_NVLS_ENABLE -x PATH \
-      -x LD_LIBRARY_PATH -x OMP_NUM_THREADS "$LOOM" train "${e2e[@]}" "${gpt2[@]}" --device cuda \
-      --bf16 --deterministic-mode --comm nccl --metrics-file "$LOGS/e2e-nccl1.jsonl" \
-      > "$LOGS/e2e-nccl1.log" 2>&1
+    mpin 1 "$LOOM" train "${e2e[@]}" "${gpt2[@]}" --device cuda --bf16 --deterministic-mode \
+      --comm nccl --metrics-file "$LOGS/e2e-nccl1.jsonl" > "$LOGS/e2e-nccl1.log" 2>&1
     r=$?
     grep -E "iteration +5/|comm|error" "$LOGS/e2e-nccl1.log" | head -5 | cut -c1-200
     [ $r -eq 0 ] && r=$(same_runs "$LOGS/e2e-det1.jsonl" "$LOGS/e2e-nccl1.jsonl")
@@ -276,20 +284,15 @@ print(0 if len(a) == 5 and a == b else 1)' "$@"
 
 multi)
   section "comm_device_check nccl (2 ranks)"
-  mpi2 "$BUILD/tests/comm_device_check" nccl > "$LOGS/comm_device_check-nccl.log" 2>&1
-  r=$?
-  grep -vE "^ok " "$LOGS/comm_device_check-nccl.log" | head -30
-  result $r "comm_device_check nccl"
+  comm_check nccl 2
+  result $? "comm_device_check nccl"
 
   layouts
   ;;
 staged)
   section "comm_device_check mpi-staged (2 ranks sharing GPU 0)"
-  CUDA_VISIBLE_DEVICES=0 mpi2 -x CUDA_VISIBLE_DEVICES "$BUILD/tests/comm_device_check" mpi-staged \
-    > "$LOGS/comm_device_check-mpi-staged.log" 2>&1
-  r=$?
-  grep -vE "^ok " "$LOGS/comm_device_check-mpi-staged.log" | head -30
-  result $r "comm_device_check mpi-staged"
+  CUDA_VISIBLE_DEVICES=0 comm_check mpi-staged 2 -x CUDA_VISIBLE_DEVICES
+  result $? "comm_device_check mpi-staged"
 
   layouts --comm mpi
   ;;
