@@ -21,6 +21,7 @@ struct loom_train_config {
     int64_t dp_bucket_mb; /* data-parallel gradient bucket size (MiB) */
     int distributed_optimizer; /* --use-distributed-optimizer: the optimizer's moments and update
                                   sharded over the data-parallel ranks */
+    int64_t eod_mask_id; /* --eod-mask-loss: no loss where the input is this token (-1: off) */
     /* batch and schedule: training counted in iterations (train_iters) or in samples
      * (train_samples > 0: train_iters becomes train_samples / global_batch, or the count of
      * the batch ramp-up below, and the learning-rate schedule counts samples, with

@@ -15,7 +15,7 @@
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
-        deterministic, use_rope, no_posemb, dist_opt;
+        deterministic, use_rope, no_posemb, dist_opt, eod_mask;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup;
@@ -237,7 +237,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--apply-layernorm-1p", 0, NULL, "zero-centred norm weights are not implemented", NULL},
     {"--init-method-xavier-uniform", 0, NULL, "weights are initialised normal with "
      "--init-method-std", NULL},
-    {"--eod-mask-loss", 0, NULL, "the loss is not masked at end-of-document tokens", NULL},
     {"--reset-position-ids", 0, NULL, "positions are not reset at document boundaries", NULL},
     {"--reset-attention-mask", 0, NULL, "attention is not masked at document boundaries", NULL},
     {"--decoder-first-pipeline-num-layers", 1, NULL, "pipeline stages hold equal numbers of "
@@ -327,6 +326,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--micro-batch-size", LOOM_FLAG_INT, &f.micro, "samples per micro-batch", NULL, 0},
         {"--global-batch-size", LOOM_FLAG_INT, &f.global, "samples per iteration (0 = micro x DP)", NULL, 0},
         {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (this or --train-samples)", NULL, 0},
+        {"--eod-mask-loss", LOOM_FLAG_BOOL, &f.eod_mask, "no loss where the input token is the tokenizer's end-of-document one (the loss is the mean over the other tokens)", NULL, 0},
         {"--use-distributed-optimizer", LOOM_FLAG_BOOL, &f.dist_opt, "shard the optimizer's moments and its update over the data-parallel ranks (ZeRO stage 1); the parameters are gathered after each step", NULL, 0},
         {"--rampup-batch-size", LOOM_FLAG_LIST, &f.rampup, "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT over SAMPLES samples to --global-batch-size (with --train-samples)", NULL, 0},
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
@@ -448,13 +448,20 @@ int loom_cmd_train(int argc, char **argv) {
         f.vocab += 1;
     }
     if (f.load && (s = apply_checkpoint_arch(flags, NFLAGS(flags), &f, f.load)) != LOOM_OK) goto out;
-    if (f.vocab == 0 && f.vocab_file) {
+    int64_t eod = -1; /* the tokenizer's end-of-document id, for --eod-mask-loss */
+    if (strcmp(f.tokenizer_type, "NullTokenizer") == 0) {
+        eod = f.vocab - 1;
+    } else if ((f.vocab == 0 || f.eod_mask) && f.vocab_file) {
         struct loom_tokenizer *tok;
         if ((s = loom_tokenizer_load(&tok, f.tokenizer_type, f.vocab_file, f.merge_file)) != LOOM_OK)
             goto out;
-        f.vocab = loom_tokenizer_vocab_size(tok);
+        if (f.vocab == 0) f.vocab = loom_tokenizer_vocab_size(tok);
+        eod = loom_tokenizer_eod(tok);
         loom_tokenizer_free(tok);
     }
+    if (f.eod_mask && eod < 0)
+        FAIL("--eod-mask-loss needs the tokenizer's end-of-document id: give --vocab-file (and "
+             "--merge-file) of a tokenizer that has one, or --tokenizer-type NullTokenizer");
     if (f.vocab == 0) f.vocab = 50257;
     if (!f.mock && !f.data_path && !f.train_data_path)
         FAIL("give --data-path PREFIX (or --train-data-path PREFIX) or --mock-data");
@@ -594,6 +601,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.train_samples = f.samples;
     memcpy(c.rampup, f.ramp, sizeof c.rampup);
     c.distributed_optimizer = f.dist_opt;
+    c.eod_mask_id = f.eod_mask ? eod : -1;
     c.lr_warmup_iters = f.warmup;
     c.lr_decay_iters = f.decay_iters;
     c.lr_warmup_samples = f.warmup_samples;

@@ -50,7 +50,9 @@ struct trainer {
 };
 
 /* Micro-batch k of this DP rank in the global batch starting at `batch_base`: samples
- * batch_base + (k*dp + dp_rank)*B + b, as Megatron's pretraining sampler. */
+ * batch_base + (k*dp + dp_rank)*B + b, as Megatron's pretraining sampler. With --eod-mask-loss
+ * the positions whose input is the end-of-document token get no loss (target -1), as
+ * Megatron-LM's loss mask. */
 struct fetch_ctx {
     struct trainer *t;
     struct loom_sample_source *src;
@@ -68,6 +70,24 @@ static enum loom_status fetch_micro(void *vctx, int64_t k, int32_t *tokens, int3
         LOOM_CHECK(f->src->get(f->src->ctx, f->base + *sample0 + b, t->sample));
         memcpy(tokens + b * T, t->sample, (size_t)T * sizeof(int32_t));
         memcpy(targets + b * T, t->sample + 1, (size_t)T * sizeof(int32_t));
+        if (t->cfg->eod_mask_id >= 0)
+            for (int64_t i = 0; i < T; i++)
+                if (tokens[b * T + i] == t->cfg->eod_mask_id) targets[b * T + i] = -1;
+    }
+    return LOOM_OK;
+}
+
+/* The tokens of the global batch [base, base + batch) that carry a loss: all of them, or with
+ * --eod-mask-loss those whose input is not the end-of-document token (counted by every rank
+ * from the samples alike, so the loss is the mean over them on every rank). */
+static enum loom_status loss_tokens(struct trainer *t, struct loom_sample_source *src,
+                                    int64_t base, int64_t batch, int64_t *count) {
+    const int64_t T = t->cfg->model.seq_length;
+    *count = batch * T;
+    if (t->cfg->eod_mask_id < 0) return LOOM_OK;
+    for (int64_t n = 0; n < batch; n++) {
+        LOOM_CHECK(src->get(src->ctx, base + n, t->sample));
+        for (int64_t i = 0; i < T; i++) *count -= t->sample[i] == t->cfg->eod_mask_id;
     }
     return LOOM_OK;
 }
@@ -78,11 +98,14 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
                                   int64_t batch, int64_t iteration, int training,
                                   double *mean_loss) {
     struct loom_train_config *c = t->cfg;
+    int64_t tokens = 0;
+    if (training) LOOM_CHECK(loss_tokens(t, src, base, batch, &tokens));
     struct loom_step_ctx ctx = {
         .seed = c->seed,
         .iteration = iteration,
         .training = training,
-        .dloss = (float)(1.0 / ((double)batch * (double)c->model.seq_length)),
+        /* d(mean loss)/d(each token's loss); a batch wholly masked has no gradient */
+        .dloss = tokens > 0 ? (float)(1.0 / (double)tokens) : 0.0f,
     };
     const int64_t num_micro = batch / (c->micro_batch * loom_dp_size(&t->par));
     if (training && c->fp16) ctx.dloss = (float)(ctx.dloss * t->scaler.scale);

@@ -62,7 +62,7 @@ expect_error "wsd samples with iters" "--lr-wsd-decay-samples goes with --train-
 expect_error "cyclic sampler" "--dataloader-type cyclic: only 'single'" "$LOOM" "${T[@]}" --dataloader-type cyclic
 expect_error "sgd" "--optimizer sgd: only 'adam'" "$LOOM" "${T[@]}" --optimizer sgd
 expect_error "bf16 moments" "--exp-avg-dtype bf16: only fp32" "$LOOM" "${T[@]}" --exp-avg-dtype bf16
-expect_error "eod mask" "--eod-mask-loss: the loss is not masked" "$LOOM" "${T[@]}" --eod-mask-loss
+expect_error "eod mask without a tokenizer" "--eod-mask-loss needs the tokenizer's end-of-document id" "$LOOM" "${T[@]}" --eod-mask-loss
 expect_error "dist ckpt" "--use-dist-ckpt: checkpoints are safetensors" "$LOOM" "${T[@]}" --use-dist-ckpt
 expect_error "sentencepiece" "--tokenizer-model: SentencePiece and Hugging Face tokenizers are not implemented" "$LOOM" "${T[@]}" --tokenizer-model tok.model
 expect_error "overlapped parameter gather" "--overlap-param-gather: the distributed optimizer gathers the parameters after the step" "$LOOM" "${T[@]}" --use-distributed-optimizer --overlap-param-gather

@@ -2,7 +2,8 @@
 # PyTorch parity: a small random GPT-2 and a Llama-style model (RMSNorm, SwiGLU, rotary, GQA, no
 # biases, untied) written by an independent PyTorch reference in Hugging Face form, imported with
 # `loom convert`, trained 5 iterations in loom (AdamW, clipping, weight decay) and exported back:
-# losses, grad norms, first-iteration gradients and final weights must match within 1e-4.
+# losses, grad norms, first-iteration gradients and final weights must match within 1e-4; and
+# the GPT-2 again with --eod-mask-loss (no loss where the input is the end-of-document token).
 set -euo pipefail
 LOOM=${LOOM:-build/loom}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -12,16 +13,23 @@ trap 'rm -rf "$tmp"' EXIT
 common=(--mock-data --train-iters 5 --micro-batch-size 2 --global-batch-size 4 --seq-length 32
         --lr 1e-3 --lr-decay-style constant --clip-grad 0.05 --weight-decay 0.1
         --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-iters 0 --seed 1234)
-for arch in gpt2 llama; do
-  d="$tmp/$arch"
+# the third case: Megatron-LM's --eod-mask-loss, with NullTokenizer's end-of-document id (99 with
+# --vocab-size 99: the model's vocabulary of 100), which the mock sequences hit now and then
+for case in gpt2 llama "gpt2 eod"; do
+  set -- $case
+  arch=$1 d="$tmp/${case// /-}" extra=() ref_extra=()
+  if [ "${2:-}" = eod ]; then
+    extra=(--tokenizer-type NullTokenizer --vocab-size 99 --eod-mask-loss)
+    ref_extra=(--eod 99)
+  fi
   "$PYTHON" "$REF" make --arch "$arch" --out "$d/hf"
   "$LOOM" convert --loader hf --saver loom --load-dir "$d/hf" --save-dir "$d/ckpt"
-  "$LOOM" train --load "$d/ckpt" --finetune "${common[@]}" --save "$d/out" \
+  "$LOOM" train --load "$d/ckpt" --finetune "${common[@]}" "${extra[@]}" --save "$d/out" \
       --save-grads "$d/grads" --metrics-file "$d/metrics.jsonl" > "$d/train.log"
   "$LOOM" convert --loader loom --saver hf --load-dir "$d/grads" --save-dir "$d/grads_hf"
   "$LOOM" convert --loader loom --saver hf --load-dir "$d/out" --save-dir "$d/out_hf"
-  echo "== $arch"
+  echo "== $case"
   "$PYTHON" "$REF" check --arch "$arch" --init "$d/hf" --grads "$d/grads_hf" --final "$d/out_hf" \
       --metrics "$d/metrics.jsonl" --iters 5 --micro-batch 2 --global-batch 4 --seq 32 \
-      --lr 1e-3 --clip 0.05 --wd 0.1 --data-seed 1234
+      --lr 1e-3 --clip 0.05 --wd 0.1 --data-seed 1234 "${ref_extra[@]}"
 done

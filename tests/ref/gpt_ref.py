@@ -236,6 +236,8 @@ def main():
     ap.add_argument("--beta2", type=float, default=0.999)
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--eod", type=int, default=-1,
+                    help="Megatron-LM's --eod-mask-loss: no loss where the input token is this id")
     a = ap.parse_args()
     cfg = CONFIGS[a.arch]
     if a.cmd == "make":
@@ -265,7 +267,10 @@ def main():
         opt.zero_grad()
         base = (it - 1) * a.global_batch
         samples = torch.tensor([mock_sample(a.data_seed, 0, base + i, V, a.seq) for i in range(a.global_batch)])
-        loss = forward(a.arch, cfg, w, samples[:, :-1], samples[:, 1:])
+        tokens, targets = samples[:, :-1], samples[:, 1:].clone()
+        if a.eod >= 0:
+            targets[tokens == a.eod] = -100  # cross_entropy's ignore_index: the mean is over the rest
+        loss = forward(a.arch, cfg, w, tokens, targets)
         loss.backward()
         m = next(x for x in metrics if x["iteration"] == it)
         report(f"iteration {it} loss {loss.item():.8f} vs loom {m['loss']:.8f}", abs(loss.item() - m["loss"]) / abs(loss.item()), a.tol)
