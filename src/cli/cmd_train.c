@@ -15,14 +15,14 @@
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
-        deterministic, use_rope, no_posemb, dist_opt, eod_mask;
+        deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup;
     double start_wd, end_wd;
     double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
-        min_loss_scale;
+        min_loss_scale, exit_mins;
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, wsd_iters, wsd_samples, seed, save_interval, eval_interval,
         eval_iters, log_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
     int64_t ramp[3]; /* --rampup-batch-size, parsed */
@@ -178,8 +178,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--log-num-zeros-in-grad", 0, NULL, "zeros in the gradient are not counted", NULL},
     {"--apply-residual-connection-post-layernorm", 0, NULL, "the residual connection always "
      "takes the norm's input (pre-norm)", NULL},
-    {"--exit-duration-in-mins", 1, NULL, "no time limit: --exit-interval stops (after saving) at "
-     "an iteration", NULL},
     {"--dataloader-type", 1, "samples are read in order, as Megatron's single sampler reads them",
      "only 'single': samples are read in order (no cyclic random sampler, no external loader)",
      "single"},
@@ -331,6 +329,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--rampup-batch-size", LOOM_FLAG_LIST, &f.rampup, "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT over SAMPLES samples to --global-batch-size (with --train-samples)", NULL, 0},
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
         {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
+        {"--exit-duration-in-mins", LOOM_FLAG_FLOAT, &f.exit_mins, "stop (saving first) after the first iteration that ends this many minutes after the start (0 = off; fractions too)", NULL, 0},
+        {"--exit-signal-handler", LOOM_FLAG_BOOL, &f.exit_signal, "on SIGTERM, stop (saving first) at the end of the iteration, every rank alike", NULL, 0},
         {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
         {"--min-lr", LOOM_FLAG_FLOAT, &f.min_lr, "final learning rate", NULL, 0},
         {"--lr-decay-style", LOOM_FLAG_CHOICE, &f.decay_style, "decay after warmup", "constant|linear|cosine|inverse-square-root|WSD", 0},
@@ -475,6 +475,7 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.log_interval < 1) FAIL("--log-interval must be at least 1");
     if (f.eval_iters < 0 || f.eval_interval < 0) FAIL("--eval-iters and --eval-interval must be >= 0");
     if (f.exit_interval < 0) FAIL("--exit-interval must be >= 0");
+    if (!(f.exit_mins >= 0)) FAIL("--exit-duration-in-mins must be >= 0 (got %g)", f.exit_mins);
     if (f.save_interval < 0) FAIL("--save-interval must be >= 0");
     if (!(f.lr >= 0) || !(f.min_lr >= 0) || f.min_lr > f.lr) FAIL("need 0 <= --min-lr <= --lr");
     {
@@ -612,6 +613,8 @@ int loom_cmd_train(int argc, char **argv) {
                                ? f.warmup_fraction
                                : -1.0;
     c.exit_interval = f.exit_interval;
+    c.exit_duration_mins = f.exit_mins;
+    c.exit_signal_handler = f.exit_signal;
     c.lr.max_lr = f.lr;
     c.lr.min_lr = f.min_lr;
     c.lr.init_lr = f.warmup_init;

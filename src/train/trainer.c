@@ -5,6 +5,7 @@
  * micro-batch and data-parallel split: each token's loss is scaled by 1/(tokens in the global
  * batch) before backward, and the per-rank sums are added. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,16 @@ struct trainer {
     struct loom_grad_sync *gsync;
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
     double pipe_busy_s, pipe_wait_s; /* pipeline compute and wait time since the last log */
+    double start_s;                  /* when setup began (--exit-duration-in-mins) */
 };
+
+/* --exit-signal-handler: SIGTERM (a scheduler's notice before it ends the job) sets this, and
+ * the training loop stops at the end of the iteration. */
+static volatile sig_atomic_t g_sigterm;
+static void on_sigterm(int sig) {
+    (void)sig;
+    g_sigterm = 1;
+}
 
 /* Micro-batch k of this DP rank in the global batch starting at `batch_base`: samples
  * batch_base + (k*dp + dp_rank)*B + b, as Megatron's pretraining sampler. With --eod-mask-loss
@@ -439,6 +449,14 @@ static enum loom_status open_sources(struct trainer *t) {
 
 static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     struct loom_train_config *c = t->cfg;
+    t->start_s = loom_time_s();
+    if (c->exit_signal_handler) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigterm;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+    }
     struct loom_comm *world;
     /* "auto": mpi under mpirun, nccl when the model lives on GPUs; mpi with GPUs stages the
      * device buffers through host memory (mpi-staged) */
@@ -757,6 +775,24 @@ static enum loom_status train_loop(struct trainer *t) {
             t->samples_since_log = 0;
             t_last = loom_time_s();
             iters_since_log = 0;
+        }
+        if ((c->exit_signal_handler || c->exit_duration_mins > 0) && it < c->train_iters) {
+            /* every rank stops at the same iteration: the reasons are combined over the world */
+            const double mins = (loom_time_s() - t->start_s) / 60.0;
+            int64_t why[2] = {c->exit_signal_handler && g_sigterm,
+                              c->exit_duration_mins > 0 && mins > c->exit_duration_mins};
+            LOOM_CHECK(loom_comm_allreduce(t->par.world, why, 2, LOOM_DTYPE_I64, LOOM_REDOP_MAX));
+            if (why[0] || why[1]) {
+                if (why[0])
+                    loom_log_info("exiting at iteration %lld: SIGTERM received "
+                                  "(--exit-signal-handler)",
+                                  (long long)it);
+                else
+                    loom_log_info("exiting at iteration %lld after %.2f minutes "
+                                  "(--exit-duration-in-mins %g)",
+                                  (long long)it, mins, c->exit_duration_mins);
+                break;
+            }
         }
         if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < c->train_iters) {
             loom_log_info("exiting at iteration %lld (--exit-interval %lld)", (long long)it,

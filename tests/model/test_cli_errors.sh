@@ -65,6 +65,7 @@ expect_error "bf16 moments" "--exp-avg-dtype bf16: only fp32" "$LOOM" "${T[@]}" 
 expect_error "eod mask without a tokenizer" "--eod-mask-loss needs the tokenizer's end-of-document id" "$LOOM" "${T[@]}" --eod-mask-loss
 expect_error "dist ckpt" "--use-dist-ckpt: checkpoints are safetensors" "$LOOM" "${T[@]}" --use-dist-ckpt
 expect_error "sentencepiece" "--tokenizer-model: SentencePiece and Hugging Face tokenizers are not implemented" "$LOOM" "${T[@]}" --tokenizer-model tok.model
+expect_error "negative duration" "--exit-duration-in-mins must be >= 0 (got -1)" "$LOOM" "${T[@]}" --exit-duration-in-mins -1
 expect_error "overlapped parameter gather" "--overlap-param-gather: the distributed optimizer gathers the parameters after the step" "$LOOM" "${T[@]}" --use-distributed-optimizer --overlap-param-gather
 expect_error "recompute" "--recompute-granularity: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
 expect_error "tensorboard" "--tensorboard-dir: no TensorBoard logs: --metrics-file" "$LOOM" "${T[@]}" --tensorboard-dir /tmp/tb
