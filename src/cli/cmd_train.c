@@ -8,6 +8,7 @@
 #include "loom/args.h"
 #include "loom/ckpt.h"
 #include "loom/comm.h"
+#include "loom/fileio.h"
 #include "loom/log.h"
 #include "loom/tokenizer.h"
 #include "loom/train.h"
@@ -26,6 +27,8 @@ struct train_flags {
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, wsd_iters, wsd_samples, seed, save_interval, eval_interval,
         eval_iters, log_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
     int64_t ramp[3]; /* --rampup-batch-size, parsed */
+    int64_t ckpt_step;
+    char ckpt_dir[4200]; /* --load's iteration --ckpt-step */
 };
 
 #define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -293,7 +296,7 @@ int loom_cmd_train(int argc, char **argv) {
         .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
         .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
         .log_interval = 100, .tp = 1, .pp = 1, .cp = 1, .ep = 1, .bucket_mb = 40, .initial_loss_scale = 4294967296.0, .min_loss_scale = 1.0,
-        .loss_scale_window = 1000, .hysteresis = 2,
+        .loss_scale_window = 1000, .hysteresis = 2, .ckpt_step = -1,
     };
     int megatron_bool = 0;
     char *notes = NULL;
@@ -362,6 +365,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--merge-file", LOOM_FLAG_STR, &f.merge_file, "GPT-2 merges", NULL, 0},
         {"--save", LOOM_FLAG_STR, &f.save, "checkpoint directory to save to", NULL, 0},
         {"--load", LOOM_FLAG_STR, &f.load, "checkpoint directory to resume from", NULL, 0},
+        {"--ckpt-step", LOOM_FLAG_INT, &f.ckpt_step, "the iteration of --load to resume from (-1 = its latest)", NULL, 0},
         {"--save-interval", LOOM_FLAG_INT, &f.save_interval, "save every N iterations (0 = at the end only)", NULL, 0},
         {"--finetune", LOOM_FLAG_BOOL, &f.finetune, "load weights only; reset iteration and optimizer", NULL, 0},
         {"--no-load-optim", LOOM_FLAG_BOOL, &f.no_load_optim, "do not load the optimizer state", NULL, 0},
@@ -446,6 +450,17 @@ int loom_cmd_train(int argc, char **argv) {
             FAIL("--tokenizer-type NullTokenizer takes --vocab-size (the ids before the "
                  "end-of-document one) and no --vocab-file");
         f.vocab += 1;
+    }
+    if (loom_flags_find(flags, NFLAGS(flags), "--ckpt-step")->given) {
+        if (!f.load) FAIL("--ckpt-step needs --load (the checkpoint directory it counts in)");
+        if (f.ckpt_step < 0) FAIL("--ckpt-step must be >= 0 (got %lld)", (long long)f.ckpt_step);
+        snprintf(f.ckpt_dir, sizeof f.ckpt_dir, "%s/iter_%07lld", f.load, (long long)f.ckpt_step);
+        char meta[4300];
+        snprintf(meta, sizeof meta, "%s/meta.json", f.ckpt_dir);
+        if (!loom_file_exists(meta))
+            FAIL("--ckpt-step %lld: --load %s has no checkpoint of that iteration (no %s)",
+                 (long long)f.ckpt_step, f.load, meta);
+        f.load = f.ckpt_dir;
     }
     if (f.load && (s = apply_checkpoint_arch(flags, NFLAGS(flags), &f, f.load)) != LOOM_OK) goto out;
     int64_t eod = -1; /* the tokenizer's end-of-document id, for --eod-mask-loss */

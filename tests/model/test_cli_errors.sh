@@ -65,6 +65,8 @@ expect_error "bf16 moments" "--exp-avg-dtype bf16: only fp32" "$LOOM" "${T[@]}" 
 expect_error "eod mask without a tokenizer" "--eod-mask-loss needs the tokenizer's end-of-document id" "$LOOM" "${T[@]}" --eod-mask-loss
 expect_error "dist ckpt" "--use-dist-ckpt: checkpoints are safetensors" "$LOOM" "${T[@]}" --use-dist-ckpt
 expect_error "sentencepiece" "--tokenizer-model: SentencePiece and Hugging Face tokenizers are not implemented" "$LOOM" "${T[@]}" --tokenizer-model tok.model
+expect_error "ckpt-step without load" "--ckpt-step needs --load" "$LOOM" "${T[@]}" --ckpt-step 3
+expect_error "ckpt-step missing" "--ckpt-step 7: --load $tmp has no checkpoint of that iteration (no $tmp/iter_0000007/meta.json)" "$LOOM" "${T[@]}" --load "$tmp" --ckpt-step 7
 expect_error "negative duration" "--exit-duration-in-mins must be >= 0 (got -1)" "$LOOM" "${T[@]}" --exit-duration-in-mins -1
 expect_error "overlapped parameter gather" "--overlap-param-gather: the distributed optimizer gathers the parameters after the step" "$LOOM" "${T[@]}" --use-distributed-optimizer --overlap-param-gather
 expect_error "recompute" "--recompute-granularity: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Resume: 20 iterations straight and 10 (--exit-interval) + save + load + 10 give bit-identical losses and grad
 # norms (dropout on, so the counter-based RNG state must carry over too), and the final
-# checkpoints hold identical tensors. --no-save-optim leaves the optimizer state out. A resume's
+# checkpoints hold identical tensors; --ckpt-step resumes from an earlier iteration than the latest. --no-save-optim leaves the optimizer state out. A resume's
 # learning-rate schedule must be the checkpoint's, or --override-opt_param-scheduler /
 # --use-checkpoint-opt_param-scheduler says which one wins.
 set -euo pipefail
@@ -31,6 +31,15 @@ else
   echo "FAIL: final checkpoints differ"; fail=1
 fi
 grep -q '"val_loss"' "$tmp/straight.jsonl" || { echo "FAIL: no validation loss logged"; fail=1; }
+# --ckpt-step: b holds iterations 10 and 20; from 10 the run repeats the straight run's 11..20
+"$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/step.jsonl" --load "$tmp/b" \
+  --ckpt-step 10 > "$tmp/step.log"
+if grep -q "loaded checkpoint .*iter_0000010 at iteration 10" "$tmp/step.log" &&
+   diff <(strip "$tmp/straight.jsonl" | tail -10) <(strip "$tmp/step.jsonl") > /dev/null; then
+  echo "ok   --ckpt-step 10 resumes from iteration 10 (not the latest, 20): the straight run's 11..20"
+else
+  echo "FAIL: --ckpt-step 10"; grep -E "loaded|error" "$tmp/step.log"; fail=1
+fi
 # --no-save-optim: the checkpoint holds the weights and training state only; the resumed run's
 # first iteration (weights and data alone) equals the straight run's, and the optimizer restarts
 "$LOOM" train "${args[@]}" --train-iters 20 --exit-interval 10 --no-save-optim --save "$tmp/c" > /dev/null
