@@ -39,6 +39,7 @@ struct loom_train_config {
     double exit_duration_mins; /* stop (after saving) once training has run this long; 0 = off */
     int exit_signal_handler;   /* stop (after saving) at the end of the iteration that SIGTERM
                                   reached, on every rank alike */
+    int skip_train; /* --skip-train: evaluate the loaded weights on the validation data only */
     struct loom_lr_schedule lr;
     double weight_decay, beta1, beta2, adam_eps, clip_grad;
     /* weight decay over training (--start-weight-decay, --end-weight-decay,

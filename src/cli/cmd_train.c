@@ -16,7 +16,7 @@
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
-        deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal;
+        deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup;
@@ -333,6 +333,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
         {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
         {"--exit-duration-in-mins", LOOM_FLAG_FLOAT, &f.exit_mins, "stop (saving first) after the first iteration that ends this many minutes after the start (0 = off; fractions too)", NULL, 0},
+        {"--skip-train", LOOM_FLAG_BOOL, &f.skip_train, "no training: the validation loss of the weights of --load (or the initial ones), then exit", NULL, 0},
         {"--exit-signal-handler", LOOM_FLAG_BOOL, &f.exit_signal, "on SIGTERM, stop (saving first) at the end of the iteration, every rank alike", NULL, 0},
         {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
         {"--min-lr", LOOM_FLAG_FLOAT, &f.min_lr, "final learning rate", NULL, 0},
@@ -630,6 +631,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.exit_interval = f.exit_interval;
     c.exit_duration_mins = f.exit_mins;
     c.exit_signal_handler = f.exit_signal;
+    c.skip_train = f.skip_train;
     c.lr.max_lr = f.lr;
     c.lr.min_lr = f.min_lr;
     c.lr.init_lr = f.warmup_init;

@@ -690,9 +690,30 @@ static enum loom_status device_memory(struct trainer *t) {
     return LOOM_OK;
 }
 
+/* --skip-train: the validation loss of the weights as loaded, logged as at an evaluation (the
+ * line and, with --metrics-file, a JSON object with "iteration" and "val_loss"). */
+static enum loom_status evaluate_only(struct trainer *t) {
+    struct loom_train_config *c = t->cfg;
+    const int64_t it = t->st.iteration;
+    if (!t->have_valid || c->eval_iters <= 0) {
+        loom_log_info("--skip-train: nothing to evaluate (no validation data, or --eval-iters 0)");
+        return LOOM_OK;
+    }
+    double val;
+    LOOM_CHECK(evaluate(t, it, &val));
+    loom_log_info(" validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.6E",
+                  (long long)it, val, exp(val));
+    if (t->metrics) {
+        fprintf(t->metrics, "{\"iteration\": %lld, \"val_loss\": %.17g}\n", (long long)it, val);
+        fflush(t->metrics);
+    }
+    return LOOM_OK;
+}
+
 static enum loom_status train_loop(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     struct loom_backend *be = t->be;
+    if (c->skip_train) return evaluate_only(t);
     double t_last = loom_time_s();
     int64_t iters_since_log = 0;
     while (t->st.iteration < c->train_iters) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Resume: 20 iterations straight and 10 (--exit-interval) + save + load + 10 give bit-identical losses and grad
 # norms (dropout on, so the counter-based RNG state must carry over too), and the final
-# checkpoints hold identical tensors; --ckpt-step resumes from an earlier iteration than the latest. --no-save-optim leaves the optimizer state out. A resume's
+# checkpoints hold identical tensors; --ckpt-step resumes from an earlier iteration than the latest,
+# and --skip-train evaluates a checkpoint without training. --no-save-optim leaves the optimizer state out. A resume's
 # learning-rate schedule must be the checkpoint's, or --override-opt_param-scheduler /
 # --use-checkpoint-opt_param-scheduler says which one wins.
 set -euo pipefail
@@ -39,6 +40,16 @@ if grep -q "loaded checkpoint .*iter_0000010 at iteration 10" "$tmp/step.log" &&
   echo "ok   --ckpt-step 10 resumes from iteration 10 (not the latest, 20): the straight run's 11..20"
 else
   echo "FAIL: --ckpt-step 10"; grep -E "loaded|error" "$tmp/step.log"; fail=1
+fi
+# --skip-train: the validation loss of iteration 10's weights, as the straight run evaluated it
+"$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/skip.jsonl" --load "$tmp/b" \
+  --ckpt-step 10 --skip-train > "$tmp/skip.log"
+want=$(grep '"iteration": 10,' "$tmp/straight.jsonl" | sed -E 's/.*"val_loss": ([^,}]*).*/\1/')
+got=$(sed -E 's/.*"val_loss": ([^,}]*).*/\1/' "$tmp/skip.jsonl")
+if [ -n "$want" ] && [ "$got" = "$want" ] && [ ! -e "$tmp/b/iter_0000011" ] && [ "$(wc -l < "$tmp/skip.jsonl")" -eq 1 ]; then
+  echo "ok   --skip-train: the validation loss at iteration 10, the straight run's bits ($got), no training"
+else
+  echo "FAIL: --skip-train gave '$got', the straight run '$want'"; fail=1
 fi
 # --no-save-optim: the checkpoint holds the weights and training state only; the resumed run's
 # first iteration (weights and data alone) equals the straight run's, and the optimizer restarts
