@@ -252,6 +252,18 @@ static const struct megatron_flag megatron_flags[] = {
     {"--profile", 0, NULL, "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device time of "
      "each op", NULL},
     {"--log-progress", 0, NULL, "no progress file: " JSON_METRICS, NULL},
+    {"--mmap-bin-files", 0, "indexed datasets are always memory-mapped", NULL, NULL},
+    {"--no-mmap-bin-files", 0, "indexed datasets are always memory-mapped (the samples read are "
+     "the same)", NULL, NULL},
+    {"--use-rope-scaling", 0, NULL, "rotary embeddings are not rescaled (Llama 3.1's scaling is "
+     "not implemented)", NULL},
+    {"--rotary-seq-len-interpolation-factor", 1, NULL, "rotary positions are not interpolated",
+     NULL},
+    {"--add-qkv-bias", 0, NULL, "the linear layers' biases are all on, or all off with "
+     "--disable-bias-linear", NULL},
+    {"--squared-relu", 0, NULL, "the MLP's activation is GELU, or SwiGLU with --swiglu", NULL},
+    {"--openai-gelu", 0, "the MLP's GELU is always the tanh approximation (GPT-2's; Megatron-LM's "
+     "default without this flag is the exact erf form)", NULL, NULL},
 };
 
 /* The notes of the Megatron-LM flags given that change nothing, or an error for one loom does
