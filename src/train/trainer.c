@@ -204,6 +204,12 @@ static void reset_comm_counters(struct trainer *t) {
     if (t->par.embedding) loom_comm_reset_counters(t->par.embedding);
 }
 
+/* The log line of a validation loss (Megatron-LM's) */
+static void log_validation(int64_t it, double val_loss) {
+    loom_log_info(" validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.6E",
+                  (long long)it, val_loss, exp(val_loss));
+}
+
 /* pnorm: the parameters' norm (--log-params-norm), or < 0 when not logged */
 static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double ms, double lr,
                           double loss, double gnorm, double pnorm, int have_val, double val_loss) {
@@ -241,9 +247,7 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     if (t->cfg->fp16)
         loom_log_info(" loss scale: %.1f | number of skipped iterations: %3lld", t->scaler.scale,
                       (long long)t->skipped_since_log);
-    if (have_val)
-        loom_log_info(" validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.6E",
-                      (long long)it, val_loss, exp(val_loss));
+    if (have_val) log_validation(it, val_loss);
     if (t->metrics) {
         /* JSON has no inf or nan: a non-finite value (an overflowing --fp16 step) is null */
         char loss_s[32] = "null", gnorm_s[32] = "null";
@@ -545,21 +549,20 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         LOOM_CHECK(t->be->ops->set_attention_backend(t->be, c->attention_backend));
     }
     {
-        struct loom_pipe_op *ops;
-        int64_t nops;
-        LOOM_CHECK(loom_pipeline_schedule((int)c->pp, loom_pp_rank(&t->par), vpp, t->num_micro, 0,
-                                          &ops, &nops));
-        int slots = loom_pipeline_max_in_flight(ops, nops, t->num_micro);
-        free(ops);
-        /* the ramp's smaller batches: micro-batches in flight at most as many (checked) */
-        for (int64_t b = t->ramp.start; t->ramp.start > 0 && b < c->global_batch;
+        /* the model's slots: the most micro-batches in flight over the batches of the run (the
+         * ramp's, which batch_ramp checked reach the final one in whole increments, then it) */
+        int slots = 0;
+        for (int64_t b = t->ramp.start > 0 ? t->ramp.start : c->global_batch;;
              b += t->ramp.increment) {
             const int64_t nm = b / (c->micro_batch * dp);
+            struct loom_pipe_op *ops;
+            int64_t nops;
             LOOM_CHECK(
                 loom_pipeline_schedule((int)c->pp, loom_pp_rank(&t->par), vpp, nm, 0, &ops, &nops));
             const int k = loom_pipeline_max_in_flight(ops, nops, nm);
             free(ops);
             if (k > slots) slots = k;
+            if (b == c->global_batch) break;
         }
         /* the product type first, so that the model sizes its 16-bit activation buffers by it;
          * then again with the weights, which get their 16-bit copy */
@@ -701,8 +704,7 @@ static enum loom_status evaluate_only(struct trainer *t) {
     }
     double val;
     LOOM_CHECK(evaluate(t, it, &val));
-    loom_log_info(" validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.6E",
-                  (long long)it, val, exp(val));
+    log_validation(it, val);
     if (t->metrics) {
         fprintf(t->metrics, "{\"iteration\": %lld, \"val_loss\": %.17g}\n", (long long)it, val);
         fflush(t->metrics);
