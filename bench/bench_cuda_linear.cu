@@ -99,31 +99,39 @@ int main(int argc, char **argv) {
         if (L->gelu) {
             snprintf(lab, sizeof lab, "linear_gelu_forward (bf16 act, bias)");
             TIME(lab, 1, N, C, OC,
-                 be->ops->linear_gelu_forward(be, y16, p16, bf, x32, LOOM_DTYPE_F32, w, b, N, C,
-                                              OC));
+                 be->ops->linear_gelu_forward(be, LOOM_GELU_TANH, y16, p16, bf, x32, LOOM_DTYPE_F32,
+                                              w, b, N, C, OC));
+            snprintf(lab, sizeof lab, "linear_gelu_forward erf form (bf16 act, bias)");
+            TIME(lab, 1, N, C, OC,
+                 be->ops->linear_gelu_forward(be, LOOM_GELU_ERF, y16, p16, bf, x32, LOOM_DTYPE_F32,
+                                              w, b, N, C, OC));
             snprintf(lab, sizeof lab, "linear_gelu_forward (fp32 act, bias)");
             TIME(lab, 1, N, C, OC,
-                 be->ops->linear_gelu_forward(be, y32, g32, f32, x32, LOOM_DTYPE_F32, w, b, N, C,
-                                              OC));
+                 be->ops->linear_gelu_forward(be, LOOM_GELU_TANH, y32, g32, f32, x32,
+                                              LOOM_DTYPE_F32, w, b, N, C, OC));
         }
         if (i == 3) { /* fc2's backward through fc1's GELU: dpre[N,3072], act/pre bf16 */
             float *db1 = grads + off[2] + 3072 * 768;
             snprintf(lab, sizeof lab, "linear_gelu_backward (bf16, dinp+dw+db+dpre_b)");
             TIME(lab, 2, N, C, OC,
-                 be->ops->linear_gelu_backward(be, d16, bf, db1, dw, db, d32, LOOM_DTYPE_F32, y16,
-                                               p16, w, N, C, OC));
+                 be->ops->linear_gelu_backward(be, LOOM_GELU_TANH, d16, bf, db1, dw, db, d32,
+                                               LOOM_DTYPE_F32, y16, p16, w, N, C, OC));
+            snprintf(lab, sizeof lab, "linear_gelu_backward erf form (bf16, dinp+dw+db+dpre_b)");
+            TIME(lab, 2, N, C, OC,
+                 be->ops->linear_gelu_backward(be, LOOM_GELU_ERF, d16, bf, db1, dw, db, d32,
+                                               LOOM_DTYPE_F32, y16, p16, w, N, C, OC));
             snprintf(lab, sizeof lab, "linear_gelu_backward dpre only (no sums)");
             TIME(lab, 1, N, C, OC,
-                 be->ops->linear_gelu_backward(be, d16, bf, NULL, NULL, NULL, d32, LOOM_DTYPE_F32,
-                                               y16, p16, w, N, C, OC));
+                 be->ops->linear_gelu_backward(be, LOOM_GELU_TANH, d16, bf, NULL, NULL, NULL, d32,
+                                               LOOM_DTYPE_F32, y16, p16, w, N, C, OC));
             snprintf(lab, sizeof lab, "linear_gelu_backward dpre + dpre_b");
             TIME(lab, 1, N, C, OC,
-                 be->ops->linear_gelu_backward(be, d16, bf, db1, NULL, NULL, d32, LOOM_DTYPE_F32,
-                                               y16, p16, w, N, C, OC));
+                 be->ops->linear_gelu_backward(be, LOOM_GELU_TANH, d16, bf, db1, NULL, NULL, d32,
+                                               LOOM_DTYPE_F32, y16, p16, w, N, C, OC));
             snprintf(lab, sizeof lab, "linear_gelu_backward (fp32, dinp+dw+db+dpre_b)");
             TIME(lab, 2, N, C, OC,
-                 be->ops->linear_gelu_backward(be, g32, f32, db1, dw, db, d32, LOOM_DTYPE_F32, y32,
-                                               x32, w, N, C, OC));
+                 be->ops->linear_gelu_backward(be, LOOM_GELU_TANH, g32, f32, db1, dw, db, d32,
+                                               LOOM_DTYPE_F32, y32, x32, w, N, C, OC));
         }
     }
     if (argc <= 2 || strcmp(argv[2], "head") == 0) {

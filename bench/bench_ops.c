@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
                                   al->ln2_rstd, al->xmid, wl->ln2_w, wl->ln2_b, N, C, 1e-5f));
             TIMED(F_LINEAR, loom_op(be, linear_forward, al->fc1, al->ln2, wl->fc1_w, wl->fc1_b, N,
                                     C, F));
-            TIMED(F_GELU, loom_op(be, gelu_forward, al->act, al->fc1, N * F));
+            TIMED(F_GELU, loom_op(be, gelu_forward, LOOM_GELU_TANH, al->act, al->fc1, N * F));
             TIMED(F_LINEAR, loom_op(be, linear_forward, y, al->act, wl->fc2_w, wl->fc2_b, N, F, C));
             TIMED(F_ADD, loom_op(be, add, y, y, al->xmid, N * C));
         }
@@ -191,7 +191,8 @@ int main(int argc, char **argv) {
             struct layer *wl = &w[l], *gl = &g[l];
             TIMED(F_LINEAR, loom_op(be, linear_backward, dwide2, gl->fc2_w, gl->fc2_b, dres,
                                     al->act, wl->fc2_w, N, F, C));
-            TIMED(F_GELU, loom_op(be, gelu_backward, dwide, dwide2, al->fc1, N * F));
+            TIMED(F_GELU,
+                  loom_op(be, gelu_backward, LOOM_GELU_TANH, dwide, dwide2, al->fc1, N * F));
             TIMED(F_LINEAR, loom_op(be, linear_backward, full, gl->fc1_w, gl->fc1_b, dwide,
                                     al->ln2, wl->fc1_w, N, C, F));
             TIMED(F_NORM,

@@ -41,6 +41,12 @@ struct loom_dropout {
  * problem it would take; FLASH loom's own kernels only (bit-for-bit repeatable runs). */
 enum loom_attn_backend { LOOM_ATTN_AUTO = 0, LOOM_ATTN_FUSED, LOOM_ATTN_FLASH };
 
+/* The GELU's form. TANH: x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), which is
+ * x/2 (1 + tanh(u)): GPT-2's, and Megatron-LM's fused bias-GELU and --openai-gelu. ERF: the exact
+ * x Phi(x) = x/2 erfc(-x/sqrt(2)), Phi the standard normal distribution function: Megatron-LM's
+ * F.gelu, taken without biases or with --no-bias-gelu-fusion. */
+enum loom_gelu { LOOM_GELU_TANH = 0, LOOM_GELU_ERF };
+
 /* Attention problem. Local heads [head0, head0 + NH) of NH_global drive the dropout index.
  * dt is the element type of qkv, out, dout and dqkv: LOOM_DTYPE_F32 (zero, the default) on every
  * backend, or the backend's activation_dtype where it has one (read and written as the typed
@@ -148,7 +154,7 @@ struct loom_backend_ops {
      * out[N,OC] = gelu(pre) of pre as stored, both of type act_dt, inp[N,C] of type inp_dt; as
      * linear_forward followed by gelu_forward (with a 16-bit act_dt the bias may be rounded to
      * it before the add). */
-    void (*linear_gelu_forward)(struct loom_backend *be, void *out, void *pre,
+    void (*linear_gelu_forward)(struct loom_backend *be, enum loom_gelu form, void *out, void *pre,
                                 enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
                                 const float *w, const float *b, int64_t N, int64_t C, int64_t OC);
     /* Backward of a linear whose input is act = gelu(pre), continued through the GELU:
@@ -157,10 +163,10 @@ struct loom_backend_ops {
      * db += sum_rows dout. As linear_backward, gelu_backward, then the column sums of dpre.
      * dpre, act and pre are of type act_dt (the sums of dpre are taken of its stored values);
      * dout[N,OC] of type dout_dt (its sums likewise). */
-    void (*linear_gelu_backward)(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                 float *dpre_b, float *dw, float *db, const void *dout,
-                                 enum loom_dtype dout_dt, const void *act, const void *pre,
-                                 const float *w, int64_t N, int64_t C, int64_t OC);
+    void (*linear_gelu_backward)(struct loom_backend *be, enum loom_gelu form, void *dpre,
+                                 enum loom_dtype act_dt, float *dpre_b, float *dw, float *db,
+                                 const void *dout, enum loom_dtype dout_dt, const void *act,
+                                 const void *pre, const float *w, int64_t N, int64_t C, int64_t OC);
     /* linear_forward with the output out[N,OC] of type out_dt and the input inp[N,C] of type
      * inp_dt (with a 16-bit out_dt the bias may be rounded to it before the add). */
     void (*linear_forward_typed)(struct loom_backend *be, void *out, enum loom_dtype out_dt,
@@ -198,13 +204,14 @@ struct loom_backend_ops {
                              int64_t NKV, int64_t HS, float scale);
 
     /* ---- activations ---- */
-    /* GELU, tanh approximation */
-    void (*gelu_forward)(struct loom_backend *be, float *out, const float *inp, int64_t n);
+    /* GELU of the given form (enum loom_gelu) */
+    void (*gelu_forward)(struct loom_backend *be, enum loom_gelu form, float *out, const float *inp,
+                         int64_t n);
     /* gelu_forward on n elements of the typed activation type dt (out and inp alike) */
-    void (*gelu_forward_typed)(struct loom_backend *be, void *out, const void *inp,
-                               enum loom_dtype dt, int64_t n);
-    void (*gelu_backward)(struct loom_backend *be, float *dinp, const float *dout,
-                          const float *inp, int64_t n);
+    void (*gelu_forward_typed)(struct loom_backend *be, enum loom_gelu form, void *out,
+                               const void *inp, enum loom_dtype dt, int64_t n);
+    void (*gelu_backward)(struct loom_backend *be, enum loom_gelu form, float *dinp,
+                          const float *dout, const float *inp, int64_t n);
     /* SwiGLU: inp[N, 2F] = [gate | up] per row, out[N,F] = silu(gate) * up; every array a typed
      * activation of type dt (fp32, or activation_dtype's type: computed in fp32, rounded once) */
     void (*swiglu_forward)(struct loom_backend *be, void *out, const void *inp, enum loom_dtype dt,

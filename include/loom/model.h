@@ -30,6 +30,7 @@ struct loom_gpt_config {
     enum loom_norm norm;
     double norm_eps;
     int swiglu;
+    enum loom_gelu gelu; /* the GELU MLP's form (not used with swiglu) */
     enum loom_posemb posemb;
     double rope_theta;
     int bias;                /* biases on linear layers */

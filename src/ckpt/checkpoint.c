@@ -89,6 +89,7 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
                         json_string(c->norm == LOOM_NORM_RMSNORM ? "RMSNorm" : "LayerNorm"));
     json_object_set_new(mc, "norm_epsilon", json_real(c->norm_eps));
     json_object_set_new(mc, "swiglu", json_boolean(c->swiglu));
+    json_object_set_new(mc, "gelu", json_string(c->gelu == LOOM_GELU_ERF ? "erf" : "tanh"));
     json_object_set_new(mc, "position_embedding_type",
                         json_string(c->posemb == LOOM_POSEMB_ROPE   ? "rope"
                                     : c->posemb == LOOM_POSEMB_NONE ? "none"
@@ -328,6 +329,12 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     c->posemb = strcmp(pos, "rope") == 0   ? LOOM_POSEMB_ROPE
                 : strcmp(pos, "none") == 0 ? LOOM_POSEMB_NONE
                                            : LOOM_POSEMB_LEARNED;
+    /* "gelu": the GELU's form; checkpoints from before it was recorded are all tanh */
+    json_t *gelu = json_object_get(mc, "gelu");
+    const char *gf = json_string_value(gelu);
+    if (gelu && (!gf || (strcmp(gf, "tanh") && strcmp(gf, "erf"))))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"gelu\" must be \"tanh\" or \"erf\"", file);
+    c->gelu = gf && !strcmp(gf, "erf") ? LOOM_GELU_ERF : LOOM_GELU_TANH;
     memset(st, 0, sizeof *st);
     *optim_step = 0;
     int64_t v;

@@ -230,11 +230,16 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
         c->seq_length = c->max_positions;
         c->norm_eps = json_num(o, "layer_norm_epsilon", 1e-5);
         const char *act = json_string_value(json_object_get(o, "activation_function"));
-        if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh")) {
-            s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: activation_function \"%s\" is not supported "
-                          "(loom's GPT-2 uses the tanh GELU: gelu_new)", path, act);
+        /* the tanh GELU (HF's default for GPT-2), or the exact one ("gelu") */
+        if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh") &&
+            strcmp(act, "gelu")) {
+            s = loom_fail(LOOM_ERR_UNSUPPORTED,
+                          "%s: activation_function \"%s\" is not supported "
+                          "(valid: gelu_new, gelu_pytorch_tanh, gelu)",
+                          path, act);
             goto out;
         }
+        c->gelu = act && !strcmp(act, "gelu") ? LOOM_GELU_ERF : LOOM_GELU_TANH;
         c->hidden_dropout = json_num(o, "resid_pdrop", 0.0);
         c->attention_dropout = json_num(o, "attn_pdrop", 0.0);
         c->init_std = json_num(o, "initializer_range", 0.02);
@@ -314,7 +319,8 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
         json_object_set_new(o, "n_inner", c->ffn_hidden == 4 * c->hidden ? json_null() : json_integer(c->ffn_hidden));
         json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
         json_object_set_new(o, "layer_norm_epsilon", json_real(c->norm_eps));
-        json_object_set_new(o, "activation_function", json_string("gelu_new"));
+        json_object_set_new(o, "activation_function",
+                            json_string(c->gelu == LOOM_GELU_ERF ? "gelu" : "gelu_new"));
         json_object_set_new(o, "resid_pdrop", json_real(c->hidden_dropout));
         json_object_set_new(o, "embd_pdrop", json_real(c->hidden_dropout));
         json_object_set_new(o, "attn_pdrop", json_real(c->attention_dropout));

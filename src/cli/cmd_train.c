@@ -16,7 +16,9 @@
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
-        deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train;
+        deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
+        no_gelu_fusion;
+    int gelu_saved; /* the checkpoint's GELU form with --load, else -1 */
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup;
@@ -39,6 +41,13 @@ struct arch_check {
     int64_t *flag_value;
     int64_t ckpt_value;
 };
+
+/* The GELU's form by Megatron-LM's rule: its fused bias-GELU (on unless --no-bias-gelu-fusion;
+ * it needs the biases) and --openai-gelu compute the tanh form, its F.gelu the exact one. */
+static enum loom_gelu gelu_form(const struct train_flags *f) {
+    return f->openai_gelu || (!f->disable_bias && !f->no_gelu_fusion) ? LOOM_GELU_TANH
+                                                                      : LOOM_GELU_ERF;
+}
 
 static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflags,
                                               struct train_flags *f, const char *load) {
@@ -81,6 +90,16 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
                              "trained without it", bools[i].flag, load);
         *bools[i].value = bools[i].ckpt;
     }
+    /* the checkpoint's GELU form, unless a GELU flag asks for the other one */
+    const int gelu_flag = loom_flags_find(flags, nflags, "--openai-gelu")->given ||
+                          loom_flags_find(flags, nflags, "--no-bias-gelu-fusion")->given;
+    if (gelu_flag && !saved.swiglu && gelu_form(f) != saved.gelu)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--openai-gelu / --no-bias-gelu-fusion ask for the "
+                         "GELU's %s form, which contradicts the checkpoint %s (trained with the %s "
+                         "form); leave them out to use the checkpoint's",
+                         gelu_form(f) == LOOM_GELU_ERF ? "erf" : "tanh", load,
+                         saved.gelu == LOOM_GELU_ERF ? "erf" : "tanh");
+    f->gelu_saved = (int)saved.gelu;
     const char *norm = saved.norm == LOOM_NORM_RMSNORM ? "RMSNorm" : "LayerNorm";
     const char *pos = saved.posemb == LOOM_POSEMB_ROPE ? "rope"
                       : saved.posemb == LOOM_POSEMB_NONE ? "none" : "learned_absolute";
@@ -145,7 +164,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--accumulate-allreduce-grads-in-fp32", 0, "gradients are always accumulated and reduced in "
      "fp32", NULL, NULL},
     {"--no-masked-softmax-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
-    {"--no-bias-gelu-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
     {"--no-bias-swiglu-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
     {"--no-bias-dropout-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
     {"--no-gradient-accumulation-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
@@ -262,8 +280,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--add-qkv-bias", 0, NULL, "the linear layers' biases are all on, or all off with "
      "--disable-bias-linear", NULL},
     {"--squared-relu", 0, NULL, "the MLP's activation is GELU, or SwiGLU with --swiglu", NULL},
-    {"--openai-gelu", 0, "the MLP's GELU is always the tanh approximation (GPT-2's; Megatron-LM's "
-     "default without this flag is the exact erf form)", NULL, NULL},
 };
 
 /* The notes of the Megatron-LM flags given that change nothing, or an error for one loom does
@@ -308,7 +324,7 @@ int loom_cmd_train(int argc, char **argv) {
         .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
         .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
         .log_interval = 100, .tp = 1, .pp = 1, .cp = 1, .ep = 1, .bucket_mb = 40, .initial_loss_scale = 4294967296.0, .min_loss_scale = 1.0,
-        .loss_scale_window = 1000, .hysteresis = 2, .ckpt_step = -1,
+        .loss_scale_window = 1000, .hysteresis = 2, .ckpt_step = -1, .gelu_saved = -1,
     };
     int megatron_bool = 0;
     char *notes = NULL;
@@ -326,6 +342,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--normalization", LOOM_FLAG_CHOICE, &f.normalization, "norm layer", "LayerNorm|RMSNorm", 0},
         {"--norm-epsilon", LOOM_FLAG_FLOAT, &f.norm_eps, "norm epsilon", NULL, 0},
         {"--swiglu", LOOM_FLAG_BOOL, &f.swiglu, "SwiGLU MLP instead of GELU", NULL, 0},
+        {"--openai-gelu", LOOM_FLAG_BOOL, &f.openai_gelu, "the GELU's tanh form in every case", NULL, 0},
+        {"--no-bias-gelu-fusion", LOOM_FLAG_BOOL, &f.no_gelu_fusion, "the GELU's exact (erf) form, as Megatron-LM computes it without its fused bias-GELU", NULL, 0},
         {"--position-embedding-type", LOOM_FLAG_CHOICE, &f.posemb, "position embedding", "learned_absolute|rope|none", 0},
         {"--rotary-base", LOOM_FLAG_FLOAT, &f.rope_base, "rotary base theta", NULL, 0},
         {"--rotary-percent", LOOM_FLAG_FLOAT, &f.rope_percent, "share of each head's dimensions that rotate (1 only)", NULL, 0},
@@ -609,6 +627,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.model.norm = strcmp(f.normalization, "RMSNorm") == 0 ? LOOM_NORM_RMSNORM : LOOM_NORM_LAYERNORM;
     c.model.norm_eps = f.norm_eps;
     c.model.swiglu = f.swiglu;
+    c.model.gelu = f.gelu_saved >= 0 ? (enum loom_gelu)f.gelu_saved : gelu_form(&f);
     c.model.kept_act_layers = f.kept_act;
     c.model.posemb = strcmp(f.posemb, "rope") == 0   ? LOOM_POSEMB_ROPE
                      : strcmp(f.posemb, "none") == 0 ? LOOM_POSEMB_NONE

@@ -586,8 +586,8 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                 d.N, d.C, d.F1l);
         loom_op(be, swiglu_forward, la->act, la->fc1, act, d.N, d.Fl);
     } else {
-        loom_op(be, linear_gelu_forward, la->act, la->fc1, act, la->ln2_full, ln_dt, w->fc1_w,
-                w->fc1_b, d.N, d.C, d.Fl);
+        loom_op(be, linear_gelu_forward, c->gelu, la->act, la->fc1, act, la->ln2_full, ln_dt,
+                w->fc1_w, w->fc1_b, d.N, d.C, d.Fl);
     }
     dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
     if (feeds_local_layer(m, l)) {
@@ -819,9 +819,9 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
                 la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.F1l);
     } else {
         if (la->act == a->act) /* remade */
-            loom_op(be, gelu_forward_typed, la->act, la->fc1, act, d.N * d.Fl);
-        loom_op(be, linear_gelu_backward, a->dwide, act, g->fc1_b, g->fc2_w, db, dy, dy_dt, la->act,
-                la->fc1, w->fc2_w, d.N, d.Fl, d.C);
+            loom_op(be, gelu_forward_typed, c->gelu, la->act, la->fc1, act, d.N * d.Fl);
+        loom_op(be, linear_gelu_backward, c->gelu, a->dwide, act, g->fc1_b, g->fc2_w, db, dy, dy_dt,
+                la->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
         loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, NULL, a->dwide, act,
                 la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.Fl);
     }

@@ -119,7 +119,7 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
         if (c->swiglu)
             loom_op(be, swiglu_forward, d->act, d->fc1, LOOM_DTYPE_F32, 1, F);
         else
-            loom_op(be, gelu_forward, d->act, d->fc1, F);
+            loom_op(be, gelu_forward, c->gelu, d->act, d->fc1, F);
         loom_op(be, linear_forward, d->tmp, d->act, w->fc2_w, w->fc2_b, 1, F, C);
         loom_op(be, add, d->x, d->x, d->tmp, C);
     }

@@ -663,10 +663,13 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                       (long long)t->ramp.increment, (long long)t->ramp.samples,
                       (long long)c->train_iters);
     loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
-                  "vocab %lld (padded %lld), seq %lld | world %d = TP %lld x PP %lld x DP %lld | "
-                  "%s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
+                  "MLP %s, vocab %lld (padded %lld), seq %lld | world %d = TP %lld x PP %lld x DP "
+                  "%lld | %s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
                   (long long)N, (long long)c->model.num_layers, (long long)c->model.hidden,
                   (long long)c->model.heads, (long long)c->model.query_groups,
+                  c->model.swiglu                  ? "SwiGLU"
+                  : c->model.gelu == LOOM_GELU_ERF ? "GELU (erf)"
+                                                   : "GELU (tanh)",
                   (long long)c->model.vocab_size, (long long)c->model.padded_vocab,
                   (long long)c->model.seq_length, t->par.world_size, (long long)c->tp,
                   (long long)c->pp, (long long)dp, t->be->ops->name, (long long)t->num_micro,

@@ -39,6 +39,9 @@ static struct loom_backend *g_cpu, *g_gpu;
 static int g_f16; /* run_case rounds to fp16 instead of bf16 */
 
 /* CPU fp32 linear forward/backward on the given host inputs. */
+/* the GELU's form of the GELU cases (the erf form's products take no epilogue) */
+static enum loom_gelu g_gelu = LOOM_GELU_TANH;
+
 static void cpu_linear(float *out, float *dinp, float *dw, const float *inp, const float *w,
                        const float *b, const float *dout, const float *dw0, int64_t N, int64_t C,
                        int64_t OC) {
@@ -171,8 +174,9 @@ static void run_case(int64_t N, int64_t C, int64_t OC, int bias, int registered,
 static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int registered,
                             uint64_t seed) {
     char what[160], tag[96];
-    snprintf(tag, sizeof tag, "%lldx%lldx%lld%s, %s", (long long)N, (long long)C, (long long)F,
-             bias ? " +bias" : "", registered ? "registered weights" : "weights outside the range");
+    snprintf(tag, sizeof tag, "%lldx%lldx%lld%s%s, %s", (long long)N, (long long)C, (long long)F,
+             bias ? " +bias" : "", g_gelu == LOOM_GELU_ERF ? " erf" : "",
+             registered ? "registered weights" : "weights outside the range");
     float *h = ct_randn(N * C, seed + 1, 1.0f, 0.0f), *w1 = ct_randn(F * C, seed + 2, 0.05f, 0.0f);
     float *b1 = bias ? ct_randn(F, seed + 3, 0.1f, 0.0f) : NULL,
           *w2 = ct_randn(C * F, seed + 4, 0.05f, 0.0f);
@@ -190,12 +194,12 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
     float *cdy = ct_dputf(cb, dy_r, N * C), *cpre = ct_dputf(cb, NULL, N * F),
           *ca = ct_dputf(cb, NULL, N * F);
     float *cdpre = ct_dputf(cb, NULL, N * F), *cg = ct_dputf(cb, g0, ng);
-    cb->ops->linear_gelu_forward(cb, ca, cpre, LOOM_DTYPE_F32, ch, LOOM_DTYPE_F32, cw1, cb1, N, C,
-                                 F);
+    cb->ops->linear_gelu_forward(cb, g_gelu, ca, cpre, LOOM_DTYPE_F32, ch, LOOM_DTYPE_F32, cw1, cb1,
+                                 N, C, F);
     float *ref_a = ct_dgetf(cb, ca, N * F), *ref_pre = ct_dgetf(cb, cpre, N * F);
     float *a_r = ct_rounded(ref_a, N * F, 0);
     cb->ops->to_device(cb, ca, a_r, (size_t)(N * F) * sizeof(float));
-    cb->ops->linear_gelu_backward(cb, cdpre, LOOM_DTYPE_F32, bias ? cg + F * C : NULL, cg,
+    cb->ops->linear_gelu_backward(cb, g_gelu, cdpre, LOOM_DTYPE_F32, bias ? cg + F * C : NULL, cg,
                                   bias ? cg + F * C + F : NULL, cdy, LOOM_DTYPE_F32, ca, cpre, cw2,
                                   N, F, C);
     float *ref_dpre = ct_dgetf(cb, cdpre, N * F), *ref_g = ct_dgetf(cb, cg, ng);
@@ -219,11 +223,11 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
     float *run[2][4];
     for (int rep = 0; rep < 2; rep++) {
         g_gpu->ops->to_device(g_gpu, gg, g0, (size_t)ng * sizeof(float));
-        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_F32, gh, LOOM_DTYPE_F32, gw1,
-                                        gb1, N, C, F);
-        g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_F32, bias ? gg + F * C : NULL, gg,
-                                         bias ? gg + F * C + F : NULL, gdy, LOOM_DTYPE_F32, ga,
-                                         gpre, gw2, N, F, C);
+        g_gpu->ops->linear_gelu_forward(g_gpu, g_gelu, ga, gpre, LOOM_DTYPE_F32, gh, LOOM_DTYPE_F32,
+                                        gw1, gb1, N, C, F);
+        g_gpu->ops->linear_gelu_backward(g_gpu, g_gelu, gdpre, LOOM_DTYPE_F32,
+                                         bias ? gg + F * C : NULL, gg, bias ? gg + F * C + F : NULL,
+                                         gdy, LOOM_DTYPE_F32, ga, gpre, gw2, N, F, C);
         run[rep][0] = ct_dgetf(g_gpu, gpre, N * F);
         run[rep][1] = ct_dgetf(g_gpu, ga, N * F);
         run[rep][2] = ct_dgetf(g_gpu, gdpre, N * F);
@@ -273,8 +277,9 @@ static void run_linear_gelu(int64_t N, int64_t C, int64_t F, int bias, int regis
 static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registered,
                           uint64_t seed) {
     char what[160], tag[96];
-    snprintf(tag, sizeof tag, "%lldx%lldx%lld%s, %s", (long long)N, (long long)C, (long long)F,
-             bias ? " +bias" : "", registered ? "registered weights" : "weights outside");
+    snprintf(tag, sizeof tag, "%lldx%lldx%lld%s%s, %s", (long long)N, (long long)C, (long long)F,
+             bias ? " +bias" : "", g_gelu == LOOM_GELU_ERF ? " erf" : "",
+             registered ? "registered weights" : "weights outside");
     float *h = ct_randn(N * C, seed + 1, 1.0f, 0.0f), *w1 = ct_randn(F * C, seed + 2, 0.05f, 0.0f);
     float *b1 = bias ? ct_randn(F, seed + 3, 0.1f, 0.0f) : NULL,
           *w2 = ct_randn(C * F, seed + 4, 0.05f, 0.0f);
@@ -299,16 +304,16 @@ static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registe
     float *cy = ct_dputf(cb, NULL, N * C), *cdpre = ct_dputf(cb, NULL, N * F),
           *cdh = ct_dputf(cb, NULL, N * C);
     float *cg = ct_dputf(cb, g0, ng), *cscratch = ct_dputf(cb, NULL, F * C);
-    cb->ops->linear_gelu_forward(cb, ca, cpre, LOOM_DTYPE_F32, ch, LOOM_DTYPE_F32, cw1, cb1, N, C,
-                                 F);
+    cb->ops->linear_gelu_forward(cb, g_gelu, ca, cpre, LOOM_DTYPE_F32, ch, LOOM_DTYPE_F32, cw1, cb1,
+                                 N, C, F);
     float *ref_pre = ct_dgetf(cb, cpre, N * F), *ref_a = ct_dgetf(cb, ca, N * F);
     float *pre_r = ct_rounded(ref_pre, N * F, 0), *a_r = ct_rounded(ref_a, N * F, 0);
     cb->ops->to_device(cb, cpre, pre_r, (size_t)(N * F) * sizeof(float));
     cb->ops->to_device(cb, ca, a_r, (size_t)(N * F) * sizeof(float));
     cb->ops->linear_forward(cb, cy, ca, cw2, cb2, N, F, C);
-    cb->ops->linear_gelu_backward(cb, cdpre, LOOM_DTYPE_F32, bias ? cg + oDB1 : NULL, cg + oDW2,
-                                  bias ? cg + oDB2 : NULL, cdy, LOOM_DTYPE_F32, ca, cpre, cw2, N, F,
-                                  C);
+    cb->ops->linear_gelu_backward(cb, g_gelu, cdpre, LOOM_DTYPE_F32, bias ? cg + oDB1 : NULL,
+                                  cg + oDW2, bias ? cg + oDB2 : NULL, cdy, LOOM_DTYPE_F32, ca, cpre,
+                                  cw2, N, F, C);
     float *ref_dpre = ct_dgetf(cb, cdpre, N * F), *dpre_r = ct_rounded(ref_dpre, N * F, 0);
     cb->ops->to_device(cb, cdpre, dpre_r, (size_t)(N * F) * sizeof(float));
     cb->ops->linear_backward(cb, cdh, cg, NULL, cdpre, ch, cw1, N, C, F);
@@ -341,13 +346,13 @@ static void run_mlp_act16(int64_t N, int64_t C, int64_t F, int bias, int registe
     float *run[2][6];
     for (int rep = 0; rep < 2; rep++) {
         g_gpu->ops->to_device(g_gpu, gg, g0, (size_t)ng * sizeof(float));
-        g_gpu->ops->linear_gelu_forward(g_gpu, ga, gpre, LOOM_DTYPE_BF16, gh, LOOM_DTYPE_F32, gw1,
-                                        gb1, N, C, F);
+        g_gpu->ops->linear_gelu_forward(g_gpu, g_gelu, ga, gpre, LOOM_DTYPE_BF16, gh,
+                                        LOOM_DTYPE_F32, gw1, gb1, N, C, F);
         g_gpu->ops->linear_forward_typed(g_gpu, gy, LOOM_DTYPE_F32, ga, LOOM_DTYPE_BF16, gw2, gb2,
                                          N, F, C);
-        g_gpu->ops->linear_gelu_backward(g_gpu, gdpre, LOOM_DTYPE_BF16, bias ? gg + oDB1 : NULL,
-                                         gg + oDW2, bias ? gg + oDB2 : NULL, gdy, LOOM_DTYPE_F32,
-                                         ga, gpre, gw2, N, F, C);
+        g_gpu->ops->linear_gelu_backward(
+            g_gpu, g_gelu, gdpre, LOOM_DTYPE_BF16, bias ? gg + oDB1 : NULL, gg + oDW2,
+            bias ? gg + oDB2 : NULL, gdy, LOOM_DTYPE_F32, ga, gpre, gw2, N, F, C);
         g_gpu->ops->linear_backward_typed(g_gpu, gdh, LOOM_DTYPE_F32, gg, NULL, gdpre,
                                           LOOM_DTYPE_BF16, gh, LOOM_DTYPE_F32, gw1, N, C, F);
         g_gpu->ops->linear_backward_typed(g_gpu, NULL, LOOM_DTYPE_F32, NULL, gg + oDBA, gdpre,
@@ -601,20 +606,22 @@ static int within_one_bf16_ulp(const float *got, const float *want, int64_t n, i
 static void run_gelu_bf16(int64_t n, int64_t off, uint64_t seed) {
     float *x0 = ct_randn(n, seed, 2.0f, 0.0f), *x = ct_rounded(x0, n, 0);
     float *d32 = ct_dputf(g_gpu, x, n), *o32 = ct_dputf(g_gpu, NULL, n);
-    g_gpu->ops->gelu_forward(g_gpu, o32, d32, n);
+    g_gpu->ops->gelu_forward(g_gpu, g_gelu, o32, d32, n);
     float *ref = ct_dgetf(g_gpu, o32, n), *ref_r = ct_rounded(ref, n, 0);
     float *xp = ct_alloc((size_t)(n + off) * sizeof(float));
     for (int64_t i = 0; i < off; i++) xp[i] = 0.0f;
     memcpy(xp + off, x, (size_t)n * sizeof(float));
     char *in16 = ct_dput16(g_gpu, xp, n + off, 0), *out16 = ct_dput16(g_gpu, xp, n + off, 0);
-    g_gpu->ops->gelu_forward_typed(g_gpu, out16 + 2 * off, in16 + 2 * off, LOOM_DTYPE_BF16, n);
+    g_gpu->ops->gelu_forward_typed(g_gpu, g_gelu, out16 + 2 * off, in16 + 2 * off, LOOM_DTYPE_BF16,
+                                   n);
     float *got = ct_dget16(g_gpu, out16, n + off, 0);
-    char what[96];
+    char what[128];
     int64_t differ = 0;
     const int near = within_one_bf16_ulp(got + off, ref_r, n, &differ);
     snprintf(what, sizeof what,
-             "gelu_forward_typed bf16, n %lld at element offset %lld: %lld of them one unit off",
-             (long long)n, (long long)off, (long long)differ);
+             "gelu_forward_typed bf16%s, n %lld at element offset %lld: %lld of them one unit off",
+             g_gelu == LOOM_GELU_ERF ? " erf" : "", (long long)n, (long long)off,
+             (long long)differ);
     ct_check_true(what, near && differ * 256 <= n);
     void *gb[] = {d32, o32, in16, out16};
     for (size_t i = 0; i < sizeof gb / sizeof gb[0]; i++) g_gpu->ops->free(g_gpu, gb[i]);
@@ -811,6 +818,11 @@ int main(void) {
     run_mlp_act16(37, 72, 50, 1, 0, 2000);     /* F % 8 != 0: without the epilogues */
     run_mlp_act16(64, 96, 384, 0, 0, 2100);
     run_mlp_act16(2048, 768, 3072, 1, 1, 2200); /* GPT-2 MLP */
+    g_gelu = LOOM_GELU_ERF; /* the exact GELU: its own kernels, the products plain */
+    run_linear_gelu(64, 96, 384, 1, 1, 1550);
+    run_mlp_act16(2048, 768, 3072, 1, 1, 2250);
+    run_gelu_bf16(8 * 101 + 5, 1, 3850);
+    g_gelu = LOOM_GELU_TANH;
     run_typed_f32(33, 70, 50, 2300);
     run_typed_f32(256, 768, 3072, 2400);
     g_f16 = 1; /* the same products in fp16 */

@@ -417,14 +417,20 @@ static void test_decode(int64_t L, int64_t NH, int64_t NKV, int64_t HS) {
 static void test_activations(int64_t N, int64_t F) {
     int64_t n = N * F;
     float *x = ct_randn(2 * n, 80, 2.0f, 0.0f), *dout = ct_randn(2 * n, 81, 1.0f, 0.0f);
-    float *res[3][4];
+    float *res[3][6];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
         float *dx_ = ct_dputf(be, x, 2 * n), *ddout = ct_dputf(be, dout, 2 * n);
         float *y = ct_dputf(be, NULL, 2 * n), *g = ct_dputf(be, NULL, 2 * n);
         float *ys = ct_dputf(be, NULL, n), *gs = ct_dputf(be, NULL, 2 * n);
-        loom_op(be, gelu_forward, y, dx_, 2 * n);
-        loom_op(be, gelu_backward, g, ddout, dx_, 2 * n);
+        for (int f = LOOM_GELU_ERF; f >= LOOM_GELU_TANH; f--) { /* the erf form into res 4, 5 */
+            loom_op(be, gelu_forward, (enum loom_gelu)f, y, dx_, 2 * n);
+            loom_op(be, gelu_backward, (enum loom_gelu)f, g, ddout, dx_, 2 * n);
+            if (f == LOOM_GELU_ERF) {
+                res[r][4] = dtake(be, y, 2 * n);
+                res[r][5] = dtake(be, g, 2 * n);
+            }
+        }
         loom_op(be, swiglu_forward, ys, dx_, LOOM_DTYPE_F32, N, F);
         loom_op(be, swiglu_backward, gs, ddout, dx_, LOOM_DTYPE_F32, N, F);
         res[r][0] = dtake(be, y, 2 * n);
@@ -439,11 +445,14 @@ static void test_activations(int64_t N, int64_t F) {
     compare(name, res[1][0], res[0][0], res[2][0], 2 * n, GATE_ELEM, 1e-5);
     /* the derivative crosses zero near x = -0.75: measured normwise */
     compare("gelu bwd", res[1][1], res[0][1], res[2][1], 2 * n, GATE_NORM, 1e-5);
+    compare("gelu erf fwd", res[1][4], res[0][4], res[2][4], 2 * n, GATE_ELEM, 1e-5);
+    compare("gelu erf bwd", res[1][5], res[0][5], res[2][5], 2 * n, GATE_NORM, 1e-5);
     snprintf(name, sizeof name, "swiglu fwd N=%lld F=%lld", (long long)N, (long long)F);
     compare(name, res[1][2], res[0][2], res[2][2], n, GATE_ELEM, 1e-5);
     compare("swiglu bwd", res[1][3], res[0][3], res[2][3], 2 * n, GATE_NORM, 1e-5);
     for (int r = 0; r < 3; r++)
-        for (int k = 0; k < 4; k++) free(res[r][k]);
+        for (int k = 0; k < 6; k++)
+            free(res[r][k]);
     free(x);
     free(dout);
 }
@@ -740,7 +749,8 @@ static void test_residual_norm(int64_t N, int64_t C, int rms) {
 /* The GELU MLP h[N,C] -> gelu(h W1^T + b1) [N,F] -> . W2^T + b2 through linear_gelu_forward,
  * linear_gelu_backward and fc1's linear_backward (without its bias, which linear_gelu_backward
  * sums): against the CPU, and on cuda (fp32) bit for bit equal to the separate ops. */
-static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
+static void test_linear_gelu(enum loom_gelu form, int64_t N, int64_t C, int64_t F, int with_bias) {
+    const char *fn = form == LOOM_GELU_ERF ? "erf" : "tanh";
     float *h = ct_randn(N * C, 140, 1.0f, 0.0f), *w1 = ct_randn(F * C, 141, 0.05f, 0.0f);
     float *b1 = ct_randn(F, 142, 0.5f, 0.0f), *w2 = ct_randn(C * F, 143, 0.05f, 0.0f);
     float *dy = ct_randn(N * C, 144, 1.0f, 0.0f);
@@ -756,9 +766,9 @@ static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
         float *dpre = ct_dputf(be, NULL, N * F), *dh = ct_dputf(be, NULL, N * C),
               *g = ct_dputf(be, g0, ng);
         float *gw1 = g, *gw2 = g + F * C, *gb1 = g + 2 * F * C, *gb2 = gb1 + F;
-        loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, dh_, LOOM_DTYPE_F32, dw1, db1, N,
-                C, F);
-        loom_op(be, linear_gelu_backward, dpre, LOOM_DTYPE_F32, with_bias ? gb1 : NULL, gw2,
+        loom_op(be, linear_gelu_forward, form, a, pre, LOOM_DTYPE_F32, dh_, LOOM_DTYPE_F32, dw1,
+                db1, N, C, F);
+        loom_op(be, linear_gelu_backward, form, dpre, LOOM_DTYPE_F32, with_bias ? gb1 : NULL, gw2,
                 with_bias ? gb2 : NULL, ddy, LOOM_DTYPE_F32, a, pre, dw2, N, F, C);
         loom_op(be, linear_backward, dh, gw1, NULL, dpre, dh_, dw1, N, C, F);
         res[r][0] = dtake(be, a, N * F);
@@ -772,10 +782,10 @@ static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
             float *da = ct_dputf(be, NULL, N * F), *dp2 = ct_dputf(be, NULL, N * F);
             float *dh2 = ct_dputf(be, NULL, N * C), *g2 = ct_dputf(be, g0, ng);
             loom_op(be, linear_forward, p2, dh_, dw1, db1, N, C, F);
-            loom_op(be, gelu_forward, a2, p2, N * F);
+            loom_op(be, gelu_forward, form, a2, p2, N * F);
             loom_op(be, linear_backward, da, g2 + F * C, with_bias ? g2 + 2 * F * C + F : NULL, ddy,
                     a2, dw2, N, F, C);
-            loom_op(be, gelu_backward, dp2, da, p2, N * F);
+            loom_op(be, gelu_backward, form, dp2, da, p2, N * F);
             loom_op(be, linear_backward, dh2, g2, with_bias ? g2 + 2 * F * C : NULL, dp2, dh_, dw1,
                     N, C, F);
             float *h2[5] = {dtake(be, a2, N * F), dtake(be, p2, N * F), dtake(be, dp2, N * F),
@@ -789,7 +799,7 @@ static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
             be->ops->free(be, da);
             char what[128];
             snprintf(what, sizeof what,
-                     "GELU MLP N=%lld C=%lld F=%lld on cuda == separate ops, bit for bit",
+                     "GELU MLP %s N=%lld C=%lld F=%lld on cuda == separate ops, bit for bit", fn,
                      (long long)N, (long long)C, (long long)F);
             ct_check_true(what, eq);
         }
@@ -800,7 +810,7 @@ static void test_linear_gelu(int64_t N, int64_t C, int64_t F, int with_bias) {
         be->ops->free(be, ddy);
     }
     char name[96];
-    snprintf(name, sizeof name, "linear_gelu fwd N=%lld C=%lld F=%lld%s: out", (long long)N,
+    snprintf(name, sizeof name, "linear_gelu %s fwd N=%lld C=%lld F=%lld%s: out", fn, (long long)N,
              (long long)C, (long long)F, with_bias ? "" : " (no bias)");
     compare(name, res[1][0], res[0][0], res[2][0], N * F, GATE_NORM, 1e-5);
     compare("linear_gelu fwd pre", res[1][1], res[0][1], res[2][1], N * F, GATE_NORM, 1e-5);
@@ -862,8 +872,8 @@ static void bench_memory_bound(struct loom_backend *be, int64_t B, int64_t T, in
     printf("  layernorm N=%lld C=%lld: fwd %7.3f ms (%6.0f GB/s)  bwd %7.3f ms (%6.0f GB/s)\n",
            (long long)N, (long long)C, ms, 8.0 * N * C / ms * 1e-6, ms2,
            16.0 * N * C / ms2 * 1e-6);
-    BENCH_MS(be, iters, ms, loom_op(be, gelu_forward, y, x, N * F));
-    BENCH_MS(be, iters, ms2, loom_op(be, gelu_backward, g, y, x, N * F));
+    BENCH_MS(be, iters, ms, loom_op(be, gelu_forward, LOOM_GELU_TANH, y, x, N * F));
+    BENCH_MS(be, iters, ms2, loom_op(be, gelu_backward, LOOM_GELU_TANH, g, y, x, N * F));
     printf("  gelu n=%lld: fwd %7.3f ms (%6.0f GB/s)  bwd %7.3f ms (%6.0f GB/s)\n",
            (long long)(N * F), ms, 8.0 * N * F / ms * 1e-6, ms2, 12.0 * N * F / ms2 * 1e-6);
     be->ops->free(be, x);
@@ -1037,8 +1047,9 @@ static int run(int argc, char **argv) {
         test_adamw(10007);
         test_residual_norm(2 * 64, 96, 0);
         test_residual_norm(2 * 64, 96, 1);
-        test_linear_gelu(2 * 64, 96, 4 * 96, 1);
-        test_linear_gelu(2 * 64, 96, 4 * 96, 0);
+        test_linear_gelu(LOOM_GELU_TANH, 2 * 64, 96, 4 * 96, 1);
+        test_linear_gelu(LOOM_GELU_TANH, 2 * 64, 96, 4 * 96, 0);
+        test_linear_gelu(LOOM_GELU_ERF, 2 * 64, 96, 4 * 96, 1);
         test_sumsq_ranges();
         test_adamw_ranges();
         if (!small_only) {
@@ -1062,7 +1073,7 @@ static int run(int argc, char **argv) {
             test_adamw(1 << 20);
             test_residual_norm(4 * 256, 768, 0);
             test_residual_norm(4 * 256, 768, 1);
-            test_linear_gelu(4 * 256, 768, 3072, 1);
+            test_linear_gelu(LOOM_GELU_TANH, 4 * 256, 768, 3072, 1);
         }
         printf("\n");
         st = ct_finish();

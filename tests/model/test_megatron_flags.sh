@@ -18,7 +18,7 @@ base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 
 source "$(dirname "$0")/runs.sh"
 noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine --overlap-grad-reduce
       --attention-softmax-in-fp32 --accumulate-allreduce-grads-in-fp32 --no-masked-softmax-fusion
-      --no-bias-gelu-fusion --no-bias-swiglu-fusion --no-bias-dropout-fusion
+      --no-bias-swiglu-fusion --no-bias-dropout-fusion
       --no-gradient-accumulation-fusion --no-rope-fusion --no-persist-layer-norm
       --no-async-tensor-model-parallel-allreduce --log-throughput --no-load-rng --no-save-rng
       --data-impl mmap --num-workers 2 --distributed-backend nccl --rotary-percent 1.0
@@ -33,7 +33,7 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --calculate-per-token-loss --check-for-nan-in-loss-and-grad
       --no-create-attention-mask-in-dataloader --exit-on-missing-checkpoint
       --use-cpu-initialization --ddp-average-in-collective --align-grad-reduce --legacy-tokenizer
-      --sgd-momentum 0.9 --mmap-bin-files --no-mmap-bin-files --openai-gelu)
+      --sgd-momentum 0.9 --mmap-bin-files --no-mmap-bin-files)
 run plain
 run megatron "${noop[@]}"
 same plain megatron
@@ -88,5 +88,40 @@ else
 fi
 if cmp -s "$tmp/rope.txt" "$tmp/plain.txt" || cmp -s "$tmp/none.txt" "$tmp/rope.txt"; then
   echo "FAIL the position embeddings made no difference"; fail=1
+fi
+# The GELU's form by Megatron-LM's rule: the tanh form with biases (its fused bias-GELU, on by
+# default) or with --openai-gelu, the exact (erf) one without biases or with --no-bias-gelu-fusion
+# (the forms' values: tests/ops/test_ops_act.c; a model of each against PyTorch:
+# tests/model/test_torch_parity.sh)
+run openai --openai-gelu
+same plain openai
+run erf --no-bias-gelu-fusion
+run nobias --disable-bias-linear
+run nobias-tanh --disable-bias-linear --openai-gelu
+form_of() { grep -o 'MLP GELU ([a-z]*)' "$tmp/$1.log" | head -1; }
+forms="$(form_of plain), $(form_of openai), $(form_of erf), $(form_of nobias), $(form_of nobias-tanh)"
+if [ "$forms" = "MLP GELU (tanh), MLP GELU (tanh), MLP GELU (erf), MLP GELU (erf), MLP GELU (tanh)" ] &&
+   ! cmp -s "$tmp/plain.txt" "$tmp/erf.txt" && ! cmp -s "$tmp/nobias.txt" "$tmp/nobias-tanh.txt"; then
+  echo "ok   the GELU's form: tanh by default and with --openai-gelu, erf without biases or the fusion"
+else
+  echo "FAIL the GELU's form: $forms"; fail=1
+fi
+# a checkpoint keeps its form: resumed without the flag it trains on in the erf form (the same
+# losses as the straight run); a flag asking for the other form is an error
+ITERS=6 run erf6 --no-bias-gelu-fusion --train-iters 6
+run erf-save --no-bias-gelu-fusion --train-iters 6 --exit-interval 4 --save "$tmp/erf-ckpt"
+run erf-resumed --load "$tmp/erf-ckpt" --train-iters 6
+if [ "$(tail -2 "$tmp/erf6.txt")" = "$(cat "$tmp/erf-resumed.txt")" ] &&
+   [ "$(form_of erf-resumed)" = "MLP GELU (erf)" ]; then
+  echo "ok   resumed without --no-bias-gelu-fusion, the checkpoint's erf form goes on"
+else
+  echo "FAIL the resumed run's GELU: $(form_of erf-resumed)"; fail=1
+fi
+out=$("$LOOM" "${base[@]}" --load "$tmp/erf-ckpt" --train-iters 6 --openai-gelu 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c . <<< "$out")" = 1 ] && grep -q -- '--openai-gelu' <<< "$out" &&
+   grep -q 'erf form' <<< "$out"; then
+  echo "ok   --openai-gelu against an erf checkpoint: $out"
+else
+  echo "FAIL --openai-gelu against an erf checkpoint (exit $rc): $out"; fail=1
 fi
 exit $fail

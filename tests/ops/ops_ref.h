@@ -168,6 +168,21 @@ static inline int ops_finish(void) {
 }
 
 /* malloc that never returns NULL (tests stop on out-of-memory). */
+/* GELU of either form (0 tanh, 1 erf: enum loom_gelu's values) and its derivative, in double
+ * from their definitions (tanh through tanh, erf through erf) */
+static inline double ops_gelu(int erf_form, double x) {
+    if (erf_form) return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    const double a = sqrt(2.0 / 3.14159265358979323846);
+    return 0.5 * x * (1.0 + tanh(a * (x + 0.044715 * x * x * x)));
+}
+static inline double ops_dgelu(int erf_form, double x) {
+    const double pi = 3.14159265358979323846;
+    if (erf_form) return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * pi);
+    const double a = sqrt(2.0 / pi);
+    double t = tanh(a * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * a * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
 static inline void *ops_alloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) {

@@ -1,4 +1,4 @@
-/* CPU activations: GELU (tanh approximation) and SwiGLU against double loops and central
+/* CPU activations: GELU (both forms) and SwiGLU against double loops and central
  * differences; dropout: p = 0 is the identity, the mask is the counter-based one at global
  * indices (two half blocks with offset sample0 / pos0 / feat0 reproduce one full block), the
  * drop rate is ~p, kept values are scaled by 1/(1-p), in-place use, backward = same mask. */
@@ -13,12 +13,8 @@ static struct loom_backend *be;
 
 /* ---------------- GELU ---------------- */
 
-static double gelu_ref(double x) {
-    const double a = sqrt(2.0 / 3.14159265358979323846);
-    return 0.5 * x * (1.0 + tanh(a * (x + 0.044715 * x * x * x)));
-}
-
 struct gelu_ctx {
+    enum loom_gelu form;
     int64_t n;
     double *x, *R;
 };
@@ -26,12 +22,14 @@ struct gelu_ctx {
 static double gelu_loss(void *p) {
     struct gelu_ctx *k = p;
     double s = 0.0;
-    for (int64_t i = 0; i < k->n; i++) s += gelu_ref(k->x[i]) * k->R[i];
+    for (int64_t i = 0; i < k->n; i++)
+        s += ops_gelu(k->form == LOOM_GELU_ERF, k->x[i]) * k->R[i];
     return s;
 }
 
-static void test_gelu(int64_t n) {
+static void test_gelu(enum loom_gelu form, int64_t n) {
     char name[96];
+    const char *fn = form == LOOM_GELU_ERF ? "erf" : "tanh";
     float *x = ops_alloc((size_t)n * sizeof *x), *y = ops_alloc((size_t)n * sizeof *y);
     float *R = ops_alloc((size_t)n * sizeof *R), *dx = ops_alloc((size_t)n * sizeof *dx);
     ops_fill(x, n, 50, -6.0f, 6.0f);
@@ -41,18 +39,30 @@ static void test_gelu(int64_t n) {
     for (size_t k = 0; k < sizeof special / sizeof *special && (int64_t)k < n; k++)
         x[k] = special[k];
     double *ref = ops_alloc((size_t)n * sizeof *ref);
-    for (int64_t i = 0; i < n; i++) ref[i] = gelu_ref(x[i]);
-    loom_op(be, gelu_forward, y, x, n);
-    snprintf(name, sizeof name, "gelu forward n=%lld (relative)", (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = ops_gelu(form == LOOM_GELU_ERF, x[i]);
+    loom_op(be, gelu_forward, form, y, x, n);
+    snprintf(name, sizeof name, "gelu %s forward n=%lld (relative)", fn, (long long)n);
     ops_check(name, ops_max_rel_err(y, ref, n), 2e-6);
-    snprintf(name, sizeof name, "gelu forward n=%lld (absolute, incl. tails)", (long long)n);
+    snprintf(name, sizeof name, "gelu %s forward n=%lld (absolute, incl. tails)", fn, (long long)n);
     ops_check(name, ops_max_abs_err(y, ref, n), 2e-6);
 
-    loom_op(be, gelu_backward, dx, R, x, n);
-    struct gelu_ctx k = {n, ops_to_double(x, n), ops_to_double(R, n)};
-    snprintf(name, sizeof name, "gelu backward n=%lld against central differences", (long long)n);
+    loom_op(be, gelu_backward, form, dx, R, x, n);
+    struct gelu_ctx k = {form, n, ops_to_double(x, n), ops_to_double(R, n)};
+    snprintf(name, sizeof name, "gelu %s backward n=%lld against central differences", fn,
+             (long long)n);
     ops_check(name, ops_grad_check_some(gelu_loss, &k, k.x, n, dx, 1e-4, 100), 1e-5);
     free(x), free(y), free(R), free(dx), free(ref), free(k.x), free(k.R);
+}
+
+/* The two forms are different functions: at x = 1 they differ by 1.5e-4 (the tanh form's
+ * error), far above the checks' tolerance, so each check above tells them apart. */
+static void test_gelu_forms_differ(void) {
+    float x = 1.0f, yt, ye;
+    loom_op(be, gelu_forward, LOOM_GELU_TANH, &yt, &x, 1);
+    loom_op(be, gelu_forward, LOOM_GELU_ERF, &ye, &x, 1);
+    ops_check_true("gelu forms: tanh(1) and erf(1) differ by more than 1e-4",
+                   fabs((double)yt - ye) > 1e-4);
 }
 
 /* ---------------- SwiGLU ---------------- */
@@ -246,8 +256,11 @@ static void test_dropout(void) {
 
 int main(void) {
     if (loom_backend_cpu_create(&be) != LOOM_OK) return 2;
-    test_gelu(37);
-    test_gelu(40001); /* threaded path */
+    for (int form = LOOM_GELU_TANH; form <= LOOM_GELU_ERF; form++) {
+        test_gelu((enum loom_gelu)form, 37);
+        test_gelu((enum loom_gelu)form, 40001); /* threaded path */
+    }
+    test_gelu_forms_differ();
     test_swiglu(7, 19);
     test_swiglu(64, 300); /* threaded path */
     test_dropout();

@@ -105,28 +105,22 @@ static void test_residual_norm(int rms, int has_b, int64_t N, int64_t C, int whe
 
 /* ---------------- linear + GELU ---------------- */
 
-static double gelu_d(double x) {
-    const double a = sqrt(2.0 / 3.14159265358979323846);
-    return 0.5 * x * (1.0 + tanh(a * (x + 0.044715 * x * x * x)));
-}
-static double dgelu_d(double x) {
-    const double a = sqrt(2.0 / 3.14159265358979323846);
-    double t = tanh(a * (x + 0.044715 * x * x * x));
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * a * (1.0 + 3.0 * 0.044715 * x * x);
-}
-
-static void test_linear_gelu_forward(int64_t N, int64_t C, int64_t OC, int has_b) {
+static void test_linear_gelu_forward(enum loom_gelu form, int64_t N, int64_t C, int64_t OC,
+                                     int has_b) {
     char name[160];
+    const char *fn = form == LOOM_GELU_ERF ? "erf" : "tanh";
     float *x = falloc(N * C), *w = falloc(OC * C), *b = has_b ? falloc(OC) : NULL;
     ops_fill(x, N * C, 310, -1.0f, 1.0f);
     ops_fill(w, OC * C, 311, -0.2f, 0.2f);
     if (b) ops_fill(b, OC, 312, -0.5f, 0.5f);
     float *pre_ref = falloc(N * OC), *out_ref = falloc(N * OC);
     loom_op(be, linear_forward, pre_ref, x, w, b, N, C, OC);
-    loom_op(be, gelu_forward, out_ref, pre_ref, N * OC);
+    loom_op(be, gelu_forward, form, out_ref, pre_ref, N * OC);
     float *pre = falloc(N * OC), *out = falloc(N * OC);
-    loom_op(be, linear_gelu_forward, out, pre, LOOM_DTYPE_F32, x, LOOM_DTYPE_F32, w, b, N, C, OC);
-    snprintf(name, sizeof name, "linear_gelu_forward N=%lld C=%lld OC=%lld%s: pre, out bit for bit",
+    loom_op(be, linear_gelu_forward, form, out, pre, LOOM_DTYPE_F32, x, LOOM_DTYPE_F32, w, b, N, C,
+            OC);
+    snprintf(name, sizeof name,
+             "linear_gelu_forward %s N=%lld C=%lld OC=%lld%s: pre, out bit for bit", fn,
              (long long)N, (long long)C, (long long)OC, has_b ? "" : " (no bias)");
     ops_check_true(name, same(pre, pre_ref, N * OC) && same(out, out_ref, N * OC));
     double *ref = ops_alloc((size_t)(N * OC) * sizeof *ref);
@@ -134,18 +128,19 @@ static void test_linear_gelu_forward(int64_t N, int64_t C, int64_t OC, int has_b
         for (int64_t o = 0; o < OC; o++) {
             double s = b ? b[o] : 0.0;
             for (int64_t c = 0; c < C; c++) s += (double)x[i * C + c] * w[o * C + c];
-            ref[i * OC + o] = gelu_d(s);
+            ref[i * OC + o] = ops_gelu(form == LOOM_GELU_ERF, s);
         }
-    snprintf(name, sizeof name, "linear_gelu_forward N=%lld C=%lld OC=%lld: out against double",
-             (long long)N, (long long)C, (long long)OC);
+    snprintf(name, sizeof name, "linear_gelu_forward %s N=%lld C=%lld OC=%lld: out against double",
+             fn, (long long)N, (long long)C, (long long)OC);
     ops_check(name, ops_max_norm_err(out, ref, N * OC), 1e-5);
     free(x), free(w), free(b), free(pre_ref), free(out_ref), free(pre), free(out), free(ref);
 }
 
 /* The GELU MLP: h[N,C] -> pre = h W1^T + b1 [N,F] -> a = gelu(pre) -> y = a W2^T + b2 [N,C].
  * Backward from dy, old chain against linear_gelu_backward + linear_backward without b1. */
-static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
+static void test_mlp_backward(enum loom_gelu form, int64_t N, int64_t C, int64_t F, int has_b) {
     char name[160];
+    const char *fn = form == LOOM_GELU_ERF ? "erf" : "tanh";
     float *h = falloc(N * C), *w1 = falloc(F * C), *b1 = has_b ? falloc(F) : NULL;
     float *w2 = falloc(C * F), *dy = falloc(N * C);
     ops_fill(h, N * C, 320, -1.0f, 1.0f);
@@ -154,7 +149,8 @@ static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
     ops_fill(w2, C * F, 323, -0.3f, 0.3f);
     ops_fill(dy, N * C, 324, -1.0f, 1.0f);
     float *pre = falloc(N * F), *a = falloc(N * F);
-    loom_op(be, linear_gelu_forward, a, pre, LOOM_DTYPE_F32, h, LOOM_DTYPE_F32, w1, b1, N, C, F);
+    loom_op(be, linear_gelu_forward, form, a, pre, LOOM_DTYPE_F32, h, LOOM_DTYPE_F32, w1, b1, N, C,
+            F);
 
     /* parameter gradients start from earlier micro-batches' values */
     float *g0 = falloc(2 * F * C + F + C);
@@ -166,18 +162,18 @@ static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
 
     float *da = falloc(N * F), *dpre_old = falloc(N * F), *dh_old = falloc(N * C);
     loom_op(be, linear_backward, da, o_dw2, has_b ? o_db2 : NULL, dy, a, w2, N, F, C);
-    loom_op(be, gelu_backward, dpre_old, da, pre, N * F);
+    loom_op(be, gelu_backward, form, dpre_old, da, pre, N * F);
     loom_op(be, linear_backward, dh_old, o_dw1, has_b ? o_db1 : NULL, dpre_old, h, w1, N, C, F);
 
     float *dpre = falloc(N * F), *dh = falloc(N * C);
     for (int64_t i = 0; i < N * F; i++) dpre[i] = NAN; /* assigned: every element written */
-    loom_op(be, linear_gelu_backward, dpre, LOOM_DTYPE_F32, has_b ? n_db1 : NULL, n_dw2,
+    loom_op(be, linear_gelu_backward, form, dpre, LOOM_DTYPE_F32, has_b ? n_db1 : NULL, n_dw2,
             has_b ? n_db2 : NULL, dy, LOOM_DTYPE_F32, a, pre, w2, N, F, C);
     loom_op(be, linear_backward_typed, dh, LOOM_DTYPE_F32, n_dw1, NULL, dpre, LOOM_DTYPE_F32, h,
             LOOM_DTYPE_F32, w1, N, C, F);
 
     snprintf(name, sizeof name,
-             "GELU MLP backward N=%lld C=%lld F=%lld%s: dpre, dinp, dw1, dw2%s bit for bit",
+             "GELU MLP backward %s N=%lld C=%lld F=%lld%s: dpre, dinp, dw1, dw2%s bit for bit", fn,
              (long long)N, (long long)C, (long long)F, has_b ? "" : " (no bias)",
              has_b ? ", db1, db2 (accumulated)" : " (accumulated)");
     ops_check_true(name, same(dpre, dpre_old, N * F) && same(dh, dh_old, N * C) &&
@@ -188,10 +184,10 @@ static void test_mlp_backward(int64_t N, int64_t C, int64_t F, int has_b) {
         for (int64_t f = 0; f < F; f++) {
             double s = 0.0;
             for (int64_t c = 0; c < C; c++) s += (double)dy[i * C + c] * w2[c * F + f];
-            ref[i * F + f] = s * dgelu_d(pre[i * F + f]);
+            ref[i * F + f] = s * ops_dgelu(form == LOOM_GELU_ERF, pre[i * F + f]);
         }
-    snprintf(name, sizeof name, "linear_gelu_backward N=%lld C=%lld F=%lld: dpre against double",
-             (long long)N, (long long)C, (long long)F);
+    snprintf(name, sizeof name, "linear_gelu_backward %s N=%lld C=%lld F=%lld: dpre against double",
+             fn, (long long)N, (long long)C, (long long)F);
     ops_check(name, ops_max_norm_err(dpre, ref, N * F), 1e-5);
     free(h), free(w1), free(b1), free(w2), free(dy), free(pre), free(a), free(g0), free(g_old);
     free(g_new), free(da), free(dpre_old), free(dh_old), free(dpre), free(dh), free(ref);
@@ -234,12 +230,15 @@ int main(void) {
         }
     test_residual_norm(0, 0, 64, 300, 0);
     test_residual_norm(0, 0, 7, 33, 2);
-    test_linear_gelu_forward(7, 33, 20, 1);
-    test_linear_gelu_forward(7, 33, 20, 0);
-    test_linear_gelu_forward(96, 64, 256, 1); /* threaded */
-    test_mlp_backward(7, 12, 48, 1);
-    test_mlp_backward(7, 12, 48, 0);
-    test_mlp_backward(96, 64, 256, 1); /* threaded */
+    for (int f = LOOM_GELU_TANH; f <= LOOM_GELU_ERF; f++) {
+        const enum loom_gelu form = (enum loom_gelu)f;
+        test_linear_gelu_forward(form, 7, 33, 20, 1);
+        test_linear_gelu_forward(form, 7, 33, 20, 0);
+        test_linear_gelu_forward(form, 96, 64, 256, 1); /* threaded */
+        test_mlp_backward(form, 7, 12, 48, 1);
+        test_mlp_backward(form, 7, 12, 48, 0);
+        test_mlp_backward(form, 96, 64, 256, 1); /* threaded */
+    }
     test_typed_f32(7, 33, 20);
     test_typed_f32(96, 64, 256); /* threaded */
     ops_check_true("cpu: no 16-bit activation type (activation_dtype NULL)",

@@ -129,7 +129,9 @@ def make_weights(arch, cfg, gen):
             w[p + "attn.c_attn.weight"], w[p + "attn.c_attn.bias"] = n(C, 3 * C), n(3 * C, std=0.1)
             w[p + "attn.c_proj.weight"], w[p + "attn.c_proj.bias"] = n(C, C), n(C, std=0.1)
             w[p + "ln_2.weight"], w[p + "ln_2.bias"] = around1(C), n(C, std=0.1)
-            w[p + "mlp.c_fc.weight"], w[p + "mlp.c_fc.bias"] = n(C, 4 * C), n(4 * C, std=0.1)
+            # pre-activations of order 1 (std 0.25 x sqrt(64) = 2): where the GELU's two forms
+            # differ (by up to 5e-4), so a run of the other form fails the checks
+            w[p + "mlp.c_fc.weight"], w[p + "mlp.c_fc.bias"] = n(C, 4 * C, std=0.25), n(4 * C, std=0.5)
             w[p + "mlp.c_proj.weight"], w[p + "mlp.c_proj.bias"] = n(4 * C, C), n(C, std=0.1)
         w["ln_f.weight"], w["ln_f.bias"] = around1(C), n(C, std=0.1)
     else:
@@ -162,7 +164,9 @@ def causal_attention(q, k, v):
     return torch.softmax(s, -1) @ v
 
 
-def gelu_tanh(x):
+def gelu(cfg, x):
+    if cfg["activation_function"] == "gelu":  # Hugging Face's name of the exact form
+        return torch.nn.functional.gelu(x)
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
@@ -179,7 +183,7 @@ def forward(arch, cfg, w, tokens, targets):
             q, k, v = [t.view(B, T, NH, HS).transpose(1, 2) for t in qkv.split(C, -1)]
             a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
             x = x + a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
-            h = gelu_tanh(ln(x, p + "ln_2") @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+            h = gelu(cfg, ln(x, p + "ln_2") @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
             x = x + h @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
         logits = ln(x, "ln_f") @ w["wte.weight"].T
     else:
@@ -238,8 +242,12 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--eod", type=int, default=-1,
                     help="Megatron-LM's --eod-mask-loss: no loss where the input token is this id")
+    ap.add_argument("--gelu", choices=["tanh", "erf"], default="tanh",
+                    help="gpt2: the GELU's form (config activation_function gelu_new or gelu)")
     a = ap.parse_args()
-    cfg = CONFIGS[a.arch]
+    cfg = dict(CONFIGS[a.arch])
+    if a.arch == "gpt2" and a.gelu == "erf":
+        cfg["activation_function"] = "gelu"
     if a.cmd == "make":
         import os
         os.makedirs(a.out, exist_ok=True)

@@ -1,9 +1,11 @@
-/* CPU activations: GELU (tanh approximation), SwiGLU, dropout.
+/* CPU activations: GELU (tanh approximation or exact), SwiGLU, dropout.
  *
- * GELU:   y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+ * GELU, tanh form:  y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
  *         written as y = x s with s = sigmoid(2u) (the same function, without the cancellation
  *         of 1 + tanh(u) for negative x);  dy/dx = s + 2 x s (1 - s) du/dx,
  *         du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+ * GELU, erf form:   y = x Phi(x) = 0.5 x erfc(-x/sqrt(2)) (erfc, not 1 + erf, for the same reason);
+ *         dy/dx = Phi(x) + x exp(-x^2/2) / sqrt(2 pi)
  * SwiGLU: inp row = [g (F) | u (F)], y = silu(g) u, silu(g) = g sigmoid(g)
  *         dg = dy u sigmoid(g) (1 + g (1 - sigmoid(g))),  du = dy silu(g)
  * Dropout: y = x keep / (1 - p); the keep decision of local element (b, t, c) is
@@ -23,9 +25,19 @@
 
 #define CPU_GELU_A 0.7978845608028654f /* sqrt(2/pi) */
 #define CPU_GELU_B 0.044715f
+#define CPU_SQRT1_2 0.70710678118654752f      /* 1/sqrt(2) */
+#define CPU_INV_SQRT_2PI 0.39894228040143268f /* 1/sqrt(2 pi) */
 
-void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n) {
+/* The loops of the two forms are separate so that the tanh form's stays one vector loop. */
+void loom_cpu_gelu_forward(struct loom_backend *be, enum loom_gelu form, float *out,
+                           const float *inp, int64_t n) {
     (void)be;
+    if (form == LOOM_GELU_ERF) {
+#pragma omp parallel for schedule(static) if (n >= CPU_ACT_PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            out[i] = 0.5f * inp[i] * erfcf(-inp[i] * CPU_SQRT1_2);
+        return;
+    }
 #pragma omp parallel for simd schedule(static) if (n >= CPU_ACT_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
@@ -34,15 +46,24 @@ void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp
     }
 }
 
-void loom_cpu_gelu_forward_typed(struct loom_backend *be, void *out, const void *inp,
-                                 enum loom_dtype dt, int64_t n) {
+void loom_cpu_gelu_forward_typed(struct loom_backend *be, enum loom_gelu form, void *out,
+                                 const void *inp, enum loom_dtype dt, int64_t n) {
     loom_cpu_need_f32(dt, "gelu_forward_typed");
-    loom_cpu_gelu_forward(be, (float *)out, (const float *)inp, n);
+    loom_cpu_gelu_forward(be, form, (float *)out, (const float *)inp, n);
 }
 
-void loom_cpu_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
-                            const float *inp, int64_t n) {
+void loom_cpu_gelu_backward(struct loom_backend *be, enum loom_gelu form, float *dinp,
+                            const float *dout, const float *inp, int64_t n) {
     (void)be;
+    if (form == LOOM_GELU_ERF) {
+#pragma omp parallel for schedule(static) if (n >= CPU_ACT_PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float x = inp[i];
+            float cdf = 0.5f * erfcf(-x * CPU_SQRT1_2);
+            dinp[i] = dout[i] * (cdf + x * CPU_INV_SQRT_2PI * loom_cpu_expf(-0.5f * x * x));
+        }
+        return;
+    }
 #pragma omp parallel for simd schedule(static) if (n >= CPU_ACT_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];

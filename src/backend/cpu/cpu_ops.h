@@ -53,13 +53,15 @@ void loom_cpu_linear_forward(struct loom_backend *be, float *out, const float *i
 void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
                               const float *dout, const float *inp, const float *w, int64_t N,
                               int64_t C, int64_t OC);
-void loom_cpu_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
-                                  enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
-                                  const float *w, const float *b, int64_t N, int64_t C, int64_t OC);
-void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                   float *dpre_b, float *dw, float *db, const void *dout,
-                                   enum loom_dtype dout_dt, const void *act, const void *pre,
-                                   const float *w, int64_t N, int64_t C, int64_t OC);
+void loom_cpu_linear_gelu_forward(struct loom_backend *be, enum loom_gelu form, void *out,
+                                  void *pre, enum loom_dtype act_dt, const void *inp,
+                                  enum loom_dtype inp_dt, const float *w, const float *b, int64_t N,
+                                  int64_t C, int64_t OC);
+void loom_cpu_linear_gelu_backward(struct loom_backend *be, enum loom_gelu form, void *dpre,
+                                   enum loom_dtype act_dt, float *dpre_b, float *dw, float *db,
+                                   const void *dout, enum loom_dtype dout_dt, const void *act,
+                                   const void *pre, const float *w, int64_t N, int64_t C,
+                                   int64_t OC);
 /* out[C] += the column sums of in[N,C], in double (the bias gradients) */
 void loom_cpu_colsum(float *out, const float *in, int64_t N, int64_t C);
 void loom_cpu_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
@@ -86,11 +88,12 @@ void loom_cpu_attention_decode(struct loom_backend *be, float *out, const float 
                                int64_t NKV, int64_t HS, float scale);
 
 /* act.c */
-void loom_cpu_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n);
-void loom_cpu_gelu_forward_typed(struct loom_backend *be, void *out, const void *inp,
-                                 enum loom_dtype dt, int64_t n);
-void loom_cpu_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
-                            const float *inp, int64_t n);
+void loom_cpu_gelu_forward(struct loom_backend *be, enum loom_gelu form, float *out,
+                           const float *inp, int64_t n);
+void loom_cpu_gelu_forward_typed(struct loom_backend *be, enum loom_gelu form, void *out,
+                                 const void *inp, enum loom_dtype dt, int64_t n);
+void loom_cpu_gelu_backward(struct loom_backend *be, enum loom_gelu form, float *dinp,
+                            const float *dout, const float *inp, int64_t n);
 void loom_cpu_swiglu_forward(struct loom_backend *be, void *out, const void *inp,
                              enum loom_dtype dt, int64_t N, int64_t F);
 void loom_cpu_swiglu_backward(struct loom_backend *be, void *dinp, const void *dout,

@@ -152,26 +152,27 @@ void loom_cpu_linear_backward(struct loom_backend *be, float *dinp, float *dw, f
 
 /* Linear then GELU, and the backward through both: the linear ops above with gelu_forward /
  * gelu_backward (act.c), so the results are those of the separate ops. fp32 activations only. */
-void loom_cpu_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
-                                  enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
-                                  const float *w, const float *b, int64_t N, int64_t C,
-                                  int64_t OC) {
+void loom_cpu_linear_gelu_forward(struct loom_backend *be, enum loom_gelu form, void *out,
+                                  void *pre, enum loom_dtype act_dt, const void *inp,
+                                  enum loom_dtype inp_dt, const float *w, const float *b, int64_t N,
+                                  int64_t C, int64_t OC) {
     loom_cpu_need_f32(act_dt, "linear_gelu_forward");
     loom_cpu_need_f32(inp_dt, "linear_gelu_forward");
     loom_cpu_linear_forward(be, (float *)pre, (const float *)inp, w, b, N, C, OC);
-    if (N > 0 && OC > 0) loom_cpu_gelu_forward(be, (float *)out, (const float *)pre, N * OC);
+    if (N > 0 && OC > 0) loom_cpu_gelu_forward(be, form, (float *)out, (const float *)pre, N * OC);
 }
 
-void loom_cpu_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                   float *dpre_b, float *dw, float *db, const void *dout,
-                                   enum loom_dtype dout_dt, const void *act, const void *pre,
-                                   const float *w, int64_t N, int64_t C, int64_t OC) {
+void loom_cpu_linear_gelu_backward(struct loom_backend *be, enum loom_gelu form, void *dpre,
+                                   enum loom_dtype act_dt, float *dpre_b, float *dw, float *db,
+                                   const void *dout, enum loom_dtype dout_dt, const void *act,
+                                   const void *pre, const float *w, int64_t N, int64_t C,
+                                   int64_t OC) {
     loom_cpu_need_f32(act_dt, "linear_gelu_backward");
     loom_cpu_need_f32(dout_dt, "linear_gelu_backward");
     float *d = (float *)dpre;
     loom_cpu_linear_backward(be, d, dw, db, (const float *)dout, (const float *)act, w, N, C, OC);
     if (N <= 0 || C <= 0) return;
-    loom_cpu_gelu_backward(be, d, d, (const float *)pre, N * C);
+    loom_cpu_gelu_backward(be, form, d, d, (const float *)pre, N * C);
     if (dpre_b) loom_cpu_colsum(dpre_b, d, N, C);
 }
 

@@ -1,6 +1,6 @@
 /* Activations and dropout.
  *
- * GELU (tanh): gelu.cuh (bf16 arrays through gelu16_of, the fp32 ones through gelu_of)
+ * GELU (tanh or erf form): gelu.cuh (bf16 arrays through gelu16_of, fp32 ones through gelu_of)
  * SwiGLU: inp[N, 2F] = [gate | up], out[N, F] = silu(gate) * up, silu(g) = g * sigmoid(g)
  *   dgate = dout * up * s (1 + g (1 - s)),  dup = dout * silu(g),  s = sigmoid(g)
  * Dropout over a local [B,T,C] block: element (b,t,c) is kept when
@@ -15,40 +15,44 @@
 #define LOOM_ACT_THREADS 256
 
 /* Elementwise over n elements; four a thread (16-byte loads) where every pointer is 16-byte
- * aligned and n a multiple of 4, else one. */
-__global__ void gelu_forward_kernel(float *out, const float *inp, int64_t n) {
+ * aligned and n a multiple of 4, else one. ERF: the form (gelu.cuh). */
+template <bool ERF> __global__ void gelu_forward_kernel(float *out, const float *inp, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = gelu_of(inp[i]);
+        out[i] = gelu_of<ERF>(inp[i]);
 }
 
+template <bool ERF>
 __global__ void gelu_forward_x4_kernel(float4 *__restrict__ out, const float4 *__restrict__ inp,
                                        int64_t n4) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         float4 x = inp[i];
-        out[i] = make_float4(gelu_of(x.x), gelu_of(x.y), gelu_of(x.z), gelu_of(x.w));
+        out[i] =
+            make_float4(gelu_of<ERF>(x.x), gelu_of<ERF>(x.y), gelu_of<ERF>(x.z), gelu_of<ERF>(x.w));
     }
 }
 
-__global__ void gelu_backward_kernel(float *dinp, const float *dout, const float *inp,
-                                     int64_t n) {
+template <bool ERF>
+__global__ void gelu_backward_kernel(float *dinp, const float *dout, const float *inp, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        dinp[i] = dout[i] * gelu_grad_of(inp[i]);
+        dinp[i] = dout[i] * gelu_grad_of<ERF>(inp[i]);
 }
 
+template <bool ERF>
 __global__ void gelu_backward_x4_kernel(float4 *dinp, const float4 *dout,
                                         const float4 *__restrict__ inp, int64_t n4) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         float4 x = inp[i], d = dout[i];
-        dinp[i] = make_float4(d.x * gelu_grad_of(x.x), d.y * gelu_grad_of(x.y),
-                              d.z * gelu_grad_of(x.z), d.w * gelu_grad_of(x.w));
+        dinp[i] = make_float4(d.x * gelu_grad_of<ERF>(x.x), d.y * gelu_grad_of<ERF>(x.y),
+                              d.z * gelu_grad_of<ERF>(x.z), d.w * gelu_grad_of<ERF>(x.w));
     }
 }
 
 /* bf16 arrays: eight elements a thread (16-byte accesses) where aligned, else one */
+template <bool ERF>
 __global__ void gelu16_forward_x8_kernel(uint4 *__restrict__ out, const uint4 *__restrict__ inp,
                                          int64_t n8) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8;
@@ -58,64 +62,92 @@ __global__ void gelu16_forward_x8_kernel(uint4 *__restrict__ out, const uint4 *_
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const float2 f = __bfloat1622float2(h[j]);
-            h[j] = __floats2bfloat162_rn(gelu16_of(f.x), gelu16_of(f.y));
+            h[j] = __floats2bfloat162_rn(gelu16_of<ERF>(f.x), gelu16_of<ERF>(f.y));
         }
         out[i] = v;
     }
 }
 
+template <bool ERF>
 __global__ void gelu16_forward_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *inp, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16_rn(gelu16_of(__bfloat162float(inp[i])));
+        out[i] = __float2bfloat16_rn(gelu16_of<ERF>(__bfloat162float(inp[i])));
 }
 
-void loom_cuda_gelu16_forward(struct loom_backend *be, void *out, const void *inp, int64_t n) {
-    if (n <= 0) return;
-    cudaStream_t st = loom_cuda_stream(be);
+template <bool ERF>
+static void gelu16_forward(cudaStream_t st, void *out, const void *inp, int64_t n) {
     if (n % 8 == 0 && loom_aligned(16, out, inp))
-        gelu16_forward_x8_kernel<<<loom_cuda_grid(n / 8, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
-                                   st>>>((uint4 *)out, (const uint4 *)inp, n / 8);
+        gelu16_forward_x8_kernel<ERF>
+            <<<loom_cuda_grid(n / 8, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
+                (uint4 *)out, (const uint4 *)inp, n / 8);
     else
-        gelu16_forward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
-            (__nv_bfloat16 *)out, (const __nv_bfloat16 *)inp, n);
+        gelu16_forward_kernel<ERF>
+            <<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
+                (__nv_bfloat16 *)out, (const __nv_bfloat16 *)inp, n);
+}
+
+template <bool ERF>
+static void gelu_forward(cudaStream_t st, float *out, const float *inp, int64_t n) {
+    if (n % 4 == 0 && loom_aligned(16, out, inp))
+        gelu_forward_x4_kernel<ERF>
+            <<<loom_cuda_grid(n / 4, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
+                (float4 *)out, (const float4 *)inp, n / 4);
+    else
+        gelu_forward_kernel<ERF>
+            <<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(out, inp, n);
+}
+
+template <bool ERF>
+static void gelu_backward(cudaStream_t st, float *dinp, const float *dout, const float *inp,
+                          int64_t n) {
+    if (n % 4 == 0 && loom_aligned(16, dinp, dout, inp))
+        gelu_backward_x4_kernel<ERF>
+            <<<loom_cuda_grid(n / 4, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
+                (float4 *)dinp, (const float4 *)dout, (const float4 *)inp, n / 4);
+    else
+        gelu_backward_kernel<ERF>
+            <<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(dinp, dout, inp, n);
+}
+
+void loom_cuda_gelu16_forward(struct loom_backend *be, enum loom_gelu form, void *out,
+                              const void *inp, int64_t n) {
+    if (n <= 0) return;
+    if (form == LOOM_GELU_ERF)
+        gelu16_forward<true>(loom_cuda_stream(be), out, inp, n);
+    else
+        gelu16_forward<false>(loom_cuda_stream(be), out, inp, n);
     LOOM_CUDA_LAUNCHED();
 }
 
-void loom_cuda_gelu_forward_typed(struct loom_backend *be, void *out, const void *inp,
-                                  enum loom_dtype dt, int64_t n) {
+void loom_cuda_gelu_forward_typed(struct loom_backend *be, enum loom_gelu form, void *out,
+                                  const void *inp, enum loom_dtype dt, int64_t n) {
     if (dt == LOOM_DTYPE_F32)
-        loom_cuda_gelu_forward(be, (float *)out, (const float *)inp, n);
+        loom_cuda_gelu_forward(be, form, (float *)out, (const float *)inp, n);
     else if (dt == LOOM_DTYPE_BF16)
-        loom_cuda_gelu16_forward(be, out, inp, n);
+        loom_cuda_gelu16_forward(be, form, out, inp, n);
     else
         loom_abort(__FILE__, __LINE__, "cuda: gelu_forward_typed on %s arrays (valid: f32, bf16)",
                    loom_dtype_name(dt));
 }
 
-void loom_cuda_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n) {
+void loom_cuda_gelu_forward(struct loom_backend *be, enum loom_gelu form, float *out,
+                            const float *inp, int64_t n) {
     if (n <= 0) return;
-    cudaStream_t st = loom_cuda_stream(be);
-    if (n % 4 == 0 && loom_aligned(16, out, inp))
-        gelu_forward_x4_kernel<<<loom_cuda_grid(n / 4, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
-                                 st>>>((float4 *)out, (const float4 *)inp, n / 4);
+    if (form == LOOM_GELU_ERF)
+        gelu_forward<true>(loom_cuda_stream(be), out, inp, n);
     else
-        gelu_forward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
-            out, inp, n);
+        gelu_forward<false>(loom_cuda_stream(be), out, inp, n);
     LOOM_CUDA_LAUNCHED();
 }
 
-void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
-                             const float *inp, int64_t n) {
+void loom_cuda_gelu_backward(struct loom_backend *be, enum loom_gelu form, float *dinp,
+                             const float *dout, const float *inp, int64_t n) {
     if (n <= 0) return;
-    cudaStream_t st = loom_cuda_stream(be);
-    if (n % 4 == 0 && loom_aligned(16, dinp, dout, inp))
-        gelu_backward_x4_kernel<<<loom_cuda_grid(n / 4, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0,
-                                  st>>>((float4 *)dinp, (const float4 *)dout,
-                                        (const float4 *)inp, n / 4);
+    if (form == LOOM_GELU_ERF)
+        gelu_backward<true>(loom_cuda_stream(be), dinp, dout, inp, n);
     else
-        gelu_backward_kernel<<<loom_cuda_grid(n, LOOM_ACT_THREADS), LOOM_ACT_THREADS, 0, st>>>(
-            dinp, dout, inp, n);
+        gelu_backward<false>(loom_cuda_stream(be), dinp, dout, inp, n);
     LOOM_CUDA_LAUNCHED();
 }
 

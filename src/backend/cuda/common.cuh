@@ -214,10 +214,11 @@ void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp1
                                   int inp16, const float *w, int64_t N, int64_t C, int64_t OC);
 /* linear_gelu_backward with 16-bit products (C and OC > 0): dpre, act and pre fp32, or (act16)
  * stored in bf16, written and read by the products directly. */
-void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int act16,
-                                       float *dpre_b, float *dw, float *db, const void *dout,
-                                       int dout16, const void *act, const void *pre, const float *w,
-                                       int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, enum loom_gelu form, void *dpre,
+                                       int act16, float *dpre_b, float *dw, float *db,
+                                       const void *dout, int dout16, const void *act,
+                                       const void *pre, const float *w, int64_t N, int64_t C,
+                                       int64_t OC);
 /* activation_dtype: LOOM_DTYPE_BF16 with bf16 products, else LOOM_DTYPE_F32. typed16: whether
  * an op's typed array of type dt is 16-bit (0 for fp32); any type other than fp32 and the
  * activation type aborts, naming the op. */
@@ -227,8 +228,8 @@ int loom_cuda_typed16(struct loom_backend *be, enum loom_dtype dt, const char *o
 void loom_cuda_to16(struct loom_backend *be, void *dst, const float *src, int64_t n);
 /* linear_gelu_forward with bf16 activations (C and OC > 0): pre written in bf16 by the product,
  * out = gelu(pre) in bf16 by a kernel. */
-void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
-                                         const void *inp, int inp16, const float *w,
+void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, enum loom_gelu form, void *out,
+                                         void *pre, const void *inp, int inp16, const float *w,
                                          const float *b, int64_t N, int64_t C, int64_t OC);
 void loom_cuda_matmul_free(struct loom_backend *be);
 
@@ -241,14 +242,15 @@ void loom_cuda_linear_forward(struct loom_backend *be, float *out, const float *
 void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, float *db,
                                const float *dout, const float *inp, const float *w, int64_t N,
                                int64_t C, int64_t OC);
-void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
-                                   enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
-                                   const float *w, const float *b, int64_t N, int64_t C,
-                                   int64_t OC);
-void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                    float *dpre_b, float *dw, float *db, const void *dout,
-                                    enum loom_dtype dout_dt, const void *act, const void *pre,
-                                    const float *w, int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_forward(struct loom_backend *be, enum loom_gelu form, void *out,
+                                   void *pre, enum loom_dtype act_dt, const void *inp,
+                                   enum loom_dtype inp_dt, const float *w, const float *b,
+                                   int64_t N, int64_t C, int64_t OC);
+void loom_cuda_linear_gelu_backward(struct loom_backend *be, enum loom_gelu form, void *dpre,
+                                    enum loom_dtype act_dt, float *dpre_b, float *dw, float *db,
+                                    const void *dout, enum loom_dtype dout_dt, const void *act,
+                                    const void *pre, const float *w, int64_t N, int64_t C,
+                                    int64_t OC);
 void loom_cuda_linear_forward_typed(struct loom_backend *be, void *out, enum loom_dtype out_dt,
                                     const void *inp, enum loom_dtype inp_dt, const float *w,
                                     const float *b, int64_t N, int64_t C, int64_t OC);
@@ -294,13 +296,15 @@ void loom_cuda_attention_backward_bf16(struct loom_backend *be, void *dqkv, cons
                                        const struct loom_attn *a);
 
 /* act.cu */
-void loom_cuda_gelu_forward(struct loom_backend *be, float *out, const float *inp, int64_t n);
+void loom_cuda_gelu_forward(struct loom_backend *be, enum loom_gelu form, float *out,
+                            const float *inp, int64_t n);
 /* gelu_forward on bf16 arrays (each value rounded once, at the store), and the typed op */
-void loom_cuda_gelu16_forward(struct loom_backend *be, void *out, const void *inp, int64_t n);
-void loom_cuda_gelu_forward_typed(struct loom_backend *be, void *out, const void *inp,
-                                  enum loom_dtype dt, int64_t n);
-void loom_cuda_gelu_backward(struct loom_backend *be, float *dinp, const float *dout,
-                             const float *inp, int64_t n);
+void loom_cuda_gelu16_forward(struct loom_backend *be, enum loom_gelu form, void *out,
+                              const void *inp, int64_t n);
+void loom_cuda_gelu_forward_typed(struct loom_backend *be, enum loom_gelu form, void *out,
+                                  const void *inp, enum loom_dtype dt, int64_t n);
+void loom_cuda_gelu_backward(struct loom_backend *be, enum loom_gelu form, float *dinp,
+                             const float *dout, const float *inp, int64_t n);
 void loom_cuda_swiglu_forward(struct loom_backend *be, void *out, const void *inp,
                               enum loom_dtype dt, int64_t N, int64_t F);
 void loom_cuda_swiglu_backward(struct loom_backend *be, void *dinp, const void *dout,

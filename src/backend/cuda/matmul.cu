@@ -79,14 +79,14 @@ void loom_cuda_linear_backward(struct loom_backend *be, float *dinp, float *dw, 
     if (db) loom_cuda_colsum_accumulate(be, db, dout, N, OC);
 }
 
-void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre,
-                                   enum loom_dtype act_dt, const void *inp, enum loom_dtype inp_dt,
-                                   const float *w, const float *b, int64_t N, int64_t C,
-                                   int64_t OC) {
+void loom_cuda_linear_gelu_forward(struct loom_backend *be, enum loom_gelu form, void *out,
+                                   void *pre, enum loom_dtype act_dt, const void *inp,
+                                   enum loom_dtype inp_dt, const float *w, const float *b,
+                                   int64_t N, int64_t C, int64_t OC) {
     if (N <= 0 || OC <= 0) return;
     const int i16 = loom_cuda_typed16(be, inp_dt, "linear_gelu_forward");
     if (loom_cuda_typed16(be, act_dt, "linear_gelu_forward")) {
-        loom_cuda_linear_gelu_forward_act16(be, out, pre, inp, i16, w, b, N, C, OC);
+        loom_cuda_linear_gelu_forward_act16(be, form, out, pre, inp, i16, w, b, N, C, OC);
         return;
     }
     float *o = (float *)out, *p = (float *)pre;
@@ -94,24 +94,25 @@ void loom_cuda_linear_gelu_forward(struct loom_backend *be, void *out, void *pre
         loom_cuda_linear_forward_16(be, p, 0, inp, i16, w, b, N, C, OC);
     else
         loom_cuda_linear_forward(be, p, (const float *)inp, w, b, N, C, OC);
-    loom_cuda_gelu_forward(be, o, p, N * OC);
+    loom_cuda_gelu_forward(be, form, o, p, N * OC);
 }
 
-void loom_cuda_linear_gelu_backward(struct loom_backend *be, void *dpre, enum loom_dtype act_dt,
-                                    float *dpre_b, float *dw, float *db, const void *dout,
-                                    enum loom_dtype dout_dt, const void *act, const void *pre,
-                                    const float *w, int64_t N, int64_t C, int64_t OC) {
+void loom_cuda_linear_gelu_backward(struct loom_backend *be, enum loom_gelu form, void *dpre,
+                                    enum loom_dtype act_dt, float *dpre_b, float *dw, float *db,
+                                    const void *dout, enum loom_dtype dout_dt, const void *act,
+                                    const void *pre, const float *w, int64_t N, int64_t C,
+                                    int64_t OC) {
     if (N <= 0) return;
     const int a16 = loom_cuda_typed16(be, act_dt, "linear_gelu_backward");
     const int d16 = loom_cuda_typed16(be, dout_dt, "linear_gelu_backward");
     if (a16 || d16 || (C > 0 && OC > 0 && loom_cuda_impl(be)->matmul_bf16)) {
-        loom_cuda_linear_gelu_backward_16(be, dpre, a16, dpre_b, dw, db, dout, d16, act, pre, w, N,
-                                          C, OC);
+        loom_cuda_linear_gelu_backward_16(be, form, dpre, a16, dpre_b, dw, db, dout, d16, act, pre,
+                                          w, N, C, OC);
         return;
     }
     float *d = (float *)dpre;
     loom_cuda_linear_backward(be, d, dw, db, (const float *)dout, (const float *)act, w, N, C, OC);
-    loom_cuda_gelu_backward(be, d, d, (const float *)pre, N * C);
+    loom_cuda_gelu_backward(be, form, d, d, (const float *)pre, N * C);
     if (dpre_b) loom_cuda_colsum_accumulate(be, dpre_b, d, N, C);
 }
 

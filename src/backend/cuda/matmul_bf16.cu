@@ -562,11 +562,12 @@ void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp1
 /* ---- linear + GELU backward ---- */
 
 /* What the DGELU epilogue writes, from an fp32 product d: dpre = bf16(d * gelu'(pre)). */
+template <bool ERF>
 __global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, const float *d,
                                        const __nv_bfloat16 *pre, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        dpre[i] = __float2bfloat16_rn(d[i] * gelu_grad_of(__bfloat162float(pre[i])));
+        dpre[i] = __float2bfloat16_rn(d[i] * gelu_grad_of<ERF>(__bfloat162float(pre[i])));
 }
 
 /* The workspace with the given pieces; x[rows, cols] converted into piece 0 (x16: 16-bit
@@ -587,13 +588,15 @@ static const void *operands16(struct loom_backend *be, int count, const size_t *
  * epilogue (reading pre, writing dpre: both fp32, or both bf16 with act16); its column sums
  * (dpre_b) and those of dout (db) by the column-sum kernels, dout's in the pass that converts it
  * (the epilogues that sum in the product measured 2-3x slower on an H200); dw from the 16-bit
- * dout and act (an fp32 act converted first). Without an algorithm for DGELU the product runs
- * plain in fp32 (into dpre, or with act16 into the workspace) and a kernel applies gelu'
- * (gelu_backward, or with act16 gelu16_backward_kernel, which rounds). */
-void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int act16,
-                                       float *dpre_b, float *dw, float *db, const void *dout,
-                                       int dout16, const void *act, const void *pre, const float *w,
-                                       int64_t N, int64_t C, int64_t OC) {
+ * dout and act (an fp32 act converted first). The epilogue is the tanh form's: with the erf form,
+ * or without an algorithm for DGELU, the product runs plain in fp32 (into dpre, or with act16 into
+ * the workspace) and a kernel applies gelu' (gelu_backward, or with act16 gelu16_backward_kernel,
+ * which rounds). */
+void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, enum loom_gelu form, void *dpre,
+                                       int act16, float *dpre_b, float *dw, float *db,
+                                       const void *dout, int dout16, const void *act,
+                                       const void *pre, const float *w, int64_t N, int64_t C,
+                                       int64_t OC) {
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
     const void *wreg = weight_copy(be, w, OC * C);
     /* pieces: an fp32 dout and w in 16 bits, an fp32 act in 16 bits (for dw), and the fp32
@@ -604,7 +607,8 @@ void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int 
     const void *d16;
     const void *wb = operands16(be, 4, bytes, ws, dout, dout16, N, OC, db, &d16, w, OC * C, wreg);
     struct lt_epilogue ep = {CUBLASLT_EPILOGUE_DGELU, NULL, pre, C};
-    if (!lt_gemm_any(be, 0, 0, C, N, OC, wb, C, d16, OC, 0.0f, dpre, act16, C, &ep)) {
+    if (form == LOOM_GELU_ERF ||
+        !lt_gemm_any(be, 0, 0, C, N, OC, wb, C, d16, OC, 0.0f, dpre, act16, C, &ep)) {
         float *d = (float *)dpre;
         if (act16) {
             bytes[3] = b32(N * C); /* the workspace grows: the operands again (db has its sums) */
@@ -614,11 +618,16 @@ void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, void *dpre, int 
         lt_gemm(be, 0, 0, C, N, OC, wb, C, d16, OC, 0.0f, d, C, NULL);
         int64_t n = N * C;
         if (act16) {
-            gelu16_backward_kernel<<<loom_cuda_grid(n, 256), 256, 0, loom_cuda_stream(be)>>>(
-                (__nv_bfloat16 *)dpre, d, (const __nv_bfloat16 *)pre, n);
+            cudaStream_t st = loom_cuda_stream(be);
+            if (form == LOOM_GELU_ERF)
+                gelu16_backward_kernel<true><<<loom_cuda_grid(n, 256), 256, 0, st>>>(
+                    (__nv_bfloat16 *)dpre, d, (const __nv_bfloat16 *)pre, n);
+            else
+                gelu16_backward_kernel<false><<<loom_cuda_grid(n, 256), 256, 0, st>>>(
+                    (__nv_bfloat16 *)dpre, d, (const __nv_bfloat16 *)pre, n);
             LOOM_CUDA_LAUNCHED();
         } else {
-            loom_cuda_gelu_backward(be, d, d, (const float *)pre, n);
+            loom_cuda_gelu_backward(be, form, d, d, (const float *)pre, n);
         }
     }
     if (dpre_b) colsum_convert(be, dpre_b, NULL, dpre, act16, N, C);
@@ -650,12 +659,12 @@ int loom_cuda_typed16(struct loom_backend *be, enum loom_dtype dt, const char *o
 /* pre = the product with its bias (the bias's bf16 copy), written in bf16 by the product itself
  * (linear_forward_16); out = gelu(pre) by a kernel that reads it back (a product with cuBLASLt's
  * GELU epilogue measured 2.7x slower on an H200 at GPT-2's fc1). */
-void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, void *out, void *pre,
-                                         const void *inp, int inp16, const float *w,
+void loom_cuda_linear_gelu_forward_act16(struct loom_backend *be, enum loom_gelu form, void *out,
+                                         void *pre, const void *inp, int inp16, const float *w,
                                          const float *b, int64_t N, int64_t C, int64_t OC) {
     LOOM_ASSERT(N > 0 && C > 0 && OC > 0);
     loom_cuda_linear_forward_16(be, pre, 1, inp, inp16, w, b, N, C, OC);
-    loom_cuda_gelu16_forward(be, out, pre, N * OC);
+    loom_cuda_gelu16_forward(be, form, out, pre, N * OC);
 }
 
 /* ---- selection ---- */
