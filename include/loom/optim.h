@@ -71,6 +71,7 @@ int64_t loom_batch_ramp_iters(const struct loom_batch_ramp *r, int64_t train_sam
  * --weight-decay-incr-style), and back (-1: not a style; NULL names none). */
 const char *loom_lr_style_name(enum loom_lr_decay style);
 int loom_lr_style_parse(const char *name);
+const char *loom_wsd_style_name(enum loom_lr_wsd style);
 int loom_wsd_style_parse(const char *name);
 const char *loom_wd_style_name(enum loom_wd_incr style);
 int loom_wd_style_parse(const char *name);

@@ -119,6 +119,11 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
             json_object_set_new(lr, "warmup_samples", json_real(st->lr.warmup_steps));
             json_object_set_new(lr, "decay_samples", json_integer(st->lr.decay_steps));
             json_object_set_new(lr, "decay_style", json_string(loom_lr_style_name(st->lr.style)));
+            if (st->lr.style == LOOM_LR_WSD) {
+                json_object_set_new(lr, "wsd_decay_samples", json_integer(st->lr.wsd_decay_steps));
+                json_object_set_new(lr, "wsd_decay_style",
+                                    json_string(loom_wsd_style_name(st->lr.wsd_style)));
+            }
             json_object_set_new(lr, "start_weight_decay", json_real(st->wd.start_wd));
             json_object_set_new(lr, "end_weight_decay", json_real(st->wd.end_wd));
             json_object_set_new(lr, "weight_decay_incr_samples", json_integer(st->wd.incr_steps));
@@ -355,6 +360,15 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
         if (sv < 0)
             return loom_fail(LOOM_ERR_FORMAT, "%s: bad \"lr_schedule\" \"decay_style\"", file);
         st->lr.style = (enum loom_lr_decay)sv;
+        /* WSD's final decay; -1: not recorded (checkpoints from before it was) */
+        st->lr.wsd_decay_steps = -1;
+        if (sv == LOOM_LR_WSD && json_object_get(lr, "wsd_decay_samples")) {
+            LOOM_CHECK(get_int(lr, "wsd_decay_samples", file, &st->lr.wsd_decay_steps));
+            const int w =
+                loom_wsd_style_parse(json_string_value(json_object_get(lr, "wsd_decay_style")));
+            if (w < 0) return loom_fail(LOOM_ERR_FORMAT, "%s: bad \"wsd_decay_style\"", file);
+            st->lr.wsd_style = (enum loom_lr_wsd)w;
+        }
         LOOM_CHECK(get_num(lr, "max_lr", file, &st->lr.max_lr));
         LOOM_CHECK(get_num(lr, "min_lr", file, &st->lr.min_lr));
         LOOM_CHECK(get_num(lr, "warmup_samples", file, &st->lr.warmup_steps));

@@ -27,6 +27,9 @@ const char *loom_lr_style_name(enum loom_lr_decay style) {
 int loom_lr_style_parse(const char *name) {
     return index_of(lr_style_names, NNAMES(lr_style_names), name);
 }
+const char *loom_wsd_style_name(enum loom_lr_wsd style) {
+    return name_of(wsd_style_names, NNAMES(wsd_style_names), (int)style);
+}
 int loom_wsd_style_parse(const char *name) {
     return index_of(wsd_style_names, NNAMES(wsd_style_names), name);
 }

@@ -382,6 +382,10 @@ static enum loom_status schedule_from_checkpoint(struct trainer *t,
         s->warmup_steps = st->lr.warmup_steps;
         s->decay_steps = st->lr.decay_steps;
         s->style = st->lr.style;
+        if (st->lr.wsd_decay_steps >= 0) {
+            s->wsd_decay_steps = st->lr.wsd_decay_steps;
+            s->wsd_style = st->lr.wsd_style;
+        }
         c->wd = st->wd;
         return LOOM_OK;
     }
@@ -402,6 +406,11 @@ static enum loom_status schedule_from_checkpoint(struct trainer *t,
     else if (s->style != st->lr.style)
         snprintf(what, sizeof what, "--lr-decay-style %s here, %s there",
                  loom_lr_style_name(s->style), loom_lr_style_name(st->lr.style));
+    else if (s->style == LOOM_LR_WSD && st->lr.wsd_decay_steps >= 0 &&
+             (s->wsd_decay_steps != st->lr.wsd_decay_steps || s->wsd_style != st->lr.wsd_style))
+        snprintf(what, sizeof what, "WSD's final decay over %lld samples (%s) here, %lld (%s) there",
+                 (long long)s->wsd_decay_steps, loom_wsd_style_name(s->wsd_style),
+                 (long long)st->lr.wsd_decay_steps, loom_wsd_style_name(st->lr.wsd_style));
     else if (c->wd.start_wd != st->wd.start_wd || c->wd.end_wd != st->wd.end_wd ||
              c->wd.style != st->wd.style ||
              (c->wd.style != LOOM_WD_CONSTANT && c->wd.incr_steps != st->wd.incr_steps))

@@ -77,6 +77,19 @@ elif grep -q "the optimizer's schedule differs from the checkpoint's (--lr 0.001
 else
   echo "FAIL: $out"; fail=1
 fi
+# WSD's final decay is part of it: another length or shape is refused, the same flags resume
+wsd=(--train-iters 20 --lr-decay-style WSD --lr-wsd-decay-iters 6)
+"$LOOM" train "${args[@]}" "${wsd[@]}" --exit-interval 10 --save "$tmp/w" > /dev/null
+out1=$("$LOOM" train "${args[@]}" "${wsd[@]}" --lr-wsd-decay-iters 8 --load "$tmp/w" 2>&1) && rc1=0 || rc1=$?
+out2=$("$LOOM" train "${args[@]}" "${wsd[@]}" --lr-wsd-decay-style cosine --load "$tmp/w" 2>&1) && rc2=0 || rc2=$?
+if [ $rc1 -ne 0 ] && [ $rc2 -ne 0 ] &&
+   grep -q "(WSD's final decay over 32 samples (exponential) here, 24 (exponential) there)" <<< "$out1" &&
+   grep -q "(WSD's final decay over 24 samples (cosine) here, 24 (exponential) there)" <<< "$out2" &&
+   "$LOOM" train "${args[@]}" "${wsd[@]}" --load "$tmp/w" > /dev/null 2>&1; then
+  echo "ok   a resume with another WSD decay length or shape is refused; the same flags resume"
+else
+  echo "FAIL: WSD resume: $out1 / $out2"; fail=1
+fi
 "$LOOM" train "${args[@]}" --train-iters 20 --lr 1e-3 --load "$tmp/d" --use-checkpoint-opt_param-scheduler \
   --metrics-file "$tmp/ckpt-sched.jsonl" > /dev/null
 if diff <(strip "$tmp/ckpt-sched.jsonl") <(strip "$tmp/straight.jsonl" | tail -n 10) > /dev/null; then
