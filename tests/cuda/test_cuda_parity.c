@@ -427,8 +427,8 @@ static void test_activations(int64_t N, int64_t F) {
             loom_op(be, gelu_forward, (enum loom_gelu)f, y, dx_, 2 * n);
             loom_op(be, gelu_backward, (enum loom_gelu)f, g, ddout, dx_, 2 * n);
             if (f == LOOM_GELU_ERF) {
-                res[r][4] = dtake(be, y, 2 * n);
-                res[r][5] = dtake(be, g, 2 * n);
+                res[r][4] = ct_dgetf(be, y, 2 * n);
+                res[r][5] = ct_dgetf(be, g, 2 * n);
             }
         }
         loom_op(be, swiglu_forward, ys, dx_, LOOM_DTYPE_F32, N, F);
