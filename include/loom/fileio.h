@@ -69,6 +69,10 @@ enum loom_status loom_fsync_dir(const char *dir);
 
 /* mkdir -p with mode 0777 (less the umask). Succeeds when the path already is a directory. */
 enum loom_status loom_mkdir_p(const char *path);
+/* loom_mkdir_p, then a file created in the directory and removed again: LOOM_ERR_IO naming the
+ * directory and the reason when either fails (so that a run fails before it has trained, not at
+ * its first save). */
+enum loom_status loom_dir_writable(const char *path);
 
 /* rm -rf for loom's own temporary directories: removes `path` and everything below it without
  * following symbolic links (a link is removed, never its target). A missing path is success.

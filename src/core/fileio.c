@@ -268,6 +268,18 @@ enum loom_status loom_mkdir_p(const char *path) {
     return s;
 }
 
+enum loom_status loom_dir_writable(const char *path) {
+    LOOM_CHECK(loom_mkdir_p(path));
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.loom_write_test.%ld", path, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return loom_fail(LOOM_ERR_IO, "cannot write in directory %s: %s", path, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return LOOM_OK;
+}
+
 /* Remove entry `name` of directory `parent`; `path` is its full name for messages. */
 static enum loom_status rm_at(int parent, const char *name, const char *path, int depth) {
     struct stat st;

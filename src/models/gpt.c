@@ -311,7 +311,12 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
     m->param_mem = be->ops->malloc(be, pbytes);
     m->grad_mem = be->ops->malloc(be, pbytes);
     if (!m->param_mem || !m->grad_mem)
-        return loom_fail(LOOM_ERR_OOM, "out of memory: %zu MiB of parameters on %s",
+        return loom_fail(LOOM_ERR_OOM,
+                         "out of memory: %zu MiB of parameters and as much of "
+                         "gradients on %s (the model's size: --num-layers, --hidden-size, "
+                         "--ffn-hidden-size, the vocabulary, --max-position-embeddings (by default "
+                         "--seq-length); or more "
+                         "tensor- or pipeline-parallel ranks)",
                          pbytes >> 20, be->ops->name);
     be->ops->zero(be, m->param_mem, pbytes);
     be->ops->zero(be, m->grad_mem, pbytes);

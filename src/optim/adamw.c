@@ -66,7 +66,9 @@ enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, i
     if (!o->run_off || !o->run_decay) return loom_fail(LOOM_ERR_OOM, "out of memory");
     adamw_runs(model, o->shard_lo, hi, o->run_off, o->run_len, o->run_decay);
     if (!o->m || !o->v)
-        return loom_fail(LOOM_ERR_OOM, "out of memory for the optimizer state (%zu MiB)",
+        return loom_fail(LOOM_ERR_OOM,
+                         "out of memory for the optimizer state (%zu MiB; "
+                         "--use-distributed-optimizer shares it over the data-parallel ranks)",
                          (2 * bytes) >> 20);
     be->ops->zero(be, o->m, bytes);
     be->ops->zero(be, o->v, bytes);

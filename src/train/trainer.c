@@ -17,6 +17,7 @@
 #include "loom/ckpt.h"
 #include "loom/comm.h"
 #include "loom/data.h"
+#include "loom/fileio.h"
 #include "loom/log.h"
 #include "loom/grad_sync.h"
 #include "loom/pipeline.h"
@@ -651,6 +652,14 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
             return loom_fail(LOOM_ERR_IO, "--metrics-file: cannot open '%s' for writing",
                              c->metrics_file);
     }
+    /* the checkpoint folders exist and take files before training starts */
+    const char *outdirs[][2] = {{"--save", c->save}, {"--save-grads", c->save_grads}};
+    for (int i = 0; i < 2 && t->par.rank == 0; i++)
+        if (outdirs[i][1] && loom_dir_writable(outdirs[i][1]) != LOOM_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", loom_last_error());
+            return loom_fail(LOOM_ERR_IO, "%s %s: %s", outdirs[i][0], outdirs[i][1], why);
+        }
     int64_t N = loom_gpt_num_params(&c->model);
     t->flops_per_token = 6.0 * (double)N + 12.0 * (double)c->model.num_layers *
                                                (double)c->model.hidden * (double)c->model.seq_length;

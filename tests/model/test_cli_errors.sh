@@ -111,5 +111,18 @@ expect_error "convert weights" "model.safetensors" "$LOOM" convert --loader hf -
 # generate
 expect_error "generate no load" "--load" "$LOOM" generate --vocab-file x
 expect_error "generate top-p" "--top-p" "$LOOM" generate --load "$tmp/ck" --vocab-file x --top-p 2
+# Output folders that cannot be made fail before training (not at the first save); a model or a
+# batch larger than the memory the system has is refused when its buffers are made, naming what
+# to lower (the cpu backend keeps its blocks within MemAvailable instead of being killed later)
+: > "$tmp/afile"
+expect_error "--save under a file" "--save $tmp/afile/ckpt: cannot create directory" "$LOOM" "${T[@]}" --save "$tmp/afile/ckpt"
+expect_error "--save-grads under a file" "--save-grads $tmp/afile/g: cannot create directory" "$LOOM" "${T[@]}" --save-grads "$tmp/afile/g"
+if "$LOOM" "${T[@]}" --save "$tmp/afile/ckpt" 2> /dev/null | grep -q iteration; then
+  fail=$((fail + 1)); echo "FAIL: --save under a file trained before failing"
+else
+  pass=$((pass + 1))
+fi
+expect_error "parameters beyond memory" "MiB of parameters and as much of gradients on cpu (the model's size" "$LOOM" "${T[@]}" --seq-length 2000000000
+expect_error "activations beyond memory" "MiB of activations on cpu (lower --micro-batch-size)" "$LOOM" "${T[@]}" --micro-batch-size 1000000 --global-batch-size 1000000
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -4,11 +4,20 @@
  * aligned to 2 MiB, rounded up to a multiple of it and marked MADV_HUGEPAGE, so that where
  * transparent huge pages are enabled (as "madvise", the common default) the kernel backs them
  * with 2 MiB pages: first touch costs one page fault per 2 MiB instead of 512, and the matrix
- * kernels' streams miss the TLB far less. Smaller blocks are 64-byte aligned. */
-#include <omp.h>
+ * kernels' streams miss the TLB far less. Smaller blocks are 64-byte aligned.
+ *
+ * The backend's live blocks may not exceed the memory the system reported available when the
+ * first backend was made (MemAvailable): a larger request gets NULL, so the caller reports which
+ * buffer did not fit, where Linux would grant it and later kill the process when it is touched. */
+#include <malloc.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <omp.h>
 
 #define CPU_HUGE_PAGE ((size_t)2 << 20)
 
@@ -21,8 +30,30 @@ void loom_cpu_need_f32(enum loom_dtype dt, const char *op) {
                    loom_dtype_name(dt));
 }
 
+static size_t g_cpu_limit;        /* bytes; 0: not known (no limit) */
+static _Atomic size_t g_cpu_live; /* bytes of the live blocks, as malloc_usable_size says */
+
+/* MemAvailable of /proc/meminfo, else the physical memory, else 0 */
+static size_t cpu_available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kib;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+                fclose(f);
+                return (size_t)kib * 1024;
+            }
+        fclose(f);
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
+}
+
 static void *cpu_malloc(struct loom_backend *be, size_t bytes) {
     (void)be;
+    if (g_cpu_limit && (bytes > g_cpu_limit || atomic_load(&g_cpu_live) > g_cpu_limit - bytes))
+        return NULL;
     void *p = NULL;
     if (bytes >= CPU_HUGE_PAGE && bytes <= SIZE_MAX - CPU_HUGE_PAGE) {
         size_t rounded = (bytes + CPU_HUGE_PAGE - 1) & ~(CPU_HUGE_PAGE - 1);
@@ -30,13 +61,16 @@ static void *cpu_malloc(struct loom_backend *be, size_t bytes) {
 #ifdef MADV_HUGEPAGE
         (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only: 4 KiB pages if refused */
 #endif
-        return p;
+    } else if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+        return NULL;
     }
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    atomic_fetch_add(&g_cpu_live, malloc_usable_size(p));
     return p;
 }
 static void cpu_free(struct loom_backend *be, void *p) {
     (void)be;
+    if (!p) return;
+    atomic_fetch_sub(&g_cpu_live, malloc_usable_size(p));
     free(p);
 }
 static void cpu_copy(struct loom_backend *be, void *dst, const void *src, size_t bytes) {
@@ -110,6 +144,7 @@ enum loom_status loom_backend_cpu_create(struct loom_backend **out) {
     be->ops = &g_cpu_ops;
     be->device = LOOM_DEVICE_CPU;
     be->num_threads = omp_get_max_threads();
+    if (!g_cpu_limit) g_cpu_limit = cpu_available_bytes();
     *out = be;
     return LOOM_OK;
 }
