@@ -147,6 +147,11 @@ struct megatron_flag {
 #define MLP_RECOMPUTE_ONLY                                                                   \
     "activation recomputation is limited to the MLP's activation: --kept-activation-layers " \
     "says which layers keep it"
+/* Megatron-LM's selective recomputation (--recompute-activations, --recompute-granularity
+ * selective) recomputes the core attention: the probabilities that flash-style kernels never keep */
+#define SELECTIVE_RECOMPUTE                                                                        \
+    "attention keeps no probabilities for its backward (its kernels are flash-style), which is "   \
+    "what selective recomputation saves"
 #define JSON_METRICS "--metrics-file writes one JSON object per logged iteration"
 #define TENSORBOARD_ONLY "it adds to TensorBoard logs, which loom does not write (" JSON_METRICS ")"
 #define WANDB_ONLY "it adds to Weights & Biases logs, which loom does not write"
@@ -185,8 +190,9 @@ static const struct megatron_flag megatron_flags[] = {
     {"--data-cache-path", 1, "the dataset's sample indices are computed in memory, not cached",
      NULL, NULL},
     {"--overlap-param-gather", 0, NULL, NO_OVERLAP_GATHER, NULL},
-    {"--recompute-activations", 0, NULL, MLP_RECOMPUTE_ONLY, NULL},
-    {"--recompute-granularity", 1, NULL, MLP_RECOMPUTE_ONLY, NULL},
+    {"--recompute-activations", 0, SELECTIVE_RECOMPUTE, NULL, NULL},
+    {"--recompute-granularity", 1, SELECTIVE_RECOMPUTE, MLP_RECOMPUTE_ONLY, "selective"},
+    {"--recompute-modules", 2, NULL, MLP_RECOMPUTE_ONLY, NULL},
     {"--recompute-method", 1, NULL, MLP_RECOMPUTE_ONLY, NULL},
     {"--recompute-num-layers", 1, NULL, MLP_RECOMPUTE_ONLY, NULL},
     {"--tensorboard-dir", 1, NULL, "no TensorBoard logs: " JSON_METRICS, NULL},

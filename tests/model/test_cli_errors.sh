@@ -69,7 +69,8 @@ expect_error "ckpt-step without load" "--ckpt-step needs --load" "$LOOM" "${T[@]
 expect_error "ckpt-step missing" "--ckpt-step 7: --load $tmp has no checkpoint of that iteration (no $tmp/iter_0000007/meta.json)" "$LOOM" "${T[@]}" --load "$tmp" --ckpt-step 7
 expect_error "negative duration" "--exit-duration-in-mins must be >= 0 (got -1)" "$LOOM" "${T[@]}" --exit-duration-in-mins -1
 expect_error "overlapped parameter gather" "--overlap-param-gather: the distributed optimizer gathers the parameters after the step" "$LOOM" "${T[@]}" --use-distributed-optimizer --overlap-param-gather
-expect_error "recompute" "--recompute-granularity: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
+expect_error "recompute" "--recompute-granularity full: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
+expect_error "recompute modules" "--recompute-modules: activation recomputation is limited" "$LOOM" "${T[@]}" --recompute-modules mlp
 expect_error "tensorboard" "--tensorboard-dir: no TensorBoard logs: --metrics-file" "$LOOM" "${T[@]}" --tensorboard-dir /tmp/tb
 expect_error "context parallel" "--context-parallel-size 2: context parallelism is not implemented" "$LOOM" "${T[@]}" --context-parallel-size 2
 expect_error "partial rotary" "--rotary-percent 0.5: partial rotary embeddings are not implemented" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 0.5

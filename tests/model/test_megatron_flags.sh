@@ -33,7 +33,8 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --calculate-per-token-loss --check-for-nan-in-loss-and-grad
       --no-create-attention-mask-in-dataloader --exit-on-missing-checkpoint
       --use-cpu-initialization --ddp-average-in-collective --align-grad-reduce --legacy-tokenizer
-      --sgd-momentum 0.9 --mmap-bin-files --no-mmap-bin-files)
+      --sgd-momentum 0.9 --mmap-bin-files --no-mmap-bin-files --recompute-activations
+      --recompute-granularity selective)
 run plain
 run megatron "${noop[@]}"
 same plain megatron
