@@ -820,6 +820,7 @@ int main(void) {
     run_mlp_act16(2048, 768, 3072, 1, 1, 2200); /* GPT-2 MLP */
     g_gelu = LOOM_GELU_ERF; /* the exact GELU: its own kernels, the products plain */
     run_linear_gelu(64, 96, 384, 1, 1, 1550);
+    run_mlp_act16(37, 72, 50, 1, 0, 2050); /* N F % 8 != 0: one element a thread */
     run_mlp_act16(2048, 768, 3072, 1, 1, 2250);
     run_gelu_bf16(8 * 101 + 5, 1, 3850);
     g_gelu = LOOM_GELU_TANH;

@@ -561,13 +561,32 @@ void loom_cuda_linear_backward_16(struct loom_backend *be, void *dinp, int dinp1
 
 /* ---- linear + GELU backward ---- */
 
-/* What the DGELU epilogue writes, from an fp32 product d: dpre = bf16(d * gelu'(pre)). */
-template <bool ERF>
+/* What the DGELU epilogue writes, from an fp32 product d: dpre = bf16(d * gelu'(pre)); V
+ * elements a thread (V = 8: 16-byte accesses of pre and dpre, two of d, where all are aligned) */
+template <bool ERF, int V>
 __global__ void gelu16_backward_kernel(__nv_bfloat16 *dpre, const float *d,
                                        const __nv_bfloat16 *pre, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        dpre[i] = __float2bfloat16_rn(d[i] * gelu_grad_of<ERF>(__bfloat162float(pre[i])));
+    typedef loom_vec<__nv_bfloat16, V> vec16;
+    typedef loom_vec<float, V> vec32;
+    for (int64_t i = V * (blockIdx.x * (int64_t)blockDim.x + threadIdx.x); i < n;
+         i += V * (int64_t)gridDim.x * blockDim.x) {
+        const vec32 dv = *reinterpret_cast<const vec32 *>(d + i);
+        const vec16 pv = *reinterpret_cast<const vec16 *>(pre + i);
+        vec16 o;
+#pragma unroll
+        for (int j = 0; j < V; j++)
+            o.v[j] = __float2bfloat16_rn(dv.v[j] * gelu_grad_of<ERF>(__bfloat162float(pv.v[j])));
+        *reinterpret_cast<vec16 *>(dpre + i) = o;
+    }
+}
+
+template <bool ERF>
+static void gelu16_backward(cudaStream_t st, __nv_bfloat16 *dpre, const float *d,
+                            const __nv_bfloat16 *pre, int64_t n) {
+    if (n % 8 == 0 && loom_aligned(32, d) && loom_aligned(16, dpre, pre))
+        gelu16_backward_kernel<ERF, 8><<<loom_cuda_grid(n / 8, 256), 256, 0, st>>>(dpre, d, pre, n);
+    else
+        gelu16_backward_kernel<ERF, 1><<<loom_cuda_grid(n, 256), 256, 0, st>>>(dpre, d, pre, n);
 }
 
 /* The workspace with the given pieces; x[rows, cols] converted into piece 0 (x16: 16-bit
@@ -619,12 +638,10 @@ void loom_cuda_linear_gelu_backward_16(struct loom_backend *be, enum loom_gelu f
         int64_t n = N * C;
         if (act16) {
             cudaStream_t st = loom_cuda_stream(be);
-            if (form == LOOM_GELU_ERF)
-                gelu16_backward_kernel<true><<<loom_cuda_grid(n, 256), 256, 0, st>>>(
-                    (__nv_bfloat16 *)dpre, d, (const __nv_bfloat16 *)pre, n);
-            else
-                gelu16_backward_kernel<false><<<loom_cuda_grid(n, 256), 256, 0, st>>>(
-                    (__nv_bfloat16 *)dpre, d, (const __nv_bfloat16 *)pre, n);
+            __nv_bfloat16 *o = (__nv_bfloat16 *)dpre;
+            const __nv_bfloat16 *p = (const __nv_bfloat16 *)pre;
+            if (form == LOOM_GELU_ERF) gelu16_backward<true>(st, o, d, p, n);
+            else gelu16_backward<false>(st, o, d, p, n);
             LOOM_CUDA_LAUNCHED();
         } else {
             loom_cuda_gelu_backward(be, form, d, d, (const float *)pre, n);
