@@ -55,7 +55,7 @@ loom_ms() {
         --metrics-file "$m" > "$tmp/loom.log" 2>&1 || { cat "$tmp/loom.log" >&2; return 1; }
     "$PYTHON" -c "
 import json, statistics, sys
-r = [json.loads(l)['ms_per_iter'] for l in open(sys.argv[1])][$WARMUP:]
+r = [x['ms_per_iter'] for x in map(json.loads, open(sys.argv[1])) if 'loss' in x][$WARMUP:]
 print(statistics.median(r))" "$m"
 }
 

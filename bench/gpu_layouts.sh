@@ -82,8 +82,8 @@ path, warm, name, gpus, tp, pp, dp, gb, ref = sys.argv[1:10]
 r = summarise(path, int(warm), name, int(gpus))
 r.update(tp=int(tp), pp=int(pp), dp=int(dp), batch=int(gb))
 if not name.endswith(":ref") and os.path.exists(ref):
-    a = [json.loads(l) for l in open(ref)]
-    b = [json.loads(l) for l in open(path)]
+    a = [r for r in map(json.loads, open(ref)) if "loss" in r]
+    b = [r for r in map(json.loads, open(path)) if "loss" in r]
     worst = max(max(abs(x["loss"] - y["loss"]) / abs(x["loss"]),
                     abs(x["grad_norm"] - y["grad_norm"]) / abs(x["grad_norm"])) for x, y in zip(a, b))
     r["worst_rel_diff_vs_ref"] = worst

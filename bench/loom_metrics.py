@@ -9,6 +9,7 @@ import sys
 
 def summarise(path, warmup, label, gpus=None):
     rows = [json.loads(line) for line in open(path) if line.startswith("{")]
+    rows = [r for r in rows if "loss" in r]  # iterations, not evaluations after training
     timed = [r for r in rows if r["iteration"] > warmup]
     if not timed:
         raise SystemExit(f"{path}: no iteration after the {warmup} warm-up iterations")

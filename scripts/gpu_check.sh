@@ -138,7 +138,7 @@ layouts() {
     done
     "$PY" - "$tmp/bf16-dp2-whole.jsonl" "$tmp/bf16-dp2-dist.jsonl" <<'EOF2'
 import json, sys
-a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+a, b = ([r for r in map(json.loads, open(f)) if "loss" in r] for f in sys.argv[1:])
 same = len(a) == len(b) == 10 and all((x["loss"], x["grad_norm"]) == (y["loss"], y["grad_norm"]) for x, y in zip(a, b))
 print(f"  peak device memory per rank {a[-1].get('peak_mem_bytes', 0) / 2**20:.1f} MiB whole, "
       f"{b[-1].get('peak_mem_bytes', 0) / 2**20:.1f} MiB distributed; same bits: {same}")
@@ -213,8 +213,8 @@ single)
     done
     "$PY" - "$LOGS/e2e-$model-fp32.log.jsonl" "$LOGS/e2e-$model-bf16.log.jsonl" <<'EOF'
 import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
+a = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+b = [r for r in map(json.loads, open(sys.argv[2])) if "loss" in r]
 d = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
 ok = len(a) == len(b) == 5 and d < 1e-2
 print(f"{'ok  ' if ok else 'FAIL'} bf16 against fp32 loss: worst relative difference {d:.2e} over {len(b)} iterations (tolerance 1e-2)")
@@ -232,7 +232,7 @@ EOF
   if [ $r -eq 0 ]; then
     "$PY" - "$log.jsonl" <<'EOF'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
 skipped = sum(r["skipped_iterations"] for r in rows)
 first, last = rows[0], rows[-1]
 ok = len(rows) == 16 and 0 < skipped < 16 and last["loss_scale"] < first["loss_scale"] <= 2.0**32 \
@@ -257,7 +257,7 @@ EOF
   done
   same_runs() {
     "$PY" -c 'import json,sys
-a, b = ([(j["loss"], j["grad_norm"]) for j in map(json.loads, open(f))] for f in sys.argv[1:])
+a, b = ([(j["loss"], j["grad_norm"]) for j in map(json.loads, open(f)) if "loss" in j] for f in sys.argv[1:])
 print(0 if len(a) == 5 and a == b else 1)' "$@"
   }
   [ $r -eq 0 ] && r=$(same_runs "$LOGS/e2e-det1.jsonl" "$LOGS/e2e-det2.jsonl")

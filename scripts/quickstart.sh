@@ -34,12 +34,16 @@ $LOOM train --data-path "$DATA" --split 10,1,1 "${TOK[@]}" \
 H=$(/usr/bin/python3 scripts/unigram_entropy.py "$DATA")
 /usr/bin/python3 - "$RUN/metrics.jsonl" "$H" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+objs = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in objs if "loss" in r]  # the iterations (not the test loss after training)
 val = [r for r in rows if "val_loss" in r]
+test = [r for r in objs if "test_loss" in r]
 print(f"\nunigram entropy of the text: {float(sys.argv[2]):.3f} nats/token")
 print(f"train loss: {rows[0]['loss']:.3f} at iteration {rows[0]['iteration']} -> {rows[-1]['loss']:.3f} at iteration {rows[-1]['iteration']}")
 if val:
     print(f"validation loss: {val[-1]['val_loss']:.3f} at iteration {val[-1]['iteration']}")
+if test:
+    print(f"test loss (--split's third part): {test[-1]['test_loss']:.3f} after training")
 PY
 echo
 echo "sample (loom generate --prompt 'ROMEO:'):"

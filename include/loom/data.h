@@ -152,6 +152,10 @@ struct loom_gpt_dataset_config {
 enum loom_status loom_gpt_dataset_open(struct loom_gpt_dataset **out,
                                        const struct loom_gpt_dataset_config *cfg);
 void loom_gpt_dataset_free(struct loom_gpt_dataset *ds);
+/* The documents of split `which` (--split weights `split`, NULL for the default) over every
+ * dataset of data_path, as loom_gpt_dataset_open would take them. */
+enum loom_status loom_gpt_split_documents(const char *data_path, const char *split,
+                                          enum loom_split which, int64_t *ndocs);
 
 /* Number of samples available: for one dataset, every sample of the epochs built (>=
  * num_samples, as Megatron's GPTDataset); for a blend, exactly num_samples (as its

@@ -52,7 +52,7 @@ struct loom_train_config {
     const char *data_path, *split;
     /* or a train and (may be NULL) a valid dataset of their own, each whole (Megatron-LM's
      * --train-data-path and --valid-data-path; --split unused) */
-    const char *train_data_path, *valid_data_path;
+    const char *train_data_path, *valid_data_path, *test_data_path;
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
     int log_params_norm; /* --log-params-norm */

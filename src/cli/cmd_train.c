@@ -19,7 +19,7 @@ struct train_flags {
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion;
     int gelu_saved; /* the checkpoint's GELU form with --load, else -1 */
-    const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *save, *load,
+    const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup;
     double start_wd, end_wd;
@@ -182,7 +182,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--num-workers", 1, "samples are read in the training process", NULL, NULL},
     {"--distributed-backend", 1, "--comm chooses the communication backend, auto taking NCCL with "
      "--device cuda under mpirun", NULL, NULL},
-    {"--test-data-path", 2, "the test split is not evaluated (nor is --split's third part)", NULL, NULL},
     {"--fp32-residual-connection", 0, "the residual stream is always fp32 (with --bf16 too)",
      NULL, NULL},
     {"--use-checkpoint-args", 0, "--load always takes the model's shape from the checkpoint",
@@ -397,6 +396,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--split", LOOM_FLAG_STR, &f.split, "train,valid,test document weights", NULL, 0},
         {"--train-data-path", LOOM_FLAG_LIST, &f.train_data_path, "a training dataset of its own, whole (instead of --data-path and --split)", NULL, 0},
         {"--valid-data-path", LOOM_FLAG_LIST, &f.valid_data_path, "a validation dataset of its own, whole (with --train-data-path)", NULL, 0},
+        {"--test-data-path", LOOM_FLAG_LIST, &f.test_data_path, "a test dataset of its own, whole (with --train-data-path), evaluated after training", NULL, 0},
         {"--tokenizer-type", LOOM_FLAG_CHOICE, &f.tokenizer_type, "tokenizer (for the vocabulary size; NullTokenizer: --vocab-size ids and an end-of-document one, as Megatron-LM)", "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase|NullTokenizer", 0},
         {"--vocab-file", LOOM_FLAG_STR, &f.vocab_file, "tokenizer vocabulary", NULL, 0},
         {"--merge-file", LOOM_FLAG_STR, &f.merge_file, "GPT-2 merges", NULL, 0},
@@ -519,10 +519,13 @@ int loom_cmd_train(int argc, char **argv) {
         FAIL("give --data-path PREFIX (or --train-data-path PREFIX) or --mock-data");
     if (f.mock && (f.data_path || f.train_data_path))
         FAIL("--mock-data and %s exclude each other", f.data_path ? "--data-path" : "--train-data-path");
-    if (f.data_path && (f.train_data_path || f.valid_data_path))
+    if (f.data_path && (f.train_data_path || f.valid_data_path || f.test_data_path))
         FAIL("--data-path (one dataset split by --split) and %s exclude each other",
-             f.train_data_path ? "--train-data-path" : "--valid-data-path");
+             f.train_data_path   ? "--train-data-path"
+             : f.valid_data_path ? "--valid-data-path"
+                                 : "--test-data-path");
     if (f.valid_data_path && !f.train_data_path) FAIL("--valid-data-path needs --train-data-path");
+    if (f.test_data_path && !f.train_data_path) FAIL("--test-data-path needs --train-data-path");
     if (f.query_groups && !f.gqa) FAIL("--num-query-groups needs --group-query-attention");
     if (f.log_interval < 1) FAIL("--log-interval must be at least 1");
     if (f.eval_iters < 0 || f.eval_interval < 0) FAIL("--eval-iters and --eval-interval must be >= 0");
@@ -689,6 +692,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.split = f.split;
     c.train_data_path = f.train_data_path;
     c.valid_data_path = f.valid_data_path;
+    c.test_data_path = f.test_data_path;
     c.eval_interval = f.eval_interval;
     c.eval_iters = f.eval_iters;
     c.log_interval = f.log_interval;

@@ -498,6 +498,30 @@ done:
     return LOOM_OK;
 }
 
+enum loom_status loom_gpt_split_documents(const char *data_path, const char *split,
+                                          enum loom_split which, int64_t *ndocs) {
+    *ndocs = 0;
+    if ((int)which < 0 || which >= LOOM_SPLIT_COUNT)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "GPT dataset: split %d is not train/valid/test",
+                         (int)which);
+    if (!split) split = "969,30,1";
+    int n, is_blend;
+    char **prefixes;
+    double *weights;
+    LOOM_CHECK(loom_data_parse_blend(data_path, &n, &prefixes, &weights, &is_blend));
+    enum loom_status st = LOOM_OK;
+    for (int i = 0; i < n && st == LOOM_OK; i++) {
+        struct loom_indexed *ix;
+        if ((st = loom_indexed_open(&ix, prefixes[i])) != LOOM_OK) break;
+        int64_t b[4];
+        st = loom_data_split_bounds(split, loom_indexed_num_sequences(ix), b);
+        if (st == LOOM_OK) *ndocs += b[which + 1] - b[which];
+        loom_indexed_free(ix);
+    }
+    loom_data_blend_free(n, prefixes, weights);
+    return st;
+}
+
 int64_t loom_gpt_dataset_len(const struct loom_gpt_dataset *ds) { return ds->len; }
 int64_t loom_gpt_dataset_seq_length(const struct loom_gpt_dataset *ds) { return ds->seq_length; }
 int loom_gpt_dataset_num_sources(const struct loom_gpt_dataset *ds) { return ds->nsrc; }

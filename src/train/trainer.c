@@ -29,8 +29,8 @@ struct trainer {
     struct loom_backend *be;
     struct loom_gpt *model;
     struct loom_adamw opt;
-    struct loom_sample_source train_src, valid_src;
-    int have_valid;
+    struct loom_sample_source train_src, valid_src, test_src;
+    int have_valid, have_test; /* have_test: evaluated after training, as Megatron-LM's do_test */
     struct loom_train_state st;
     int64_t num_micro;           /* micro-batches per rank per iteration at the final batch */
     struct loom_batch_ramp ramp; /* the global batch over training (--rampup-batch-size) */
@@ -153,12 +153,14 @@ static enum loom_status sync_grads(struct trainer *t) {
     return loom_grad_sync_finish(t->gsync);
 }
 
-static enum loom_status evaluate(struct trainer *t, int64_t iteration, double *loss) {
+/* The mean loss of --eval-iters global batches of src, from its first sample */
+static enum loom_status evaluate(struct trainer *t, struct loom_sample_source *src,
+                                 int64_t iteration, double *loss) {
     double sum = 0;
     for (int64_t i = 0; i < t->cfg->eval_iters; i++) {
         double l;
-        LOOM_CHECK(run_batch(t, &t->valid_src, i * t->cfg->global_batch, t->cfg->global_batch,
-                             iteration, 0, &l));
+        LOOM_CHECK(
+            run_batch(t, src, i * t->cfg->global_batch, t->cfg->global_batch, iteration, 0, &l));
         sum += l;
     }
     *loss = t->cfg->eval_iters > 0 ? sum / (double)t->cfg->eval_iters : 0.0;
@@ -205,10 +207,26 @@ static void reset_comm_counters(struct trainer *t) {
     if (t->par.embedding) loom_comm_reset_counters(t->par.embedding);
 }
 
-/* The log line of a validation loss (Megatron-LM's) */
-static void log_validation(int64_t it, double val_loss) {
-    loom_log_info(" validation loss at iteration %lld | lm loss: %.6E | lm loss PPL: %.6E",
-                  (long long)it, val_loss, exp(val_loss));
+/* The log line of a validation loss (Megatron-LM's), on_set naming the set after training */
+static void log_validation(int64_t it, const char *on_set, double val_loss) {
+    loom_log_info(" validation loss at iteration %lld%s%s | lm loss: %.6E | lm loss PPL: %.6E",
+                  (long long)it, on_set ? " on " : "", on_set ? on_set : "", val_loss,
+                  exp(val_loss));
+}
+
+/* After training (or with --skip-train), the loss of the test set when there is one: its log
+ * line and, with --metrics-file, {"iteration", "test_loss"}. */
+static enum loom_status evaluate_test(struct trainer *t) {
+    if (!t->have_test || t->cfg->eval_iters <= 0) return LOOM_OK;
+    const int64_t it = t->st.iteration;
+    double loss;
+    LOOM_CHECK(evaluate(t, &t->test_src, it, &loss));
+    log_validation(it, "test set", loss);
+    if (t->metrics) {
+        fprintf(t->metrics, "{\"iteration\": %lld, \"test_loss\": %.17g}\n", (long long)it, loss);
+        fflush(t->metrics);
+    }
+    return LOOM_OK;
 }
 
 /* pnorm: the parameters' norm (--log-params-norm), or < 0 when not logged */
@@ -248,7 +266,7 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     if (t->cfg->fp16)
         loom_log_info(" loss scale: %.1f | number of skipped iterations: %3lld", t->scaler.scale,
                       (long long)t->skipped_since_log);
-    if (have_val) log_validation(it, val_loss);
+    if (have_val) log_validation(it, NULL, val_loss);
     if (t->metrics) {
         /* JSON has no inf or nan: a non-finite value (an overflowing --fp16 step) is null */
         char loss_s[32] = "null", gnorm_s[32] = "null";
@@ -435,7 +453,8 @@ static enum loom_status open_sources(struct trainer *t) {
     if (c->mock_data || (!c->data_path && !c->train_data_path)) {
         LOOM_CHECK(loom_mock_source(&t->train_src, c->model.vocab_size, T, c->seed, 0));
         LOOM_CHECK(loom_mock_source(&t->valid_src, c->model.vocab_size, T, c->seed, 1));
-        t->have_valid = 1;
+        LOOM_CHECK(loom_mock_source(&t->test_src, c->model.vocab_size, T, c->seed, 2));
+        t->have_valid = t->have_test = 1;
         return LOOM_OK;
     }
     /* sample-based training asks for its samples, as Megatron sizes the dataset */
@@ -457,6 +476,18 @@ static enum loom_status open_sources(struct trainer *t) {
             loom_gpt_data_source(&t->valid_src, valid_path, valid_split, LOOM_SPLIT_VALID, T,
                                  n_valid, c->seed, c->model.vocab_size);
         if (s != LOOM_OK) return s;
+    }
+    /* the test split (--split's third part, or --test-data-path), when it has documents */
+    const char *test_path = c->train_data_path ? c->test_data_path : c->data_path;
+    const char *test_split = c->train_data_path ? "0,0,1" : c->split;
+    int64_t test_docs = 0;
+    if (c->eval_iters > 0 && test_path)
+        LOOM_CHECK(loom_gpt_split_documents(test_path, test_split, LOOM_SPLIT_TEST, &test_docs));
+    if (test_docs > 0) {
+        LOOM_CHECK(loom_gpt_data_source(&t->test_src, test_path, test_split, LOOM_SPLIT_TEST, T,
+                                        c->eval_iters * c->global_batch, c->seed,
+                                        c->model.vocab_size));
+        t->have_test = 1;
     }
     return LOOM_OK;
 }
@@ -715,22 +746,26 @@ static enum loom_status device_memory(struct trainer *t) {
 }
 
 /* --skip-train: the validation loss of the weights as loaded, logged as at an evaluation (the
- * line and, with --metrics-file, a JSON object with "iteration" and "val_loss"). */
+ * line and, with --metrics-file, a JSON object with "iteration" and "val_loss"), then the test
+ * set's as after training. */
 static enum loom_status evaluate_only(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     const int64_t it = t->st.iteration;
-    if (!t->have_valid || c->eval_iters <= 0) {
-        loom_log_info("--skip-train: nothing to evaluate (no validation data, or --eval-iters 0)");
+    if ((!t->have_valid && !t->have_test) || c->eval_iters <= 0) {
+        loom_log_info("--skip-train: nothing to evaluate (no validation or test data, or "
+                      "--eval-iters 0)");
         return LOOM_OK;
     }
-    double val;
-    LOOM_CHECK(evaluate(t, it, &val));
-    log_validation(it, val);
-    if (t->metrics) {
-        fprintf(t->metrics, "{\"iteration\": %lld, \"val_loss\": %.17g}\n", (long long)it, val);
-        fflush(t->metrics);
+    if (t->have_valid) {
+        double val;
+        LOOM_CHECK(evaluate(t, &t->valid_src, it, &val));
+        log_validation(it, NULL, val);
+        if (t->metrics) {
+            fprintf(t->metrics, "{\"iteration\": %lld, \"val_loss\": %.17g}\n", (long long)it, val);
+            fflush(t->metrics);
+        }
     }
-    return LOOM_OK;
+    return evaluate_test(t);
 }
 
 static enum loom_status train_loop(struct trainer *t) {
@@ -805,7 +840,7 @@ static enum loom_status train_loop(struct trainer *t) {
         double val = 0;
         if (t->have_valid && c->eval_interval > 0 && c->eval_iters > 0 &&
             (it % c->eval_interval == 0 || it == c->train_iters)) {
-            LOOM_CHECK(evaluate(t, it, &val));
+            LOOM_CHECK(evaluate(t, &t->valid_src, it, &val));
             have_val = 1;
         }
         if (it % c->log_interval == 0 || it == c->train_iters || have_val) {
@@ -854,7 +889,9 @@ static enum loom_status train_loop(struct trainer *t) {
         LOOM_CHECK(loom_ckpt_save(c->save, t->model, c->no_save_optim ? NULL : &t->opt, &t->st));
         loom_log_info("saved checkpoint at iteration %lld to %s", (long long)t->st.iteration, c->save);
     }
-    return LOOM_OK;
+    /* a run stopped early (--exit-interval, its duration, a signal) is not evaluated on the
+     * test set; a finished one is */
+    return t->st.iteration == c->train_iters ? evaluate_test(t) : LOOM_OK;
 }
 
 enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char ***argv,
@@ -869,6 +906,7 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
     if (t.metrics) fclose(t.metrics);
     if (t.train_src.free) t.train_src.free(t.train_src.ctx);
     if (t.valid_src.free) t.valid_src.free(t.valid_src.ctx);
+    if (t.test_src.free) t.test_src.free(t.test_src.ctx);
     free(t.tokens);
     free(t.targets);
     free(t.sample);

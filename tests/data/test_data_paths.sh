@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Datasets of their own per split (Megatron-LM's --train-data-path and --valid-data-path): the
-# training dataset is taken whole, so training on it is training on --data-path with --split
-# 100,0,0, bit for bit; a --valid-data-path changes no training bit and its validation loss is
-# that of its own data (not the training data's); without one there is no validation.
+# Datasets of their own per split (Megatron-LM's --train-data-path, --valid-data-path and
+# --test-data-path): the training dataset is taken whole, so training on it is training on
+# --data-path with --split 100,0,0, bit for bit; a --valid-data-path changes no training bit and
+# its validation loss is that of its own data (not the training data's); without one there is no
+# validation. A --test-data-path changes no training bit either, and its loss after training is
+# the validation loss of the same data at the last iteration, bit for bit (the same weights and,
+# one epoch of it in both, the same samples); --split's third part gives a test loss too, and
+# none when it is empty.
 set -uo pipefail
 LOOM=${LOOM:-build/loom}
 SRC=${LOOM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -32,6 +36,23 @@ run own-valid-b --train-data-path "$A" --valid-data-path "$B"
 same split own-valid-b
 run own-valid-a --train-data-path "$A" --valid-data-path "$A"
 vals() { grep -o '"val_loss": [^,}]*' "$tmp/$1.jsonl" | tr '\n' ' '; }
+run own-test-b --train-data-path "$A" --valid-data-path "$B" --test-data-path "$B"
+same split own-test-b
+test_of() { grep -o '"test_loss": [^,}]*' "$tmp/$1.jsonl" | sed 's/.*: //'; }
+last_val() { grep -o '"val_loss": [^,}]*' "$tmp/$1.jsonl" | tail -1 | sed 's/.*: //'; }
+if [ -n "$(test_of own-test-b)" ] && [ "$(test_of own-test-b)" = "$(last_val own-valid-b)" ] &&
+   [ -z "$(test_of own-valid-b)" ]; then
+  echo "ok   --test-data-path: its loss after training is B's validation loss at iteration 4 ($(test_of own-test-b))"
+else
+  echo "FAIL --test-data-path: test [$(test_of own-test-b)] validation [$(last_val own-valid-b)] without [$(test_of own-valid-b)]"; fail=1
+fi
+run split3 --data-path "$A" --split 50,25,25
+run split-notest --data-path "$A" --split 50,50,0
+if [ -n "$(test_of split3)" ] && [ "$(test_of split3)" != "$(last_val split3)" ] && [ -z "$(test_of split-notest)" ]; then
+  echo "ok   --split's third part: a test loss of its own ($(test_of split3)); none for an empty one"
+else
+  echo "FAIL --split's test part: [$(test_of split3)] [$(last_val split3)] empty [$(test_of split-notest)]"; fail=1
+fi
 if [ -z "$(vals own-novalid)" ] && [ -n "$(vals own-valid-b)" ] && [ -n "$(vals own-valid-a)" ] &&
    [ "$(vals own-valid-b)" != "$(vals own-valid-a)" ]; then
   echo "ok   validation only with --valid-data-path, on its own data: $(vals own-valid-b)"

@@ -21,14 +21,18 @@ tail -n 3 "$SRC/data/shakespeare.jsonl" > "$tmp/b.jsonl"
     --save "$tmp/ck" --metrics-file "$tmp/m.jsonl" > "$tmp/train.log"
 /usr/bin/python3 - "$tmp/m.jsonl" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+objs = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in objs if "loss" in r]
 first, last = rows[0]["loss"], rows[-1]["loss"]
+# after training, the loss of --split's third part (Megatron-LM's test set), the last object
+test = objs[-1].get("test_loss")
+assert test is not None and len(objs) == len(rows) + 1 and 0 < test < 20, f"test loss: {objs[-1]}"
 assert last < first - 1.0, f"loss did not fall: {first} -> {last}"
 assert "val_loss" in rows[-1], "no validation loss"
 # MFU against the CPU's measured peak, which a faster step raises: never above 100%
 mfu = [r["mfu"] for r in rows if "mfu" in r]
 assert mfu and all(0.0 < m <= 1.0 for m in mfu), f"MFU outside (0, 1]: {mfu}"
-print(f"ok   loss {first:.3f} -> {last:.3f}, validation {rows[-1]['val_loss']:.3f}, MFU at most {100 * max(mfu):.1f}%")
+print(f"ok   loss {first:.3f} -> {last:.3f}, validation {rows[-1]['val_loss']:.3f}, test {test:.3f}, MFU at most {100 * max(mfu):.1f}%")
 PY
 g1=$("$LOOM" generate --load "$tmp/ck" "${TOK[@]}" --prompt "KING:" --max-new-tokens 12 --greedy 2>"$tmp/gen.err")
 g2=$("$LOOM" generate --load "$tmp/ck" "${TOK[@]}" --prompt "KING:" --max-new-tokens 12 --greedy 2>/dev/null)

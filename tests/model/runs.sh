@@ -12,8 +12,8 @@ run() {
   fi
   losses_of "$name"
 }
-losses_of() { # NAME.txt from NAME.jsonl
-  sed -E 's/.*"loss": ([^,]*), "grad_norm": ([^,]*),.*/\1 \2/' "$tmp/$1.jsonl" > "$tmp/$1.txt"
+losses_of() { # NAME.txt from NAME.jsonl's iterations (not the test loss after training)
+  grep '"loss": ' "$tmp/$1.jsonl" | sed -E 's/.*"loss": ([^,]*), "grad_norm": ([^,]*),.*/\1 \2/' > "$tmp/$1.txt"
 }
 same() {
   if [ "$(wc -l < "$tmp/$1.txt" 2>/dev/null)" = "${ITERS:-4}" ] && cmp -s "$tmp/$1.txt" "$tmp/$2.txt"; then

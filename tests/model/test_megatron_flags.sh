@@ -67,7 +67,7 @@ same plain pnorm
 PY=${PYTHON:-python3}
 if "$PY" - "$tmp/pnorm.jsonl" "$tmp/pnorm-ckpt" <<'PYEOF'
 import array, json, math, struct, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
 it = open(sys.argv[2] + "/latest_checkpointed_iteration.txt").read().strip()
 data = open(f"{sys.argv[2]}/iter_{int(it):07d}/model.safetensors", "rb").read()
 (n,) = struct.unpack("<Q", data[:8])

@@ -17,11 +17,15 @@ args=(--mock-data --num-layers 2 --hidden-size 48 --num-attention-heads 4 --seq-
 "$LOOM" train "${args[@]}" --train-iters 20 --exit-interval 10 --metrics-file "$tmp/resumed.jsonl" --save "$tmp/b" > /dev/null
 "$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/resumed.jsonl" --load "$tmp/b" --save "$tmp/b" > /dev/null
 fail=0
-n=$(wc -l < "$tmp/straight.jsonl")
+n=$(grep -c '"loss"' "$tmp/straight.jsonl")
 [ "$n" -eq 20 ] || { echo "FAIL: straight run logged $n iterations, expected 20"; fail=1; }
+# after training, the test split's loss (--split's third part; the mock data's test stream): one
+# object, the last
+tail -1 "$tmp/straight.jsonl" | grep -q '^{"iteration": 20, "test_loss": [0-9.]*}$' ||
+  { echo "FAIL: no test loss after training"; fail=1; }
 strip() { sed -E 's/"ms_per_iter": [^,]*, "tokens_per_s": [^,]*, "tflops_per_rank": [^,]*, "mfu": [^,}]*//' "$1"; }
 if diff <(strip "$tmp/straight.jsonl") <(strip "$tmp/resumed.jsonl"); then
-  echo "ok   losses, grad norms, learning rates and validation losses identical over 20 iterations"
+  echo "ok   losses, grad norms, learning rates, validation and test losses identical over 20 iterations"
 else
   echo "FAIL: resumed run differs from the straight run"; fail=1
 fi
@@ -36,7 +40,7 @@ grep -q '"val_loss"' "$tmp/straight.jsonl" || { echo "FAIL: no validation loss l
 "$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/step.jsonl" --load "$tmp/b" \
   --ckpt-step 10 > "$tmp/step.log"
 if grep -q "loaded checkpoint .*iter_0000010 at iteration 10" "$tmp/step.log" &&
-   diff <(strip "$tmp/straight.jsonl" | tail -10) <(strip "$tmp/step.jsonl") > /dev/null; then
+   diff <(strip "$tmp/straight.jsonl" | tail -11) <(strip "$tmp/step.jsonl") > /dev/null; then
   echo "ok   --ckpt-step 10 resumes from iteration 10 (not the latest, 20): the straight run's 11..20"
 else
   echo "FAIL: --ckpt-step 10"; grep -E "loaded|error" "$tmp/step.log"; fail=1
@@ -45,11 +49,22 @@ fi
 "$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/skip.jsonl" --load "$tmp/b" \
   --ckpt-step 10 --skip-train > "$tmp/skip.log"
 want=$(grep '"iteration": 10,' "$tmp/straight.jsonl" | sed -E 's/.*"val_loss": ([^,}]*).*/\1/')
-got=$(sed -E 's/.*"val_loss": ([^,}]*).*/\1/' "$tmp/skip.jsonl")
-if [ -n "$want" ] && [ "$got" = "$want" ] && [ ! -e "$tmp/b/iter_0000011" ] && [ "$(wc -l < "$tmp/skip.jsonl")" -eq 1 ]; then
-  echo "ok   --skip-train: the validation loss at iteration 10, the straight run's bits ($got), no training"
+got=$(grep '"val_loss"' "$tmp/skip.jsonl" | sed -E 's/.*"val_loss": ([^,}]*).*/\1/')
+if [ -n "$want" ] && [ "$got" = "$want" ] && [ ! -e "$tmp/b/iter_0000011" ] &&
+   [ "$(wc -l < "$tmp/skip.jsonl")" -eq 2 ] && grep -q '"test_loss"' "$tmp/skip.jsonl"; then
+  echo "ok   --skip-train: the validation loss at iteration 10, the straight run's bits ($got), then the test loss, no training"
 else
   echo "FAIL: --skip-train gave '$got', the straight run '$want'"; fail=1
+fi
+# and of the last checkpoint: the test loss the straight run logged after training, bit for bit
+"$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/skip20.jsonl" --load "$tmp/b" \
+  --skip-train > /dev/null
+test_of() { grep '"test_loss"' "$1" | sed -E 's/.*"test_loss": ([^,}]*).*/\1/'; }
+if [ -n "$(test_of "$tmp/straight.jsonl")" ] &&
+   [ "$(test_of "$tmp/skip20.jsonl")" = "$(test_of "$tmp/straight.jsonl")" ]; then
+  echo "ok   --skip-train of iteration 20: the straight run's test loss ($(test_of "$tmp/skip20.jsonl"))"
+else
+  echo "FAIL: test loss of iteration 20: '$(test_of "$tmp/skip20.jsonl")' against '$(test_of "$tmp/straight.jsonl")'"; fail=1
 fi
 # --no-save-optim: the checkpoint holds the weights and training state only; the resumed run's
 # first iteration (weights and data alone) equals the straight run's, and the optimizer restarts
@@ -92,7 +107,7 @@ else
 fi
 "$LOOM" train "${args[@]}" --train-iters 20 --lr 1e-3 --load "$tmp/d" --use-checkpoint-opt_param-scheduler \
   --metrics-file "$tmp/ckpt-sched.jsonl" > /dev/null
-if diff <(strip "$tmp/ckpt-sched.jsonl") <(strip "$tmp/straight.jsonl" | tail -n 10) > /dev/null; then
+if diff <(strip "$tmp/ckpt-sched.jsonl") <(strip "$tmp/straight.jsonl" | tail -n 11) > /dev/null; then
   echo "ok   --use-checkpoint-opt_param-scheduler resumes on the saved schedule, bit for bit"
 else
   echo "FAIL: --use-checkpoint-opt_param-scheduler"; fail=1

@@ -51,7 +51,8 @@ def load(root):
 
 
 def metrics(path):
-    return [json.loads(line) for line in open(path) if line.strip()]
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    return [r for r in rows if "loss" in r]  # iterations, not the test loss after training
 
 
 ref_m, ref_c, first_m, second_m, run_c, split, tol, label = sys.argv[1:9]

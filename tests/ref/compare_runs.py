@@ -25,8 +25,9 @@ def tensors(root):
 
 ref_m, ref_c, run_m, run_c, tol, label = sys.argv[1:7]
 tol = float(tol)
-a = [json.loads(l) for l in open(ref_m)]
-b = [json.loads(l) for l in open(run_m)]
+# the iterations (not the test loss after training)
+a = [r for r in map(json.loads, open(ref_m)) if "loss" in r]
+b = [r for r in map(json.loads, open(run_m)) if "loss" in r]
 worst_loss = worst_gn = worst_p = worst_pn = 0.0
 worst_name = ""
 ok = len(a) == len(b) and len(a) > 0

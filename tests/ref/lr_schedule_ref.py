@@ -109,7 +109,7 @@ def main():
     path = sys.argv[1]
     opts = dict(a.split("=", 1) for a in sys.argv[2:])
     iters, want, want_wd, batches = schedule(opts)
-    rows = [json.loads(line) for line in open(path)]
+    rows = [r for r in map(json.loads, open(path)) if "loss" in r]  # not the test loss after training
     if [r["iteration"] for r in rows] != list(range(1, iters + 1)):
         print(f"{path}: iterations {[r['iteration'] for r in rows]}, expected 1..{iters}")
         return 1
