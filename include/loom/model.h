@@ -123,6 +123,11 @@ struct loom_step_ctx {
     int64_t sample0;    /* global index of the micro-batch's first sample within the step */
     int training;       /* 0: no dropout */
     float dloss;        /* d(total loss)/d(loss of one token), e.g. 1/(tokens in global batch) */
+    /* 1: the loss is the mean over the step's micro-batches of each one's mean over its tokens
+     * that carry a loss (Megatron-LM's default with a loss mask): a token's dloss is dloss
+     * (1 / the micro-batches of the step) over its micro-batch's count, set per micro-batch by
+     * the pipeline */
+    int per_micro_mean;
 };
 
 /* Stage pieces, for pipeline schedules. A micro-batch's activations live in `slot`.

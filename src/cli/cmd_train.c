@@ -17,7 +17,7 @@ struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
-        no_gelu_fusion;
+        no_gelu_fusion, per_token_loss;
     int gelu_saved; /* the checkpoint's GELU form with --load, else -1 */
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
@@ -228,8 +228,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--distributed-timeout-minutes", 1, "collectives have no timeout: a failing rank ends the "
      "whole job", NULL, NULL},
     {"--cross-entropy-loss-fusion", 0, "the output layer and the loss are always fused", NULL, NULL},
-    {"--calculate-per-token-loss", 0, "the loss is always the mean over the global batch's "
-     "tokens", NULL, NULL},
     {"--check-for-nan-in-loss-and-grad", 0, "a loss or gradient norm that is not finite always "
      "stops training (skipped instead under --fp16 loss scaling)", NULL, NULL},
     {"--no-create-attention-mask-in-dataloader", 0, "the causal mask is never materialised",
@@ -362,7 +360,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--micro-batch-size", LOOM_FLAG_INT, &f.micro, "samples per micro-batch", NULL, 0},
         {"--global-batch-size", LOOM_FLAG_INT, &f.global, "samples per iteration (0 = micro x DP)", NULL, 0},
         {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (this or --train-samples)", NULL, 0},
-        {"--eod-mask-loss", LOOM_FLAG_BOOL, &f.eod_mask, "no loss where the input token is the tokenizer's end-of-document one (the loss is the mean over the other tokens)", NULL, 0},
+        {"--eod-mask-loss", LOOM_FLAG_BOOL, &f.eod_mask, "no loss where the input token is the tokenizer's end-of-document one (the loss is the mean over micro-batches of each one's mean over its other tokens)", NULL, 0},
+        {"--calculate-per-token-loss", LOOM_FLAG_BOOL, &f.per_token_loss, "with --eod-mask-loss, the loss is the mean over the global batch's tokens that carry one (not over micro-batches of their means)", NULL, 0},
         {"--use-distributed-optimizer", LOOM_FLAG_BOOL, &f.dist_opt, "shard the optimizer's moments and its update over the data-parallel ranks (ZeRO stage 1); the parameters are gathered after each step", NULL, 0},
         {"--rampup-batch-size", LOOM_FLAG_LIST, &f.rampup, "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT over SAMPLES samples to --global-batch-size (with --train-samples)", NULL, 0},
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
@@ -659,6 +658,7 @@ int loom_cmd_train(int argc, char **argv) {
     memcpy(c.rampup, f.ramp, sizeof c.rampup);
     c.distributed_optimizer = f.dist_opt;
     c.eod_mask_id = f.eod_mask ? eod : -1;
+    c.per_token_loss = f.per_token_loss;
     c.lr_warmup_iters = f.warmup;
     c.lr_decay_iters = f.decay_iters;
     c.lr_warmup_samples = f.warmup_samples;

@@ -164,6 +164,15 @@ static enum loom_status staged_send(struct loom_pipeline *pl, struct exec *e, co
     return loom_comm_isend(e->pp, pl->pool[k].buf, n, LOOM_DTYPE_F32, dst, tag, &pl->pool[k].req);
 }
 
+/* A token's dloss under per_micro_mean: ctx->dloss over the micro-batch's tokens that carry a
+ * loss (targets >= 0 of its n); 0 for a wholly masked micro-batch */
+static float micro_dloss(const struct loom_step_ctx *ctx, const int32_t *targets, int64_t n) {
+    int64_t valid = 0;
+    for (int64_t i = 0; i < n; i++)
+        valid += targets[i] >= 0;
+    return valid > 0 ? (float)((double)ctx->dloss / (double)valid) : 0.0f;
+}
+
 static int take_slot(struct exec *e, int64_t k) {
     if (e->slot_of[k] >= 0) return e->slot_of[k];
     for (int s = 0; s < e->m->nslots; s++)
@@ -218,6 +227,7 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             int64_t sample0 = 0;
             if ((st = fetch(fetch_ctx, k, tokens, targets, &sample0)) != LOOM_OK) break;
             mc.sample0 = sample0;
+            if (ctx->per_micro_mean) mc.dloss = micro_dloss(ctx, targets, m->B * m->cfg.seq_length);
             if (is_first(&e, c)) {
                 st = loom_gpt_embed_forward(m, slot, tokens, &mc);
             } else {
@@ -239,6 +249,8 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
                 st = loom_gpt_head_forward(m, slot, targets, &mc, &ls, &cnt);
                 stats->loss_sum += ls;
                 stats->count += cnt;
+                stats->mean_sum += cnt > 0 ? ls / (double)cnt : 0.0;
+                stats->micro++;
             } else {
                 st = staged_send(pl, &e, out, bytes, (e.r + 1) % e.p, tag_of(&e, k, c, 0));
             }
@@ -246,6 +258,7 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             int64_t sample0 = 0;
             if ((st = fetch(fetch_ctx, k, tokens, targets, &sample0)) != LOOM_OK) break;
             mc.sample0 = sample0;
+            if (ctx->per_micro_mean) mc.dloss = micro_dloss(ctx, targets, m->B * m->cfg.seq_length);
             float *dres = loom_gpt_dres(m);
             if (is_last(&e, c)) {
                 st = loom_gpt_head_backward(m, slot, &mc);

@@ -104,21 +104,30 @@ static enum loom_status loss_tokens(struct trainer *t, struct loom_sample_source
 }
 
 /* Forward (and backward when training) over this rank's micro-batches of one global batch of
- * `batch` samples, through the pipeline schedule; returns the global mean loss. */
+ * `batch` samples, through the pipeline schedule; returns the global mean loss: over the global
+ * batch's tokens that carry a loss, or with a loss mask and without --calculate-per-token-loss
+ * the mean over the micro-batches of each one's mean (Megatron-LM's two normalisations; the
+ * same without a mask). */
 static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *src, int64_t base,
                                   int64_t batch, int64_t iteration, int training,
                                   double *mean_loss) {
     struct loom_train_config *c = t->cfg;
+    const int64_t num_micro = batch / (c->micro_batch * loom_dp_size(&t->par));
+    const int per_micro = c->eod_mask_id >= 0 && !c->per_token_loss;
     int64_t tokens = 0;
-    if (training) LOOM_CHECK(loss_tokens(t, src, base, batch, &tokens));
+    if (training && !per_micro) LOOM_CHECK(loss_tokens(t, src, base, batch, &tokens));
     struct loom_step_ctx ctx = {
         .seed = c->seed,
         .iteration = iteration,
         .training = training,
-        /* d(mean loss)/d(each token's loss); a batch wholly masked has no gradient */
-        .dloss = tokens > 0 ? (float)(1.0 / (double)tokens) : 0.0f,
+        /* d(mean loss)/d(each token's loss); a batch wholly masked has no gradient. Per
+         * micro-batch: 1 / the global batch's micro-batches, the pipeline dividing it by each
+         * micro-batch's tokens that carry a loss */
+        .dloss = per_micro    ? (float)(1.0 / (double)(num_micro * loom_dp_size(&t->par)))
+                 : tokens > 0 ? (float)(1.0 / (double)tokens)
+                              : 0.0f,
+        .per_micro_mean = per_micro,
     };
-    const int64_t num_micro = batch / (c->micro_batch * loom_dp_size(&t->par));
     if (training && c->fp16) ctx.dloss = (float)(ctx.dloss * t->scaler.scale);
     struct fetch_ctx fc = {t, src, base};
     struct loom_pipeline_stats ps;
@@ -127,7 +136,8 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
                                  &ctx, fetch_micro, &fc, t->tokens, t->targets, &ps));
     t->pipe_busy_s += ps.busy_s;
     t->pipe_wait_s += ps.wait_s;
-    double buf[2] = {ps.loss_sum, (double)ps.count};
+    double buf[2] = {per_micro ? ps.mean_sum : ps.loss_sum,
+                     per_micro ? (double)ps.micro : (double)ps.count};
     /* the loss lives on the last stage; every data-parallel rank holds a share */
     if (loom_pp_size(&t->par) > 1)
         LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_PP], buf, 2, LOOM_DTYPE_F64, LOOM_REDOP_SUM));

@@ -30,7 +30,7 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --log-world-size-to-tensorboard --log-loss-scale-to-tensorboard --tensorboard-log-interval 1
       --wandb-exp-name x --wandb-save-dir "$tmp/wandb" --manual-gc --manual-gc-interval 10
       --empty-unused-memory-level 1 --distributed-timeout-minutes 60 --cross-entropy-loss-fusion
-      --calculate-per-token-loss --check-for-nan-in-loss-and-grad
+      --check-for-nan-in-loss-and-grad
       --no-create-attention-mask-in-dataloader --exit-on-missing-checkpoint
       --use-cpu-initialization --ddp-average-in-collective --align-grad-reduce --legacy-tokenizer
       --sgd-momentum 0.9 --mmap-bin-files --no-mmap-bin-files --recompute-activations
@@ -96,6 +96,8 @@ fi
 # tests/model/test_torch_parity.sh)
 run openai --openai-gelu
 same plain openai
+run per-token --calculate-per-token-loss # without a loss mask, the two normalisations agree
+same plain per-token
 run erf --no-bias-gelu-fusion
 run nobias --disable-bias-linear
 run nobias-tanh --disable-bias-linear --openai-gelu

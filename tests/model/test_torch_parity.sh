@@ -3,7 +3,9 @@
 # biases, untied) written by an independent PyTorch reference in Hugging Face form, imported with
 # `loom convert`, trained 5 iterations in loom (AdamW, clipping, weight decay) and exported back:
 # losses, grad norms, first-iteration gradients and final weights must match within 1e-4; the
-# GPT-2 again with --eod-mask-loss (no loss where the input is the end-of-document token); and
+# GPT-2 again with --eod-mask-loss (no loss where the input is the end-of-document token), the
+# loss the mean over micro-batches of each one's mean (Megatron-LM's default), and with
+# --calculate-per-token-loss the mean over the global batch's tokens; and
 # a GPT-2 with the exact GELU (activation_function "gelu", PyTorch's F.gelu; loom's erf form),
 # which must come back out of loom under that name.
 set -euo pipefail
@@ -17,11 +19,14 @@ common=(--mock-data --train-iters 5 --micro-batch-size 2 --global-batch-size 4 -
         --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-iters 0 --seed 1234)
 # the third case: Megatron-LM's --eod-mask-loss, with NullTokenizer's end-of-document id (99 with
 # --vocab-size 99: the model's vocabulary of 100), which the mock sequences hit now and then
-for case in gpt2 llama "gpt2 eod" "gpt2 erf"; do
+for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf"; do
   set -- $case
   arch=$1 d="$tmp/${case// /-}" extra=() ref_extra=()
   if [ "${2:-}" = eod ]; then
     extra=(--tokenizer-type NullTokenizer --vocab-size 99 --eod-mask-loss)
+    ref_extra=(--eod 99 --micro-mean)
+  elif [ "${2:-}" = eod-per-token ]; then
+    extra=(--tokenizer-type NullTokenizer --vocab-size 99 --eod-mask-loss --calculate-per-token-loss)
     ref_extra=(--eod 99)
   elif [ "${2:-}" = erf ]; then
     ref_extra=(--gelu erf)
