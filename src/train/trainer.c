@@ -319,28 +319,26 @@ static enum loom_status batch_ramp(struct trainer *t, int vpp) {
     const int64_t dp = loom_dp_size(&t->par), per = c->micro_batch * dp;
     t->ramp = (struct loom_batch_ramp){c->rampup[0], c->rampup[1], c->rampup[2], c->global_batch};
     if (t->ramp.start <= 0) return LOOM_OK;
+    char flag[96]; /* the flag as given, for the messages */
+    snprintf(flag, sizeof flag, "--rampup-batch-size %lld %lld %lld", (long long)c->rampup[0],
+             (long long)c->rampup[1], (long long)c->rampup[2]);
     if (t->ramp.start > c->global_batch || (c->global_batch - t->ramp.start) % t->ramp.increment)
         return loom_fail(LOOM_ERR_INVALID_ARG,
-                         "--rampup-batch-size %lld %lld %lld: the ramp must reach "
-                         "--global-batch-size %lld from START by whole INCREMENTs",
-                         (long long)c->rampup[0], (long long)c->rampup[1], (long long)c->rampup[2],
-                         (long long)c->global_batch);
+                         "%s: the ramp must reach --global-batch-size %lld from START by whole "
+                         "INCREMENTs",
+                         flag, (long long)c->global_batch);
     for (int64_t b = t->ramp.start; b < c->global_batch; b += t->ramp.increment) {
         if (b % per)
             return loom_fail(LOOM_ERR_INVALID_ARG,
-                             "--rampup-batch-size %lld %lld %lld: its global batch %lld is not a "
-                             "multiple of --micro-batch-size %lld x data-parallel size %lld",
-                             (long long)c->rampup[0], (long long)c->rampup[1],
-                             (long long)c->rampup[2], (long long)b, (long long)c->micro_batch,
-                             (long long)dp);
+                             "%s: its global batch %lld is not a multiple of --micro-batch-size "
+                             "%lld x data-parallel size %lld",
+                             flag, (long long)b, (long long)c->micro_batch, (long long)dp);
         if (vpp > 1 && (b / per) % c->pp)
             return loom_fail(LOOM_ERR_INVALID_ARG,
-                             "--rampup-batch-size %lld %lld %lld: its global batch %lld makes %lld "
-                             "micro-batches per rank; the interleaved schedule needs a multiple "
-                             "of --pipeline-model-parallel-size %lld",
-                             (long long)c->rampup[0], (long long)c->rampup[1],
-                             (long long)c->rampup[2], (long long)b, (long long)(b / per),
-                             (long long)c->pp);
+                             "%s: its global batch %lld makes %lld micro-batches per rank; the "
+                             "interleaved schedule needs a multiple of "
+                             "--pipeline-model-parallel-size %lld",
+                             flag, (long long)b, (long long)(b / per), (long long)c->pp);
     }
     return LOOM_OK;
 }
