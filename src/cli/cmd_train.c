@@ -352,7 +352,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--rotary-percent", LOOM_FLAG_FLOAT, &f.rope_percent, "share of each head's dimensions that rotate (1 only)", NULL, 0},
         {"--use-rotary-position-embeddings", LOOM_FLAG_BOOL, &f.use_rope, "as --position-embedding-type rope (older Megatron-LM)", NULL, 0},
         {"--no-position-embedding", LOOM_FLAG_BOOL, &f.no_posemb, "no learned absolute position embedding (older Megatron-LM)", NULL, 0},
-        {"--disable-bias-linear", LOOM_FLAG_BOOL, &f.disable_bias, "no biases in linear layers", NULL, 0},
+        {"--disable-bias-linear", LOOM_FLAG_BOOL, &f.disable_bias, "no biases in linear layers (a GELU MLP then has the exact erf GELU, as in Megatron-LM; --openai-gelu keeps the tanh form)", NULL, 0},
         {"--untie-embeddings-and-output-weights", LOOM_FLAG_BOOL, &f.untie, "separate output layer", NULL, 0},
         {"--hidden-dropout", LOOM_FLAG_FLOAT, &f.hidden_dropout, "dropout on hidden states", NULL, 0},
         {"--attention-dropout", LOOM_FLAG_FLOAT, &f.attention_dropout, "dropout on attention probabilities", NULL, 0},
