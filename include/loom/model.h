@@ -126,7 +126,7 @@ struct loom_step_ctx {
     /* 1: the loss is the mean over the step's micro-batches of each one's mean over its tokens
      * that carry a loss (Megatron-LM's default with a loss mask): a token's dloss is dloss
      * (1 / the micro-batches of the step) over its micro-batch's count, set per micro-batch by
-     * the pipeline */
+     * the pipeline before the head's forward, the one piece that reads dloss */
     int per_micro_mean;
 };
 

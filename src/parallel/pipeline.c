@@ -227,7 +227,6 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             int64_t sample0 = 0;
             if ((st = fetch(fetch_ctx, k, tokens, targets, &sample0)) != LOOM_OK) break;
             mc.sample0 = sample0;
-            if (ctx->per_micro_mean) mc.dloss = micro_dloss(ctx, targets, m->B * m->cfg.seq_length);
             if (is_first(&e, c)) {
                 st = loom_gpt_embed_forward(m, slot, tokens, &mc);
             } else {
@@ -246,6 +245,9 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             if (is_last(&e, c)) {
                 double ls;
                 int64_t cnt;
+                /* the head's forward applies dloss (its loss pass makes the logits' gradient) */
+                if (ctx->per_micro_mean)
+                    mc.dloss = micro_dloss(ctx, targets, m->B * m->cfg.seq_length);
                 st = loom_gpt_head_forward(m, slot, targets, &mc, &ls, &cnt);
                 stats->loss_sum += ls;
                 stats->count += cnt;
@@ -258,7 +260,6 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             int64_t sample0 = 0;
             if ((st = fetch(fetch_ctx, k, tokens, targets, &sample0)) != LOOM_OK) break;
             mc.sample0 = sample0;
-            if (ctx->per_micro_mean) mc.dloss = micro_dloss(ctx, targets, m->B * m->cfg.seq_length);
             float *dres = loom_gpt_dres(m);
             if (is_last(&e, c)) {
                 st = loom_gpt_head_backward(m, slot, &mc);
