@@ -1,9 +1,12 @@
 /* The training loop. One iteration:
  *   for each micro-batch of this data-parallel rank: forward, backward (gradients accumulate)
  *   -> data-parallel gradient all-reduce -> global gradient norm -> clipping -> AdamW
- * The loss of an iteration is the mean over every token of the global batch, whatever the
- * micro-batch and data-parallel split: each token's loss is scaled by 1/(tokens in the global
- * batch) before backward, and the per-rank sums are added. */
+ * The loss of an iteration is the mean over every token of the global batch that carries a loss,
+ * whatever the micro-batch and data-parallel split: each token's loss is scaled by 1/(those
+ * tokens) before backward, and the per-rank sums are added. With --eod-mask-loss and without
+ * --calculate-per-token-loss it is the mean over the global batch's micro-batches of each one's
+ * mean (Megatron-LM's default): each token's loss is scaled by 1/(micro-batches x its micro-
+ * batch's tokens that carry a loss). */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -224,19 +227,25 @@ static void log_validation(int64_t it, const char *on_set, double val_loss) {
                   exp(val_loss));
 }
 
-/* After training (or with --skip-train), the loss of the test set when there is one: its log
- * line and, with --metrics-file, {"iteration", "test_loss"}. */
-static enum loom_status evaluate_test(struct trainer *t) {
-    if (!t->have_test || t->cfg->eval_iters <= 0) return LOOM_OK;
+/* An evaluation outside the training loop (after training, or --skip-train) of src: its log
+ * line (on_set as log_validation's) and, with --metrics-file, {"iteration", key}. */
+static enum loom_status evaluate_logged(struct trainer *t, struct loom_sample_source *src,
+                                        const char *on_set, const char *key) {
     const int64_t it = t->st.iteration;
     double loss;
-    LOOM_CHECK(evaluate(t, &t->test_src, it, &loss));
-    log_validation(it, "test set", loss);
+    LOOM_CHECK(evaluate(t, src, it, &loss));
+    log_validation(it, on_set, loss);
     if (t->metrics) {
-        fprintf(t->metrics, "{\"iteration\": %lld, \"test_loss\": %.17g}\n", (long long)it, loss);
+        fprintf(t->metrics, "{\"iteration\": %lld, \"%s\": %.17g}\n", (long long)it, key, loss);
         fflush(t->metrics);
     }
     return LOOM_OK;
+}
+
+/* After training (or with --skip-train), the loss of the test set when there is one */
+static enum loom_status evaluate_test(struct trainer *t) {
+    if (!t->have_test || t->cfg->eval_iters <= 0) return LOOM_OK;
+    return evaluate_logged(t, &t->test_src, "test set", "test_loss");
 }
 
 /* pnorm: the parameters' norm (--log-params-norm), or < 0 when not logged */
@@ -758,21 +767,12 @@ static enum loom_status device_memory(struct trainer *t) {
  * set's as after training. */
 static enum loom_status evaluate_only(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
-    const int64_t it = t->st.iteration;
     if ((!t->have_valid && !t->have_test) || c->eval_iters <= 0) {
         loom_log_info("--skip-train: nothing to evaluate (no validation or test data, or "
                       "--eval-iters 0)");
         return LOOM_OK;
     }
-    if (t->have_valid) {
-        double val;
-        LOOM_CHECK(evaluate(t, &t->valid_src, it, &val));
-        log_validation(it, NULL, val);
-        if (t->metrics) {
-            fprintf(t->metrics, "{\"iteration\": %lld, \"val_loss\": %.17g}\n", (long long)it, val);
-            fflush(t->metrics);
-        }
-    }
+    if (t->have_valid) LOOM_CHECK(evaluate_logged(t, &t->valid_src, NULL, "val_loss"));
     return evaluate_test(t);
 }
 
