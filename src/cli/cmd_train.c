@@ -18,7 +18,6 @@ struct train_flags {
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss;
-    int gelu_saved; /* the checkpoint's GELU form with --load, else -1 */
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup;
@@ -99,7 +98,9 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
                          "form); leave them out to use the checkpoint's",
                          gelu_form(f) == LOOM_GELU_ERF ? "erf" : "tanh", load,
                          saved.gelu == LOOM_GELU_ERF ? "erf" : "tanh");
-    f->gelu_saved = (int)saved.gelu;
+    /* the checkpoint's form, as the flags that give it */
+    f->openai_gelu = saved.gelu == LOOM_GELU_TANH;
+    f->no_gelu_fusion = saved.gelu == LOOM_GELU_ERF;
     const char *norm = saved.norm == LOOM_NORM_RMSNORM ? "RMSNorm" : "LayerNorm";
     const char *pos = saved.posemb == LOOM_POSEMB_ROPE ? "rope"
                       : saved.posemb == LOOM_POSEMB_NONE ? "none" : "learned_absolute";
@@ -327,7 +328,7 @@ int loom_cmd_train(int argc, char **argv) {
         .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
         .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
         .log_interval = 100, .tp = 1, .pp = 1, .cp = 1, .ep = 1, .bucket_mb = 40, .initial_loss_scale = 4294967296.0, .min_loss_scale = 1.0,
-        .loss_scale_window = 1000, .hysteresis = 2, .ckpt_step = -1, .gelu_saved = -1,
+        .loss_scale_window = 1000, .hysteresis = 2, .ckpt_step = -1,
     };
     int megatron_bool = 0;
     char *notes = NULL;
@@ -367,7 +368,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
         {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
         {"--exit-duration-in-mins", LOOM_FLAG_FLOAT, &f.exit_mins, "stop (saving first) after the first iteration that ends this many minutes after the start (0 = off; fractions too)", NULL, 0},
-        {"--skip-train", LOOM_FLAG_BOOL, &f.skip_train, "no training: the validation loss of the weights of --load (or the initial ones), then exit", NULL, 0},
+        {"--skip-train", LOOM_FLAG_BOOL, &f.skip_train, "no training: the validation and test losses of the weights of --load (or the initial ones), then exit", NULL, 0},
         {"--exit-signal-handler", LOOM_FLAG_BOOL, &f.exit_signal, "on SIGTERM, stop (saving first) at the end of the iteration, every rank alike", NULL, 0},
         {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
         {"--min-lr", LOOM_FLAG_FLOAT, &f.min_lr, "final learning rate", NULL, 0},
@@ -635,7 +636,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.model.norm = strcmp(f.normalization, "RMSNorm") == 0 ? LOOM_NORM_RMSNORM : LOOM_NORM_LAYERNORM;
     c.model.norm_eps = f.norm_eps;
     c.model.swiglu = f.swiglu;
-    c.model.gelu = f.gelu_saved >= 0 ? (enum loom_gelu)f.gelu_saved : gelu_form(&f);
+    c.model.gelu = gelu_form(&f);
     c.model.kept_act_layers = f.kept_act;
     c.model.posemb = strcmp(f.posemb, "rope") == 0   ? LOOM_POSEMB_ROPE
                      : strcmp(f.posemb, "none") == 0 ? LOOM_POSEMB_NONE
