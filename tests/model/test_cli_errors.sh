@@ -86,6 +86,12 @@ expect_error "rampup off the micro-batch" "--rampup-batch-size 1 1 8: its global
 expect_error "samples within the ramp" "--train-samples 20 ends inside the batch-size ramp-up (--rampup-batch-size 2 2 40 takes 44 samples" "$LOOM" "${S[@]}" --train-samples 20 --micro-batch-size 2 --rampup-batch-size 2 2 40
 expect_error "data path twice" "--data-path (one dataset split by --split) and --train-data-path exclude each other" "$LOOM" train --num-layers 2 --train-iters 1 --data-path x --train-data-path y
 expect_error "valid path alone" "--valid-data-path needs --train-data-path" "$LOOM" train --num-layers 2 --train-iters 1 --mock-data --valid-data-path y
+expect_error "test path alone" "--test-data-path needs --train-data-path" "$LOOM" train --num-layers 2 --train-iters 1 --mock-data --test-data-path y
+expect_error "test path and data path" "--data-path (one dataset split by --split) and --test-data-path exclude each other" "$LOOM" train --num-layers 2 --train-iters 1 --data-path x --test-data-path y
+mkdir -p "$tmp/badgelu/iter_0000001" && echo 1 > "$tmp/badgelu/latest_checkpointed_iteration.txt"
+"$LOOM" "${T[@]}" --save "$tmp/gck" > /dev/null 2>&1
+sed 's/"gelu": "tanh"/"gelu": "cubic"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
+expect_error "bad gelu in meta.json" "\"gelu\" must be \"tanh\" or \"erf\"" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
 expect_error "both schedule sources" "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude each other" "$LOOM" "${T[@]}" --override-opt_param-scheduler --use-checkpoint-opt_param-scheduler
 expect_error "wd ends without a style" "--start-weight-decay needs --weight-decay-incr-style linear or cosine" "$LOOM" "${T[@]}" --start-weight-decay 0.1
 expect_error "wd style without ends" "--weight-decay-incr-style cosine needs --start-weight-decay and --end-weight-decay" "$LOOM" "${T[@]}" --weight-decay-incr-style cosine --end-weight-decay 0.1
