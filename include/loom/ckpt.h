@@ -13,6 +13,9 @@
 struct loom_train_state {
     int64_t iteration;        /* completed iterations */
     int64_t consumed_samples; /* training samples consumed */
+    int64_t consumed_valid_samples; /* validation samples the evaluations have consumed (they
+                                       take successive batches, as Megatron-LM's do; -1: not
+                                       recorded) */
     uint64_t seed;
     int64_t skipped;          /* iterations skipped by the fp16 loss scaler (no optimizer step) */
     int64_t scheduler_samples; /* samples of the optimizer steps taken: where the learning-rate

@@ -38,8 +38,6 @@ typedef enum loom_status (*loom_micro_fetch_fn)(void *ctx, int64_t k, int32_t *t
 struct loom_pipeline_stats {
     double loss_sum;   /* summed token losses (last stage; 0 elsewhere) */
     int64_t count;     /* tokens counted in loss_sum */
-    double mean_sum;   /* the micro-batches' mean token losses, summed (last stage) */
-    int64_t micro;     /* micro-batches in mean_sum (a wholly masked one adds 0) */
     double busy_s;     /* time in forward/backward compute */
     double wait_s;     /* time waiting for activations/gradients */
 };

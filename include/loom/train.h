@@ -59,6 +59,12 @@ struct loom_train_config {
     int64_t eval_interval, eval_iters, log_interval;
     int log_params_norm; /* --log-params-norm */
     const char *metrics_file;
+    /* TensorBoard event files (NULL: none): Megatron-LM's training scalars every
+     * tensorboard_log_interval iterations and its validation ones, the tb_* ones by its switches
+     * (--log-validation-ppl-to-tensorboard, ...; loss scale and learning rate on by default) */
+    const char *tensorboard_dir;
+    int64_t tensorboard_log_interval;
+    int tb_validation_ppl, tb_memory, tb_world_size, tb_timers, tb_loss_scale, tb_learning_rate;
     double peak_tflops; /* 0 = default for the device */
     /* checkpoints */
     const char *save, *load;

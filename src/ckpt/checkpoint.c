@@ -104,6 +104,9 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
     if (st) {
         json_object_set_new(o, "iteration", json_integer(st->iteration));
         json_object_set_new(o, "consumed_samples", json_integer(st->consumed_samples));
+        if (st->consumed_valid_samples >= 0)
+            json_object_set_new(o, "consumed_valid_samples",
+                                json_integer(st->consumed_valid_samples));
         json_object_set_new(o, "seed", json_integer((json_int_t)st->seed));
         json_object_set_new(o, "optimizer_step", json_integer(optim_step));
         json_object_set_new(o, "skipped_iterations", json_integer(st->skipped));
@@ -345,6 +348,7 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     int64_t v;
     if (get_int(o, "iteration", file, &v) == LOOM_OK) st->iteration = v;
     if (get_int(o, "consumed_samples", file, &v) == LOOM_OK) st->consumed_samples = v;
+    st->consumed_valid_samples = get_int(o, "consumed_valid_samples", file, &v) == LOOM_OK ? v : -1;
     if (get_int(o, "seed", file, &v) == LOOM_OK) st->seed = (uint64_t)v;
     if (get_int(o, "optimizer_step", file, &v) == LOOM_OK) *optim_step = v;
     if (get_int(o, "skipped_iterations", file, &v) == LOOM_OK) st->skipped = v;

@@ -17,16 +17,17 @@ struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
-        no_gelu_fusion, per_token_loss;
+        no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
+        tb_no_lr;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
-        *rampup;
+        *rampup, *tb_dir;
     double start_wd, end_wd;
     double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
         min_loss_scale, exit_mins;
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, wsd_iters, wsd_samples, seed, save_interval, eval_interval,
-        eval_iters, log_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
+        eval_iters, log_interval, tb_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
     int64_t ramp[3]; /* --rampup-batch-size, parsed */
     int64_t ckpt_step;
     char ckpt_dir[4200]; /* --load's iteration --ckpt-step */
@@ -154,7 +155,6 @@ struct megatron_flag {
     "attention keeps no probabilities for its backward (its kernels are flash-style), which is "   \
     "what selective recomputation saves"
 #define JSON_METRICS "--metrics-file writes one JSON object per logged iteration"
-#define TENSORBOARD_ONLY "it adds to TensorBoard logs, which loom does not write (" JSON_METRICS ")"
 #define WANDB_ONLY "it adds to Weights & Biases logs, which loom does not write"
 #define FP32_STATE "parameters, gradients and optimizer moments are fp32"
 #define FP32_STATE_ONLY "only fp32: " FP32_STATE
@@ -195,7 +195,10 @@ static const struct megatron_flag megatron_flags[] = {
     {"--recompute-modules", 2, NULL, MLP_RECOMPUTE_ONLY, NULL},
     {"--recompute-method", 1, NULL, MLP_RECOMPUTE_ONLY, NULL},
     {"--recompute-num-layers", 1, NULL, MLP_RECOMPUTE_ONLY, NULL},
-    {"--tensorboard-dir", 1, NULL, "no TensorBoard logs: " JSON_METRICS, NULL},
+    {"--tensorboard-queue-size", 1, "TensorBoard records are written at every iteration that has "
+     "any", NULL, NULL},
+    {"--log-loss-scale-to-tensorboard", 0, "the loss scale goes to TensorBoard unless "
+     "--no-log-loss-scale-to-tensorboard", NULL, NULL},
     {"--wandb-project", 1, NULL, "no Weights & Biases logs: " JSON_METRICS, NULL},
     {"--ckpt-format", 1, NULL, "checkpoints are safetensors with meta.json (loom convert exchanges "
      "Hugging Face directories)", NULL},
@@ -215,12 +218,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--DDP-impl", 1, "data parallelism is loom's own bucketed reduction",
      "only 'local': data parallelism is loom's own bucketed reduction", "local"},
     {"--timing-log-level", 1, "the log line gives the step time; no other timers", NULL, NULL},
-    {"--log-timers-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
-    {"--log-validation-ppl-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
-    {"--log-memory-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
-    {"--log-world-size-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
-    {"--log-loss-scale-to-tensorboard", 0, TENSORBOARD_ONLY, NULL, NULL},
-    {"--tensorboard-log-interval", 1, TENSORBOARD_ONLY, NULL, NULL},
     {"--wandb-exp-name", 1, WANDB_ONLY, NULL, NULL},
     {"--wandb-save-dir", 1, WANDB_ONLY, NULL, NULL},
     {"--manual-gc", 0, "loom has no garbage collector", NULL, NULL},
@@ -328,7 +325,7 @@ int loom_cmd_train(int argc, char **argv) {
         .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
         .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
         .log_interval = 100, .tp = 1, .pp = 1, .cp = 1, .ep = 1, .bucket_mb = 40, .initial_loss_scale = 4294967296.0, .min_loss_scale = 1.0,
-        .loss_scale_window = 1000, .hysteresis = 2, .ckpt_step = -1,
+        .loss_scale_window = 1000, .hysteresis = 2, .ckpt_step = -1, .tb_interval = 1,
     };
     int megatron_bool = 0;
     char *notes = NULL;
@@ -361,14 +358,14 @@ int loom_cmd_train(int argc, char **argv) {
         {"--micro-batch-size", LOOM_FLAG_INT, &f.micro, "samples per micro-batch", NULL, 0},
         {"--global-batch-size", LOOM_FLAG_INT, &f.global, "samples per iteration (0 = micro x DP)", NULL, 0},
         {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (this or --train-samples)", NULL, 0},
-        {"--eod-mask-loss", LOOM_FLAG_BOOL, &f.eod_mask, "no loss where the input token is the tokenizer's end-of-document one (the loss is the mean over micro-batches of each one's mean over its other tokens)", NULL, 0},
+        {"--eod-mask-loss", LOOM_FLAG_BOOL, &f.eod_mask, "no loss where the input token is the tokenizer's end-of-document one (the loss minimised is the mean over micro-batches of each one's mean over its other tokens; the loss logged is the mean per token)", NULL, 0},
         {"--calculate-per-token-loss", LOOM_FLAG_BOOL, &f.per_token_loss, "with --eod-mask-loss, the loss is the mean over the global batch's tokens that carry one (not over micro-batches of their means)", NULL, 0},
         {"--use-distributed-optimizer", LOOM_FLAG_BOOL, &f.dist_opt, "shard the optimizer's moments and its update over the data-parallel ranks (ZeRO stage 1); the parameters are gathered after each step", NULL, 0},
         {"--rampup-batch-size", LOOM_FLAG_LIST, &f.rampup, "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT over SAMPLES samples to --global-batch-size (with --train-samples)", NULL, 0},
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
         {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
         {"--exit-duration-in-mins", LOOM_FLAG_FLOAT, &f.exit_mins, "stop (saving first) after the first iteration that ends this many minutes after the start (0 = off; fractions too)", NULL, 0},
-        {"--skip-train", LOOM_FLAG_BOOL, &f.skip_train, "no training: the validation and test losses of the weights of --load (or the initial ones), then exit", NULL, 0},
+        {"--skip-train", LOOM_FLAG_BOOL, &f.skip_train, "no training: the validation (from its start) and test losses of the weights of --load (or the initial ones), then exit", NULL, 0},
         {"--exit-signal-handler", LOOM_FLAG_BOOL, &f.exit_signal, "on SIGTERM, stop (saving first) at the end of the iteration, every rank alike", NULL, 0},
         {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
         {"--min-lr", LOOM_FLAG_FLOAT, &f.min_lr, "final learning rate", NULL, 0},
@@ -409,11 +406,19 @@ int loom_cmd_train(int argc, char **argv) {
         {"--no-save-optim", LOOM_FLAG_BOOL, &f.no_save_optim, "save weights and training state without the optimizer state", NULL, 0},
         {"--override-opt_param-scheduler", LOOM_FLAG_BOOL, &f.override_sched, "on resume, take the learning-rate schedule from these flags, not from the checkpoint", NULL, 0},
         {"--use-checkpoint-opt_param-scheduler", LOOM_FLAG_BOOL, &f.use_ckpt_sched, "on resume, take the learning-rate schedule (rates, warmup, decay, style) from the checkpoint", NULL, 0},
-        {"--eval-interval", LOOM_FLAG_INT, &f.eval_interval, "validate every N iterations", NULL, 0},
+        {"--eval-interval", LOOM_FLAG_INT, &f.eval_interval, "validate every N iterations, on the validation set's next --eval-iters batches (and once more after training)", NULL, 0},
         {"--eval-iters", LOOM_FLAG_INT, &f.eval_iters, "validation batches", NULL, 0},
         {"--log-interval", LOOM_FLAG_INT, &f.log_interval, "log every N iterations", NULL, 0},
         {"--log-params-norm", LOOM_FLAG_BOOL, &f.log_params_norm, "log the parameters' L2 norm (after the step)", NULL, 0},
         {"--metrics-file", LOOM_FLAG_STR, &f.metrics, "JSON lines, one object per logged iteration", NULL, 0},
+        {"--tensorboard-dir", LOOM_FLAG_STR, &f.tb_dir, "write TensorBoard event files here (Megatron-LM's scalars, from rank 0)", NULL, 0},
+        {"--tensorboard-log-interval", LOOM_FLAG_INT, &f.tb_interval, "training scalars to TensorBoard every N iterations", NULL, 0},
+        {"--log-timers-to-tensorboard", LOOM_FLAG_BOOL, &f.tb_timers, "the iteration time (s) to TensorBoard at each logged iteration", NULL, 0},
+        {"--log-validation-ppl-to-tensorboard", LOOM_FLAG_BOOL, &f.tb_ppl, "validation perplexities to TensorBoard too", NULL, 0},
+        {"--log-memory-to-tensorboard", LOOM_FLAG_BOOL, &f.tb_memory, "device memory (bytes allocated now and at most) to TensorBoard", NULL, 0},
+        {"--log-world-size-to-tensorboard", LOOM_FLAG_BOOL, &f.tb_world_size, "the number of ranks to TensorBoard", NULL, 0},
+        {"--no-log-loss-scale-to-tensorboard", LOOM_FLAG_BOOL, &f.tb_no_loss_scale, "no loss scale in TensorBoard", NULL, 0},
+        {"--no-log-learning-rate-to-tensorboard", LOOM_FLAG_BOOL, &f.tb_no_lr, "no learning rate in TensorBoard", NULL, 0},
         {"--tensor-model-parallel-size", LOOM_FLAG_INT, &f.tp, "tensor-parallel ranks", NULL, 0},
         {"--pipeline-model-parallel-size", LOOM_FLAG_INT, &f.pp, "pipeline stages", NULL, 0},
         {"--context-parallel-size", LOOM_FLAG_INT, &f.cp, "context-parallel ranks (1 only)", NULL, 0},
@@ -529,6 +534,7 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.query_groups && !f.gqa) FAIL("--num-query-groups needs --group-query-attention");
     if (f.log_interval < 1) FAIL("--log-interval must be at least 1");
     if (f.eval_iters < 0 || f.eval_interval < 0) FAIL("--eval-iters and --eval-interval must be >= 0");
+    if (f.tb_interval < 1) FAIL("--tensorboard-log-interval must be >= 1 (got %lld)", (long long)f.tb_interval);
     if (f.exit_interval < 0) FAIL("--exit-interval must be >= 0");
     if (!(f.exit_mins >= 0)) FAIL("--exit-duration-in-mins must be >= 0 (got %g)", f.exit_mins);
     if (f.save_interval < 0) FAIL("--save-interval must be >= 0");
@@ -699,6 +705,14 @@ int loom_cmd_train(int argc, char **argv) {
     c.log_interval = f.log_interval;
     c.log_params_norm = f.log_params_norm;
     c.metrics_file = f.metrics;
+    c.tensorboard_dir = f.tb_dir;
+    c.tensorboard_log_interval = f.tb_interval;
+    c.tb_validation_ppl = f.tb_ppl;
+    c.tb_memory = f.tb_memory;
+    c.tb_world_size = f.tb_world_size;
+    c.tb_timers = f.tb_timers;
+    c.tb_loss_scale = !f.tb_no_loss_scale;
+    c.tb_learning_rate = !f.tb_no_lr;
     c.peak_tflops = f.peak;
     c.save = f.save;
     c.load = f.load;

@@ -251,8 +251,6 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
                 st = loom_gpt_head_forward(m, slot, targets, &mc, &ls, &cnt);
                 stats->loss_sum += ls;
                 stats->count += cnt;
-                stats->mean_sum += cnt > 0 ? ls / (double)cnt : 0.0;
-                stats->micro++;
             } else {
                 st = staged_send(pl, &e, out, bytes, (e.r + 1) % e.p, tag_of(&e, k, c, 0));
             }

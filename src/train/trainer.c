@@ -1,12 +1,17 @@
 /* The training loop. One iteration:
  *   for each micro-batch of this data-parallel rank: forward, backward (gradients accumulate)
  *   -> data-parallel gradient all-reduce -> global gradient norm -> clipping -> AdamW
- * The loss of an iteration is the mean over every token of the global batch that carries a loss,
+ * The loss minimised is the mean over every token of the global batch that carries a loss,
  * whatever the micro-batch and data-parallel split: each token's loss is scaled by 1/(those
  * tokens) before backward, and the per-rank sums are added. With --eod-mask-loss and without
  * --calculate-per-token-loss it is the mean over the global batch's micro-batches of each one's
  * mean (Megatron-LM's default): each token's loss is scaled by 1/(micro-batches x its micro-
- * batch's tokens that carry a loss). */
+ * batch's tokens that carry a loss). The loss logged is the mean per token either way (summed
+ * token losses over their tokens), as Megatron-LM logs it.
+ * Evaluations, as Megatron-LM's: every --eval-interval iterations the validation set's next
+ * --eval-iters global batches (st.consumed_valid_samples, saved in checkpoints, says where they
+ * start); after a finished run the validation set's next batches once more, then the test set's
+ * first; each loss per token over all of its batches. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +29,7 @@
 #include "loom/log.h"
 #include "loom/grad_sync.h"
 #include "loom/pipeline.h"
+#include "loom/tb_events.h"
 #include "loom/train.h"
 
 struct trainer {
@@ -39,6 +45,7 @@ struct trainer {
     struct loom_batch_ramp ramp; /* the global batch over training (--rampup-batch-size) */
     int32_t *tokens, *targets, *sample; /* host [B*T], [B*T], [T+1] */
     FILE *metrics;
+    struct loom_tb *tb; /* --tensorboard-dir (rank 0) */
     double flops_per_token, peak_tflops;
     int peak_measured; /* peak_tflops is the sgemm probe's, raised when a step beats it (2: was) */
     int errors_collective; /* a failure now is one every rank meets alike */
@@ -47,6 +54,8 @@ struct trainer {
     struct loom_loss_scaler scaler; /* fp16 only */
     int64_t skipped_since_log;
     int64_t samples_since_log; /* training samples of the iterations since the last log */
+    double loss_since_log;     /* the losses of the iterations since the last log that stepped */
+    int64_t stepped_since_log; /* and their number (the log line's lm loss is their mean) */
     int64_t batch;             /* the global batch of the last training iteration */
     struct loom_pipeline *pipe;
     struct loom_grad_sync *gsync;
@@ -107,13 +116,14 @@ static enum loom_status loss_tokens(struct trainer *t, struct loom_sample_source
 }
 
 /* Forward (and backward when training) over this rank's micro-batches of one global batch of
- * `batch` samples, through the pipeline schedule; returns the global mean loss: over the global
- * batch's tokens that carry a loss, or with a loss mask and without --calculate-per-token-loss
- * the mean over the micro-batches of each one's mean (Megatron-LM's two normalisations; the
- * same without a mask). */
+ * `batch` samples, through the pipeline schedule. The gradient is that of the mean over the
+ * global batch's tokens that carry a loss, or with a loss mask and without
+ * --calculate-per-token-loss of the mean over the micro-batches of each one's mean (Megatron-LM's
+ * two normalisations; the same without a mask). Returns the global batch's summed token losses
+ * and their tokens, from which the loss is reported per token either way, as Megatron-LM
+ * reports it. */
 static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *src, int64_t base,
-                                  int64_t batch, int64_t iteration, int training,
-                                  double *mean_loss) {
+                                  int64_t batch, int64_t iteration, int training, double sums[2]) {
     struct loom_train_config *c = t->cfg;
     const int64_t num_micro = batch / (c->micro_batch * loom_dp_size(&t->par));
     const int per_micro = c->eod_mask_id >= 0 && !c->per_token_loss;
@@ -139,15 +149,21 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
                                  &ctx, fetch_micro, &fc, t->tokens, t->targets, &ps));
     t->pipe_busy_s += ps.busy_s;
     t->pipe_wait_s += ps.wait_s;
-    double buf[2] = {per_micro ? ps.mean_sum : ps.loss_sum,
-                     per_micro ? (double)ps.micro : (double)ps.count};
+    sums[0] = ps.loss_sum;
+    sums[1] = (double)ps.count;
     /* the loss lives on the last stage; every data-parallel rank holds a share */
     if (loom_pp_size(&t->par) > 1)
-        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_PP], buf, 2, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
+        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_PP], sums, 2, LOOM_DTYPE_F64,
+                                       LOOM_REDOP_SUM));
     if (loom_dp_size(&t->par) > 1)
-        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_DP], buf, 2, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
-    *mean_loss = buf[1] > 0 ? buf[0] / buf[1] : 0.0;
+        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_DP], sums, 2, LOOM_DTYPE_F64,
+                                       LOOM_REDOP_SUM));
     return LOOM_OK;
+}
+
+/* The loss per token of run_batch's sums (0 when no token carries a loss) */
+static double per_token(const double sums[2]) {
+    return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
 /* The first and last pipeline stages each hold the tied word embedding: sum their gradients. */
@@ -166,17 +182,19 @@ static enum loom_status sync_grads(struct trainer *t) {
     return loom_grad_sync_finish(t->gsync);
 }
 
-/* The mean loss of --eval-iters global batches of src, from its first sample */
-static enum loom_status evaluate(struct trainer *t, struct loom_sample_source *src,
+/* The loss per token of --eval-iters global batches of src, from its sample `first` (their
+ * summed token losses over their tokens, as Megatron-LM's evaluation adds them up) */
+static enum loom_status evaluate(struct trainer *t, struct loom_sample_source *src, int64_t first,
                                  int64_t iteration, double *loss) {
-    double sum = 0;
+    double total[2] = {0, 0};
     for (int64_t i = 0; i < t->cfg->eval_iters; i++) {
-        double l;
-        LOOM_CHECK(
-            run_batch(t, src, i * t->cfg->global_batch, t->cfg->global_batch, iteration, 0, &l));
-        sum += l;
+        double sums[2];
+        LOOM_CHECK(run_batch(t, src, first + i * t->cfg->global_batch, t->cfg->global_batch,
+                             iteration, 0, sums));
+        total[0] += sums[0];
+        total[1] += sums[1];
     }
-    *loss = t->cfg->eval_iters > 0 ? sum / (double)t->cfg->eval_iters : 0.0;
+    *loss = per_token(total);
     return LOOM_OK;
 }
 
@@ -220,21 +238,87 @@ static void reset_comm_counters(struct trainer *t) {
     if (t->par.embedding) loom_comm_reset_counters(t->par.embedding);
 }
 
-/* The log line of a validation loss (Megatron-LM's), on_set naming the set after training */
+/* The log lines of a validation loss, Megatron-LM's (its perplexity capped at e^20, as there),
+ * on_set naming the set after training */
 static void log_validation(int64_t it, const char *on_set, double val_loss) {
-    loom_log_info(" validation loss at iteration %lld%s%s | lm loss: %.6E | lm loss PPL: %.6E",
-                  (long long)it, on_set ? " on " : "", on_set ? on_set : "", val_loss,
-                  exp(val_loss));
+    char line[256];
+    const int n = snprintf(line, sizeof line,
+                           " validation loss at iteration %lld%s%s | lm loss value: %.6E | lm loss "
+                           "PPL: %.6E | ",
+                           (long long)it, on_set ? " on " : "", on_set ? on_set : "", val_loss,
+                           exp(fmin(20.0, val_loss)));
+    char rule[258];
+    const int w = n + 1 < (int)sizeof rule ? n + 1 : (int)sizeof rule - 1;
+    memset(rule, '-', (size_t)w);
+    rule[w] = 0;
+    loom_log_info("%s", rule);
+    loom_log_info("%s", line);
+    loom_log_info("%s", rule);
 }
 
-/* An evaluation outside the training loop (after training, or --skip-train) of src: its log
- * line (on_set as log_validation's) and, with --metrics-file, {"iteration", key}. */
+/* An iteration's scalars to TensorBoard, Megatron-LM's tags, each against the iteration and
+ * (" vs samples") the training samples consumed: at tb_now the training ones, at log_now (the
+ * log line's iterations) the iteration time in seconds with --log-timers-to-tensorboard. */
+static enum loom_status tb_iteration(struct trainer *t, int tb_now, int log_now, double lr,
+                                     double loss, double gnorm, double pnorm, double ms) {
+    const struct loom_train_config *c = t->cfg;
+    struct loom_tb *tb = t->tb;
+    const int64_t it = t->st.iteration, samples = t->st.consumed_samples;
+    struct {
+        const char *tag;
+        double value;
+        int on;
+    } vs[] = {
+        {"learning-rate", lr, c->tb_learning_rate},
+        {"batch-size", (double)t->batch, 1},
+        {"lm loss", loss, isfinite(loss)},
+        {"loss-scale", c->fp16 ? t->scaler.scale : 1.0, c->tb_loss_scale},
+        {"world-size", (double)t->par.world_size, c->tb_world_size},
+        {"grad-norm", gnorm, isfinite(gnorm)},
+        {"params-norm", pnorm, pnorm >= 0},
+    };
+    for (int i = 0; tb_now && i < (int)(sizeof vs / sizeof vs[0]); i++) {
+        if (!vs[i].on) continue;
+        char vs_tag[64];
+        snprintf(vs_tag, sizeof vs_tag, "%s vs samples", vs[i].tag);
+        LOOM_CHECK(loom_tb_scalar(tb, vs[i].tag, vs[i].value, it));
+        LOOM_CHECK(loom_tb_scalar(tb, vs_tag, vs[i].value, samples));
+    }
+    if (tb_now && c->tb_memory && t->be->ops->memory_stats) {
+        struct loom_mem_stats ms_now;
+        t->be->ops->memory_stats(t->be, &ms_now);
+        LOOM_CHECK(loom_tb_scalar(tb, "mem-allocated-bytes", (double)ms_now.in_use, it));
+        LOOM_CHECK(loom_tb_scalar(tb, "mem-max-allocated-bytes", (double)ms_now.peak, it));
+    }
+    if (log_now && c->tb_timers) LOOM_CHECK(loom_tb_scalar(tb, "iteration-time", ms / 1000.0, it));
+    return loom_tb_flush(tb);
+}
+
+/* A validation loss to TensorBoard, under Megatron-LM's tags (its test-set loss too: it writes
+ * both through the same function), against the iteration and the training samples consumed */
+static enum loom_status tb_validation(struct trainer *t, double loss) {
+    if (!t->tb) return LOOM_OK;
+    const int64_t it = t->st.iteration, samples = t->st.consumed_samples;
+    LOOM_CHECK(loom_tb_scalar(t->tb, "lm loss validation", loss, it));
+    LOOM_CHECK(loom_tb_scalar(t->tb, "lm loss validation vs samples", loss, samples));
+    if (t->cfg->tb_validation_ppl) {
+        const double ppl = exp(fmin(20.0, loss));
+        LOOM_CHECK(loom_tb_scalar(t->tb, "lm loss validation ppl", ppl, it));
+        LOOM_CHECK(loom_tb_scalar(t->tb, "lm loss validation ppl vs samples", ppl, samples));
+    }
+    return loom_tb_flush(t->tb);
+}
+
+/* An evaluation outside the training loop (after training, or --skip-train) of src from its
+ * sample `first`: its log line (on_set as log_validation's) and, with --metrics-file,
+ * {"iteration", key}. */
 static enum loom_status evaluate_logged(struct trainer *t, struct loom_sample_source *src,
-                                        const char *on_set, const char *key) {
+                                        int64_t first, const char *on_set, const char *key) {
     const int64_t it = t->st.iteration;
     double loss;
-    LOOM_CHECK(evaluate(t, src, it, &loss));
+    LOOM_CHECK(evaluate(t, src, first, it, &loss));
     log_validation(it, on_set, loss);
+    if (!t->cfg->skip_train) LOOM_CHECK(tb_validation(t, loss)); /* as Megatron-LM: not then */
     if (t->metrics) {
         fprintf(t->metrics, "{\"iteration\": %lld, \"%s\": %.17g}\n", (long long)it, key, loss);
         fflush(t->metrics);
@@ -242,10 +326,23 @@ static enum loom_status evaluate_logged(struct trainer *t, struct loom_sample_so
     return LOOM_OK;
 }
 
-/* After training (or with --skip-train), the loss of the test set when there is one */
-static enum loom_status evaluate_test(struct trainer *t) {
-    if (!t->have_test || t->cfg->eval_iters <= 0) return LOOM_OK;
-    return evaluate_logged(t, &t->test_src, "test set", "test_loss");
+/* The next evaluation of the validation set: --eval-iters batches from where the last one
+ * stopped (Megatron-LM's validation iterator runs on across evaluations), logged as in the loop
+ * (*val, on_set NULL) or, after training, by evaluate_logged. */
+static enum loom_status evaluate_next_valid(struct trainer *t, const char *on_set, double *val) {
+    const int64_t first = t->st.consumed_valid_samples;
+    t->st.consumed_valid_samples += t->cfg->eval_iters * t->cfg->global_batch;
+    if (on_set) return evaluate_logged(t, &t->valid_src, first, on_set, "val_loss");
+    return evaluate(t, &t->valid_src, first, t->st.iteration, val);
+}
+
+/* After training (or with --skip-train), the loss of the validation set once more, then of the
+ * test set from its start, when there are such sets (Megatron-LM's order and prefixes) */
+static enum loom_status evaluate_after(struct trainer *t) {
+    if (t->cfg->eval_iters <= 0) return LOOM_OK;
+    if (t->have_valid) LOOM_CHECK(evaluate_next_valid(t, "validation set", NULL));
+    if (!t->have_test) return LOOM_OK;
+    return evaluate_logged(t, &t->test_src, 0, "test set", "test_loss");
 }
 
 /* pnorm: the parameters' norm (--log-params-norm), or < 0 when not logged */
@@ -272,14 +369,19 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     time_t now = time(NULL);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
-    char params_s[48] = "";
+    char params_s[48] = "", loss_s[40] = "";
     if (pnorm >= 0) snprintf(params_s, sizeof params_s, " | params norm: %.3f", pnorm);
+    /* as Megatron-LM's line: the mean loss of the iterations since the last log that took an
+     * optimizer step (none when every one was skipped) */
+    if (t->stepped_since_log > 0)
+        snprintf(loss_s, sizeof loss_s, " | lm loss: %.6E",
+                 t->loss_since_log / (double)t->stepped_since_log);
     loom_log_info(
         " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
-        "iteration (ms): %.1f | learning rate: %.6E | global batch size: %5lld | lm loss: "
-        "%.6E | grad norm: %.3f%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
+        "iteration (ms): %.1f | learning rate: %.6E | global batch size: %5lld%s | grad norm: "
+        "%.3f%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
         stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples, ms, lr,
-        (long long)batch, loss, gnorm, params_s, tps, tflops, mfu);
+        (long long)batch, loss_s, gnorm, params_s, tps, tflops, mfu);
     if (t->peak_mem >= 0)
         loom_log_info(" peak device memory per rank: %.1f MiB", (double)t->peak_mem / 1048576.0);
     if (t->cfg->fp16)
@@ -476,8 +578,17 @@ static enum loom_status open_sources(struct trainer *t) {
     }
     /* sample-based training asks for its samples, as Megatron sizes the dataset */
     int64_t n_train = c->train_samples > 0 ? c->train_samples : c->train_iters * c->global_batch;
-    int64_t n_valid = (c->train_iters / (c->eval_interval > 0 ? c->eval_interval : c->train_iters) + 1) *
-                      c->eval_iters * c->global_batch;
+    /* the validation samples of every evaluation of the run and the one after it, as Megatron
+     * sizes them; more where a resumed run's evaluations start further on (another
+     * --eval-interval before) */
+    const int64_t every = c->eval_interval > 0 ? c->eval_interval : c->train_iters;
+    const int64_t per_eval = c->eval_iters * c->global_batch;
+    int64_t n_valid = (c->train_iters / every + 1) * per_eval;
+    const int64_t to_come =
+        c->skip_train ? per_eval
+                      : t->st.consumed_valid_samples +
+                            (c->train_iters / every - t->st.iteration / every + 1) * per_eval;
+    if (to_come > n_valid) n_valid = to_come;
     /* datasets of their own: each whole, as the one split of its --split */
     const char *train_path = c->data_path, *valid_path = c->data_path;
     const char *train_split = c->split, *valid_split = c->split;
@@ -663,6 +774,13 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         if (!c->finetune) {
             t->st.iteration = st.iteration;
             t->st.consumed_samples = st.consumed_samples;
+            /* an older checkpoint has none: its evaluations (every --eval-interval) took that
+             * many, as Megatron-LM reckons it */
+            t->st.consumed_valid_samples =
+                st.consumed_valid_samples >= 0 ? st.consumed_valid_samples
+                : c->eval_interval > 0
+                    ? st.iteration / c->eval_interval * c->eval_iters * c->global_batch
+                    : 0;
             t->st.skipped = st.skipped;
             /* an older checkpoint has none: its batch was constant */
             t->st.scheduler_samples = st.scheduler_samples >= 0
@@ -694,6 +812,10 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->targets = malloc((size_t)BT * sizeof(int32_t));
     t->sample = malloc((size_t)(c->model.seq_length + 1) * sizeof(int32_t));
     if (!t->tokens || !t->targets || !t->sample) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    if (c->tensorboard_dir && t->par.rank == 0 && !c->skip_train) {
+        LOOM_CHECK(loom_tb_open(&t->tb, c->tensorboard_dir));
+        loom_log_info("loom: TensorBoard events to %s", loom_tb_path(t->tb));
+    }
     if (c->metrics_file && t->par.rank == 0) {
         t->metrics = fopen(c->metrics_file, t->st.iteration > 0 ? "a" : "w");
         if (!t->metrics)
@@ -762,9 +884,8 @@ static enum loom_status device_memory(struct trainer *t) {
     return LOOM_OK;
 }
 
-/* --skip-train: the validation loss of the weights as loaded, logged as at an evaluation (the
- * line and, with --metrics-file, a JSON object with "iteration" and "val_loss"), then the test
- * set's as after training. */
+/* --skip-train: the losses of the weights as loaded, as after training: the validation set's
+ * from its start (as Megatron-LM evaluates it then), then the test set's. */
 static enum loom_status evaluate_only(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     if ((!t->have_valid && !t->have_test) || c->eval_iters <= 0) {
@@ -772,8 +893,8 @@ static enum loom_status evaluate_only(struct trainer *t) {
                       "--eval-iters 0)");
         return LOOM_OK;
     }
-    if (t->have_valid) LOOM_CHECK(evaluate_logged(t, &t->valid_src, NULL, "val_loss"));
-    return evaluate_test(t);
+    t->st.consumed_valid_samples = 0;
+    return evaluate_after(t);
 }
 
 static enum loom_status train_loop(struct trainer *t) {
@@ -787,9 +908,10 @@ static enum loom_status train_loop(struct trainer *t) {
         be->ops->zero(be, t->model->grad_mem, (size_t)t->model->num_local * sizeof(float));
         reset_comm_counters(t);
         t->pipe_busy_s = t->pipe_wait_s = 0;
-        double loss;
+        double sums[2];
         t->batch = loom_batch_at(&t->ramp, t->st.consumed_samples);
-        LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, t->batch, it, 1, &loss));
+        LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, t->batch, it, 1, sums));
+        const double loss = per_token(sums);
         LOOM_CHECK(sync_grads(t));
         LOOM_CHECK(sync_tied_embedding(t));
         if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
@@ -827,6 +949,8 @@ static enum loom_status train_loop(struct trainer *t) {
             t->skipped_since_log++;
         } else {
             LOOM_CHECK(loom_adamw_step(&t->opt, t->model, lr, scale * unscale));
+            t->loss_since_log += loss;
+            t->stepped_since_log++;
         }
         if (c->fp16) {
             t->st.loss_scale = t->scaler.scale;
@@ -847,19 +971,28 @@ static enum loom_status train_loop(struct trainer *t) {
         int have_val = 0;
         double val = 0;
         if (t->have_valid && c->eval_interval > 0 && c->eval_iters > 0 &&
-            (it % c->eval_interval == 0 || it == c->train_iters)) {
-            LOOM_CHECK(evaluate(t, &t->valid_src, it, &val));
+            it % c->eval_interval == 0) {
+            LOOM_CHECK(evaluate_next_valid(t, NULL, &val));
             have_val = 1;
         }
-        if (it % c->log_interval == 0 || it == c->train_iters || have_val) {
+        const int log_now = it % c->log_interval == 0 || it == c->train_iters || have_val;
+        const int tb_now = c->tensorboard_dir && it % c->tensorboard_log_interval == 0;
+        double pnorm = -1.0; /* after the step, as Megatron-LM logs it (collective: every rank) */
+        if (c->log_params_norm && (log_now || tb_now))
+            LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm));
+        if (t->tb) {
+            const double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
+            LOOM_CHECK(tb_iteration(t, tb_now, log_now, lr, loss, gnorm, pnorm, ms));
+            if (have_val) LOOM_CHECK(tb_validation(t, val));
+        }
+        if (log_now) {
             double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
             LOOM_CHECK(device_memory(t));
-            double pnorm = -1.0; /* after the step, as Megatron-LM logs it */
-            if (c->log_params_norm)
-                LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm));
             log_iteration(t, it, iters_since_log, ms, lr, loss, gnorm, pnorm, have_val, val);
             t->skipped_since_log = 0;
             t->samples_since_log = 0;
+            t->loss_since_log = 0;
+            t->stepped_since_log = 0;
             t_last = loom_time_s();
             iters_since_log = 0;
         }
@@ -897,9 +1030,9 @@ static enum loom_status train_loop(struct trainer *t) {
         LOOM_CHECK(loom_ckpt_save(c->save, t->model, c->no_save_optim ? NULL : &t->opt, &t->st));
         loom_log_info("saved checkpoint at iteration %lld to %s", (long long)t->st.iteration, c->save);
     }
-    /* a run stopped early (--exit-interval, its duration, a signal) is not evaluated on the
-     * test set; a finished one is */
-    return t->st.iteration == c->train_iters ? evaluate_test(t) : LOOM_OK;
+    /* a finished run is evaluated once more (after its last checkpoint, as Megatron-LM's); one
+     * stopped early (--exit-interval, its duration, a signal) is not */
+    return t->st.iteration == c->train_iters ? evaluate_after(t) : LOOM_OK;
 }
 
 enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char ***argv,
@@ -912,6 +1045,7 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
     enum loom_status s = setup(&t, argc, argv);
     if (s == LOOM_OK) s = train_loop(&t);
     if (t.metrics) fclose(t.metrics);
+    loom_tb_close(t.tb);
     if (t.train_src.free) t.train_src.free(t.train_src.ctx);
     if (t.valid_src.free) t.valid_src.free(t.valid_src.ctx);
     if (t.test_src.free) t.test_src.free(t.test_src.ctx);

@@ -24,9 +24,11 @@ import json, sys
 objs = [json.loads(l) for l in open(sys.argv[1])]
 rows = [r for r in objs if "loss" in r]
 first, last = rows[0]["loss"], rows[-1]["loss"]
-# after training, the loss of --split's third part (Megatron-LM's test set), the last object
-test = objs[-1].get("test_loss")
-assert test is not None and len(objs) == len(rows) + 1 and 0 < test < 20, f"test loss: {objs[-1]}"
+# after training, the validation set's loss once more (its next batches) and the loss of
+# --split's third part (Megatron-LM's test set): the last two objects
+test, after = objs[-1].get("test_loss"), objs[-2].get("val_loss")
+assert test is not None and len(objs) == len(rows) + 2 and 0 < test < 20, f"test loss: {objs[-1]}"
+assert after is not None and 0 < after < 20, f"validation after training: {objs[-2]}"
 assert last < first - 1.0, f"loss did not fall: {first} -> {last}"
 assert "val_loss" in rows[-1], "no validation loss"
 # MFU against the CPU's measured peak, which a faster step raises: never above 100%

@@ -71,7 +71,8 @@ expect_error "negative duration" "--exit-duration-in-mins must be >= 0 (got -1)"
 expect_error "overlapped parameter gather" "--overlap-param-gather: the distributed optimizer gathers the parameters after the step" "$LOOM" "${T[@]}" --use-distributed-optimizer --overlap-param-gather
 expect_error "recompute" "--recompute-granularity full: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
 expect_error "recompute modules" "--recompute-modules: activation recomputation is limited" "$LOOM" "${T[@]}" --recompute-modules mlp
-expect_error "tensorboard" "--tensorboard-dir: no TensorBoard logs: --metrics-file" "$LOOM" "${T[@]}" --tensorboard-dir /tmp/tb
+expect_error "tensorboard folder" "--tensorboard-dir /proc/loom-tb: cannot create directory /proc/loom-tb" "$LOOM" "${T[@]}" --tensorboard-dir /proc/loom-tb
+expect_error "tensorboard interval" "--tensorboard-log-interval must be >= 1 (got 0)" "$LOOM" "${T[@]}" --tensorboard-log-interval 0
 expect_error "context parallel" "--context-parallel-size 2: context parallelism is not implemented" "$LOOM" "${T[@]}" --context-parallel-size 2
 expect_error "partial rotary" "--rotary-percent 0.5: partial rotary embeddings are not implemented" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 0.5
 expect_error "old and new rope flags" "--use-rotary-position-embeddings contradicts --position-embedding-type learned_absolute" "$LOOM" "${T[@]}" --use-rotary-position-embeddings --position-embedding-type learned_absolute

@@ -25,9 +25,8 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --context-parallel-size 1 --expert-model-parallel-size 1 --fp32-residual-connection
       --use-checkpoint-args --data-cache-path "$tmp/cache" --dataloader-type single
       --optimizer adam --main-grads-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32
-      --DDP-impl local --timing-log-level 2 --log-timers-to-tensorboard
-      --log-validation-ppl-to-tensorboard --log-memory-to-tensorboard
-      --log-world-size-to-tensorboard --log-loss-scale-to-tensorboard --tensorboard-log-interval 1
+      --DDP-impl local --timing-log-level 2 --log-loss-scale-to-tensorboard
+      --tensorboard-queue-size 1000
       --wandb-exp-name x --wandb-save-dir "$tmp/wandb" --manual-gc --manual-gc-interval 10
       --empty-unused-memory-level 1 --distributed-timeout-minutes 60 --cross-entropy-loss-fusion
       --check-for-nan-in-loss-and-grad

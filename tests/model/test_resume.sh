@@ -2,7 +2,8 @@
 # Resume: 20 iterations straight and 10 (--exit-interval) + save + load + 10 give bit-identical losses and grad
 # norms (dropout on, so the counter-based RNG state must carry over too), and the final
 # checkpoints hold identical tensors; --ckpt-step resumes from an earlier iteration than the latest,
-# and --skip-train evaluates a checkpoint without training. --no-save-optim leaves the optimizer state out. A resume's
+# and --skip-train evaluates a checkpoint without training. Evaluations take successive validation
+# batches, and a checkpoint records how far they got. --no-save-optim leaves the optimizer state out. A resume's
 # learning-rate schedule must be the checkpoint's, or --override-opt_param-scheduler /
 # --use-checkpoint-opt_param-scheduler says which one wins.
 set -euo pipefail
@@ -36,25 +37,56 @@ else
   echo "FAIL: final checkpoints differ"; fail=1
 fi
 grep -q '"val_loss"' "$tmp/straight.jsonl" || { echo "FAIL: no validation loss logged"; fail=1; }
-# --ckpt-step: b holds iterations 10 and 20; from 10 the run repeats the straight run's 11..20
+# --ckpt-step: b holds iterations 10 and 20; from 10 the run repeats the straight run's 11..20 and
+# the evaluations after them
 "$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/step.jsonl" --load "$tmp/b" \
   --ckpt-step 10 > "$tmp/step.log"
 if grep -q "loaded checkpoint .*iter_0000010 at iteration 10" "$tmp/step.log" &&
-   diff <(strip "$tmp/straight.jsonl" | tail -11) <(strip "$tmp/step.jsonl") > /dev/null; then
+   diff <(strip "$tmp/straight.jsonl" | tail -12) <(strip "$tmp/step.jsonl") > /dev/null; then
   echo "ok   --ckpt-step 10 resumes from iteration 10 (not the latest, 20): the straight run's 11..20"
 else
   echo "FAIL: --ckpt-step 10"; grep -E "loaded|error" "$tmp/step.log"; fail=1
 fi
-# --skip-train: the validation loss of iteration 10's weights, as the straight run evaluated it
+# Evaluations take successive validation batches (Megatron-LM's): at 5 batches 0-1, at 10
+# batches 2-3, ... ; the checkpoint records how many samples they took (2 evaluations x 2
+# batches x 4 samples at iteration 10)
+cv=$(grep -o '"consumed_valid_samples": [0-9]*' "$tmp/b/iter_0000010/meta.json" | sed 's/.*: //')
+[ "$cv" = 16 ] && echo "ok   the checkpoint at iteration 10 records 16 validation samples consumed" ||
+  { echo "FAIL: consumed_valid_samples at iteration 10: '$cv', expected 16"; fail=1; }
+# --skip-train evaluates the validation set from its start: with --eval-iters 2 batches 0-1, with
+# 4 batches 0-3, so the straight run's evaluation at 10 (batches 2-3) is 2 x the second - the first
 "$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/skip.jsonl" --load "$tmp/b" \
   --ckpt-step 10 --skip-train > "$tmp/skip.log"
-want=$(grep '"iteration": 10,' "$tmp/straight.jsonl" | sed -E 's/.*"val_loss": ([^,}]*).*/\1/')
-got=$(grep '"val_loss"' "$tmp/skip.jsonl" | sed -E 's/.*"val_loss": ([^,}]*).*/\1/')
-if [ -n "$want" ] && [ "$got" = "$want" ] && [ ! -e "$tmp/b/iter_0000011" ] &&
-   [ "$(wc -l < "$tmp/skip.jsonl")" -eq 2 ] && grep -q '"test_loss"' "$tmp/skip.jsonl"; then
-  echo "ok   --skip-train: the validation loss at iteration 10, the straight run's bits ($got), then the test loss, no training"
+"$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/skip4.jsonl" --load "$tmp/b" \
+  --ckpt-step 10 --skip-train --eval-iters 4 > /dev/null
+val_of() { grep "$2" "$1" | sed -E 's/.*"val_loss": ([^,}]*).*/\1/'; }
+e2=$(val_of "$tmp/skip.jsonl" val_loss) e4=$(val_of "$tmp/skip4.jsonl" val_loss)
+want=$(val_of "$tmp/straight.jsonl" '"iteration": 10,')
+if [ -n "$want" ] && [ -n "$e2" ] && [ -n "$e4" ] && [ ! -e "$tmp/b/iter_0000011" ] &&
+   [ "$(wc -l < "$tmp/skip.jsonl")" -eq 2 ] && grep -q '"test_loss"' "$tmp/skip.jsonl" &&
+   grep -q "validation loss at iteration 10 on validation set" "$tmp/skip.log" &&
+   python3 -c "import sys; e2, e4, w = map(float, sys.argv[1:]); sys.exit(not (abs(2 * e4 - e2 - w) <= 1e-9 * abs(w) and e2 != w))" "$e2" "$e4" "$want"; then
+  echo "ok   --skip-train: the validation set from its start ($e2 over 2 batches, $e4 over 4), the test loss, no training; the straight run's evaluation at 10 ($want) is of batches 2-3"
 else
-  echo "FAIL: --skip-train gave '$got', the straight run '$want'"; fail=1
+  echo "FAIL: --skip-train gave '$e2' (2 batches) and '$e4' (4), the straight run at 10 '$want'"; fail=1
+fi
+# the recorded count is where a resume's evaluations start: set to 0 (the first batches again),
+# the evaluation at 15 is not the straight run's; left out (an older checkpoint) it is reckoned
+# from the iteration and --eval-interval, the straight run's again
+for v in zero none; do
+  cp -r "$tmp/b/iter_0000010" "$tmp/cv-$v"
+  if [ $v = zero ]; then sed -i 's/"consumed_valid_samples": 16/"consumed_valid_samples": 0/' "$tmp/cv-$v/meta.json"
+  else sed -i '/"consumed_valid_samples"/d' "$tmp/cv-$v/meta.json"; fi
+  "$LOOM" train "${args[@]}" --train-iters 20 --exit-interval 15 --metrics-file "$tmp/cv-$v.jsonl" \
+    --load "$tmp/cv-$v" > /dev/null
+done
+v15=$(val_of "$tmp/straight.jsonl" '"iteration": 15,')
+if [ -n "$v15" ] && [ "$(val_of "$tmp/cv-none.jsonl" '"iteration": 15,')" = "$v15" ] &&
+   [ -n "$(val_of "$tmp/cv-zero.jsonl" '"iteration": 15,')" ] &&
+   [ "$(val_of "$tmp/cv-zero.jsonl" '"iteration": 15,')" != "$v15" ]; then
+  echo "ok   a resume's evaluations start at the recorded count (0: not the straight run's at 15; none: reckoned, $v15)"
+else
+  echo "FAIL: resumed evaluations at 15: straight $v15, none $(val_of "$tmp/cv-none.jsonl" '"iteration": 15,'), zero $(val_of "$tmp/cv-zero.jsonl" '"iteration": 15,')"; fail=1
 fi
 # and of the last checkpoint: the test loss the straight run logged after training, bit for bit
 "$LOOM" train "${args[@]}" --train-iters 20 --metrics-file "$tmp/skip20.jsonl" --load "$tmp/b" \
@@ -107,7 +139,7 @@ else
 fi
 "$LOOM" train "${args[@]}" --train-iters 20 --lr 1e-3 --load "$tmp/d" --use-checkpoint-opt_param-scheduler \
   --metrics-file "$tmp/ckpt-sched.jsonl" > /dev/null
-if diff <(strip "$tmp/ckpt-sched.jsonl") <(strip "$tmp/straight.jsonl" | tail -n 11) > /dev/null; then
+if diff <(strip "$tmp/ckpt-sched.jsonl") <(strip "$tmp/straight.jsonl" | tail -n 12) > /dev/null; then
   echo "ok   --use-checkpoint-opt_param-scheduler resumes on the saved schedule, bit for bit"
 else
   echo "FAIL: --use-checkpoint-opt_param-scheduler"; fail=1

@@ -4,8 +4,9 @@
 # `loom convert`, trained 5 iterations in loom (AdamW, clipping, weight decay) and exported back:
 # losses, grad norms, first-iteration gradients and final weights must match within 1e-4; the
 # GPT-2 again with --eod-mask-loss (no loss where the input is the end-of-document token), the
-# loss the mean over micro-batches of each one's mean (Megatron-LM's default), and with
-# --calculate-per-token-loss the mean over the global batch's tokens; and
+# loss minimised the mean over micro-batches of each one's mean (Megatron-LM's default), and with
+# --calculate-per-token-loss the mean over the global batch's tokens (the loss logged the latter
+# in both, as Megatron-LM logs it); and
 # a GPT-2 with the exact GELU (activation_function "gelu", PyTorch's F.gelu; loom's erf form),
 # which must come back out of loom under that name.
 set -euo pipefail

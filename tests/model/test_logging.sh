@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Megatron-LM's logging. The log line's lm loss is the mean over the iterations since the last
+# log line (with --log-interval 2, of iterations 1-2 and 3-4 of the run logging every one).
+# --tensorboard-dir: the event file is read back by tests/ref/tb_read.py, a reader written from
+# the format's definition (every record's two CRC-32C checksums verified, nothing torn), and holds
+# Megatron-LM's scalars with the values the metrics file logged: at every iteration
+# learning-rate, batch-size, lm loss, loss-scale, grad-norm (and params-norm with
+# --log-params-norm), each also " vs samples" against the training samples consumed; the
+# validation losses (in the loop, the validation set after training, the test set) as
+# "lm loss validation", with --log-validation-ppl-to-tensorboard their perplexities.
+# --tensorboard-log-interval, --no-log-loss-scale-to-tensorboard, --log-world-size-to-tensorboard
+# and --log-timers-to-tensorboard change which scalars are written and when; the training is the
+# same bit for bit; two data-parallel ranks write one file; --skip-train writes none.
+set -uo pipefail
+LOOM=${LOOM:-build/loom}
+PY=${PYTHON:-python3}
+SRC=${LOOM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+      --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3
+      --lr-decay-style cosine --log-interval 1 --eval-interval 2 --eval-iters 1 --seed 3)
+source "$(dirname "$0")/runs.sh"
+run plain
+run tb --tensorboard-dir "$tmp/tb" --log-params-norm --log-validation-ppl-to-tensorboard
+same plain tb
+run tb2 --tensorboard-dir "$tmp/tb2" --tensorboard-log-interval 2 --no-log-loss-scale-to-tensorboard \
+  --log-world-size-to-tensorboard --log-timers-to-tensorboard
+same plain tb2
+events() { "$PY" "$SRC/tests/ref/tb_read.py" "$(ls "$1"/events.out.tfevents.* | head -1)"; }
+if [ "$(ls "$tmp/tb" | wc -l)" = 1 ] && events "$tmp/tb" > "$tmp/tb.events" &&
+   events "$tmp/tb2" > "$tmp/tb2.events" &&
+   "$PY" - "$tmp/tb.events" "$tmp/tb.jsonl" "$tmp/tb2.events" <<'PYEOF'
+import json, math, struct, sys
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+ev = [json.loads(l) for l in open(sys.argv[1])]
+objs = [json.loads(l) for l in open(sys.argv[2])]
+rows = [o for o in objs if "loss" in o]
+assert ev[0].get("file_version") == "brain.Event:2" and "tag" not in ev[0], ev[0]
+sc = ev[1:]
+train = {"learning-rate": "lr", "batch-size": None, "lm loss": "loss", "loss-scale": None,
+         "grad-norm": "grad_norm", "params-norm": "params_norm"}
+want_tags = set(train) | {t + " vs samples" for t in train} | {
+    "lm loss validation", "lm loss validation vs samples", "lm loss validation ppl",
+    "lm loss validation ppl vs samples"}
+tags = {e["tag"] for e in sc}
+assert tags == want_tags, f"tags {sorted(tags ^ want_tags)}"
+checked = 0
+for r in rows:
+    it, samples = r["iteration"], r["consumed_samples"]
+    for tag, key in train.items():
+        want = r[key] if key else 4.0 if tag == "batch-size" else 1.0
+        got = [e["value"] for e in sc if e["tag"] == tag and e["step"] == it]
+        got_vs = [e["value"] for e in sc if e["tag"] == tag + " vs samples" and e["step"] == samples]
+        assert got == [f32(want)] and got_vs == [f32(want)], (tag, it, got, got_vs, want)
+        checked += 2
+# the validation losses in order: the loop's at 2 and 4, then after training the validation
+# set's and the test set's (the metrics file's, in its order), each with its perplexity
+vals = [(o["iteration"], o.get("val_loss", o.get("test_loss"))) for o in objs
+        if "val_loss" in o or "test_loss" in o]
+assert len(vals) == 4 and [v[0] for v in vals] == [2, 4, 4, 4], vals
+got = [(e["step"], e["value"]) for e in sc if e["tag"] == "lm loss validation"]
+ppl = [e["value"] for e in sc if e["tag"] == "lm loss validation ppl"]
+assert got == [(s, f32(v)) for s, v in vals], (got, vals)
+assert ppl == [f32(math.exp(min(20.0, v))) for _, v in vals], (ppl, vals)
+checked += 8
+# the second run: training scalars at iterations 2 and 4 only, no loss scale, the world size,
+# the iteration time at every logged iteration
+ev2 = [json.loads(l) for l in open(sys.argv[3])][1:]
+steps = {e["step"] for e in ev2 if e["tag"] == "lm loss"}
+tags2 = {e["tag"] for e in ev2}
+times = sorted(e["step"] for e in ev2 if e["tag"] == "iteration-time")
+world = {e["value"] for e in ev2 if e["tag"] == "world-size"}
+assert steps == {2, 4} and "loss-scale" not in tags2 and world == {1.0} and times == [1, 2, 3, 4], \
+    (steps, sorted(tags2), world, times)
+assert all(e["value"] > 0 for e in ev2 if e["tag"] == "iteration-time")
+print(f"ok   the event file reads back (checksums verified): {checked} scalars equal to the "
+      f"metrics file's, {len(sc)} in all; --tensorboard-log-interval 2 and the switches as asked")
+PYEOF
+then :; else echo "FAIL the event files"; fail=1; fi
+# the log line's lm loss with --log-interval 2: the mean of the two iterations' (the metrics
+# file of the run logging every iteration), printed as %.6E
+run every2 --log-interval 2
+lines=$(grep -o 'iteration *[0-9]*/ *4 .*lm loss: [0-9.E+-]*' "$tmp/every2.log" | sed -E 's/.*lm loss: //' | tr '\n' ' ')
+want=$("$PY" -c "
+import json, sys
+l = [r['loss'] for r in map(json.loads, open(sys.argv[1])) if 'loss' in r]
+print(' '.join('%.6E' % ((l[i] + l[i + 1]) / 2) for i in (0, 2)), end=' ')" "$tmp/plain.jsonl")
+if [ -n "$lines" ] && [ "$lines" = "$want" ]; then
+  echo "ok   the log line's lm loss is the mean since the last line: $lines"
+else
+  echo "FAIL the log line's lm loss [$lines], the iterations' means [$want]"; fail=1
+fi
+# two data-parallel ranks (when MPI is built in): one event file, rank 0's
+if command -v mpirun > /dev/null && ! grep -q '^LOOM_MPI:BOOL=OFF' "${LOOM_BUILD:-build}/CMakeCache.txt" 2> /dev/null; then
+  source "$SRC/tests/dist/mpi_env.sh"
+  if loom_mpirun 2 "$LOOM" "${base[@]}" --tensorboard-dir "$tmp/tbdp" > "$tmp/dp.log" 2>&1 &&
+     [ "$(ls "$tmp/tbdp" | wc -l)" = 1 ] && events "$tmp/tbdp" > /dev/null; then
+    echo "ok   two data-parallel ranks write one event file"
+  else
+    echo "FAIL two ranks: $(ls "$tmp/tbdp" 2>&1)"; tail -3 "$tmp/dp.log"; fail=1
+  fi
+fi
+# --skip-train writes no events (as Megatron-LM's evaluations then)
+run skip --tensorboard-dir "$tmp/tbskip" --skip-train
+if [ ! -e "$tmp/tbskip" ] || [ -z "$(ls "$tmp/tbskip")" ]; then
+  echo "ok   --skip-train writes no event file"
+else
+  echo "FAIL --skip-train wrote $(ls "$tmp/tbskip")"; fail=1
+fi
+exit $fail
