@@ -7,13 +7,8 @@
 # that of the validation set of the same data evaluated from its start at the last iteration, bit
 # for bit (the same weights and, one epoch of it in both, the same samples); --split's third part
 # gives a test loss too, and none when it is empty.
-set -uo pipefail
-LOOM=${LOOM:-build/loom}
-SRC=${LOOM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+source "$(dirname "$0")/../model/runs.sh"
 bash "$SRC/scripts/fetch_data.sh" > /dev/null
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
 TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$SRC/data/gpt2/vocab.json" --merge-file "$SRC/data/gpt2/merges.txt")
 head -n 4 "$SRC/data/shakespeare.jsonl" > "$tmp/a.jsonl"
 tail -n 3 "$SRC/data/shakespeare.jsonl" > "$tmp/b.jsonl"
@@ -26,7 +21,6 @@ base=(train "${TOK[@]}" --num-layers 2 --hidden-size 32 --num-attention-heads 4 
       --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 1
       --eval-interval 2 --eval-iters 1 --seed 5)
 ITERS=4
-source "$SRC/tests/model/runs.sh"
 run split --data-path "$A" --split 100,0,0 --eval-iters 0
 run own --train-data-path "$A" --eval-iters 0
 same split own

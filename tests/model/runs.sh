@@ -1,6 +1,15 @@
-# Sourced by the tests that compare training runs (test_kept_activations, test_megatron_flags,
-# test_data_paths, test_lr_schedule). Expects LOOM, an array `base` of train arguments, a folder
-# `tmp` and a variable `fail`; ITERS is the iterations each run logs (default 4).
+# Sourced first by the tests that compare training runs (test_exit, test_kept_activations,
+# test_megatron_flags, test_logging, test_batch_rampup, test_lr_schedule, test_data_paths): sets
+# the strict mode, LOOM (the CLI), PY (Debian's python3 with torch), SRC (the source tree), a
+# folder `tmp` removed at exit and `fail`=0; the functions below then expect an array `base` of
+# train arguments; ITERS is the iterations each run logs (default 4).
+set -uo pipefail
+LOOM=${LOOM:-build/loom}
+PY=${PYTHON:-python3}
+SRC=${LOOM_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
 #   run NAME ARGS...   train base + ARGS; NAME.log, NAME.jsonl and NAME.txt (loss and gradient
 #                      norm of each iteration) in $tmp; a failure sets fail=1
 #   same A B           A's and B's losses and gradient norms identical, ITERS of them

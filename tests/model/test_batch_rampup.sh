@@ -7,17 +7,10 @@
 # - a run stopped and resumed inside the ramp gives the straight run's losses bit for bit;
 # - under MPI, data-parallel (DP=2) and pipeline-parallel (PP=2, and interleaved) runs, where the
 #   micro-batches per rank change with the batch, equal the single-rank run within 1e-5.
-set -uo pipefail
-LOOM=${LOOM:-build/loom}
-PY=${PYTHON:-python3}
-SRC=${LOOM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "$0")/runs.sh"
 base=(train --mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --vocab-size 64 --micro-batch-size 2 --global-batch-size 16 --eval-iters 0 --log-interval 1
       --lr 1e-3 --lr-decay-style cosine --lr-warmup-samples 24 --train-samples 200 --seed 5)
-source "$SRC/tests/model/runs.sh"
 ramp=(--rampup-batch-size 4 4 60)
 
 # the ramp against the reference: batches 4 x 5, 8 x 3, 12 x 2, then 16 (from 68 consumed) x 8

@@ -6,15 +6,10 @@
 # - --exit-signal-handler: SIGTERM, sent once the first iteration is logged, stops the run at the
 #   end of an iteration (exit status 0, the log line), with its checkpoint and metrics at that
 #   iteration.
-set -uo pipefail
-LOOM=${LOOM:-build/loom}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "$0")/runs.sh"
 base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --eval-iters 0 --log-interval 1
       --lr 1e-3 --lr-decay-style cosine --lr-decay-iters 6 --seed 3)
-source "$(dirname "$0")/runs.sh"
 
 run straight --train-iters 6
 run first --train-iters 6 --exit-duration-in-mins 1e-9 --save "$tmp/ck"

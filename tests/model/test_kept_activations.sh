@@ -3,15 +3,10 @@
 # the backward from the pre-activation), not what is computed: the same losses and gradient norms
 # bit for bit with 0, 1 and all layers kept, for the GELU and the SwiGLU MLP, with dropout on;
 # and pipeline parallelism (2 stages: the count is per stage) gives the same as well.
-set -uo pipefail
-LOOM=${LOOM:-build/loom}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "$0")/runs.sh"
 base=(train --mock-data --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32
       --vocab-size 128 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --eval-iters 0
       --log-interval 1 --lr 1e-3 --seed 7)
-source "$(dirname "$0")/runs.sh"
 for mlp in gelu swiglu; do
   extra=()
   [ $mlp = swiglu ] && extra=(--swiglu)

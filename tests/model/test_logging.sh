@@ -11,17 +11,10 @@
 # --tensorboard-log-interval, --no-log-loss-scale-to-tensorboard, --log-world-size-to-tensorboard
 # and --log-timers-to-tensorboard change which scalars are written and when; the training is the
 # same bit for bit; two data-parallel ranks write one file; --skip-train writes none.
-set -uo pipefail
-LOOM=${LOOM:-build/loom}
-PY=${PYTHON:-python3}
-SRC=${LOOM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "$0")/runs.sh"
 base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3
       --lr-decay-style cosine --log-interval 1 --eval-interval 2 --eval-iters 1 --seed 3)
-source "$(dirname "$0")/runs.sh"
 run plain
 run tb --tensorboard-dir "$tmp/tb" --log-params-norm --log-validation-ppl-to-tensorboard
 same plain tb

@@ -6,13 +6,7 @@
 # and WSD styles (WSD's four final shapes), and the weight decay over training
 # (--weight-decay-incr-style); every iteration's learning rate and weight decay within 1e-12. A schedule given in samples that equals
 # one in iterations trains to the same losses bit for bit.
-set -uo pipefail
-LOOM=${LOOM:-build/loom}
-PY=${PYTHON:-python3}
-SRC=${LOOM_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "$0")/runs.sh"
 base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --eval-iters 0 --log-interval 1
       --lr 1e-3 --seed 3)
@@ -60,7 +54,6 @@ check wd-linear "train_iters=8 wd_start=0.01 wd_end=0.2 wd_style=linear" \
 check wd-cosine-samples "train_samples=30 wd_start=0 wd_end=0.1 wd_style=cosine" \
   --train-samples 30 --weight-decay-incr-style cosine --start-weight-decay 0 --end-weight-decay 0.1
 # a changing decay whose ends agree trains as the constant one, bit for bit; a rising one not
-source "$SRC/tests/model/runs.sh"
 ITERS=6
 run wd-const --train-iters 6 --weight-decay 0.1
 run wd-flat --train-iters 6 --weight-decay-incr-style linear --start-weight-decay 0.1 --end-weight-decay 0.1

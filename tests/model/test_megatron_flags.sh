@@ -7,15 +7,10 @@
 # vocabulary of 64, as Megatron-LM's (63 ids and the end-of-document one); --log-params-norm logs
 # the norm of the weights, and changes nothing else. The flags asking for what loom does not do are errors:
 # tests/model/test_cli_errors.sh.
-set -uo pipefail
-LOOM=${LOOM:-build/loom}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
+source "$(dirname "$0")/runs.sh"
 base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --eval-iters 0
       --log-interval 1 --lr 1e-3 --seed 11)
-source "$(dirname "$0")/runs.sh"
 noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine --overlap-grad-reduce
       --attention-softmax-in-fp32 --accumulate-allreduce-grads-in-fp32 --no-masked-softmax-fusion
       --no-bias-swiglu-fusion --no-bias-dropout-fusion
@@ -63,7 +58,6 @@ same plain null
 # weights (every tensor of the checkpoint once, read here without loom)
 run pnorm --log-params-norm --save "$tmp/pnorm-ckpt"
 same plain pnorm
-PY=${PYTHON:-python3}
 if "$PY" - "$tmp/pnorm.jsonl" "$tmp/pnorm-ckpt" <<'PYEOF'
 import array, json, math, struct, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
