@@ -29,6 +29,7 @@ struct train_flags {
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, wsd_iters, wsd_samples, seed, save_interval, eval_interval,
         eval_iters, log_interval, tb_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
     int64_t ramp[3]; /* --rampup-batch-size, parsed */
+    int64_t kv_channels;
     int64_t ckpt_step;
     char ckpt_dir[4200]; /* --load's iteration --ckpt-step */
 };
@@ -218,6 +219,7 @@ static const struct megatron_flag megatron_flags[] = {
     {"--DDP-impl", 1, "data parallelism is loom's own bucketed reduction",
      "only 'local': data parallelism is loom's own bucketed reduction", "local"},
     {"--timing-log-level", 1, "the log line gives the step time; no other timers", NULL, NULL},
+    {"--timing-log-option", 1, "the log line gives the step time; no other timers", NULL, NULL},
     {"--wandb-exp-name", 1, WANDB_ONLY, NULL, NULL},
     {"--wandb-save-dir", 1, WANDB_ONLY, NULL, NULL},
     {"--manual-gc", 0, "loom has no garbage collector", NULL, NULL},
@@ -245,10 +247,22 @@ static const struct megatron_flag megatron_flags[] = {
     {"--dist-ckpt-format", 1, NULL, "checkpoints are safetensors with meta.json", NULL},
     {"--ckpt-fully-parallel-save", 0, NULL, "checkpoints are safetensors with meta.json", NULL},
     {"--ckpt-fully-parallel-load", 0, NULL, "checkpoints are safetensors with meta.json", NULL},
+    {"--no-ckpt-fully-parallel-save", 0, NULL, "checkpoints are safetensors with meta.json", NULL},
+    {"--ckpt-assume-constant-structure", 0, NULL, "checkpoints are safetensors with meta.json",
+     NULL},
+    {"--dist-ckpt-strictness", 1, NULL, "checkpoints are safetensors with meta.json", NULL},
+    {"--decoupled-lr", 1, NULL, "one learning rate for every parameter (a separate one for the "
+     "embedding and output layer is not implemented)", NULL},
+    {"--decoupled-min-lr", 1, NULL, "one learning rate for every parameter (a separate one for the "
+     "embedding and output layer is not implemented)", NULL},
+    {"--grad-reduce-in-bf16", 0, NULL, "gradients are reduced in fp32", NULL},
+    {"--vocab-extra-ids", 1, "GPT models have no extra sentinel ids", "only 0: GPT models have "
+     "no extra sentinel ids", "0"},
+    {"--defer-embedding-wgrad-compute", 0, "the output layer's weight gradient is computed in the "
+     "backward pass, with its input gradient", NULL, NULL},
     {"--async-save", 0, NULL, "checkpoints are saved synchronously", NULL},
     {"--use-precision-aware-optimizer", 0, NULL, FP32_STATE, NULL},
     {"--sgd-momentum", 1, "it only applies to --optimizer sgd", NULL, NULL},
-    {"--kv-channels", 1, NULL, "the head size is --hidden-size / --num-attention-heads", NULL},
     {"--use-torch-fsdp2", 0, NULL, "fully sharded data parallelism is not implemented "
      "(--use-distributed-optimizer shards the optimizer's moments)", NULL},
     {"--tp-comm-overlap", 0, NULL, "tensor-parallel communication is not overlapped with the "
@@ -333,6 +347,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--num-layers", LOOM_FLAG_INT, &f.num_layers, "decoder layers", NULL, 0},
         {"--hidden-size", LOOM_FLAG_INT, &f.hidden, "hidden size", NULL, 0},
         {"--num-attention-heads", LOOM_FLAG_INT, &f.heads, "attention heads", NULL, 0},
+        {"--kv-channels", LOOM_FLAG_INT, &f.kv_channels, "the head size (0 = --hidden-size / --num-attention-heads, the only one)", NULL, 0},
         {"--group-query-attention", LOOM_FLAG_BOOL, &f.gqa, "grouped-query attention", NULL, 0},
         {"--num-query-groups", LOOM_FLAG_INT, &f.query_groups, "key/value groups with --group-query-attention (0 = heads)", NULL, 0},
         {"--ffn-hidden-size", LOOM_FLAG_INT, &f.ffn, "MLP hidden size (0 = 4 x hidden)", NULL, 0},
@@ -626,6 +641,10 @@ int loom_cmd_train(int argc, char **argv) {
         FAIL("need --loss-scale >= 0 and 0 < --min-loss-scale <= --initial-loss-scale");
     if (f.loss_scale_window < 1 || f.hysteresis < 1)
         FAIL("--loss-scale-window and --hysteresis must be at least 1");
+    if (f.kv_channels != 0 && (f.heads <= 0 || f.kv_channels * f.heads != f.hidden))
+        FAIL("--kv-channels %lld: the head size is --hidden-size / --num-attention-heads (%lld / "
+             "%lld); other head sizes are not implemented", (long long)f.kv_channels,
+             (long long)f.hidden, (long long)f.heads);
 
     struct loom_train_config c;
     memset(&c, 0, sizeof c);

@@ -72,6 +72,10 @@ expect_error "overlapped parameter gather" "--overlap-param-gather: the distribu
 expect_error "recompute" "--recompute-granularity full: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
 expect_error "recompute modules" "--recompute-modules: activation recomputation is limited" "$LOOM" "${T[@]}" --recompute-modules mlp
 expect_error "tensorboard folder" "--tensorboard-dir /proc/loom-tb: cannot create directory /proc/loom-tb" "$LOOM" "${T[@]}" --tensorboard-dir /proc/loom-tb
+expect_error "kv channels" "--kv-channels 16: the head size is --hidden-size / --num-attention-heads (32 / 4); other head sizes are not implemented" "$LOOM" "${T[@]}" --kv-channels 16
+expect_error "decoupled lr" "--decoupled-lr: one learning rate for every parameter" "$LOOM" "${T[@]}" --decoupled-lr 1e-3
+expect_error "bf16 gradient reduction" "--grad-reduce-in-bf16: gradients are reduced in fp32" "$LOOM" "${T[@]}" --grad-reduce-in-bf16
+expect_error "extra ids" "--vocab-extra-ids 100: only 0" "$LOOM" "${T[@]}" --vocab-extra-ids 100
 expect_error "tensorboard interval" "--tensorboard-log-interval must be >= 1 (got 0)" "$LOOM" "${T[@]}" --tensorboard-log-interval 0
 expect_error "context parallel" "--context-parallel-size 2: context parallelism is not implemented" "$LOOM" "${T[@]}" --context-parallel-size 2
 expect_error "partial rotary" "--rotary-percent 0.5: partial rotary embeddings are not implemented" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 0.5

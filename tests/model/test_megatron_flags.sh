@@ -20,7 +20,8 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --context-parallel-size 1 --expert-model-parallel-size 1 --fp32-residual-connection
       --use-checkpoint-args --data-cache-path "$tmp/cache" --dataloader-type single
       --optimizer adam --main-grads-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32
-      --DDP-impl local --timing-log-level 2 --log-loss-scale-to-tensorboard
+      --DDP-impl local --timing-log-level 2 --timing-log-option minmax --vocab-extra-ids 0
+      --defer-embedding-wgrad-compute --log-loss-scale-to-tensorboard --kv-channels 8
       --tensorboard-queue-size 1000
       --wandb-exp-name x --wandb-save-dir "$tmp/wandb" --manual-gc --manual-gc-interval 10
       --empty-unused-memory-level 1 --distributed-timeout-minutes 60 --cross-entropy-loss-fusion
@@ -36,7 +37,7 @@ notes=$(grep -c '^loom: note: flags with no effect:' "$tmp/megatron.log")
 missing=""
 for fl in "${noop[@]}"; do
   case $fl in
-    --rotary-percent|--context-parallel-size|--expert-model-parallel-size) continue ;; # loom's own
+    --rotary-percent|--context-parallel-size|--expert-model-parallel-size|--kv-channels) continue ;; # loom's own
     --*) grep -q -- "$fl: " "$tmp/megatron.log" || missing="$missing $fl" ;;
   esac
 done
