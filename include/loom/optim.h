@@ -32,6 +32,9 @@ struct loom_lr_schedule {
     enum loom_lr_decay style;
     int64_t wsd_decay_steps; /* LOOM_LR_WSD */
     enum loom_lr_wsd wsd_style;
+    /* Megatron-LM's --decoupled-lr and --decoupled-min-lr: the word embedding's and the output
+     * layer's own peak and final rates on the same warmup and decay (decoupled_max_lr < 0: none) */
+    double decoupled_max_lr, decoupled_min_lr;
 };
 
 /* Learning rate after `steps_done` steps, as Megatron's scheduler: the linear warmup
@@ -42,6 +45,9 @@ struct loom_lr_schedule {
  * then the WSD shape of r = (steps - that start) / wsd_decay_steps: 2 * 0.5^r - 1, 1 - r,
  * (cos(pi r) + 1) / 2 or 1 - sqrt(r). */
 double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps_done);
+/* The same for the word embedding and the output layer: their decoupled rates when there are, else
+ * loom_lr_at's. */
+double loom_lr_decoupled_at(const struct loom_lr_schedule *s, int64_t steps_done);
 /* Weight decay over training (Megatron's get_wd): start_wd + coeff (end_wd - start_wd) with
  * r = steps / incr_steps and coeff = r (linear) or (cos(pi (1 - r)) + 1) / 2 (cosine); end_wd
  * when constant and after incr_steps. */
@@ -88,22 +94,25 @@ struct loom_adamw {
     int distributed; /* the shares above are split over the data-parallel group */
     /* the ranges of the flat buffers one step updates (host; made by loom_adamw_init from the
      * parameter table): runs of neighbouring parameters with the same weight decay, within the
-     * share and relative to shard_lo */
+     * share and relative to shard_lo; the first nruns_main at the learning rate, the others (the
+     * word embedding and the output layer, when they have a decoupled one) at theirs */
     int64_t *run_off, *run_len;
     uint8_t *run_decay;
-    int nruns;
+    int nruns, nruns_main;
 };
 
 /* distributed: shard the moments and the update over the model's data-parallel group (no effect
- * with one data-parallel rank). */
-enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, int distributed);
+ * with one data-parallel rank). decoupled: the word embedding and the output layer take their own
+ * learning rate (loom_adamw_step's lr_decoupled). */
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, int distributed,
+                                 int decoupled);
 void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model);
 /* One step on every local parameter; weight decay only on parameters with weight_decay set.
  * grad_scale multiplies the gradients first (clipping). The distributed optimizer updates this
  * rank's share and gathers the others' (collective over the data-parallel group); the values are
  * those of the whole update, bit for bit. */
 enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr,
-                                 double grad_scale);
+                                 double lr_decoupled, double grad_scale);
 /* The moment `which` (0: m, 1: v) over all the local parameters, in the model's layout: o->m or
  * o->v, or with the distributed optimizer every rank's share gathered into the model's gradient
  * buffer (which it overwrites: for checkpoints, between steps). Collective then. */

@@ -122,6 +122,10 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
             json_object_set_new(lr, "warmup_samples", json_real(st->lr.warmup_steps));
             json_object_set_new(lr, "decay_samples", json_integer(st->lr.decay_steps));
             json_object_set_new(lr, "decay_style", json_string(loom_lr_style_name(st->lr.style)));
+            if (st->lr.decoupled_max_lr >= 0) { /* the embedding's and output layer's own */
+                json_object_set_new(lr, "decoupled_lr", json_real(st->lr.decoupled_max_lr));
+                json_object_set_new(lr, "decoupled_min_lr", json_real(st->lr.decoupled_min_lr));
+            }
             if (st->lr.style == LOOM_LR_WSD) {
                 json_object_set_new(lr, "wsd_decay_samples", json_integer(st->lr.wsd_decay_steps));
                 json_object_set_new(lr, "wsd_decay_style",
@@ -375,6 +379,11 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
         }
         LOOM_CHECK(get_num(lr, "max_lr", file, &st->lr.max_lr));
         LOOM_CHECK(get_num(lr, "min_lr", file, &st->lr.min_lr));
+        st->lr.decoupled_max_lr = st->lr.decoupled_min_lr = -1; /* none recorded: none */
+        if (json_object_get(lr, "decoupled_lr")) {
+            LOOM_CHECK(get_num(lr, "decoupled_lr", file, &st->lr.decoupled_max_lr));
+            LOOM_CHECK(get_num(lr, "decoupled_min_lr", file, &st->lr.decoupled_min_lr));
+        }
         LOOM_CHECK(get_num(lr, "warmup_samples", file, &st->lr.warmup_steps));
         LOOM_CHECK(get_int(lr, "decay_samples", file, &st->lr.decay_steps));
         LOOM_CHECK(get_num(lr, "start_weight_decay", file, &st->wd.start_wd));

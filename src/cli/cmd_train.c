@@ -22,7 +22,7 @@ struct train_flags {
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup, *tb_dir;
-    double start_wd, end_wd;
+    double start_wd, end_wd, decoupled_lr, decoupled_min_lr;
     double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
         min_loss_scale, exit_mins;
@@ -251,10 +251,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--ckpt-assume-constant-structure", 0, NULL, "checkpoints are safetensors with meta.json",
      NULL},
     {"--dist-ckpt-strictness", 1, NULL, "checkpoints are safetensors with meta.json", NULL},
-    {"--decoupled-lr", 1, NULL, "one learning rate for every parameter (a separate one for the "
-     "embedding and output layer is not implemented)", NULL},
-    {"--decoupled-min-lr", 1, NULL, "one learning rate for every parameter (a separate one for the "
-     "embedding and output layer is not implemented)", NULL},
     {"--grad-reduce-in-bf16", 0, NULL, "gradients are reduced in fp32", NULL},
     {"--vocab-extra-ids", 1, "GPT models have no extra sentinel ids", "only 0: GPT models have "
      "no extra sentinel ids", "0"},
@@ -340,6 +336,7 @@ int loom_cmd_train(int argc, char **argv) {
         .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
         .log_interval = 100, .tp = 1, .pp = 1, .cp = 1, .ep = 1, .bucket_mb = 40, .initial_loss_scale = 4294967296.0, .min_loss_scale = 1.0,
         .loss_scale_window = 1000, .hysteresis = 2, .ckpt_step = -1, .tb_interval = 1,
+        .decoupled_lr = -1, .decoupled_min_lr = -1,
     };
     int megatron_bool = 0;
     char *notes = NULL;
@@ -384,6 +381,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--exit-signal-handler", LOOM_FLAG_BOOL, &f.exit_signal, "on SIGTERM, stop (saving first) at the end of the iteration, every rank alike", NULL, 0},
         {"--lr", LOOM_FLAG_FLOAT, &f.lr, "peak learning rate", NULL, 0},
         {"--min-lr", LOOM_FLAG_FLOAT, &f.min_lr, "final learning rate", NULL, 0},
+        {"--decoupled-lr", LOOM_FLAG_FLOAT, &f.decoupled_lr, "peak learning rate of the word embedding and the output layer, on the same warmup and decay (-1 = --lr)", NULL, 0},
+        {"--decoupled-min-lr", LOOM_FLAG_FLOAT, &f.decoupled_min_lr, "their final learning rate, with --decoupled-lr (-1 = --min-lr)", NULL, 0},
         {"--lr-decay-style", LOOM_FLAG_CHOICE, &f.decay_style, "decay after warmup", "constant|linear|cosine|inverse-square-root|WSD", 0},
         {"--lr-wsd-decay-style", LOOM_FLAG_CHOICE, &f.wsd_style, "shape of WSD's final decay", "exponential|linear|cosine|minus_sqrt", 0},
         {"--lr-wsd-decay-iters", LOOM_FLAG_INT, &f.wsd_iters, "iterations of WSD's final decay (with --train-iters)", NULL, 0},
@@ -554,6 +553,10 @@ int loom_cmd_train(int argc, char **argv) {
     if (!(f.exit_mins >= 0)) FAIL("--exit-duration-in-mins must be >= 0 (got %g)", f.exit_mins);
     if (f.save_interval < 0) FAIL("--save-interval must be >= 0");
     if (!(f.lr >= 0) || !(f.min_lr >= 0) || f.min_lr > f.lr) FAIL("need 0 <= --min-lr <= --lr");
+    if (f.decoupled_lr != -1 && !(f.decoupled_lr >= 0))
+        FAIL("--decoupled-lr must be >= 0 (got %g)", f.decoupled_lr);
+    if (f.decoupled_min_lr != -1 && !(f.decoupled_min_lr >= 0))
+        FAIL("--decoupled-min-lr must be >= 0 (got %g)", f.decoupled_min_lr);
     {
         const struct {
             const char *flag;
@@ -701,6 +704,9 @@ int loom_cmd_train(int argc, char **argv) {
     c.lr.max_lr = f.lr;
     c.lr.min_lr = f.min_lr;
     c.lr.init_lr = f.warmup_init;
+    /* --decoupled-min-lr without --decoupled-lr changes nothing, as in Megatron-LM */
+    c.lr.decoupled_max_lr = f.decoupled_lr;
+    c.lr.decoupled_min_lr = f.decoupled_min_lr >= 0 ? f.decoupled_min_lr : f.min_lr;
     /* the three styles are CHOICE flags, spelled as these parse them */
     c.lr.style = (enum loom_lr_decay)loom_lr_style_parse(f.decay_style);
     c.lr.wsd_style = (enum loom_lr_wsd)loom_wsd_style_parse(f.wsd_style);

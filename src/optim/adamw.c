@@ -6,19 +6,28 @@
 #include "loom/comm.h"
 #include "loom/optim.h"
 
+/* The parameters that take the decoupled learning rate (Megatron-LM's embedding-or-output
+ * parameters: the word embedding and the output layer, not the position embedding). */
+static int is_decoupled(const struct loom_param *p) {
+    return strcmp(p->name, "embedding.word_embeddings.weight") == 0 ||
+           strcmp(p->name, "output_layer.weight") == 0;
+}
+
 /* Parameters are laid out one after the other in the flat buffers, each starting on a 16-float
  * boundary (the padding holds zeros and stays zero: its gradient is zero). Neighbours with the
  * same weight decay form one run, which is the same arithmetic element by element as a range
- * per parameter. Runs are cut to [lo, hi) and given relative to lo. Returns the number of runs;
- * with off NULL only counts them. */
-static int adamw_runs(const struct loom_gpt *model, int64_t lo, int64_t hi, int64_t *off,
-                      int64_t *len, uint8_t *decay) {
+ * per parameter. Runs are cut to [lo, hi) and given relative to lo. group 0: the parameters at
+ * the learning rate (all of them when !decoupled), 1: those at the decoupled one. Returns the
+ * number of runs; with off NULL only counts them. */
+static int adamw_runs(const struct loom_gpt *model, int64_t lo, int64_t hi, int decoupled,
+                      int group, int64_t *off, int64_t *len, uint8_t *decay) {
     int nruns = 0;
     int64_t run_lo = 0, run_hi = -1;
     int run_wd = 0;
     for (int i = 0; i <= model->nparams; i++) {
         const struct loom_param *p = i < model->nparams ? &model->params[i] : NULL;
         if (p && !p->local) continue;
+        if (p && (decoupled && is_decoupled(p)) != group) continue;
         int64_t n = p ? p->local_shape[0] * p->local_shape[1] : 0;
         int wd = p ? p->weight_decay != 0 : 0;
         if (p && run_hi >= 0 && wd == run_wd && p->offset == (run_hi + 15) / 16 * 16) {
@@ -43,7 +52,8 @@ static int adamw_runs(const struct loom_gpt *model, int64_t lo, int64_t hi, int6
     return nruns;
 }
 
-enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, int distributed) {
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, int distributed,
+                                 int decoupled) {
     struct loom_backend *be = model->be;
     const int dp = loom_dp_size(model->par);
     o->step = 0;
@@ -58,13 +68,17 @@ enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, i
     size_t bytes = (size_t)o->shard_len * sizeof(float);
     o->m = be->ops->malloc(be, bytes ? bytes : sizeof(float));
     o->v = be->ops->malloc(be, bytes ? bytes : sizeof(float));
-    o->nruns = adamw_runs(model, o->shard_lo, hi, NULL, NULL, NULL);
+    o->nruns_main = adamw_runs(model, o->shard_lo, hi, decoupled, 0, NULL, NULL, NULL);
+    o->nruns = o->nruns_main + adamw_runs(model, o->shard_lo, hi, decoupled, 1, NULL, NULL, NULL);
     size_t nr = (size_t)(o->nruns > 0 ? o->nruns : 1);
     o->run_off = malloc(nr * 2 * sizeof(int64_t));
     o->run_len = o->run_off ? o->run_off + nr : NULL;
     o->run_decay = malloc(nr);
     if (!o->run_off || !o->run_decay) return loom_fail(LOOM_ERR_OOM, "out of memory");
-    adamw_runs(model, o->shard_lo, hi, o->run_off, o->run_len, o->run_decay);
+    const int k = o->nruns_main;
+    adamw_runs(model, o->shard_lo, hi, decoupled, 0, o->run_off, o->run_len, o->run_decay);
+    adamw_runs(model, o->shard_lo, hi, decoupled, 1, o->run_off + k, o->run_len + k,
+               o->run_decay + k);
     if (!o->m || !o->v)
         return loom_fail(LOOM_ERR_OOM,
                          "out of memory for the optimizer state (%zu MiB; "
@@ -98,14 +112,19 @@ static enum loom_status gather_shares(struct loom_adamw *o, struct loom_gpt *mod
     return LOOM_OK;
 }
 
-/* All the runs in one call (on cuda one launch). */
+/* The runs of each learning rate in one call (on cuda one launch each). */
 enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr,
-                                 double grad_scale) {
+                                 double lr_decoupled, double grad_scale) {
     struct loom_backend *be = model->be;
     o->step++;
-    loom_op(be, adamw_ranges, model->param_mem + o->shard_lo, model->grad_mem + o->shard_lo, o->m,
-            o->v, o->run_off, o->run_len, o->run_decay, o->nruns, (float)lr, (float)o->beta1,
-            (float)o->beta2, (float)o->eps, (float)o->weight_decay, o->step, (float)grad_scale);
+    for (int g = 0; g < 2; g++) {
+        const int r0 = g ? o->nruns_main : 0, n = g ? o->nruns - o->nruns_main : o->nruns_main;
+        if (n == 0) continue;
+        loom_op(be, adamw_ranges, model->param_mem + o->shard_lo, model->grad_mem + o->shard_lo,
+                o->m, o->v, o->run_off + r0, o->run_len + r0, o->run_decay + r0, n,
+                (float)(g ? lr_decoupled : lr), (float)o->beta1, (float)o->beta2, (float)o->eps,
+                (float)o->weight_decay, o->step, (float)grad_scale);
+    }
     if (!o->distributed) return LOOM_OK;
     return gather_shares(o, model, model->param_mem, model->param_mem + o->shard_lo);
 }

@@ -71,6 +71,14 @@ double loom_lr_at(const struct loom_lr_schedule *s, int64_t steps) {
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
 }
 
+double loom_lr_decoupled_at(const struct loom_lr_schedule *s, int64_t steps) {
+    if (s->decoupled_max_lr < 0) return loom_lr_at(s, steps);
+    struct loom_lr_schedule d = *s;
+    d.max_lr = s->decoupled_max_lr;
+    d.min_lr = s->decoupled_min_lr;
+    return loom_lr_at(&d, steps);
+}
+
 double loom_wd_at(const struct loom_wd_schedule *s, int64_t steps) {
     if (steps > s->incr_steps || s->style == LOOM_WD_CONSTANT) return s->end_wd;
     const double r = (double)steps / (double)s->incr_steps;

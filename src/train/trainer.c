@@ -57,6 +57,7 @@ struct trainer {
     double loss_since_log;     /* the losses of the iterations since the last log that stepped */
     int64_t stepped_since_log; /* and their number (the log line's lm loss is their mean) */
     int64_t batch;             /* the global batch of the last training iteration */
+    double lr_decoupled;       /* its word embedding's and output layer's learning rate */
     struct loom_pipeline *pipe;
     struct loom_grad_sync *gsync;
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
@@ -284,6 +285,8 @@ static enum loom_status tb_iteration(struct trainer *t, int tb_now, int log_now,
         LOOM_CHECK(loom_tb_scalar(tb, vs[i].tag, vs[i].value, it));
         LOOM_CHECK(loom_tb_scalar(tb, vs_tag, vs[i].value, samples));
     }
+    if (tb_now && c->lr.decoupled_max_lr >= 0) /* Megatron-LM writes it against iterations only */
+        LOOM_CHECK(loom_tb_scalar(tb, "decoupled-learning-rate", t->lr_decoupled, it));
     if (tb_now && c->tb_memory && t->be->ops->memory_stats) {
         struct loom_mem_stats ms_now;
         t->be->ops->memory_stats(t->be, &ms_now);
@@ -369,7 +372,9 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     time_t now = time(NULL);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
-    char params_s[48] = "", loss_s[40] = "";
+    char params_s[48] = "", loss_s[40] = "", dlr_s[48] = "";
+    if (c->lr.decoupled_max_lr >= 0)
+        snprintf(dlr_s, sizeof dlr_s, " | decoupled learning rate: %.6E", t->lr_decoupled);
     if (pnorm >= 0) snprintf(params_s, sizeof params_s, " | params norm: %.3f", pnorm);
     /* as Megatron-LM's line: the mean loss of the iterations since the last log that took an
      * optimizer step (none when every one was skipped) */
@@ -378,10 +383,10 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
                  t->loss_since_log / (double)t->stepped_since_log);
     loom_log_info(
         " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
-        "iteration (ms): %.1f | learning rate: %.6E | global batch size: %5lld%s | grad norm: "
+        "iteration (ms): %.1f | learning rate: %.6E%s | global batch size: %5lld%s | grad norm: "
         "%.3f%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
         stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples, ms, lr,
-        (long long)batch, loss_s, gnorm, params_s, tps, tflops, mfu);
+        dlr_s, (long long)batch, loss_s, gnorm, params_s, tps, tflops, mfu);
     if (t->peak_mem >= 0)
         loom_log_info(" peak device memory per rank: %.1f MiB", (double)t->peak_mem / 1048576.0);
     if (t->cfg->fp16)
@@ -403,6 +408,8 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
         if (t->ramp.start > 0)
             fprintf(t->metrics, ", \"global_batch_size\": %lld", (long long)batch);
         if (pnorm >= 0) fprintf(t->metrics, ", \"params_norm\": %.17g", pnorm);
+        if (c->lr.decoupled_max_lr >= 0)
+            fprintf(t->metrics, ", \"decoupled_lr\": %.17g", t->lr_decoupled);
         if (c->wd.style != LOOM_WD_CONSTANT)
             fprintf(t->metrics, ", \"weight_decay\": %.17g", t->opt.weight_decay);
         if (t->cfg->fp16)
@@ -520,6 +527,8 @@ static enum loom_status schedule_from_checkpoint(struct trainer *t,
         s->warmup_steps = st->lr.warmup_steps;
         s->decay_steps = st->lr.decay_steps;
         s->style = st->lr.style;
+        s->decoupled_max_lr = st->lr.decoupled_max_lr;
+        s->decoupled_min_lr = st->lr.decoupled_min_lr;
         if (st->lr.wsd_decay_steps >= 0) {
             s->wsd_decay_steps = st->lr.wsd_decay_steps;
             s->wsd_style = st->lr.wsd_style;
@@ -532,6 +541,13 @@ static enum loom_status schedule_from_checkpoint(struct trainer *t,
         snprintf(what, sizeof what, "--lr %g here, %g there", s->max_lr, st->lr.max_lr);
     else if (s->min_lr != st->lr.min_lr)
         snprintf(what, sizeof what, "--min-lr %g here, %g there", s->min_lr, st->lr.min_lr);
+    else if (s->decoupled_max_lr != st->lr.decoupled_max_lr ||
+             (s->decoupled_max_lr >= 0 && s->decoupled_min_lr != st->lr.decoupled_min_lr))
+        snprintf(what, sizeof what,
+                 "--decoupled-lr %g, --decoupled-min-lr %g here; %g, %g there "
+                 "(-1: none)",
+                 s->decoupled_max_lr, s->decoupled_min_lr, st->lr.decoupled_max_lr,
+                 st->lr.decoupled_min_lr);
     else if (s->warmup_steps != st->lr.warmup_steps)
         snprintf(what, sizeof what, "warmup of %g samples here, %g there", s->warmup_steps,
                  st->lr.warmup_steps);
@@ -752,7 +768,8 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->opt.beta2 = c->beta2;
     t->opt.eps = c->adam_eps;
     t->opt.weight_decay = c->weight_decay;
-    LOOM_CHECK(loom_adamw_init(&t->opt, t->model, c->distributed_optimizer));
+    LOOM_CHECK(
+        loom_adamw_init(&t->opt, t->model, c->distributed_optimizer, c->lr.decoupled_max_lr >= 0));
     if (t->opt.distributed)
         loom_log_info("loom: distributed optimizer: each of the %d data-parallel ranks keeps the "
                       "moments of %lld of the %lld local parameters and updates them",
@@ -942,13 +959,14 @@ static enum loom_status train_loop(struct trainer *t) {
          * count) */
         const int64_t sched_steps = t->st.scheduler_samples;
         double lr = loom_lr_at(&c->lr, sched_steps);
+        t->lr_decoupled = loom_lr_decoupled_at(&c->lr, sched_steps);
         t->opt.weight_decay = loom_wd_at(&c->wd, sched_steps);
         if (!skip) t->st.scheduler_samples += t->batch;
         if (skip) {
             t->st.skipped++;
             t->skipped_since_log++;
         } else {
-            LOOM_CHECK(loom_adamw_step(&t->opt, t->model, lr, scale * unscale));
+            LOOM_CHECK(loom_adamw_step(&t->opt, t->model, lr, t->lr_decoupled, scale * unscale));
             t->loss_since_log += loss;
             t->stepped_since_log++;
         }

@@ -2,9 +2,10 @@
 # --use-distributed-optimizer (the optimizer's moments and update sharded over the data-parallel
 # ranks, the parameters gathered after each step) trains exactly as the whole optimizer on every
 # rank: for DP=2, DP=3 (shares that end in the padding), TP=2 x DP=2 and PP=2 x DP=2 of a GPT,
-# and DP=2 of a Llama-style model, every iteration's loss, gradient norm and learning rate and
-# the final checkpoint (model.safetensors and optim.safetensors, byte for byte) equal those of the
-# same layout without the flag. A run stopped and resumed with the flag, and one resumed without
+# DP=2 of a Llama-style model and DP=3 of one whose embedding and output layer have their own
+# learning rate (--decoupled-lr: their ranges cut by the shares), every iteration's loss,
+# gradient norm and learning rate and the final checkpoint (model.safetensors and
+# optim.safetensors, byte for byte) equal those of the same layout without the flag. A run stopped and resumed with the flag, and one resumed without
 # it, equal the straight run the same way (the checkpoint holds whole moments either way).
 set -uo pipefail
 source "$(dirname "$0")/mpi_env.sh"
@@ -49,7 +50,8 @@ same() {
 }
 
 for layout in "gpt 2 dp2" "gpt 3 dp3" "gpt 4 tp2 --tensor-model-parallel-size 2" \
-              "gpt 4 pp2 --pipeline-model-parallel-size 2" "llama 2 dp2"; do
+              "gpt 4 pp2 --pipeline-model-parallel-size 2" "llama 2 dp2" \
+              "llama 3 dp3-decoupled --decoupled-lr 6e-3"; do
   set -- $layout
   model=$1 n=$2 name=$3
   shift 3

@@ -73,7 +73,7 @@ expect_error "recompute" "--recompute-granularity full: activation recomputation
 expect_error "recompute modules" "--recompute-modules: activation recomputation is limited" "$LOOM" "${T[@]}" --recompute-modules mlp
 expect_error "tensorboard folder" "--tensorboard-dir /proc/loom-tb: cannot create directory /proc/loom-tb" "$LOOM" "${T[@]}" --tensorboard-dir /proc/loom-tb
 expect_error "kv channels" "--kv-channels 16: the head size is --hidden-size / --num-attention-heads (32 / 4); other head sizes are not implemented" "$LOOM" "${T[@]}" --kv-channels 16
-expect_error "decoupled lr" "--decoupled-lr: one learning rate for every parameter" "$LOOM" "${T[@]}" --decoupled-lr 1e-3
+expect_error "decoupled lr" "--decoupled-lr must be >= 0 (got -0.5)" "$LOOM" "${T[@]}" --decoupled-lr -0.5
 expect_error "bf16 gradient reduction" "--grad-reduce-in-bf16: gradients are reduced in fp32" "$LOOM" "${T[@]}" --grad-reduce-in-bf16
 expect_error "extra ids" "--vocab-extra-ids 100: only 0" "$LOOM" "${T[@]}" --vocab-extra-ids 100
 expect_error "tensorboard interval" "--tensorboard-log-interval must be >= 1 (got 0)" "$LOOM" "${T[@]}" --tensorboard-log-interval 0

@@ -48,6 +48,13 @@ check samples-wsd-cosine "train_samples=40 warmup_samples=4 wsd_samples=18 style
   --train-samples 40 --lr-warmup-samples 4 --lr-decay-style WSD --lr-wsd-decay-style cosine --lr-wsd-decay-samples 18 --min-lr 2e-4
 check samples-wsd-linear "train_samples=40 wsd_samples=16 style=WSD wsd_style=linear" \
   --train-samples 40 --lr-decay-style WSD --lr-wsd-decay-style linear --lr-wsd-decay-samples 16
+# --decoupled-lr: the word embedding's and output layer's own peak and final rates on the same
+# warmup (from --lr-warmup-init) and decay; without --decoupled-min-lr, --min-lr's
+check decoupled-cosine "train_iters=10 warmup_iters=2 init=1e-4 decay_iters=8 style=cosine min_lr=1e-4 decoupled_lr=5e-3 decoupled_min_lr=2e-4" \
+  --train-iters 10 --lr-warmup-iters 2 --lr-warmup-init 1e-4 --lr-decay-iters 8 --lr-decay-style cosine --min-lr 1e-4 \
+  --decoupled-lr 5e-3 --decoupled-min-lr 2e-4
+check decoupled-wsd "train_iters=10 style=WSD wsd_iters=4 min_lr=1e-5 decoupled_lr=2e-3" \
+  --train-iters 10 --lr-decay-style WSD --lr-wsd-decay-iters 4 --min-lr 1e-5 --decoupled-lr 2e-3
 # the weight decay over training (Megatron's get_wd)
 check wd-linear "train_iters=8 wd_start=0.01 wd_end=0.2 wd_style=linear" \
   --train-iters 8 --weight-decay-incr-style linear --start-weight-decay 0.01 --end-weight-decay 0.2

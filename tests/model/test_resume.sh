@@ -124,6 +124,13 @@ elif grep -q "the optimizer's schedule differs from the checkpoint's (--lr 0.001
 else
   echo "FAIL: $out"; fail=1
 fi
+# so are the embedding's and output layer's own rates (--decoupled-lr)
+out=$("$LOOM" train "${args[@]}" --train-iters 20 --decoupled-lr 1e-2 --load "$tmp/d" 2>&1) && rc=0 || rc=$?
+if [ $rc -ne 0 ] && grep -q "(--decoupled-lr 0.01, --decoupled-min-lr 0.0001 here; -1, -1 there (-1: none))" <<< "$out"; then
+  echo "ok   a resume with a --decoupled-lr the checkpoint did not have is refused"
+else
+  echo "FAIL: --decoupled-lr resume: $out"; fail=1
+fi
 # WSD's final decay is part of it: another length or shape is refused, the same flags resume
 wsd=(--train-iters 20 --lr-decay-style WSD --lr-wsd-decay-iters 6)
 "$LOOM" train "${args[@]}" "${wsd[@]}" --exit-interval 10 --save "$tmp/w" > /dev/null

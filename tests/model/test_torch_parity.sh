@@ -20,7 +20,7 @@ common=(--mock-data --train-iters 5 --micro-batch-size 2 --global-batch-size 4 -
         --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-iters 0 --seed 1234)
 # the third case: Megatron-LM's --eod-mask-loss, with NullTokenizer's end-of-document id (99 with
 # --vocab-size 99: the model's vocabulary of 100), which the mock sequences hit now and then
-for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf"; do
+for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "llama decoupled"; do
   set -- $case
   arch=$1 d="$tmp/${case// /-}" extra=() ref_extra=()
   if [ "${2:-}" = eod ]; then
@@ -31,6 +31,9 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf"; do
     ref_extra=(--eod 99)
   elif [ "${2:-}" = erf ]; then
     ref_extra=(--gelu erf)
+  elif [ "${2:-}" = decoupled ]; then # the embedding and output layer at 4x the others' rate
+    extra=(--decoupled-lr 4e-3)
+    ref_extra=(--decoupled-lr 4e-3)
   fi
   "$PYTHON" "$REF" make --arch "$arch" --out "$d/hf" "${ref_extra[@]}"
   "$LOOM" convert --loader hf --saver loom --load-dir "$d/hf" --save-dir "$d/ckpt"

@@ -246,6 +246,9 @@ def main():
                     help="the loss minimised is the mean over micro-batches of each one's mean "
                          "(with --eod: Megatron-LM's default; without --calculate-per-token-loss); "
                          "the loss logged is the mean per token either way")
+    ap.add_argument("--decoupled-lr", type=float, default=None,
+                    help="Megatron-LM's --decoupled-lr: the word embedding's and output layer's "
+                         "learning rate")
     ap.add_argument("--gelu", choices=["tanh", "erf"], default="tanh",
                     help="gpt2: the GELU's form (config activation_function gelu_new or gelu)")
     a = ap.parse_args()
@@ -262,10 +265,15 @@ def main():
 
     V = cfg["vocab_size"]
     w = {k: v.clone().requires_grad_(True) for k, v in st_read(f"{a.init}/model.safetensors").items()}
-    decay = [p for p in w.values() if p.dim() >= 2]
-    no_decay = [p for p in w.values() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps)
+    # Megatron-LM's embedding-or-output parameters: the word embedding and the output layer
+    outer = {"wte.weight", "model.embed_tokens.weight", "lm_head.weight"} if a.decoupled_lr else set()
+    groups = []
+    for lr, names in ((a.lr, [k for k in w if k not in outer]), (a.decoupled_lr, [k for k in w if k in outer])):
+        for wd, pick in ((a.wd, lambda p: p.dim() >= 2), (0.0, lambda p: p.dim() < 2)):
+            ps = [w[k] for k in names if pick(w[k])]
+            if ps:
+                groups.append({"params": ps, "weight_decay": wd, "lr": lr})
+    opt = torch.optim.AdamW(groups, lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps)
     metrics = [json.loads(l) for l in open(a.metrics)]
     ok = True
 

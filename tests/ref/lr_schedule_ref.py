@@ -13,7 +13,9 @@ the one after i - 1 steps.
         decay_iters | decay_samples, wsd_iters | wsd_samples, wsd_style; and for the weight decay
         (get_wd, over the training length in samples, checked against "weight_decay"):
         wd_start, wd_end, wd_style; rampup=START,INCREMENT,SAMPLES with train_samples: the global
-        batch ramp-up of --rampup-batch-size)
+        batch ramp-up of --rampup-batch-size; decoupled_lr, decoupled_min_lr (default min_lr):
+        the word embedding's and output layer's rates on the same warmup and decay, checked
+        against "decoupled_lr")
 
 Checks every row's "lr" against the schedule (relative 1e-12) and that there is one row per
 iteration; prints the first mismatch and exits 1, else prints the count.
@@ -63,10 +65,10 @@ def schedule(o):
         wsd = int(o.get("wsd_iters", 0)) * gbs
     if "warmup_fraction" in o:
         warmup = float(o["warmup_fraction"]) * decay
-    max_lr, min_lr, init = float(o["lr"]), float(o.get("min_lr", 0)), float(o.get("init", 0))
+    init = float(o.get("init", 0))
     style, wsd_style = o.get("style", "linear"), o.get("wsd_style", "exponential")
 
-    def lr_at(n):
+    def lr_at(n, max_lr, min_lr):
         if warmup > 0 and n <= warmup:
             return init + (max_lr - init) * n / warmup
         if style == "constant":
@@ -102,13 +104,19 @@ def schedule(o):
 
     batches = batches or [gbs] * iters
     steps = [sum(batches[:i]) for i in range(iters)]
-    return iters, [lr_at(n) for n in steps], ([wd_at(n) for n in steps] if wd_style else None), batches
+    min_lr = float(o.get("min_lr", 0))
+    lrs = [lr_at(n, float(o["lr"]), min_lr) for n in steps]
+    dec = None
+    if "decoupled_lr" in o:
+        dmin = float(o.get("decoupled_min_lr", min_lr))
+        dec = [lr_at(n, float(o["decoupled_lr"]), dmin) for n in steps]
+    return iters, lrs, ([wd_at(n) for n in steps] if wd_style else None), batches, dec
 
 
 def main():
     path = sys.argv[1]
     opts = dict(a.split("=", 1) for a in sys.argv[2:])
-    iters, want, want_wd, batches = schedule(opts)
+    iters, want, want_wd, batches, want_dec = schedule(opts)
     rows = [r for r in map(json.loads, open(path)) if "loss" in r]  # not the test loss after training
     if [r["iteration"] for r in rows] != list(range(1, iters + 1)):
         print(f"{path}: iterations {[r['iteration'] for r in rows]}, expected 1..{iters}")
@@ -122,7 +130,7 @@ def main():
         if "rampup" in opts and "global_batch_size" not in r:
             print(f"{path}: iteration {r['iteration']}: no global_batch_size with a ramp-up")
             return 1
-        for key, ws in (("lr", want), ("weight_decay", want_wd)):
+        for key, ws in (("lr", want), ("weight_decay", want_wd), ("decoupled_lr", want_dec)):
             if ws is None:
                 continue
             got, w = r.get(key), ws[k]
