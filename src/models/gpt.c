@@ -509,7 +509,8 @@ enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int3
     be->ops->to_device(be, a->tokens, tokens, (size_t)d.N * sizeof(int32_t));
     /* vocabulary-parallel: each rank embeds the tokens of its shard, the sum leaves the region */
     const float *wpe = (m->w.wpe && d.tpr == 0) ? m->w.wpe : NULL;
-    loom_op(be, embedding_forward, full, a->tokens, m->w.wte, wpe, d.B, d.T, d.C, d.v0, d.Vl, 0);
+    loom_op(be, embedding_forward, full, a->tokens, NULL, m->w.wte, wpe, d.B, d.T, d.C, d.v0, d.Vl,
+            0);
     LOOM_CHECK(region_leave(m, x0, full));
     struct loom_dropout dr = hidden_dropout(m, ctx, -1, LOOM_DROP_EMBED);
     if (dr.p > 0) loom_op(be, dropout_forward, x0, x0, d.B, d.Tl, d.C, &dr);
@@ -572,8 +573,8 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     loom_op(be, linear_forward_typed, la->qkv, ap.dt, la->ln1_full, ln_dt, w->qkv_w, w->qkv_b, d.N,
             d.C, d.QKVl);
     if (c->posemb == LOOM_POSEMB_ROPE)
-        loom_op(be, rope, la->qkv, ap.dt, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta,
-                0);
+        loom_op(be, rope, la->qkv, ap.dt, NULL, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
+                (float)c->rope_theta, 0);
     loom_op(be, attention_forward, la->att, la->lse, la->qkv, &ap);
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
     const void *r;
@@ -843,8 +844,8 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
             w->proj_w, d.N, d.NHl * d.HS, d.C);
     loom_op(be, attention_backward, a->dwide, a->dwide2, la->att, la->lse, la->qkv, &ap);
     if (c->posemb == LOOM_POSEMB_ROPE)
-        loom_op(be, rope, a->dwide, ap.dt, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta,
-                1);
+        loom_op(be, rope, a->dwide, ap.dt, NULL, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
+                (float)c->rope_theta, 1);
     loom_op(be, linear_backward_typed, a->full, dln_dt, g->qkv_w, g->qkv_b, a->dwide, ap.dt,
             la->ln1_full, ln_dt, w->qkv_w, d.N, d.C, d.QKVl);
     if (g->qkv_b) { /* the key bias of every group: [R query heads | k | v] of HS each */
@@ -867,7 +868,8 @@ enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot,
     struct loom_gpt_acts *a = &m->acts[slot];
     float *dx;
     LOOM_CHECK(branch_output_grad(m, a, ctx, -1, LOOM_DROP_EMBED, &dx));
-    loom_op(be, embedding_backward, m->g.wte, m->g.wpe, dx, a->tokens, d.B, d.T, d.C, d.v0, d.Vl, 0);
+    loom_op(be, embedding_backward, m->g.wte, m->g.wpe, dx, a->tokens, NULL, d.B, d.T, d.C, d.v0,
+            d.Vl, 0);
     return LOOM_OK;
 }
 

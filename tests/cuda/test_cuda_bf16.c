@@ -686,8 +686,9 @@ static void run_rope_bf16(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     for (int inverse = 0; inverse < 2; inverse++) {
         float *q32 = ct_dputf(g_gpu, x, n);
         void *q16 = ct_dput16(g_gpu, x, n, 0);
-        loom_op(g_gpu, rope, q32, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, 10000.0f, inverse);
-        loom_op(g_gpu, rope, q16, LOOM_DTYPE_BF16, B, T, NH, NKV, HS, pos0, 10000.0f, inverse);
+        loom_op(g_gpu, rope, q32, LOOM_DTYPE_F32, NULL, B, T, NH, NKV, HS, pos0, 10000.0f, inverse);
+        loom_op(g_gpu, rope, q16, LOOM_DTYPE_BF16, NULL, B, T, NH, NKV, HS, pos0, 10000.0f,
+                inverse);
         float *ref = ct_dgetf(g_gpu, q32, n), *got = ct_dget16(g_gpu, q16, n, 0);
         char what[128];
         snprintf(what, sizeof what, "rope%s bf16 B %lld T %lld NH %lld NKV %lld HS %lld pos0 %lld",

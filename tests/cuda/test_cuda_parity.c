@@ -156,8 +156,8 @@ static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v
         float *dwte = ct_dputf(be, wte, Vl * C), *dwpe = ct_dputf(be, wpe, Tmax * C);
         float *dy = ct_dputf(be, NULL, N * C), *ddout = ct_dputf(be, dout, N * C);
         float *gwte = ct_dputf(be, dwte0, Vl * C), *gwpe = ct_dputf(be, dwpe0, Tmax * C);
-        loom_op(be, embedding_forward, dy, dtok, dwte, dwpe, B, T, C, v0, Vl, pos0);
-        loom_op(be, embedding_backward, gwte, gwpe, ddout, dtok, B, T, C, v0, Vl, pos0);
+        loom_op(be, embedding_forward, dy, dtok, NULL, dwte, dwpe, B, T, C, v0, Vl, pos0);
+        loom_op(be, embedding_backward, gwte, gwpe, ddout, dtok, NULL, B, T, C, v0, Vl, pos0);
         res[r][0] = dtake(be, dy, N * C);
         res[r][1] = dtake(be, gwte, Vl * C);
         res[r][2] = dtake(be, gwpe, Tmax * C);
@@ -326,9 +326,9 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
         float *d = ct_dputf(be, x, n);
-        loom_op(be, rope, d, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, 10000.0f, 0);
+        loom_op(be, rope, d, LOOM_DTYPE_F32, NULL, B, T, NH, NKV, HS, pos0, 10000.0f, 0);
         res[r][0] = ct_dgetf(be, d, n);
-        loom_op(be, rope, d, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, 10000.0f, 1);
+        loom_op(be, rope, d, LOOM_DTYPE_F32, NULL, B, T, NH, NKV, HS, pos0, 10000.0f, 1);
         res[r][1] = dtake(be, d, n);
     }
     char name[96];
@@ -891,9 +891,10 @@ static void bench_memory_bound(struct loom_backend *be, int64_t B, int64_t T, in
     free(tok);
     float *wte = ct_dputf(be, NULL, Vp * C), *wpe = ct_dputf(be, NULL, T * C);
     float *out = ct_dputf(be, NULL, N * C);
-    BENCH_MS(be, iters, ms, loom_op(be, embedding_forward, out, dtok, wte, wpe, B, T, C, 0, Vp, 0));
+    BENCH_MS(be, iters, ms,
+             loom_op(be, embedding_forward, out, dtok, NULL, wte, wpe, B, T, C, 0, Vp, 0));
     BENCH_MS(be, iters, ms2,
-             loom_op(be, embedding_backward, wte, wpe, out, dtok, B, T, C, 0, Vp, 0));
+             loom_op(be, embedding_backward, wte, wpe, out, dtok, NULL, B, T, C, 0, Vp, 0));
     printf("  embedding B=%lld T=%lld V=%lld: fwd %7.3f ms  bwd %7.3f ms\n", (long long)B,
            (long long)T, (long long)Vp, ms, ms2);
     be->ops->free(be, wte);

@@ -415,6 +415,7 @@ static void at_check(const struct loom_attn *a) {
     LOOM_ASSERT(a->HS > 0 && a->HS <= 256);
     LOOM_ASSERT(a->NH <= 65535 && a->B <= 65535 && a->NKV <= 65535);
     LOOM_ASSERT(a->dropout_p >= 0.0f && a->dropout_p < 1.0f);
+    LOOM_ASSERT(!a->doc_start); /* document masks: not yet on cuda */
 }
 
 static void at_forward_f32(struct loom_backend *be, float *out, float *lse, const float *qkv,
@@ -641,8 +642,10 @@ static void rope(struct loom_backend *be, X *qkv, const float2 *tab, int64_t B, 
     LOOM_CUDA_LAUNCHED();
 }
 
-void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, int64_t B, int64_t T,
-                    int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse) {
+void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, const int32_t *pos,
+                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                    float theta, int inverse) {
+    LOOM_ASSERT(!pos); /* per-token positions: not yet on cuda */
     if (B <= 0 || T <= 0 || HS < 2) return;
     LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && HS % 2 == 0);
     LOOM_ASSERT((NH + NKV) * (HS / 2) <= INT32_MAX);

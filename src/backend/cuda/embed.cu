@@ -57,8 +57,9 @@ static unsigned emb_threads(int64_t C, int vec) {
 }
 
 void loom_cuda_embedding_forward(struct loom_backend *be, float *out, const int32_t *tokens,
-                                 const float *wte, const float *wpe, int64_t B, int64_t T,
-                                 int64_t C, int64_t v0, int64_t Vl, int64_t pos0) {
+                                 const int32_t *pos, const float *wte, const float *wpe, int64_t B,
+                                 int64_t T, int64_t C, int64_t v0, int64_t Vl, int64_t pos0) {
+    LOOM_ASSERT(!pos); /* per-token positions: not yet on cuda */
     int64_t N = B * T;
     if (N <= 0 || C <= 0) return;
     const int vec = emb_vec_width(C, out, wte, wpe);
@@ -125,8 +126,10 @@ static int key_bits(int64_t Vl) {
 }
 
 void loom_cuda_embedding_backward(struct loom_backend *be, float *dwte, float *dwpe,
-                                  const float *dout, const int32_t *tokens, int64_t B, int64_t T,
-                                  int64_t C, int64_t v0, int64_t Vl, int64_t pos0) {
+                                  const float *dout, const int32_t *tokens, const int32_t *pos,
+                                  int64_t B, int64_t T, int64_t C, int64_t v0, int64_t Vl,
+                                  int64_t pos0) {
+    LOOM_ASSERT(!pos); /* per-token positions: not yet on cuda */
     int64_t N = B * T;
     if (N <= 0 || C <= 0) return;
     cudaStream_t s = loom_cuda_stream(be);
