@@ -148,8 +148,8 @@ int main(int argc, char **argv) {
     for (int s = -2; s < steps; s++) {
         memset(g_acc, 0, sizeof g_acc);
         /* forward */
-        TIMED(F_EMBED, loom_op(be, embedding_forward, a[0].x, tokens, pmem + o_wte, pmem + o_wpe,
-                               B, T, C, 0, Vp, 0));
+        TIMED(F_EMBED, loom_op(be, embedding_forward, a[0].x, tokens, NULL, pmem + o_wte,
+                               pmem + o_wpe, B, T, C, 0, Vp, 0));
         for (int64_t l = 0; l < L; l++) {
             struct acts *al = &a[l];
             struct layer *wl = &w[l];
@@ -209,7 +209,7 @@ int main(int argc, char **argv) {
                           LOOM_DTYPE_F32, al->x, wl->ln1_w, al->ln1_mean, al->ln1_rstd, N, C));
         }
         TIMED(F_EMBED, loom_op(be, embedding_backward, gmem + o_wte, gmem + o_wpe, dres, tokens,
-                               B, T, C, 0, Vp, 0));
+                               NULL, B, T, C, 0, Vp, 0));
         /* optimizer part of the step, per parameter tensor as src/optim/adamw.c walks it */
         double t0 = omp_get_wtime(), ss = 0.0;
         int64_t po = 0;

@@ -50,7 +50,14 @@ enum loom_gelu { LOOM_GELU_TANH = 0, LOOM_GELU_ERF };
 /* Attention problem. Local heads [head0, head0 + NH) of NH_global drive the dropout index.
  * dt is the element type of qkv, out, dout and dqkv: LOOM_DTYPE_F32 (zero, the default) on every
  * backend, or the backend's activation_dtype where it has one (read and written as the typed
- * activations below); lse is fp32 always. */
+ * activations below); lse is fp32 always.
+ * doc_start: NULL (zero, the default: no document mask), or, for a causal problem, [B,T] int32 on
+ * the backend's device: the position of the first token of the document that token t of sample b
+ * belongs to. Query i then sees the keys j with doc_start[b,i] <= j <= i, so that documents
+ * packed into one sample never attend to each other (Megatron-LM's --reset-attention-mask).
+ * Each row must have doc_start[b,t] <= t and be non-decreasing in t (documents are contiguous
+ * runs of tokens): the kernels skip the key blocks that lie wholly before a query block's first
+ * document. The dropout index of an element is the same with or without the mask. */
 struct loom_attn {
     enum loom_dtype dt;
     int64_t B, T, NH, NKV, HS;
@@ -59,6 +66,7 @@ struct loom_attn {
     float dropout_p;  /* on attention probabilities */
     uint64_t seed, key;
     int64_t sample0, head0, NH_global;
+    const int32_t *doc_start;
 };
 
 struct loom_backend_ops {
@@ -91,15 +99,19 @@ struct loom_backend_ops {
     double (*sumsq)(struct loom_backend *be, const float *x, int64_t n);
 
     /* ---- embedding ----
-     * out[B,T,C] = wte[tok - v0] if v0 <= tok < v0 + Vl else 0,  plus wpe[pos0 + t] if wpe.
-     * (v0, Vl) is this rank's vocabulary shard; with one rank v0 = 0, Vl = V. */
+     * out[B,T,C] = wte[tok - v0] if v0 <= tok < v0 + Vl else 0,  plus wpe[pos0 + p] if wpe,
+     * where token (b, t) is at p = pos[b*T + t] when pos is given ([B,T] int32 on the device,
+     * each 0 <= p < T: positions that restart at every document, Megatron-LM's
+     * --reset-position-ids), else at p = t. (v0, Vl) is this rank's vocabulary shard; with one
+     * rank v0 = 0, Vl = V. */
     void (*embedding_forward)(struct loom_backend *be, float *out, const int32_t *tokens,
-                              const float *wte, const float *wpe, int64_t B, int64_t T, int64_t C,
-                              int64_t v0, int64_t Vl, int64_t pos0);
-    /* dwte[tok - v0] += dout (owned tokens only); dwpe[pos0 + t] += dout (if dwpe) */
+                              const int32_t *pos, const float *wte, const float *wpe, int64_t B,
+                              int64_t T, int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
+    /* dwte[tok - v0] += dout (owned tokens only); dwpe[pos0 + p] += dout (if dwpe), p as in the
+     * forward (tokens at one position add up in token order) */
     void (*embedding_backward)(struct loom_backend *be, float *dwte, float *dwpe, const float *dout,
-                               const int32_t *tokens, int64_t B, int64_t T, int64_t C, int64_t v0,
-                               int64_t Vl, int64_t pos0);
+                               const int32_t *tokens, const int32_t *pos, int64_t B, int64_t T,
+                               int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
 
     /* ---- normalisation over the last dimension, N rows of C ----
      * The normalised output out (forward) and its gradient dout (backward) are typed
@@ -181,12 +193,15 @@ struct loom_backend_ops {
 
     /* ---- attention ----
      * Rotary embedding applied in place to the q and k heads of qkv[B,T,(NH+2*NKV)*HS], rotating
-     * pairs (i, i + HS/2) (the "rotate half" convention of GPT-NeoX/Llama) at position pos0 + t by
-     * angle pos * theta^(-2i/HS). inverse = 1 rotates back (the backward pass). qkv is a typed
-     * activation of type dt (fp32, or activation_dtype's type: computed in fp32, rounded once). */
-    void (*rope)(struct loom_backend *be, void *qkv, enum loom_dtype dt, int64_t B, int64_t T,
-                 int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
-    /* out[B,T,NH*HS] = softmax(scale * q k^T (+ causal mask)) v; saves lse[B,NH,T]
+     * pairs (i, i + HS/2) (the "rotate half" convention of GPT-NeoX/Llama) of token (b, t) at
+     * position pos0 + p by angle (pos0 + p) * theta^(-2i/HS), p = pos[b*T + t] when pos is given
+     * (as embedding_forward's: [B,T] int32 on the device, 0 <= p < T), else p = t. inverse = 1
+     * rotates back (the backward pass). qkv is a typed activation of type dt (fp32, or
+     * activation_dtype's type: computed in fp32, rounded once). */
+    void (*rope)(struct loom_backend *be, void *qkv, enum loom_dtype dt, const int32_t *pos,
+                 int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                 float theta, int inverse);
+    /* out[B,T,NH*HS] = softmax(scale * q k^T (+ causal and document masks)) v; saves lse[B,NH,T]
      * (log-sum-exp of each score row) so backward recomputes the probabilities. qkv, out (and
      * dout, dqkv) of type a->dt. */
     void (*attention_forward)(struct loom_backend *be, void *out, float *lse, const void *qkv,

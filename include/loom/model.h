@@ -128,6 +128,14 @@ struct loom_step_ctx {
      * (1 / the micro-batches of the step) over its micro-batch's count, set per micro-batch by
      * the pipeline before the head's forward, the one piece that reads dloss */
     int per_micro_mean;
+    /* Documents packed into a sample (Megatron-LM's --reset-position-ids and
+     * --reset-attention-mask): the token after an input token equal to doc_eod starts a new
+     * document. reset_position_ids: positions (learned or rotary) restart at 0 there;
+     * reset_attention_mask: no query attends to a key of an earlier document. Both 0: a sample
+     * is one sequence, as without documents (doc_eod unused). The model reads them in
+     * loom_gpt_set_documents. */
+    int32_t doc_eod;
+    int reset_position_ids, reset_attention_mask;
 };
 
 /* Stage pieces, for pipeline schedules. A micro-batch's activations live in `slot`.
@@ -140,6 +148,14 @@ struct loom_step_ctx {
  * sets it to d(loss)/d(output of the last layer); layer_backward(l) turns d(output of l) into
  * d(input of l); embed_backward consumes it. */
 enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int32_t *tokens,
+                                        const struct loom_step_ctx *ctx);
+/* The documents of the micro-batch in `slot`, from its input tokens [B*T] (host), for every
+ * piece that runs on the slot until the next call (embedding, rotary embeddings and attention of
+ * every stage, forward and backward): with ctx's reset_position_ids or reset_attention_mask, the
+ * start of each token's document, from which its position (t - start) and the attention mask
+ * (keys from the start on) follow; without them nothing (positions t, causal attention). Every
+ * stage calls it before a micro-batch's first forward piece on the rank. */
+enum loom_status loom_gpt_set_documents(struct loom_gpt *m, int slot, const int32_t *tokens,
                                         const struct loom_step_ctx *ctx);
 enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                         const struct loom_step_ctx *ctx);

@@ -22,6 +22,12 @@ struct loom_train_config {
     int distributed_optimizer; /* --use-distributed-optimizer: the optimizer's moments and update
                                   sharded over the data-parallel ranks */
     int64_t eod_mask_id; /* --eod-mask-loss: no loss where the input is this token (-1: off) */
+    /* documents packed into samples, split after each input token equal to doc_eod (the
+     * tokenizer's end-of-document id): --reset-position-ids (positions restart at each
+     * document), --reset-attention-mask (attention stays within each document); see
+     * struct loom_step_ctx. Data options, not the model's: checkpoints do not keep them. */
+    int reset_position_ids, reset_attention_mask;
+    int64_t doc_eod;
     /* batch and schedule: training counted in iterations (train_iters) or in samples
      * (train_samples > 0: train_iters becomes train_samples / global_batch, or the count of
      * the batch ramp-up below, and the learning-rate schedule counts samples, with

@@ -18,7 +18,7 @@ struct train_flags {
     int gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
-        tb_no_lr;
+        tb_no_lr, reset_pos, reset_mask;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup, *tb_dir;
@@ -267,8 +267,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--apply-layernorm-1p", 0, NULL, "zero-centred norm weights are not implemented", NULL},
     {"--init-method-xavier-uniform", 0, NULL, "weights are initialised normal with "
      "--init-method-std", NULL},
-    {"--reset-position-ids", 0, NULL, "positions are not reset at document boundaries", NULL},
-    {"--reset-attention-mask", 0, NULL, "attention is not masked at document boundaries", NULL},
     {"--decoder-first-pipeline-num-layers", 1, NULL, "pipeline stages hold equal numbers of "
      "layers", NULL},
     {"--decoder-last-pipeline-num-layers", 1, NULL, "pipeline stages hold equal numbers of "
@@ -372,6 +370,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (this or --train-samples)", NULL, 0},
         {"--eod-mask-loss", LOOM_FLAG_BOOL, &f.eod_mask, "no loss where the input token is the tokenizer's end-of-document one (the loss minimised is the mean over micro-batches of each one's mean over its other tokens; the loss logged is the mean per token)", NULL, 0},
         {"--calculate-per-token-loss", LOOM_FLAG_BOOL, &f.per_token_loss, "with --eod-mask-loss, the loss is the mean over the global batch's tokens that carry one (not over micro-batches of their means)", NULL, 0},
+        {"--reset-position-ids", LOOM_FLAG_BOOL, &f.reset_pos, "positions (learned or rotary) restart at 0 after each input token that is the tokenizer's end-of-document one: each document packed into a sample counts from its own start", NULL, 0},
+        {"--reset-attention-mask", LOOM_FLAG_BOOL, &f.reset_mask, "attention stays within documents: a token attends only to itself and the earlier tokens of its own document, which ends with the tokenizer's end-of-document token (loom's attention kernels; not with --attention-backend fused)", NULL, 0},
         {"--use-distributed-optimizer", LOOM_FLAG_BOOL, &f.dist_opt, "shard the optimizer's moments and its update over the data-parallel ranks (ZeRO stage 1); the parameters are gathered after each step", NULL, 0},
         {"--rampup-batch-size", LOOM_FLAG_LIST, &f.rampup, "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT over SAMPLES samples to --global-batch-size (with --train-samples)", NULL, 0},
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
@@ -519,10 +519,13 @@ int loom_cmd_train(int argc, char **argv) {
         f.load = f.ckpt_dir;
     }
     if (f.load && (s = apply_checkpoint_arch(flags, NFLAGS(flags), &f, f.load)) != LOOM_OK) goto out;
-    int64_t eod = -1; /* the tokenizer's end-of-document id, for --eod-mask-loss */
+    /* the tokenizer's end-of-document id, for --eod-mask-loss and the documents of
+     * --reset-position-ids and --reset-attention-mask */
+    int64_t eod = -1;
+    const int docs = f.reset_pos || f.reset_mask;
     if (strcmp(f.tokenizer_type, "NullTokenizer") == 0) {
         eod = f.vocab - 1;
-    } else if ((f.vocab == 0 || f.eod_mask) && f.vocab_file) {
+    } else if ((f.vocab == 0 || f.eod_mask || docs) && f.vocab_file) {
         struct loom_tokenizer *tok;
         if ((s = loom_tokenizer_load(&tok, f.tokenizer_type, f.vocab_file, f.merge_file)) != LOOM_OK)
             goto out;
@@ -530,9 +533,12 @@ int loom_cmd_train(int argc, char **argv) {
         eod = loom_tokenizer_eod(tok);
         loom_tokenizer_free(tok);
     }
-    if (f.eod_mask && eod < 0)
-        FAIL("--eod-mask-loss needs the tokenizer's end-of-document id: give --vocab-file (and "
-             "--merge-file) of a tokenizer that has one, or --tokenizer-type NullTokenizer");
+    if ((f.eod_mask || docs) && eod < 0)
+        FAIL("%s needs the tokenizer's end-of-document id: give --vocab-file (and "
+             "--merge-file) of a tokenizer that has one, or --tokenizer-type NullTokenizer",
+             f.eod_mask    ? "--eod-mask-loss"
+             : f.reset_pos ? "--reset-position-ids"
+                           : "--reset-attention-mask");
     if (f.vocab == 0) f.vocab = 50257;
     if (!f.mock && !f.data_path && !f.train_data_path)
         FAIL("give --data-path PREFIX (or --train-data-path PREFIX) or --mock-data");
@@ -636,6 +642,10 @@ int loom_cmd_train(int argc, char **argv) {
         FAIL("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude "
              "each other");
     if (f.kept_act < 0) FAIL("--kept-activation-layers must be 0 or more (0 = remade in every layer)");
+    if (f.reset_mask && strcmp(f.attention_backend, "fused") == 0)
+        FAIL("--reset-attention-mask and --attention-backend fused exclude each other (cuDNN's "
+             "fused attention takes no document mask; give flash or auto, which runs loom's own "
+             "kernels on masked attention)");
     if (f.deterministic && strcmp(f.attention_backend, "fused") == 0)
         FAIL("--deterministic-mode and --attention-backend fused exclude each other (cuDNN's "
              "attention backward is not deterministic; give flash or auto)");
@@ -687,6 +697,9 @@ int loom_cmd_train(int argc, char **argv) {
     memcpy(c.rampup, f.ramp, sizeof c.rampup);
     c.distributed_optimizer = f.dist_opt;
     c.eod_mask_id = f.eod_mask ? eod : -1;
+    c.reset_position_ids = f.reset_pos;
+    c.reset_attention_mask = f.reset_mask;
+    c.doc_eod = docs ? eod : -1;
     c.per_token_loss = f.per_token_loss;
     c.lr_warmup_iters = f.warmup;
     c.lr_decay_iters = f.decay_iters;

@@ -282,6 +282,16 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     }
 }
 
+/* The documents' arrays of every slot, after everything else (so that the buffers above sit
+ * where they would without them) */
+static void layout_docs(struct loom_gpt *m, struct carver *cv) {
+    struct dims d = dims_of(m);
+    for (int s = 0; s < m->nslots; s++) {
+        m->acts[s].doc_start = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
+        m->acts[s].doc_positions = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
+    }
+}
+
 float *loom_gpt_layer_input(struct loom_gpt *m, int slot, int64_t l) {
     return m->acts[slot].layers[l].x;
 }
@@ -333,6 +343,7 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
     struct carver cv = {0};
     for (int s = 0; s < nslots; s++) layout_slot(m, &m->acts[s], &cv);
     layout_shared(m, &m->acts[0], &cv);
+    layout_docs(m, &cv);
     size_t abytes = cv.used;
     void *mem = be->ops->malloc(be, abytes);
     if (!mem)
@@ -343,6 +354,7 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
     cv.used = 0;
     for (int s = 0; s < nslots; s++) layout_slot(m, &m->acts[s], &cv);
     layout_shared(m, &m->acts[0], &cv);
+    layout_docs(m, &cv);
     m->acts[0].mem = mem;
     for (int s = 1; s < nslots; s++) {
         m->acts[s].dres = m->acts[0].dres;
@@ -367,7 +379,9 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
             ok = a->host_losses != NULL;
         }
         a->host_targets = malloc((size_t)d.N * sizeof(int32_t));
-        if (!ok || !a->host_targets) return loom_fail(LOOM_ERR_OOM, "out of memory for loss buffers");
+        a->host_docs = malloc((size_t)(2 * d.N) * sizeof(int32_t));
+        if (!ok || !a->host_targets || !a->host_docs)
+            return loom_fail(LOOM_ERR_OOM, "out of memory for loss buffers");
     }
     *out = m;
     return LOOM_OK;
@@ -385,6 +399,7 @@ void loom_gpt_free(struct loom_gpt *m) {
             free(m->acts[s].host_dloss);
             free(m->acts[s].host_losses);
             free(m->acts[s].host_targets);
+            free(m->acts[s].host_docs);
         }
         free(m->acts);
     }
@@ -442,8 +457,8 @@ static struct loom_dropout hidden_dropout(const struct loom_gpt *m, const struct
     return d;
 }
 
-static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom_step_ctx *ctx,
-                                     int64_t layer) {
+static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom_gpt_acts *acts,
+                                     const struct loom_step_ctx *ctx, int64_t layer) {
     struct dims d = dims_of(m);
     struct loom_attn a = {0};
     a.B = d.B;
@@ -460,6 +475,7 @@ static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom
     a.head0 = (int64_t)d.tpr * d.NHl;
     a.NH_global = m->cfg.heads;
     a.dt = act_dtype(m);
+    a.doc_start = acts->doc_mask; /* the full sequence: sequence parallelism gathers it first */
     return a;
 }
 
@@ -509,7 +525,8 @@ enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int3
     be->ops->to_device(be, a->tokens, tokens, (size_t)d.N * sizeof(int32_t));
     /* vocabulary-parallel: each rank embeds the tokens of its shard, the sum leaves the region */
     const float *wpe = (m->w.wpe && d.tpr == 0) ? m->w.wpe : NULL;
-    loom_op(be, embedding_forward, full, a->tokens, m->w.wte, wpe, d.B, d.T, d.C, d.v0, d.Vl, 0);
+    loom_op(be, embedding_forward, full, a->tokens, a->doc_pos, m->w.wte, wpe, d.B, d.T, d.C, d.v0,
+            d.Vl, 0);
     LOOM_CHECK(region_leave(m, x0, full));
     struct loom_dropout dr = hidden_dropout(m, ctx, -1, LOOM_DROP_EMBED);
     if (dr.p > 0) loom_op(be, dropout_forward, x0, x0, d.B, d.Tl, d.C, &dr);
@@ -568,12 +585,12 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
         norm_forward(m, la->ln1, ln_dt, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b,
                      d.Nr);
     LOOM_CHECK(region_enter(m, la->ln1_full, la->ln1));
-    struct loom_attn ap = attn_problem(m, ctx, l);
+    struct loom_attn ap = attn_problem(m, a, ctx, l);
     loom_op(be, linear_forward_typed, la->qkv, ap.dt, la->ln1_full, ln_dt, w->qkv_w, w->qkv_b, d.N,
             d.C, d.QKVl);
     if (c->posemb == LOOM_POSEMB_ROPE)
-        loom_op(be, rope, la->qkv, ap.dt, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta,
-                0);
+        loom_op(be, rope, la->qkv, ap.dt, a->doc_pos, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
+                (float)c->rope_theta, 0);
     loom_op(be, attention_forward, la->att, la->lse, la->qkv, &ap);
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
     const void *r;
@@ -838,13 +855,13 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     /* attention branch: dres is now d(xmid) */
     db = g->proj_b;
     LOOM_CHECK(next_output_grad(m, a, ctx, l, LOOM_DROP_ATTN_OUT, &dy, &dy_dt, &db));
-    struct loom_attn ap = attn_problem(m, ctx, l);
+    struct loom_attn ap = attn_problem(m, a, ctx, l);
     loom_op(be, linear_backward_typed, a->dwide2, ap.dt, g->proj_w, db, dy, dy_dt, la->att, ap.dt,
             w->proj_w, d.N, d.NHl * d.HS, d.C);
     loom_op(be, attention_backward, a->dwide, a->dwide2, la->att, la->lse, la->qkv, &ap);
     if (c->posemb == LOOM_POSEMB_ROPE)
-        loom_op(be, rope, a->dwide, ap.dt, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, (float)c->rope_theta,
-                1);
+        loom_op(be, rope, a->dwide, ap.dt, a->doc_pos, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
+                (float)c->rope_theta, 1);
     loom_op(be, linear_backward_typed, a->full, dln_dt, g->qkv_w, g->qkv_b, a->dwide, ap.dt,
             la->ln1_full, ln_dt, w->qkv_w, d.N, d.C, d.QKVl);
     if (g->qkv_b) { /* the key bias of every group: [R query heads | k | v] of HS each */
@@ -867,7 +884,38 @@ enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot,
     struct loom_gpt_acts *a = &m->acts[slot];
     float *dx;
     LOOM_CHECK(branch_output_grad(m, a, ctx, -1, LOOM_DROP_EMBED, &dx));
-    loom_op(be, embedding_backward, m->g.wte, m->g.wpe, dx, a->tokens, d.B, d.T, d.C, d.v0, d.Vl, 0);
+    loom_op(be, embedding_backward, m->g.wte, m->g.wpe, dx, a->tokens, a->doc_pos, d.B, d.T, d.C,
+            d.v0, d.Vl, 0);
+    return LOOM_OK;
+}
+
+/* Megatron-LM's get_ltor_masks_and_position_ids: in each sample, the tokens after an input token
+ * equal to the end-of-document id start a new document (the end-of-document token belongs to the
+ * document it ends). doc_start[t] = the first position of t's document, position = t - that. */
+enum loom_status loom_gpt_set_documents(struct loom_gpt *m, int slot, const int32_t *tokens,
+                                        const struct loom_step_ctx *ctx) {
+    struct loom_gpt_acts *a = &m->acts[slot];
+    a->doc_mask = a->doc_pos = NULL;
+    if (!ctx->reset_position_ids && !ctx->reset_attention_mask) return LOOM_OK;
+    struct dims d = dims_of(m);
+    int32_t *start = a->host_docs, *pos = a->host_docs + d.N;
+    for (int64_t b = 0; b < d.B; b++) {
+        int64_t s = 0;
+        for (int64_t t = 0; t < d.T; t++) {
+            start[b * d.T + t] = (int32_t)s;
+            pos[b * d.T + t] = (int32_t)(t - s);
+            if (tokens[b * d.T + t] == ctx->doc_eod) s = t + 1;
+        }
+    }
+    struct loom_backend *be = m->be;
+    if (ctx->reset_attention_mask) {
+        be->ops->to_device(be, a->doc_start, start, (size_t)d.N * sizeof(int32_t));
+        a->doc_mask = a->doc_start;
+    }
+    if (ctx->reset_position_ids) {
+        be->ops->to_device(be, a->doc_positions, pos, (size_t)d.N * sizeof(int32_t));
+        a->doc_pos = a->doc_positions;
+    }
     return LOOM_OK;
 }
 
@@ -875,6 +923,7 @@ enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
                                   const int32_t *targets, const struct loom_step_ctx *ctx,
                                   double *loss_sum, int64_t *count) {
     LOOM_ASSERT(loom_pp_size(m->par) == 1);
+    LOOM_CHECK(loom_gpt_set_documents(m, 0, tokens, ctx));
     LOOM_CHECK(loom_gpt_embed_forward(m, 0, tokens, ctx));
     for (int64_t l = 0; l < m->cfg.num_layers; l++) LOOM_CHECK(loom_gpt_layer_forward(m, 0, l, ctx));
     return loom_gpt_head_forward(m, 0, targets, ctx, loss_sum, count);

@@ -96,14 +96,15 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
     (void)stats;
     float *scratch = d->tmp; /* C floats; reused below only after the norm's stats are dead */
     be->ops->to_device(be, d->tok, &token, sizeof token);
-    loom_op(be, embedding_forward, d->x, d->tok, m->w.wte, m->w.wpe, 1, 1, C, 0, c->padded_vocab, pos);
+    loom_op(be, embedding_forward, d->x, d->tok, NULL, m->w.wte, m->w.wpe, 1, 1, C, 0,
+            c->padded_vocab, pos);
     for (int64_t l = 0; l < c->num_layers; l++) {
         const struct loom_gpt_layer_ptrs *w = &m->w.layers[l];
         norm(m, d->h, d->x, w->ln1_w, w->ln1_b, scratch);
         loom_op(be, linear_forward, d->qkv, d->h, w->qkv_w, w->qkv_b, 1, C, QKV);
         if (c->posemb == LOOM_POSEMB_ROPE)
-            loom_op(be, rope, d->qkv, LOOM_DTYPE_F32, 1, 1, NH, NKV, HS, pos, (float)c->rope_theta,
-                    0);
+            loom_op(be, rope, d->qkv, LOOM_DTYPE_F32, NULL, 1, 1, NH, NKV, HS, pos,
+                    (float)c->rope_theta, 0);
         for (int64_t g = 0; g < NKV; g++) {
             const float *grp = d->qkv + g * (R + 2) * HS;
             be->ops->copy(be, d->q + g * R * HS, grp, (size_t)(R * HS) * sizeof(float));

@@ -141,6 +141,9 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
                  : tokens > 0 ? (float)(1.0 / (double)tokens)
                               : 0.0f,
         .per_micro_mean = per_micro,
+        .doc_eod = (int32_t)c->doc_eod,
+        .reset_position_ids = c->reset_position_ids,
+        .reset_attention_mask = c->reset_attention_mask,
     };
     if (training && c->fp16) ctx.dloss = (float)(ctx.dloss * t->scaler.scale);
     struct fetch_ctx fc = {t, src, base};
@@ -867,16 +870,23 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                       (long long)t->ramp.start, (long long)c->global_batch,
                       (long long)t->ramp.increment, (long long)t->ramp.samples,
                       (long long)c->train_iters);
+    /* documents packed into samples, kept apart (--reset-position-ids, --reset-attention-mask) */
+    char docs[128] = "";
+    if (c->reset_position_ids || c->reset_attention_mask)
+        snprintf(docs, sizeof docs, ", documents isolated at end-of-document id %lld (%s%s%s)",
+                 (long long)c->doc_eod, c->reset_position_ids ? "positions reset" : "",
+                 c->reset_position_ids && c->reset_attention_mask ? ", " : "",
+                 c->reset_attention_mask ? "attention masked" : "");
     loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
-                  "MLP %s, vocab %lld (padded %lld), seq %lld | world %d = TP %lld x PP %lld x DP "
-                  "%lld | %s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
+                  "MLP %s, vocab %lld (padded %lld), seq %lld%s | world %d = TP %lld x PP %lld x "
+                  "DP %lld | %s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
                   (long long)N, (long long)c->model.num_layers, (long long)c->model.hidden,
                   (long long)c->model.heads, (long long)c->model.query_groups,
                   c->model.swiglu                  ? "SwiGLU"
                   : c->model.gelu == LOOM_GELU_ERF ? "GELU (erf)"
                                                    : "GELU (tanh)",
                   (long long)c->model.vocab_size, (long long)c->model.padded_vocab,
-                  (long long)c->model.seq_length, t->par.world_size, (long long)c->tp,
+                  (long long)c->model.seq_length, docs, t->par.world_size, (long long)c->tp,
                   (long long)c->pp, (long long)dp, t->be->ops->name, (long long)t->num_micro,
                   (long long)c->micro_batch, t->peak_tflops);
     return LOOM_OK;

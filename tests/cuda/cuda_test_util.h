@@ -17,6 +17,10 @@
  *   ct_dget16(be, d, n, f16)       new host floats of a 16-bit device array (exact)
  *   ct_attn(B, T, NH, NKV, HS, c)  an attention problem: fp32 arrays, scale 1/sqrt(HS), causal c,
  *                                  no dropout, every head local
+ *   ct_docs(B, T)                  new doc_start[B*T] (loom_attn.doc_start, host) of documents
+ *                                  packed into samples: single tokens, lengths below, at and
+ *                                  above the attention kernels' tiles (32, 64, 128)
+ *   ct_doc_positions(doc, B, T)    new positions[B*T] of the tokens in their documents
  *   ct_norm_err(got, ref, n)       max_i |got_i - ref_i| / max_j |ref_j|              (normwise)
  *   ct_elem_err(got, ref, n, fl)   max_i |got_i - ref_i| / max(|ref_i|, fl max_j |ref_j|)
  *   ct_check(what, err, tol)       one line "ok" / "FAIL", a pass when err <= tol
@@ -88,6 +92,35 @@ static inline float *ct_randn(int64_t n, uint64_t purpose, float sd, float mean)
     float *p = ct_alloc((size_t)(n > 0 ? n : 0) * sizeof(float));
     for (int64_t i = 0; i < n; i++)
         p[i] = mean + sd * loom_rng_normal(CT_SEED, purpose, (uint64_t)i);
+    return p;
+}
+
+/* ---- documents packed into samples ---- */
+
+static inline int32_t *ct_docs(int64_t B, int64_t T) {
+    static const int len[] = {1, 1, 70, 5, 130, 33, 17, 64, 2, 200, 9, 128, 31};
+    const int nl = (int)(sizeof len / sizeof len[0]);
+    int32_t *d = ct_alloc((size_t)(B * T > 0 ? B * T : 0) * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++) {
+        int k = (int)((3 * b) % nl); /* each sample from another place in the list */
+        int64_t start = 0, left = len[k];
+        for (int64_t t = 0; t < T; t++) {
+            if (left == 0) {
+                start = t;
+                k = (k + 1) % nl;
+                left = len[k];
+            }
+            d[b * T + t] = (int32_t)start;
+            left--;
+        }
+    }
+    return d;
+}
+
+static inline int32_t *ct_doc_positions(const int32_t *doc, int64_t B, int64_t T) {
+    int32_t *p = ct_alloc((size_t)(B * T > 0 ? B * T : 0) * sizeof(int32_t));
+    for (int64_t i = 0; i < B * T; i++)
+        p[i] = (int32_t)(i % T) - doc[i];
     return p;
 }
 

@@ -14,6 +14,11 @@
  * key/value head; 2 a group with T 77 and head size 128; one key/value head for all, no causal
  * mask). Built without cuDNN, the fused cases are skipped
  * (set_attention_backend says so) and the flash ones still run.
+ *
+ * Documents packed into samples (loom_attn.doc_start, Megatron-LM's --reset-attention-mask;
+ * cuda_test_util.h's ct_docs): flash against the CPU with the same mask, the same tolerances, two
+ * runs bit for bit, head sizes 64 and 128, grouped heads; auto on a masked problem takes loom's
+ * kernel (cuDNN is given no mask): the same bits as flash.
  */
 #define CT_SEED 0xa77e
 #include "cuda_test_util.h"
@@ -21,17 +26,20 @@
 static struct loom_backend *g_gpu, *g_cpu;
 
 struct problem {
-    struct loom_attn a;
+    struct loom_attn a; /* a.doc_start: the host array doc, for the CPU */
+    int32_t *doc;       /* document starts [B*T], or NULL */
     int64_t nqkv, nout, nl;
     float *qkv, *dout;   /* bf16 values, as floats */
     float *ro, *rl, *rg; /* CPU reference: out, lse, dqkv */
 };
 
 static void problem_make(struct problem *p, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                         int64_t HS, int causal, uint64_t seed) {
+                         int64_t HS, int causal, uint64_t seed, int docs) {
     memset(p, 0, sizeof *p);
     p->a = ct_attn(B, T, NH, NKV, HS, causal);
     struct loom_attn *a = &p->a;
+    p->doc = docs ? ct_docs(B, T) : NULL;
+    a->doc_start = p->doc;
     p->nqkv = B * T * (NH + 2 * NKV) * HS;
     p->nout = B * T * NH * HS;
     p->nl = B * NH * T;
@@ -62,6 +70,7 @@ static void problem_free(struct problem *p) {
     float *hb[] = {p->qkv, p->dout, p->ro, p->rl, p->rg};
     for (size_t i = 0; i < 5; i++)
         free(hb[i]);
+    free(p->doc);
 }
 
 /* Results of one forward (backend fwd) and backward (backend bwd) on the GPU: out, lse, dqkv */
@@ -73,6 +82,8 @@ static void run_gpu(const struct problem *p, enum loom_attn_backend fwd, enum lo
                     struct result *r) {
     struct loom_attn a = p->a;
     a.dt = LOOM_DTYPE_BF16;
+    int32_t *ddoc = p->doc ? ct_dput(g_gpu, p->doc, (size_t)(a.B * a.T) * sizeof(int32_t)) : NULL;
+    a.doc_start = ddoc;
     void *q16 = ct_dput16(g_gpu, p->qkv, p->nqkv, 0), *d16 = ct_dput16(g_gpu, p->dout, p->nout, 0);
     void *o16 = ct_dput(g_gpu, NULL, (size_t)p->nout * 2),
          *g16 = ct_dput(g_gpu, NULL, (size_t)p->nqkv * 2);
@@ -87,6 +98,7 @@ static void run_gpu(const struct problem *p, enum loom_attn_backend fwd, enum lo
     void *gb[] = {q16, d16, o16, g16, l};
     for (size_t i = 0; i < 5; i++)
         g_gpu->ops->free(g_gpu, gb[i]);
+    if (ddoc) g_gpu->ops->free(g_gpu, ddoc);
 }
 
 static void result_free(struct result *r) {
@@ -101,7 +113,10 @@ static void check_ref(const char *label, const struct problem *p, const struct r
     const struct loom_attn *a = &p->a;
     snprintf(what, sizeof what, "%s: out, B%lld T%lld NH%lld NKV%lld HS%lld %s", label,
              (long long)a->B, (long long)a->T, (long long)a->NH, (long long)a->NKV,
-             (long long)a->HS, a->causal ? "causal" : "full");
+             (long long)a->HS,
+             p->doc      ? "documents"
+             : a->causal ? "causal"
+                         : "full");
     ct_check_norm(what, r->o, p->ro, p->nout, 2e-2);
     snprintf(what, sizeof what, "%s: lse", label);
     ct_check_norm(what, r->l, p->rl, p->nl, 1e-4);
@@ -112,7 +127,7 @@ static void check_ref(const char *label, const struct problem *p, const struct r
 static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal,
                      uint64_t seed, int have_fused) {
     struct problem p;
-    problem_make(&p, B, T, NH, NKV, HS, causal, seed);
+    problem_make(&p, B, T, NH, NKV, HS, causal, seed, 0);
     struct result flash, flash2;
     run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash);
     check_ref("flash", &p, &flash);
@@ -140,6 +155,30 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, 
     problem_free(&p);
 }
 
+/* A document mask: loom's kernel against the CPU; auto gives the same bits (no mask for cuDNN) */
+static void run_docs_case(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                          uint64_t seed) {
+    struct problem p;
+    problem_make(&p, B, T, NH, NKV, HS, 1, seed, 1);
+    struct result flash, flash2, autob;
+    run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash);
+    check_ref("flash, document mask", &p, &flash);
+    run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash2);
+    ct_check_true("flash, document mask: two runs bit for bit",
+                  !memcmp(flash.o, flash2.o, (size_t)p.nout * 4) &&
+                      !memcmp(flash.l, flash2.l, (size_t)p.nl * 4) &&
+                      !memcmp(flash.g, flash2.g, (size_t)p.nqkv * 4));
+    run_gpu(&p, LOOM_ATTN_AUTO, LOOM_ATTN_AUTO, &autob);
+    ct_check_true("auto, document mask: loom's kernel, the same bits as flash",
+                  !memcmp(flash.o, autob.o, (size_t)p.nout * 4) &&
+                      !memcmp(flash.l, autob.l, (size_t)p.nl * 4) &&
+                      !memcmp(flash.g, autob.g, (size_t)p.nqkv * 4));
+    result_free(&flash);
+    result_free(&flash2);
+    result_free(&autob);
+    problem_free(&p);
+}
+
 int main(void) {
     int st = ct_open(&g_gpu, &g_cpu);
     if (st) return st;
@@ -159,6 +198,12 @@ int main(void) {
     run_case(2, 1024, 8, 2, 64, 1, 500, have_fused); /* grouped: 4 query heads a group */
     run_case(1, 77, 6, 3, 128, 1, 600, have_fused);  /* 2 a group, a partial tile */
     run_case(2, 256, 4, 1, 64, 0, 700, have_fused);  /* one key/value head, no causal mask */
+    /* documents packed into samples (single tokens; lengths below, at and above the kernels'
+     * 64-key and 128-query tiles) */
+    run_docs_case(2, 1024, 12, 12, 64, 800); /* GPT-2 124M heads */
+    run_docs_case(3, 300, 8, 2, 64, 900);    /* grouped, a partial tile */
+    run_docs_case(2, 700, 8, 4, 128, 1000);  /* head size 128, grouped */
+    run_docs_case(2, 256, 4, 4, 32, 1100);   /* head size 32: the fp32 kernel through copies */
     loom_backend_destroy(g_cpu);
     loom_backend_destroy(g_gpu);
     return ct_finish();

@@ -470,12 +470,17 @@ static void run_typed_f32(int64_t N, int64_t C, int64_t OC, uint64_t seed) {
 /* Tensor-core attention (head size 64 or 128, no dropout) with 16-bit products of type dt
  * (LOOM_DTYPE_BF16 or LOOM_DTYPE_F16) against the CPU's fp32 attention on q, k, v and dout rounded
  * to dt: the probabilities and dS are rounded to dt inside (normwise 2e-2), the scores are not
- * (lse within 1e-4); two runs agree bit for bit. */
+ * (lse within 1e-4); two runs agree bit for bit. With g_attn_docs, both with the document mask
+ * of documents packed into samples (ct_docs). */
+static int g_attn_docs;
 static void run_attention_typed(enum loom_dtype dt, int64_t B, int64_t T, int64_t NH,
                                 int64_t NKV, int64_t HS, int causal, uint64_t seed) {
     const int f16 = dt == LOOM_DTYPE_F16;
-    const char *ty = f16 ? "fp16" : "bf16";
+    const char *ty = f16 ? (g_attn_docs ? "fp16, documents" : "fp16")
+                         : (g_attn_docs ? "bf16, documents" : "bf16");
     struct loom_attn a = ct_attn(B, T, NH, NKV, HS, causal);
+    int32_t *doc = g_attn_docs ? ct_docs(B, T) : NULL;
+    a.doc_start = doc; /* the host array for the CPU, a device copy for the GPU (ag) */
     int64_t nqkv = B * T * (NH + 2 * NKV) * HS, nout = B * T * NH * HS, nl = B * NH * T;
     float *qkv = ct_randn(nqkv, seed + 1, 1.0f, 0.0f), *dout = ct_randn(nout, seed + 2, 0.1f, 0.0f);
     float *qkv_r = ct_rounded(qkv, nqkv, f16), *dout_r = ct_rounded(dout, nout, f16);
@@ -492,13 +497,15 @@ static void run_attention_typed(enum loom_dtype dt, int64_t B, int64_t T, int64_
     float *gq = ct_dputf(g_gpu, qkv, nqkv), *gd = ct_dputf(g_gpu, dout, nout);
     float *go = ct_dputf(g_gpu, NULL, nout), *gl = ct_dputf(g_gpu, NULL, nl),
           *gg = ct_dputf(g_gpu, NULL, nqkv);
+    struct loom_attn ag = a;
+    ag.doc_start = doc ? ct_dput(g_gpu, doc, (size_t)(B * T) * sizeof(int32_t)) : NULL;
     float *h1[3], *h2[3];
     for (int rep = 0; rep < 2; rep++) {
-        g_gpu->ops->attention_forward(g_gpu, go, gl, gq, &a);
+        g_gpu->ops->attention_forward(g_gpu, go, gl, gq, &ag);
         /* dout is rounded on the GPU too, but D = rowsum(dout * out) uses fp32 dout: give it the
          * rounded one so that the reference sees the same D */
         g_gpu->ops->to_device(g_gpu, gd, dout_r, (size_t)nout * sizeof(float));
-        g_gpu->ops->attention_backward(g_gpu, gg, gd, go, gl, gq, &a);
+        g_gpu->ops->attention_backward(g_gpu, gg, gd, go, gl, gq, &ag);
         float **h = rep ? h2 : h1;
         h[0] = ct_dgetf(g_gpu, go, nout);
         h[1] = ct_dgetf(g_gpu, gl, nl);
@@ -520,6 +527,8 @@ static void run_attention_typed(enum loom_dtype dt, int64_t B, int64_t T, int64_
     g_gpu->ops->set_matmul_dtype(g_gpu, LOOM_DTYPE_F32, NULL, 0);
     void *gb[] = {gq, gd, go, gl, gg};
     for (size_t i = 0; i < 5; i++) g_gpu->ops->free(g_gpu, gb[i]);
+    if (ag.doc_start) g_gpu->ops->free(g_gpu, (void *)ag.doc_start);
+    free(doc);
     void *cb[] = {cq, cd, co, cl, cg};
     for (size_t i = 0; i < 5; i++) g_cpu->ops->free(g_cpu, cb[i]);
     float *hb[] = {qkv, dout, qkv_r, dout_r, ro, rl, rg, h1[0], h1[1], h1[2], h2[0], h2[1], h2[2]};
@@ -686,8 +695,9 @@ static void run_rope_bf16(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     for (int inverse = 0; inverse < 2; inverse++) {
         float *q32 = ct_dputf(g_gpu, x, n);
         void *q16 = ct_dput16(g_gpu, x, n, 0);
-        loom_op(g_gpu, rope, q32, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, 10000.0f, inverse);
-        loom_op(g_gpu, rope, q16, LOOM_DTYPE_BF16, B, T, NH, NKV, HS, pos0, 10000.0f, inverse);
+        loom_op(g_gpu, rope, q32, LOOM_DTYPE_F32, NULL, B, T, NH, NKV, HS, pos0, 10000.0f, inverse);
+        loom_op(g_gpu, rope, q16, LOOM_DTYPE_BF16, NULL, B, T, NH, NKV, HS, pos0, 10000.0f,
+                inverse);
         float *ref = ct_dgetf(g_gpu, q32, n), *got = ct_dget16(g_gpu, q16, n, 0);
         char what[128];
         snprintf(what, sizeof what, "rope%s bf16 B %lld T %lld NH %lld NKV %lld HS %lld pos0 %lld",
@@ -837,6 +847,11 @@ int main(void) {
     run_attention(2, 200, 4, 2, 128, 1, 1200);  /* head size 128: grouped, partial last tile */
     run_attention(1, 300, 4, 4, 128, 0, 1300);  /* head size 128, no causal mask */
     run_attention(1, 1024, 16, 16, 128, 1, 1400); /* head size 128 at the 1.3B model's heads */
+    g_attn_docs = 1; /* documents packed into samples: the document mask */
+    run_attention(2, 600, 4, 2, 64, 1, 1500);
+    run_attention(2, 600, 4, 2, 128, 1, 1600);
+    run_attention_typed(LOOM_DTYPE_F16, 2, 600, 4, 2, 64, 1, 1700);
+    g_attn_docs = 0;
     run_attention_bf16_arrays(2, 200, 4, 2, 64, 1, 3000);
     run_attention_bf16_arrays(1, 300, 4, 4, 128, 0, 3100);
     run_attention_bf16_arrays(2, 1024, 12, 12, 64, 1, 3200); /* GPT-2 124M shapes */

@@ -8,6 +8,11 @@
  * embedding and bias gradients, softmax sums) are held to norm <= 1e-5: their elements near
  * zero carry the rounding of sums of much larger terms, which no summation order avoids.
  * Dropout masks must agree exactly, and the two CUDA runs must agree bit for bit (no atomics).
+ * Documents packed into samples (Megatron-LM's --reset-position-ids, --reset-attention-mask):
+ * the embedding and rotary embeddings at per-token positions restarting at each document, and
+ * attention with the document mask (loom_attn.doc_start; cuda_test_util.h's ct_docs: single
+ * tokens and documents shorter, as long as and longer than the kernels' 32-key tiles), each
+ * held to the same bounds as without.
  *
  * Exit status: 0 all passed, 1 a check failed, 77 skipped (built without CUDA, or no device;
  * with LOOM_REQUIRE_CUDA=1 a missing device is a failure).
@@ -136,9 +141,12 @@ static void test_sumsq_ranges(void) {
 
 /* ---- embedding ---- */
 
-static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v0, int64_t Vl,
-                           int64_t pos0) {
+/* docs: per-token positions, restarting at each document (ct_docs) */
+static void test_embedding_docs(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v0, int64_t Vl,
+                                int64_t pos0, int docs) {
     int64_t N = B * T, Tmax = pos0 + T + 3;
+    int32_t *doc = docs ? ct_docs(B, T) : NULL;
+    int32_t *hpos = docs ? ct_doc_positions(doc, B, T) : NULL;
     int32_t *tok = malloc((size_t)N * sizeof(int32_t));
     for (int64_t i = 0; i < N; i++) {
         uint32_t w[4];
@@ -156,8 +164,10 @@ static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v
         float *dwte = ct_dputf(be, wte, Vl * C), *dwpe = ct_dputf(be, wpe, Tmax * C);
         float *dy = ct_dputf(be, NULL, N * C), *ddout = ct_dputf(be, dout, N * C);
         float *gwte = ct_dputf(be, dwte0, Vl * C), *gwpe = ct_dputf(be, dwpe0, Tmax * C);
-        loom_op(be, embedding_forward, dy, dtok, dwte, dwpe, B, T, C, v0, Vl, pos0);
-        loom_op(be, embedding_backward, gwte, gwpe, ddout, dtok, B, T, C, v0, Vl, pos0);
+        int32_t *dpos = docs ? ct_dput(be, hpos, (size_t)N * sizeof(int32_t)) : NULL;
+        loom_op(be, embedding_forward, dy, dtok, dpos, dwte, dwpe, B, T, C, v0, Vl, pos0);
+        loom_op(be, embedding_backward, gwte, gwpe, ddout, dtok, dpos, B, T, C, v0, Vl, pos0);
+        if (dpos) be->ops->free(be, dpos);
         res[r][0] = dtake(be, dy, N * C);
         res[r][1] = dtake(be, gwte, Vl * C);
         res[r][2] = dtake(be, gwpe, Tmax * C);
@@ -167,13 +177,18 @@ static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v
         be->ops->free(be, ddout);
     }
     char name[96];
-    snprintf(name, sizeof name, "embedding fwd B=%lld T=%lld C=%lld shard %lld+%lld", (long long)B,
-             (long long)T, (long long)C, (long long)v0, (long long)Vl);
+    snprintf(name, sizeof name, "embedding fwd B=%lld T=%lld C=%lld shard %lld+%lld%s",
+             (long long)B, (long long)T, (long long)C, (long long)v0, (long long)Vl,
+             docs ? " doc positions" : "");
     compare(name, res[1][0], res[0][0], res[2][0], N * C, GATE_ELEM, 1e-5);
     compare("embedding bwd dwte", res[1][1], res[0][1], res[2][1], Vl * C, GATE_NORM, 1e-5);
-    compare("embedding bwd dwpe", res[1][2], res[0][2], res[2][2], Tmax * C, GATE_NORM, 1e-5);
+    compare(docs ? "embedding bwd dwpe (rows shared by the documents' tokens)"
+                 : "embedding bwd dwpe",
+            res[1][2], res[0][2], res[2][2], Tmax * C, GATE_NORM, 1e-5);
     for (int r = 0; r < 3; r++)
         for (int k = 0; k < 3; k++) free(res[r][k]);
+    free(doc);
+    free(hpos);
     free(tok);
     free(wte);
     free(wpe);
@@ -319,22 +334,30 @@ static void test_linear(int64_t N, int64_t C, int64_t OC, int with_bias, int wit
 
 /* ---- rotary embeddings and attention ---- */
 
-static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
+/* docs: per-token positions, restarting at each document (ct_docs) */
+static void test_rope_docs(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                           int docs) {
     int64_t n = B * T * (NH + 2 * NKV) * HS;
     float *x = ct_randn(n, 60, 1.0f, 0.0f);
+    int32_t *doc = docs ? ct_docs(B, T) : NULL;
+    int32_t *hpos = docs ? ct_doc_positions(doc, B, T) : NULL;
     float *res[3][2];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
         float *d = ct_dputf(be, x, n);
-        loom_op(be, rope, d, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, 10000.0f, 0);
+        int32_t *dpos = docs ? ct_dput(be, hpos, (size_t)(B * T) * sizeof(int32_t)) : NULL;
+        loom_op(be, rope, d, LOOM_DTYPE_F32, dpos, B, T, NH, NKV, HS, pos0, 10000.0f, 0);
         res[r][0] = ct_dgetf(be, d, n);
-        loom_op(be, rope, d, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, 10000.0f, 1);
+        loom_op(be, rope, d, LOOM_DTYPE_F32, dpos, B, T, NH, NKV, HS, pos0, 10000.0f, 1);
         res[r][1] = dtake(be, d, n);
+        if (dpos) be->ops->free(be, dpos);
     }
-    char name[96];
-    snprintf(name, sizeof name, "rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld",
+    free(doc);
+    free(hpos);
+    char name[112];
+    snprintf(name, sizeof name, "rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld%s",
              (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS,
-             (long long)pos0);
+             (long long)pos0, docs ? " doc positions" : "");
     compare(name, res[1][0], res[0][0], res[2][0], n, GATE_NORM, 1e-5);
     compare("rope inverse", res[1][1], res[0][1], res[2][1], n, GATE_NORM, 1e-5);
     double back = 0.0;
@@ -347,12 +370,14 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
     free(x);
 }
 
-static void test_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal,
-                           float dropout_p) {
+/* docs: the document mask of ct_docs (causal only) */
+static void test_attention_docs(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                int causal, float dropout_p, int docs) {
     struct loom_attn a = {.B = B, .T = T, .NH = NH, .NKV = NKV, .HS = HS, .causal = causal,
                           .scale = 1.0f / sqrtf((float)HS), .dropout_p = dropout_p,
                           .seed = 99, .key = 0xa77e, .sample0 = 3, .head0 = 2,
                           .NH_global = NH + 4};
+    int32_t *doc = docs ? ct_docs(B, T) : NULL;
     int64_t R = (NH + 2 * NKV) * HS, nqkv = B * T * R, nout = B * T * NH * HS, nlse = B * NH * T;
     float *qkv = ct_randn(nqkv, 70, 1.0f, 0.0f), *dout = ct_randn(nout, 71, 1.0f, 0.0f);
     float *res[3][3];
@@ -366,6 +391,8 @@ static void test_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_
         for (int64_t i = 0; i < nqkv; i++) poison[i] = NAN;
         be->ops->to_device(be, dqkv, poison, (size_t)nqkv * sizeof(float));
         free(poison);
+        int32_t *ddoc = docs ? ct_dput(be, doc, (size_t)(B * T) * sizeof(int32_t)) : NULL;
+        a.doc_start = ddoc;
         loom_op(be, attention_forward, out, lse, dq, &a);
         loom_op(be, attention_backward, dqkv, ddout, out, lse, dq, &a);
         res[r][0] = dtake(be, out, nout);
@@ -373,11 +400,16 @@ static void test_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_
         res[r][2] = dtake(be, dqkv, nqkv);
         be->ops->free(be, dq);
         be->ops->free(be, ddout);
+        if (ddoc) be->ops->free(be, ddoc);
     }
+    free(doc);
     char name[120];
     snprintf(name, sizeof name, "attention fwd B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f",
              (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS,
-             causal ? "causal" : "bidir", dropout_p);
+             docs     ? "documents"
+             : causal ? "causal"
+                      : "bidir",
+             dropout_p);
     compare(name, res[1][0], res[0][0], res[2][0], nout, GATE_NORM, 1e-5);
     /* lse = max + log(sum): an absolute quantity (row 0 of a causal mask is one score) */
     compare("attention fwd lse", res[1][1], res[0][1], res[2][1], nlse, GATE_NORM, 1e-5);
@@ -386,6 +418,20 @@ static void test_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_
         for (int k = 0; k < 3; k++) free(res[r][k]);
     free(qkv);
     free(dout);
+}
+
+static void test_attention(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal,
+                           float dropout_p) {
+    test_attention_docs(B, T, NH, NKV, HS, causal, dropout_p, 0);
+}
+
+static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v0, int64_t Vl,
+                           int64_t pos0) {
+    test_embedding_docs(B, T, C, V, v0, Vl, pos0, 0);
+}
+
+static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
+    test_rope_docs(B, T, NH, NKV, HS, pos0, 0);
 }
 
 static void test_decode(int64_t L, int64_t NH, int64_t NKV, int64_t HS) {
@@ -891,9 +937,10 @@ static void bench_memory_bound(struct loom_backend *be, int64_t B, int64_t T, in
     free(tok);
     float *wte = ct_dputf(be, NULL, Vp * C), *wpe = ct_dputf(be, NULL, T * C);
     float *out = ct_dputf(be, NULL, N * C);
-    BENCH_MS(be, iters, ms, loom_op(be, embedding_forward, out, dtok, wte, wpe, B, T, C, 0, Vp, 0));
+    BENCH_MS(be, iters, ms,
+             loom_op(be, embedding_forward, out, dtok, NULL, wte, wpe, B, T, C, 0, Vp, 0));
     BENCH_MS(be, iters, ms2,
-             loom_op(be, embedding_backward, wte, wpe, out, dtok, B, T, C, 0, Vp, 0));
+             loom_op(be, embedding_backward, wte, wpe, out, dtok, NULL, B, T, C, 0, Vp, 0));
     printf("  embedding B=%lld T=%lld V=%lld: fwd %7.3f ms  bwd %7.3f ms\n", (long long)B,
            (long long)T, (long long)Vp, ms, ms2);
     be->ops->free(be, wte);
@@ -1040,6 +1087,13 @@ static int run(int argc, char **argv) {
         test_attention(2, 64, 6, 2, 16, 1, 0.1f);
         test_attention(2, 50, 6, 6, 16, 1, 0.0f);
         test_attention(1, 70, 4, 1, 80, 0, 0.2f);
+        /* documents packed into samples */
+        test_embedding_docs(2, 200, 96, 500, 100, 300, 3, 1);
+        test_embedding_docs(2, 200, 50, 500, 0, 500, 0, 1);
+        test_rope_docs(2, 200, 6, 2, 16, 0, 1);
+        test_attention_docs(2, 300, 6, 2, 16, 1, 0.0f, 1);
+        test_attention_docs(2, 300, 6, 2, 16, 1, 0.1f, 1);
+        test_attention_docs(1, 300, 4, 1, 80, 1, 0.0f, 1);
         test_decode(37, 6, 2, 16);
         test_activations(2 * 64, 2 * 96);
         test_dropout(2, 64, 96, 0.1f);
@@ -1065,6 +1119,11 @@ static int run(int argc, char **argv) {
             test_attention(4, 256, 12, 4, 64, 1, 0.1f);
             test_attention(4, 256, 12, 12, 64, 0, 0.0f);
             test_attention(2, 256, 8, 2, 128, 1, 0.0f);
+            test_embedding_docs(4, 512, 768, 16384, 4096, 8192, 0, 1);
+            test_rope_docs(4, 512, 12, 4, 64, 0, 1);
+            test_attention_docs(4, 512, 12, 4, 64, 1, 0.0f, 1);
+            test_attention_docs(4, 512, 12, 12, 64, 1, 0.1f, 1);
+            test_attention_docs(2, 512, 8, 2, 128, 1, 0.0f, 1);
             test_decode(1000, 12, 4, 64);
             test_activations(4 * 256, 4 * 768);
             test_dropout(4, 256, 768, 0.1f);

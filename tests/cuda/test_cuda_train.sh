@@ -4,7 +4,11 @@
 # with dropout on; loss and grad norm of every iteration, and every parameter after training,
 # must agree within 1e-4 relative (fp32 on both; only the order of sums differs). The cuda runs
 # must report "peak_mem_bytes" in the metrics and allocate no device memory after the first
-# iteration. A --bf16 run of the GPT model must stay within 2e-2 of the fp32 loss.
+# iteration. A --bf16 run of the GPT model must stay within 2e-2 of the fp32 loss. Both models
+# again with head size 64 and documents packed into samples (--reset-position-ids and
+# --reset-attention-mask; NullTokenizer's end-of-document id 6 of 7, samples of 256: documents
+# of 1 to 7 tokens, or one of 256), the same checks, and in --bf16 (loom's tensor-core kernel
+# with the document mask) within 2e-2 of the fp32 CPU run.
 #
 # Exit 77 (skipped) when loom has no CUDA or no device is visible, unless LOOM_REQUIRE_CUDA=1.
 set -uo pipefail
@@ -30,6 +34,12 @@ gpt=(--hidden-size 64 --num-attention-heads 4)
 llama=(--hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 2
        --ffn-hidden-size 160 --normalization RMSNorm --swiglu --position-embedding-type rope
        --disable-bias-linear --untie-embeddings-and-output-weights)
+docs=(--seq-length 256 --tokenizer-type NullTokenizer --vocab-size 6 --reset-position-ids
+      --reset-attention-mask)
+gptdocs=(--hidden-size 128 --num-attention-heads 2 "${docs[@]}")
+llamadocs=(--hidden-size 256 --num-attention-heads 4 --group-query-attention --num-query-groups 2
+           --ffn-hidden-size 320 --normalization RMSNorm --swiglu --position-embedding-type rope
+           --disable-bias-linear --untie-embeddings-and-output-weights "${docs[@]}")
 
 probe="$tmp/probe.log"
 if ! "$LOOM" train "${common[@]}" "${gpt[@]}" --train-iters 1 --device cuda > "$probe" 2>&1; then
@@ -58,7 +68,7 @@ sys.exit(0 if ok else 1)
 EOF
 
 fail=0 pass=0
-for model in gpt llama; do
+for model in gpt llama gptdocs llamadocs; do
   declare -n margs=$model
   for dev in cpu cuda; do
     out="$tmp/$model-$dev"
@@ -91,6 +101,16 @@ if "$LOOM" train "${common[@]}" "${gpt[@]}" --device cuda --bf16 --metrics-file 
 else
   echo "FAIL gpt --bf16: the run failed"; tail -5 "$out.log"; fail=$((fail + 1))
 fi
+for model in gptdocs llamadocs; do
+  declare -n margs=$model
+  out="$tmp/$model-bf16"
+  if "$LOOM" train "${common[@]}" "${margs[@]}" --device cuda --bf16 --metrics-file "$out.jsonl" > "$out.log" 2>&1; then
+    if "$PY" "$tmp/compare.py" "$tmp/$model-cpu.jsonl" "$out.jsonl" 2e-2 "$model cuda --bf16 vs cpu fp32"; then
+      pass=$((pass + 1)); else fail=$((fail + 1)); fi
+  else
+    echo "FAIL $model --bf16: the run failed"; tail -5 "$out.log"; fail=$((fail + 1))
+  fi
+done
 if "$LOOM" train "${common[@]}" "${gpt[@]}" --device cpu --bf16 > "$tmp/cpu-bf16.log" 2>&1; then
   echo "FAIL --device cpu --bf16 was accepted"; fail=$((fail + 1))
 elif grep -q -- "--bf16" "$tmp/cpu-bf16.log"; then

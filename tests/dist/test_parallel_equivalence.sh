@@ -7,6 +7,11 @@
 # must equal the single-rank run within 1e-5 relative. The GPT-2-style model again with
 # --eod-mask-loss (NullTokenizer's end-of-document id 96 of the 97: about one token in a hundred
 # carries no loss), its loss the mean over micro-batches of each one's mean, in three layouts.
+# Both models again with documents packed into samples (--reset-position-ids and
+# --reset-attention-mask; NullTokenizer's end-of-document id 6 of 7: 2 or 3 documents in a sample
+# of 16; its vocabulary padded to 8 alike on one and two tensor-parallel ranks), in three layouts
+# each: every stage's attention gets the mask, and each one's embedding and rotary embeddings the
+# positions.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -27,10 +32,19 @@ llama=(--hidden-size 64 --num-attention-heads 8 --group-query-attention --num-qu
 layouts=("2 1 1" "1 2 1" "1 1 2" "2 2 1" "2 2 2" "4 1 1" "1 4 1 vpp" "2 1 2 sp")
 gpteod=("${gpt[@]}" --tokenizer-type NullTokenizer --vocab-size 96 --eod-mask-loss)
 gpteod_layouts=("1 1 2" "1 2 1" "2 2 2")
+docs=(--tokenizer-type NullTokenizer --vocab-size 6 --make-vocab-size-divisible-by 4
+      --reset-position-ids --reset-attention-mask)
+gptdocs=("${gpt[@]}" "${docs[@]}")
+llamadocs=("${llama[@]}" "${docs[@]}")
+gptdocs_layouts=("2 1 2 sp" "1 2 1" "1 1 2")
+llamadocs_layouts=("2 1 2 sp" "1 2 1 vpp" "2 2 1")
 fail=0 pass=0
-for model in ${MODELS:-gpt llama gpteod}; do
+for model in ${MODELS:-gpt llama gpteod gptdocs llamadocs}; do
   declare -n margs=$model
-  if [ "$model" = gpteod ]; then declare -n lays=gpteod_layouts; else declare -n lays=layouts; fi
+  case $model in
+    gpteod|gptdocs|llamadocs) declare -n lays=${model}_layouts ;;
+    *) declare -n lays=layouts ;;
+  esac
   ref="$tmp/$model-ref"
   "$LOOM" train "${common[@]}" "${margs[@]}" --save "$ref" --metrics-file "$ref.jsonl" > "$ref.log"
   for l in "${lays[@]}"; do

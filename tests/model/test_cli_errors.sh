@@ -63,6 +63,9 @@ expect_error "cyclic sampler" "--dataloader-type cyclic: only 'single'" "$LOOM" 
 expect_error "sgd" "--optimizer sgd: only 'adam'" "$LOOM" "${T[@]}" --optimizer sgd
 expect_error "bf16 moments" "--exp-avg-dtype bf16: only fp32" "$LOOM" "${T[@]}" --exp-avg-dtype bf16
 expect_error "eod mask without a tokenizer" "--eod-mask-loss needs the tokenizer's end-of-document id" "$LOOM" "${T[@]}" --eod-mask-loss
+expect_error "position reset without a tokenizer" "--reset-position-ids needs the tokenizer's end-of-document id" "$LOOM" "${T[@]}" --reset-position-ids
+expect_error "document mask without a tokenizer" "--reset-attention-mask needs the tokenizer's end-of-document id" "$LOOM" "${T[@]}" --reset-attention-mask
+expect_error "document mask with cuDNN's attention" "--reset-attention-mask and --attention-backend fused exclude each other" "$LOOM" "${T[@]}" --tokenizer-type NullTokenizer --vocab-size 49 --reset-position-ids --reset-attention-mask --attention-backend fused
 expect_error "dist ckpt" "--use-dist-ckpt: checkpoints are safetensors" "$LOOM" "${T[@]}" --use-dist-ckpt
 expect_error "sentencepiece" "--tokenizer-model: SentencePiece and Hugging Face tokenizers are not implemented" "$LOOM" "${T[@]}" --tokenizer-model tok.model
 expect_error "ckpt-step without load" "--ckpt-step needs --load" "$LOOM" "${T[@]}" --ckpt-step 3

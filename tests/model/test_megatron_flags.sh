@@ -5,8 +5,10 @@
 # (--use-rotary-position-embeddings --no-position-embedding as --position-embedding-type rope,
 # --no-position-embedding alone as none); --tokenizer-type NullTokenizer --vocab-size 63 is a
 # vocabulary of 64, as Megatron-LM's (63 ids and the end-of-document one); --log-params-norm logs
-# the norm of the weights, and changes nothing else. The flags asking for what loom does not do are errors:
-# tests/model/test_cli_errors.sh.
+# the norm of the weights, and changes nothing else; --reset-position-ids and
+# --reset-attention-mask change nothing on data without an end-of-document token, and on data with
+# several a sample each changes the losses (their values: tests/model/test_torch_parity.sh).
+# The flags asking for what loom does not do are errors: tests/model/test_cli_errors.sh.
 source "$(dirname "$0")/runs.sh"
 base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
       --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --eval-iters 0
@@ -120,5 +122,47 @@ if [ $rc -ne 0 ] && [ "$(grep -c . <<< "$out")" = 1 ] && grep -q -- '--openai-ge
   echo "ok   --openai-gelu against an erf checkpoint: $out"
 else
   echo "FAIL --openai-gelu against an erf checkpoint (exit $rc): $out"; fail=1
+fi
+# Megatron-LM's documents packed into samples. GPT-2's end-of-document id 50256 lies outside the
+# vocabulary of 64 that the mock data draws from: one document a sample, and both flags give the
+# same bits as without them
+SRC=${LOOM_SRC:-$(dirname "$0")/../..}
+gpt2tok=(--tokenizer-type GPT2BPETokenizer --vocab-file "$SRC/data/gpt2/vocab.json"
+         --merge-file "$SRC/data/gpt2/merges.txt")
+run docs-none "${gpt2tok[@]}" --reset-position-ids --reset-attention-mask
+same plain docs-none
+# NullTokenizer's end-of-document id 6 of a vocabulary of 7: 2 to 3 documents in a sample of 16
+null7=(--tokenizer-type NullTokenizer --vocab-size 6)
+run docs-off "${null7[@]}"
+run docs-both "${null7[@]}" --reset-position-ids --reset-attention-mask
+run docs-pos "${null7[@]}" --reset-position-ids
+run docs-mask "${null7[@]}" --reset-attention-mask
+docs_of() { grep -o 'documents isolated at end-of-document id [0-9]* ([a-z ,]*)' "$tmp/$1.log" | head -1; }
+differ=1
+for a in docs-off docs-both docs-pos docs-mask; do
+  for b in docs-off docs-both docs-pos docs-mask; do
+    [[ "$a" < "$b" ]] && cmp -s "$tmp/$a.txt" "$tmp/$b.txt" && { echo "FAIL $a and $b train alike"; differ=0; }
+  done
+done
+logged="$(docs_of docs-both); $(docs_of docs-pos); $(docs_of docs-mask)"
+want="documents isolated at end-of-document id 6 (positions reset, attention masked); documents isolated at end-of-document id 6 (positions reset); documents isolated at end-of-document id 6 (attention masked)"
+if [ $differ = 1 ] && [ "$logged" = "$want" ] && [ -z "$(docs_of docs-off)" ] &&
+   [ "$(docs_of docs-none)" = "documents isolated at end-of-document id 50256 (positions reset, attention masked)" ]; then
+  echo "ok   --reset-position-ids and --reset-attention-mask each change training, and the log says so"
+else
+  echo "FAIL the document flags' effect or log line: $logged"; fail=1
+fi
+# data options, not the model's: a checkpoint does not keep them (as Megatron-LM's); resumed with
+# them, training goes on as the straight run
+ITERS=6 run docs6 "${null7[@]}" --reset-position-ids --reset-attention-mask --train-iters 6
+run docs-save "${null7[@]}" --reset-position-ids --reset-attention-mask --train-iters 6 \
+    --exit-interval 4 --save "$tmp/docs-ckpt"
+run docs-resumed "${null7[@]}" --reset-position-ids --reset-attention-mask --train-iters 6 \
+    --load "$tmp/docs-ckpt"
+if [ "$(tail -2 "$tmp/docs6.txt")" = "$(cat "$tmp/docs-resumed.txt")" ] &&
+   ! grep -q 'reset' "$tmp/docs-ckpt/iter_0000004/meta.json"; then
+  echo "ok   resumed with the document flags, the straight run's losses (the checkpoint has none)"
+else
+  echo "FAIL resuming with the document flags"; fail=1
 fi
 exit $fail

@@ -8,7 +8,13 @@
 # --calculate-per-token-loss the mean over the global batch's tokens (the loss logged the latter
 # in both, as Megatron-LM logs it); and
 # a GPT-2 with the exact GELU (activation_function "gelu", PyTorch's F.gelu; loom's erf form),
-# which must come back out of loom under that name.
+# which must come back out of loom under that name; and documents packed into samples
+# (Megatron-LM's --reset-position-ids and --reset-attention-mask: both, on GPT-2 with learned
+# positions and on the Llama-style model with rotary ones; the mask alone on GPT-2; the positions
+# alone on the Llama-style model, where rotary positions restarting matter only without the mask,
+# which leaves each query just the keys of its own document) on a vocabulary of 7 whose last id 6
+# ends a document: the mock sequences of stride 1 to 6 hit it every 7 tokens, so a sample of 32
+# holds 4 to 6 documents (the reference prints how many).
 set -euo pipefail
 LOOM=${LOOM:-build/loom}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -20,7 +26,8 @@ common=(--mock-data --train-iters 5 --micro-batch-size 2 --global-batch-size 4 -
         --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-iters 0 --seed 1234)
 # the third case: Megatron-LM's --eod-mask-loss, with NullTokenizer's end-of-document id (99 with
 # --vocab-size 99: the model's vocabulary of 100), which the mock sequences hit now and then
-for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "llama decoupled"; do
+for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "llama docs" \
+    "gpt2 docs-mask" "llama docs-positions" "llama decoupled"; do
   set -- $case
   arch=$1 d="$tmp/${case// /-}" extra=() ref_extra=()
   if [ "${2:-}" = eod ]; then
@@ -34,6 +41,12 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "llama decoupl
   elif [ "${2:-}" = decoupled ]; then # the embedding and output layer at 4x the others' rate
     extra=(--decoupled-lr 4e-3)
     ref_extra=(--decoupled-lr 4e-3)
+  elif [[ "${2:-}" = docs* ]]; then
+    flags=(--reset-position-ids --reset-attention-mask)
+    [ "$2" = docs-positions ] && flags=(--reset-position-ids)
+    [ "$2" = docs-mask ] && flags=(--reset-attention-mask)
+    extra=(--tokenizer-type NullTokenizer --vocab-size 6 "${flags[@]}")
+    ref_extra=(--vocab 7 --doc-eod 6 "${flags[@]}")
   fi
   "$PYTHON" "$REF" make --arch "$arch" --out "$d/hf" "${ref_extra[@]}"
   "$LOOM" convert --loader hf --saver loom --load-dir "$d/hf" --save-dir "$d/ckpt"

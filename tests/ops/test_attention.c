@@ -6,7 +6,10 @@
  *    directly rather than through dout . out);
  *  - central finite differences of the op's own forward for the backward;
  *  - a naive rotary embedding (angle computed per element with pow in double), inverse(rope(x))
- *    == x, and finite differences for the rope backward;
+ *    == x, and finite differences for the rope backward; per-token positions (restarting at
+ *    each document) against the same formula;
+ *  - document masks (loom_attn.doc_start): the naive attention with the mask applied element by
+ *    element, and each document of a packed sample against that document run alone;
  *  - dropout-mask consistency across tensor-parallel head slices and data-parallel samples;
  *  - bit-identical results run to run and across thread counts.
  *
@@ -133,9 +136,10 @@ static void ref_probs(double *P, double *lse, const float *qkv, const struct loo
     for (int64_t i = 0; i < T; i++) {
         const float *q = qkv + (b * T + i) * R + col_q(a, h);
         double m = -INFINITY;
+        const int64_t first = a->doc_start ? a->doc_start[b * T + i] : 0; /* document mask */
         for (int64_t j = 0; j < T; j++) {
             double s = -INFINITY;
-            if (!a->causal || j <= i) {
+            if ((!a->causal || j <= i) && j >= first) {
                 const float *k = qkv + (b * T + j) * R + col_k(a, h);
                 s = 0;
                 for (int64_t d = 0; d < HS; d++) s += (double)q[d] * (double)k[d];
@@ -240,10 +244,26 @@ static void run_fwd_bwd(const struct loom_attn *a, float *out, float *lse, float
     loom_op(g_be, attention_backward, dqkv, dout, out, lse, qkv, a);
 }
 
-static void test_vs_reference_at(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                                 int causal, float p, int64_t sample0) {
+/* doc_start[B*T] of samples packed with documents of the given lengths: lens[b] lists sample b's
+ * (0-terminated; whatever is left of T after them is one more document). */
+static int32_t *make_docs(int64_t B, int64_t T, const int (*lens)[8]) {
+    int32_t *doc = xmalloc((size_t)(B * T) * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++) {
+        int64_t t = 0;
+        for (int k = 0; k < 8 && lens[b][k] && t < T; k++)
+            for (int64_t start = t; t < T && t < start + lens[b][k]; t++)
+                doc[b * T + t] = (int32_t)start;
+        for (int64_t start = t; t < T; t++)
+            doc[b * T + t] = (int32_t)start;
+    }
+    return doc;
+}
+
+static void test_vs_reference_doc(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                  int causal, float p, int64_t sample0, const int32_t *doc) {
     struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, p);
     a.sample0 = sample0;
+    a.doc_start = doc;
     const int64_t R = row_len(&a), C = NH * HS;
     const int f0 = expect_failures;
     /* every tensor the op reads or writes ends against a guard page */
@@ -276,13 +296,18 @@ static void test_vs_reference_at(int64_t B, int64_t T, int64_t NH, int64_t NKV, 
     EXPECT(memcmp(out, out2, (size_t)(B * T * C) * sizeof(float)) == 0);
     EXPECT(memcmp(dqkv, dqkv2, (size_t)(B * T * R) * sizeof(float)) == 0);
 
-    printf("%-4s attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f sample0=%lld\n",
+    printf("%-4s attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f sample0=%lld%s\n",
            expect_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
            (long long)NKV, (long long)HS, causal ? "causal" : "bidirectional", (double)p,
-           (long long)sample0);
+           (long long)sample0, doc ? " document mask" : "");
     guarded_free(qkv, B * T * R), guarded_free(dout, B * T * C), guarded_free(out, B * T * C);
     guarded_free(lse, B * NH * T), guarded_free(dqkv, B * T * R);
     free(out2), free(lse2), free(dqkv2), free(rout), free(rlse), free(rdqkv);
+}
+
+static void test_vs_reference_at(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                 int causal, float p, int64_t sample0) {
+    test_vs_reference_doc(B, T, NH, NKV, HS, causal, p, sample0, NULL);
 }
 
 static void test_vs_reference(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
@@ -290,10 +315,59 @@ static void test_vs_reference(int64_t B, int64_t T, int64_t NH, int64_t NKV, int
     test_vs_reference_at(B, T, NH, NKV, HS, causal, p, 0);
 }
 
-/* L = sum(W * out); compare the backward's dL/dqkv with central differences of the forward. */
-static void test_finite_differences(int causal, float p, int64_t NH, int64_t NKV) {
+/* Documents packed into a sample do not see each other: each document's out, lse and dqkv rows
+ * equal those of the document run alone as a sample of its own (no dropout: its indices depend
+ * on the position in the sample). Also a control: without the mask the later documents differ. */
+static void test_doc_isolation(int64_t T, int64_t NH, int64_t NKV, int64_t HS, const int *lens) {
+    const int f0 = expect_failures;
+    const int(*l8)[8] = (const int(*)[8])lens;
+    int32_t *doc = make_docs(1, T, l8);
+    struct loom_attn a = make_attn(1, T, NH, NKV, HS, 1, 0.0f);
+    a.doc_start = doc;
+    const int64_t R = row_len(&a), C = NH * HS;
+    float *qkv = ALLOCF(T * R), *dout = ALLOCF(T * C), *out = ALLOCF(T * C), *lse = ALLOCF(NH * T);
+    float *dqkv = ALLOCF(T * R), *o1 = ALLOCF(T * C), *l1 = ALLOCF(NH * T), *d1 = ALLOCF(T * R);
+    fill_normal(qkv, T * R, 21, 1.0f);
+    fill_normal(dout, T * C, 22, 1.0f);
+    run_fwd_bwd(&a, out, lse, dqkv, qkv, dout);
+    double worst = 0;
+    int ndocs = 0, later_differ = 1;
+    for (int64_t t0 = 0; t0 < T; ndocs++) {
+        int64_t len = 1;
+        while (t0 + len < T && doc[t0 + len] == t0)
+            len++;
+        struct loom_attn s = make_attn(1, len, NH, NKV, HS, 1, 0.0f);
+        run_fwd_bwd(&s, o1, l1, d1, qkv + t0 * R, dout + t0 * C);
+        double e =
+            fmax(max_abs_diff(o1, out + t0 * C, len * C), max_abs_diff(d1, dqkv + t0 * R, len * R));
+        for (int64_t h = 0; h < NH; h++)
+            e = fmax(e, max_abs_diff(l1 + h * len, lse + h * T + t0, len));
+        worst = fmax(worst, e);
+        t0 += len;
+    }
+    EXPECTF(worst <= 2e-6, "a document differs from itself alone by %g\n", worst);
+    /* control: without the mask, the last document's outputs change */
+    a.doc_start = NULL;
+    loom_op(g_be, attention_forward, o1, l1, qkv, &a);
+    later_differ = max_abs_diff(o1, out, T * C) > 1e-3;
+    EXPECT(later_differ);
+    printf("%-4s attention document isolation T=%lld NH=%lld NKV=%lld HS=%lld: %d documents, "
+           "each as if alone (max diff %.2g)\n",
+           expect_failures == f0 ? "ok" : "FAIL", (long long)T, (long long)NH, (long long)NKV,
+           (long long)HS, ndocs, worst);
+    free(doc), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(o1), free(l1),
+        free(d1);
+}
+
+/* L = sum(W * out); compare the backward's dL/dqkv with central differences of the forward
+ * (docs: with a document mask, sample 0 holding documents of 2, 1 and 3 tokens, sample 1 of 4
+ * and 2). */
+static void test_finite_differences_doc(int causal, float p, int64_t NH, int64_t NKV, int docs) {
     const int64_t B = 2, T = 6, HS = 4;
+    static const int lens[2][8] = {{2, 1}, {4}};
+    int32_t *doc = docs ? make_docs(B, T, lens) : NULL;
     struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, p);
+    a.doc_start = doc;
     const int64_t R = row_len(&a), C = NH * HS, N = B * T * R;
     const int f0 = expect_failures;
     float *qkv = ALLOCF(N), *W = ALLOCF(B * T * C), *out = ALLOCF(B * T * C);
@@ -316,10 +390,14 @@ static void test_finite_differences(int causal, float p, int64_t NH, int64_t NKV
         fd[i] = (lp - lm) / (2.0 * (double)eps);
     }
     check_close("dqkv vs finite differences", dqkv, fd, N, 2e-3, 1e-2);
-    printf("%-4s attention finite differences %s p=%.2f NH=%lld NKV=%lld\n",
+    printf("%-4s attention finite differences %s p=%.2f NH=%lld NKV=%lld%s\n",
            expect_failures == f0 ? "ok" : "FAIL", causal ? "causal" : "bidirectional", (double)p,
-           (long long)NH, (long long)NKV);
-    free(qkv), free(W), free(out), free(lse), free(dqkv), free(fd);
+           (long long)NH, (long long)NKV, docs ? " document mask" : "");
+    free(qkv), free(W), free(out), free(lse), free(dqkv), free(fd), free(doc);
+}
+
+static void test_finite_differences(int causal, float p, int64_t NH, int64_t NKV) {
+    test_finite_differences_doc(causal, p, NH, NKV, 0);
 }
 
 /* Tensor parallelism: heads [2,4) of a 4-head call computed by a 2-head call with head0 = 2
@@ -397,8 +475,9 @@ static void test_dropout_layout(void) {
 /* ------------------------------------------------------------------------------------------ */
 /* rotary embedding                                                                           */
 
+/* position of token bt: pos0 + pos[bt], or pos0 + bt % T without pos */
 static void ref_rope(double *y, const float *x, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                     int64_t HS, int64_t pos0, float theta) {
+                     int64_t HS, int64_t pos0, float theta, const int32_t *pos) {
     const int64_t Q = NH / NKV, R = (NH + 2 * NKV) * HS, half = HS / 2;
     for (int64_t bt = 0; bt < B * T; bt++)
         for (int64_t c = 0; c < R; c++) {
@@ -409,7 +488,8 @@ static void ref_rope(double *y, const float *x, int64_t B, int64_t T, int64_t NH
                 continue;
             }
             int64_t ii = i < half ? i : i - half;
-            double ang = (double)(pos0 + bt % T) * pow((double)theta, -2.0 * (double)ii / (double)HS);
+            const int64_t p = pos0 + (pos ? pos[bt] : bt % T);
+            double ang = (double)p * pow((double)theta, -2.0 * (double)ii / (double)HS);
             if (i < half) {
                 double x2 = x[bt * R + c + half];
                 y[bt * R + c] = xv * cos(ang) - x2 * sin(ang);
@@ -420,7 +500,8 @@ static void ref_rope(double *y, const float *x, int64_t B, int64_t T, int64_t NH
         }
 }
 
-static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
+static void test_rope_pos(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                          const int32_t *pos) {
     const float theta = 10000.0f;
     const int64_t R = (NH + 2 * NKV) * HS, N = B * T * R, Q = NH / NKV;
     const int f0 = expect_failures;
@@ -428,8 +509,8 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
     double *ry = ALLOCD(N);
     fill_normal(x, N, 7, 1.0f);
     memcpy(y, x, (size_t)N * sizeof(float));
-    loom_op(g_be, rope, y, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, theta, 0);
-    ref_rope(ry, x, B, T, NH, NKV, HS, pos0, theta);
+    loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, theta, 0);
+    ref_rope(ry, x, B, T, NH, NKV, HS, pos0, theta, pos);
     check_close("rope", y, ry, N, 2e-6, 2e-6);
     /* value heads bit-identical */
     for (int64_t bt = 0; bt < B * T; bt++)
@@ -438,7 +519,7 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
             EXPECT(memcmp(y + bt * R + c, x + bt * R + c, (size_t)HS * sizeof(float)) == 0);
         }
     /* inverse(rope(x)) == x */
-    loom_op(g_be, rope, y, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, theta, 1);
+    loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, theta, 1);
     double e = max_abs_diff(y, x, N);
     EXPECT(e <= 1e-6);
     if (!(e <= 1e-6)) fprintf(stderr, "  rope inverse error %g\n", e);
@@ -448,7 +529,7 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
     float *W = ALLOCF(N);
     fill_normal(W, N, 8, 1.0f);
     memcpy(y, W, (size_t)N * sizeof(float));
-    loom_op(g_be, rope, y, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, theta, 1);
+    loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, theta, 1);
     const int64_t nprobe = N < 200 ? N : 200;
     double *fd = ALLOCD(nprobe);
     float *gp = ALLOCF(nprobe), *xp = ALLOCF(N);
@@ -458,7 +539,7 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
         for (int k = 0; k < 2; k++) {
             memcpy(xp, x, (size_t)N * sizeof(float));
             xp[i] += k == 0 ? 0.5f : -0.5f;
-            loom_op(g_be, rope, xp, LOOM_DTYPE_F32, B, T, NH, NKV, HS, pos0, theta, 0);
+            loom_op(g_be, rope, xp, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, theta, 0);
             l[k] = 0;
             for (int64_t j = 0; j < N; j++) l[k] += (double)W[j] * xp[j];
         }
@@ -466,25 +547,63 @@ static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
         gp[s] = y[i];
     }
     check_close("rope backward vs finite differences", gp, fd, nprobe, 1e-4, 1e-4);
-    printf("%-4s rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld\n",
+    if (pos) { /* the positions t given explicitly: the same bits as without them */
+        int32_t *ident = xmalloc((size_t)(B * T) * sizeof(int32_t));
+        for (int64_t bt = 0; bt < B * T; bt++)
+            ident[bt] = (int32_t)(bt % T);
+        memcpy(y, x, (size_t)N * sizeof(float));
+        memcpy(xp, x, (size_t)N * sizeof(float));
+        loom_op(g_be, rope, y, LOOM_DTYPE_F32, ident, B, T, NH, NKV, HS, pos0, theta, 0);
+        loom_op(g_be, rope, xp, LOOM_DTYPE_F32, NULL, B, T, NH, NKV, HS, pos0, theta, 0);
+        EXPECT(memcmp(y, xp, (size_t)N * sizeof(float)) == 0);
+        free(ident);
+    }
+    printf("%-4s rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld%s\n",
            expect_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
-           (long long)NKV, (long long)HS, (long long)pos0);
+           (long long)NKV, (long long)HS, (long long)pos0,
+           pos ? " per-token positions (restarting at documents)" : "");
     free(x), free(y), free(ry), free(W), free(fd), free(gp), free(xp);
+}
+
+static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
+    test_rope_pos(B, T, NH, NKV, HS, pos0, NULL);
+}
+
+/* rope with the positions of documents packed into samples: t - doc_start */
+static void test_rope_docs(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                           const int (*lens)[8]) {
+    int32_t *doc = make_docs(B, T, lens);
+    for (int64_t bt = 0; bt < B * T; bt++)
+        doc[bt] = (int32_t)(bt % T) - doc[bt];
+    test_rope_pos(B, T, NH, NKV, HS, pos0, doc);
+    free(doc);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* modes: dump cases for the PyTorch cross-check; timing                                      */
 
-static int write_f32(const char *dir, const char *name, int idx, const float *x, int64_t n) {
+static int write_raw(const char *dir, const char *name, const char *ext, int idx, const void *x,
+                     size_t size, int64_t n) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s_%d.f32", dir, name, idx);
+    snprintf(path, sizeof path, "%s/%s_%d.%s", dir, name, idx, ext);
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(x, sizeof(float), (size_t)n, f) != (size_t)n || fclose(f) != 0) {
+    if (!f || fwrite(x, size, (size_t)n, f) != (size_t)n || fclose(f) != 0) {
         perror(path);
         return 0;
     }
     return 1;
 }
+static int write_f32(const char *dir, const char *name, int idx, const float *x, int64_t n) {
+    return write_raw(dir, name, "f32", idx, x, sizeof(float), n);
+}
+
+/* Document layouts of the dumped cases (lengths per sample, as make_docs takes them); a case's
+ * `docs` is 1 + its index here, or 0 for none. */
+static const int dump_docs[][2][8] = {
+    {{1, 1, 70, 5, 60}, {64, 64, 1}}, /* T 150: single tokens, blocks of 64 crossed, met */
+    {{3, 40, 2, 17, 50}},             /* T 130 */
+    {{7, 7, 7, 7, 7, 7}, {44}},       /* T 45 */
+};
 
 /* Writes DIR/cases.txt (one line per case) and the tensors of each case as raw float32. */
 static int dump_cases(const char *dir) {
@@ -493,10 +612,18 @@ static int dump_cases(const char *dir) {
         int causal;
         float p;
         int64_t sample0, head0, NH_global, pos0;
+        int docs;
     } cases[] = {
-        {2, 37, 4, 4, 16, 1, 0.0f, 0, 0, 4, 0},   {2, 70, 4, 2, 16, 0, 0.0f, 0, 0, 4, 3},
-        {2, 70, 4, 1, 16, 1, 0.0f, 0, 0, 4, 0},   {1, 130, 6, 2, 64, 1, 0.0f, 0, 0, 6, 17},
-        {2, 45, 4, 2, 32, 1, 0.2f, 3, 2, 8, 0},   {1, 64, 2, 1, 16, 0, 0.5f, 0, 0, 2, 0},
+        {2, 37, 4, 4, 16, 1, 0.0f, 0, 0, 4, 0, 0},
+        {2, 70, 4, 2, 16, 0, 0.0f, 0, 0, 4, 3, 0},
+        {2, 70, 4, 1, 16, 1, 0.0f, 0, 0, 4, 0, 0},
+        {1, 130, 6, 2, 64, 1, 0.0f, 0, 0, 6, 17, 0},
+        {2, 45, 4, 2, 32, 1, 0.2f, 3, 2, 8, 0, 0},
+        {1, 64, 2, 1, 16, 0, 0.5f, 0, 0, 2, 0, 0},
+        /* documents: the attention mask and rotary positions restarting at each one */
+        {2, 150, 4, 2, 16, 1, 0.0f, 0, 0, 4, 0, 1},
+        {1, 130, 6, 2, 64, 1, 0.2f, 3, 2, 8, 5, 2},
+        {2, 45, 4, 1, 12, 1, 0.0f, 0, 0, 4, 0, 3},
     };
     char path[1024];
     snprintf(path, sizeof path, "%s/cases.txt", dir);
@@ -517,22 +644,37 @@ static int dump_cases(const char *dir) {
         float *out = ALLOCF(B * T * C), *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(B * T * R);
         fill_normal(x, B * T * R, 100 + (uint64_t)c, 1.0f);
         fill_normal(dout, B * T * C, 200 + (uint64_t)c, 1.0f);
+        /* with documents: doc_start masks attention, and each token's rotary position is its
+         * place in its document, t - doc_start */
+        int32_t *doc = NULL, *pos = NULL;
+        if (cases[c].docs) {
+            doc = make_docs(B, T, dump_docs[cases[c].docs - 1]);
+            pos = xmalloc((size_t)(B * T) * sizeof(int32_t));
+            for (int64_t bt = 0; bt < B * T; bt++)
+                pos[bt] = (int32_t)(bt % T) - doc[bt];
+            a.doc_start = doc;
+        }
         /* rope, then attention on the rotated qkv; the backward of the pair is attention
          * backward followed by the inverse rotation of dqkv */
         memcpy(qkv, x, (size_t)(B * T * R) * sizeof(float));
-        loom_op(g_be, rope, qkv, LOOM_DTYPE_F32, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta, 0);
+        loom_op(g_be, rope, qkv, LOOM_DTYPE_F32, pos, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta,
+                0);
         run_fwd_bwd(&a, out, lse, dqkv, qkv, dout);
-        loom_op(g_be, rope, dqkv, LOOM_DTYPE_F32, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta, 1);
-        fprintf(list, "%d %lld %lld %lld %lld %lld %d %.9g %.9g %llu %llu %lld %lld %lld %lld %.9g\n",
+        loom_op(g_be, rope, dqkv, LOOM_DTYPE_F32, pos, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta,
+                1);
+        fprintf(list,
+                "%d %lld %lld %lld %lld %lld %d %.9g %.9g %llu %llu %lld %lld %lld %lld %.9g %d\n",
                 c, (long long)B, (long long)T, (long long)NH, (long long)a.NKV, (long long)a.HS,
                 a.causal, (double)a.scale, (double)a.dropout_p, (unsigned long long)a.seed,
                 (unsigned long long)a.key, (long long)a.sample0, (long long)a.head0,
-                (long long)a.NH_global, (long long)cases[c].pos0, (double)theta);
+                (long long)a.NH_global, (long long)cases[c].pos0, (double)theta,
+                cases[c].docs != 0);
         int ok = write_f32(dir, "x", c, x, B * T * R) && write_f32(dir, "rope", c, qkv, B * T * R) &&
                  write_f32(dir, "dout", c, dout, B * T * C) &&
                  write_f32(dir, "out", c, out, B * T * C) &&
                  write_f32(dir, "lse", c, lse, B * NH * T) && write_f32(dir, "dx", c, dqkv, B * T * R);
-        free(x), free(qkv), free(dout), free(out), free(lse), free(dqkv);
+        if (doc) ok = ok && write_raw(dir, "doc", "i32", c, doc, sizeof(int32_t), B * T);
+        free(x), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(doc), free(pos);
         if (!ok) return 1;
     }
     return fclose(list) == 0 ? 0 : 1;
@@ -628,13 +770,41 @@ int main(int argc, char **argv) {
         /* dropout indices of sample 219130 (4 heads of 70 x 70) straddle 2^32: the counter's
          * high word must carry exactly where loom_rng_keep's does */
         test_vs_reference_at(1, 70, 4, 2, 16, 1, 0.3f, 219130);
+        /* document masks (Megatron-LM's --reset-attention-mask): single-token documents,
+         * documents crossing and meeting the 64-query blocks (key panels skipped), documents
+         * starting inside a 16-key panel; both the tiled path (HS % 16 == 0) and sgemm */
+        {
+            static const int lens_a[3][8] = {{1, 1, 70, 5, 60}, {64, 64, 1}, {150}};
+            static const int lens_b[2][8] = {{3, 40, 2, 17, 50}, {1, 1, 1, 1, 1, 1, 1, 1}};
+            static const int lens_c[1][8] = {{20, 13, 100, 1}};
+            int32_t *da = make_docs(3, 150, lens_a), *db = make_docs(2, 130, lens_b);
+            int32_t *dc = make_docs(1, 200, lens_c);
+            test_vs_reference_doc(3, 150, 4, 2, 16, 1, 0.0f, 0, da);
+            test_vs_reference_doc(3, 150, 2, 1, 64, 1, 0.0f, 0, da);
+            test_vs_reference_doc(2, 130, 3, 3, 12, 1, 0.0f, 0, db);
+            test_vs_reference_doc(2, 130, 4, 2, 32, 1, 0.3f, 5, db);
+            test_vs_reference_doc(1, 200, 2, 2, 80, 1, 0.0f, 0, dc);
+            test_vs_reference_doc(1, 200, 2, 1, 8, 1, 0.2f, 0, dc);
+            free(da), free(db), free(dc);
+            static const int iso_a[8] = {1, 1, 70, 5, 60};
+            static const int iso_b[8] = {17, 64, 3, 40};
+            test_doc_isolation(150, 4, 2, 16, iso_a);
+            test_doc_isolation(150, 4, 4, 12, iso_b);
+        }
         test_finite_differences(1, 0.0f, 2, 1);
         test_finite_differences(0, 0.0f, 2, 2);
         test_finite_differences(1, 0.3f, 4, 2);
+        test_finite_differences_doc(1, 0.0f, 2, 1, 1);
+        test_finite_differences_doc(1, 0.3f, 4, 2, 1);
         test_dropout_layout();
         test_rope(2, 33, 4, 2, 16, 0);
         test_rope(1, 20, 4, 1, 64, 1000);
         test_rope(1, 9, 2, 2, 8, 5);
+        {
+            static const int lens[2][8] = {{1, 5, 12, 1}, {30}};
+            test_rope_docs(2, 33, 4, 2, 16, 0, lens);
+            test_rope_docs(2, 33, 2, 1, 64, 7, lens);
+        }
         rc = expect_finish("test_attention");
     }
     loom_backend_destroy(g_be);

@@ -5,6 +5,10 @@ PyTorch autograd:
     qkv = rope(x)                      (Hugging Face style: cat(cos, cos), rotate_half)
     out = attention(qkv)               (grouped heads through repeat_interleave; causal mask;
                                         dropout mask from a NumPy Philox4x32-10)
+With documents packed into a sample (cases with doc_<i>.i32: the first position of each
+token's document), the attention mask is an explicit boolean [B, 1, T, T] tensor (causal and
+key >= its query's document start, passed to PyTorch's own kernel as attn_mask) and each
+token's rotary position is its place in its document, t - doc_start.
     dx  = d(sum(out * dout)) / dx      (autograd through attention and rope)
 and compares rope(x), out, lse and dx with what loom computed. Exit status 1 on a mismatch.
 """
@@ -59,21 +63,23 @@ def dropout_multiplier(c, b_count, nh, t):
     return torch.from_numpy(keep.astype(np.float64)) / (1.0 - float(np.float32(c["p"])))
 
 
-def rope_ref(x, c):
-    """Rotary embedding of the q and k heads of x[B, T, NKV, Q+2, HS]."""
+def rope_ref(x, c, doc=None):
+    """Rotary embedding of the q and k heads of x[B, T, NKV, Q+2, HS]; with doc [B, T], token t
+    is at position pos0 + t - doc[b, t]."""
     hs, q = c["HS"], c["NH"] // c["NKV"]
     half = hs // 2
     inv_freq = 1.0 / (c["theta"] ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
-    pos = torch.arange(c["T"], dtype=torch.float64) + c["pos0"]
-    ang = torch.outer(pos, inv_freq)                      # [T, half]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[None, :, None, None, :]
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[None, :, None, None, :]
+    t = torch.arange(c["T"], dtype=torch.float64)
+    pos = (t[None, :] - doc.double() if doc is not None else t[None, :]) + c["pos0"]  # [B|1, T]
+    ang = pos[..., None] * inv_freq                       # [B|1, T, half]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, :, None, None, :]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, :, None, None, :]
     qk = x[:, :, :, : q + 1, :]
     rot = torch.cat([-qk[..., half:], qk[..., :half]], -1)
     return torch.cat([qk * cos + rot * sin, x[:, :, :, q + 1:, :]], 3)
 
 
-def attention_ref(qkv, c):
+def attention_ref(qkv, c, doc=None):
     B, T, NH, NKV, HS = c["B"], c["T"], c["NH"], c["NKV"], c["HS"]
     Q = NH // NKV
     q = qkv[:, :, :, :Q, :].reshape(B, T, NH, HS).transpose(1, 2)
@@ -81,19 +87,34 @@ def attention_ref(qkv, c):
     v = qkv[:, :, :, Q + 1, :].transpose(1, 2)
     kr, vr = k.repeat_interleave(Q, 1), v.repeat_interleave(Q, 1)   # head h reads group h // Q
     s = (q @ kr.transpose(-1, -2)) * c["scale"]
+    mask = None                                           # True: the key is seen
     if c["causal"]:
-        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+    if doc is not None:                                   # keys from the query's document on
+        same_doc = torch.arange(T)[None, None, :] >= doc[:, :, None]   # [B, T(query), T(key)]
+        mask = mask & same_doc[:, None]
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
     lse = torch.logsumexp(s, -1)                          # [B, NH, T]
     out = None
     sdpa = getattr(F, "scaled_dot_product_attention", None)
     if sdpa is not None and c["p"] <= 0:                  # PyTorch's own kernel where it has one
         try:
-            out = sdpa(q, kr, vr, is_causal=bool(c["causal"]), scale=c["scale"])
+            if doc is not None:
+                out = sdpa(q, kr, vr, attn_mask=mask, scale=c["scale"])
+            else:
+                out = sdpa(q, kr, vr, is_causal=bool(c["causal"]), scale=c["scale"])
         except TypeError:                                 # no scale argument before 2.1
             out = None
     if out is None:
         out = (torch.softmax(s, -1) * dropout_multiplier(c, B, NH, T)) @ vr
     return out.transpose(1, 2).reshape(B, T, NH * HS), lse
+
+
+def count_docs(doc):
+    """documents per sample: the positions t where doc[b, t] == t"""
+    t = torch.arange(doc.shape[1])
+    return [int((doc[b] == t).sum()) for b in range(doc.shape[0])]
 
 
 def load(d, name, i, shape):
@@ -123,17 +144,22 @@ def main():
         c["seed"], c["key"] = int(w[9]), int(w[10])
         c["sample0"], c["head0"], c["NH_global"], c["pos0"] = map(int, w[11:15])
         c["theta"] = float(w[15])
+        docs = len(w) > 16 and int(w[16]) != 0
         B, T, NH, NKV, HS, i = c["B"], c["T"], c["NH"], c["NKV"], c["HS"], c["i"]
         Q = NH // NKV
         shape = (B, T, NKV, Q + 2, HS)
         x = load(d, "x", i, shape).requires_grad_(True)
         dout = load(d, "dout", i, (B, T, NH * HS))
-        qkv = rope_ref(x, c)
-        out, lse = attention_ref(qkv, c)
+        doc = None
+        if docs:
+            doc = torch.from_numpy(np.fromfile(os.path.join(d, f"doc_{i}.i32"), dtype=np.int32)
+                                   .astype(np.int64)).reshape(B, T)
+        qkv = rope_ref(x, c, doc)
+        out, lse = attention_ref(qkv, c, doc)
         (out * dout).sum().backward()
         print(f"case {i}: B={B} T={T} NH={NH} NKV={NKV} HS={HS} causal={c['causal']} "
               f"p={c['p']:.2f} head0={c['head0']}/{c['NH_global']} sample0={c['sample0']} "
-              f"pos0={c['pos0']}")
+              f"pos0={c['pos0']}" + (f" documents {count_docs(doc)}" if docs else ""))
         ok = compare("rope", load(d, "rope", i, shape), qkv.detach(), 2e-6, 2e-6)
         ok &= compare("out", load(d, "out", i, (B, T, NH * HS)), out.detach(), 5e-6, 2e-5)
         ok &= compare("lse", load(d, "lse", i, (B, NH, T)), lse.detach(), 5e-6, 5e-6)

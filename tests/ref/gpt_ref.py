@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent PyTorch reference for loom's GPT models (GPT-2 and Llama-style), in float64.
 
-  gpt_ref.py make  --arch gpt2|llama --out HF_DIR [--seed S]
+  gpt_ref.py make  --arch gpt2|llama --out HF_DIR [--seed S] [--vocab V]
       writes a small random model in Hugging Face form (config.json + model.safetensors)
   gpt_ref.py check --arch gpt2|llama --init HF_DIR --grads GRADS_HF_DIR --final FINAL_HF_DIR
                    --metrics METRICS_JSONL --iters N --micro-batch B --global-batch G
@@ -9,6 +9,10 @@
       recomputes the losses, the first iteration's gradients and the weights after N AdamW steps
       on loom's --mock-data batches and compares them with loom's outputs (relative L2 error per
       tensor < 1e-4). Exit status 0 only if everything matches.
+      --doc-eod ID --reset-position-ids / --reset-attention-mask: documents packed into a sample, as
+      Megatron-LM's get_ltor_masks_and_position_ids makes them: after each input token ID the
+      position ids drop back to 0, and the attention mask hides every earlier key from the
+      queries after it.
 
 Nothing here is derived from loom's code paths except the documented mock-data recipe and the
 Philox4x32-10 generator, re-implemented from their definitions.
@@ -155,13 +159,34 @@ def make_weights(arch, cfg, gen):
     return w
 
 
-def causal_attention(q, k, v):
-    # q [B,NH,T,HS], k/v [B,NH,T,HS]
+def causal_attention(q, k, v, keep=None):
+    # q [B,NH,T,HS], k/v [B,NH,T,HS]; keep [B,T,T] (True: the query may see the key) or None
     T = q.shape[2]
     s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    if keep is not None:
+        mask = mask[None, None] | ~keep[:, None]
     s = s.masked_fill(mask, float("-inf"))
     return torch.softmax(s, -1) @ v
+
+
+def ltor_masks_and_positions(tokens, eod, reset_position_ids, reset_attention_mask):
+    """Megatron-LM's get_ltor_masks_and_position_ids, per sample of tokens [B, T]: the position
+    ids [B, T] and the attention mask [B, T, T] (True: seen; causal is applied on top). Each
+    end-of-document index i hides keys [0, i] from the queries after i, and the positions after i
+    restart at 0."""
+    B, T = tokens.shape
+    keep = torch.ones(B, T, T, dtype=torch.bool)
+    pos = torch.arange(T).repeat(B, 1)
+    for b in range(B):
+        prev = 0
+        for i in (tokens[b] == eod).nonzero().flatten().tolist():
+            if reset_attention_mask:
+                keep[b, i + 1:, :i + 1] = False
+            if reset_position_ids:
+                pos[b, i + 1:] -= i + 1 - prev
+                prev = i + 1
+    return pos, keep
 
 
 def gelu(cfg, x):
@@ -170,18 +195,24 @@ def gelu(cfg, x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward(arch, cfg, w, tokens, targets):
+def forward(arch, cfg, w, tokens, targets, docs=None):
+    """docs: None, or (eod, reset_position_ids, reset_attention_mask)"""
     B, T = tokens.shape
+    pos, keep = torch.arange(T).repeat(B, 1), None
+    if docs is not None:
+        pos, keep = ltor_masks_and_positions(tokens, *docs)
+        if not docs[2]:
+            keep = None
     if arch == "gpt2":
         C, NH, eps = cfg["n_embd"], cfg["n_head"], cfg["layer_norm_epsilon"]
         HS = C // NH
-        x = w["wte.weight"][tokens] + w["wpe.weight"][:T]
+        x = w["wte.weight"][tokens] + w["wpe.weight"][pos]
         ln = lambda x, p: torch.nn.functional.layer_norm(x, (C,), w[p + ".weight"], w[p + ".bias"], eps)
         for i in range(cfg["n_layer"]):
             p = f"h.{i}."
             qkv = ln(x, p + "ln_1") @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
             q, k, v = [t.view(B, T, NH, HS).transpose(1, 2) for t in qkv.split(C, -1)]
-            a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+            a = causal_attention(q, k, v, keep).transpose(1, 2).reshape(B, T, C)
             x = x + a @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
             h = gelu(cfg, ln(x, p + "ln_2") @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
             x = x + h @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
@@ -191,7 +222,7 @@ def forward(arch, cfg, w, tokens, targets):
         HS, eps, theta = C // NH, cfg["rms_norm_eps"], cfg["rope_theta"]
         rms = lambda x, wt: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * wt
         inv = theta ** (-torch.arange(0, HS, 2) / HS)
-        ang = torch.arange(T)[:, None] * inv[None, :]
+        ang = pos[:, None, :, None] * inv  # [B, 1 (heads), T, HS/2]
         cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
 
         def rope(t):
@@ -207,7 +238,7 @@ def forward(arch, cfg, w, tokens, targets):
             v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, NKV, HS).transpose(1, 2)
             q, k = rope(q), rope(k)
             k, v = k.repeat_interleave(NH // NKV, 1), v.repeat_interleave(NH // NKV, 1)
-            a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+            a = causal_attention(q, k, v, keep).transpose(1, 2).reshape(B, T, C)
             x = x + a @ w[p + "self_attn.o_proj.weight"].T
             h = rms(x, w[p + "post_attention_layernorm.weight"])
             g = torch.nn.functional.silu(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T)
@@ -251,8 +282,21 @@ def main():
                          "learning rate")
     ap.add_argument("--gelu", choices=["tanh", "erf"], default="tanh",
                     help="gpt2: the GELU's form (config activation_function gelu_new or gelu)")
+    ap.add_argument("--vocab", type=int, default=0, help="the vocabulary's size (0: 100)")
+    ap.add_argument("--doc-eod", type=int, default=-1,
+                    help="the end-of-document id of --reset-position-ids / --reset-attention-mask")
+    ap.add_argument("--reset-position-ids", action="store_true",
+                    help="Megatron-LM's: positions restart after each --doc-eod input token")
+    ap.add_argument("--reset-attention-mask", action="store_true",
+                    help="Megatron-LM's: no attention across --doc-eod input tokens")
     a = ap.parse_args()
     cfg = dict(CONFIGS[a.arch])
+    if a.vocab:
+        cfg["vocab_size"] = a.vocab
+    docs = None
+    if a.reset_position_ids or a.reset_attention_mask:
+        assert a.doc_eod >= 0, "--reset-position-ids and --reset-attention-mask need --doc-eod"
+        docs = (a.doc_eod, a.reset_position_ids, a.reset_attention_mask)
     if a.arch == "gpt2" and a.gelu == "erf":
         cfg["activation_function"] = "gelu"
     if a.cmd == "make":
@@ -290,15 +334,18 @@ def main():
         tokens, targets = samples[:, :-1], samples[:, 1:].clone()
         if a.eod >= 0:
             targets[tokens == a.eod] = -100  # cross_entropy's ignore_index: the mean is over the rest
+        if it == 1 and docs is not None:
+            n = [int((tokens[i, :-1] == a.doc_eod).sum()) + 1 for i in range(a.global_batch)]
+            print(f"documents per sample (iteration 1): {n}")
         # the loss logged: the mean over the batch's tokens that carry a loss, either way
         with torch.no_grad():
-            logged = forward(a.arch, cfg, w, tokens, targets).item()
+            logged = forward(a.arch, cfg, w, tokens, targets, docs).item()
         if a.micro_mean:  # Megatron-LM's default with a loss mask: the mean of micro-batch means
-            mb = [forward(a.arch, cfg, w, tokens[i:i + a.micro_batch], targets[i:i + a.micro_batch])
-                  for i in range(0, a.global_batch, a.micro_batch)]
+            mb = [forward(a.arch, cfg, w, tokens[i:i + a.micro_batch], targets[i:i + a.micro_batch],
+                          docs) for i in range(0, a.global_batch, a.micro_batch)]
             loss = sum(mb) / len(mb)
         else:
-            loss = forward(a.arch, cfg, w, tokens, targets)
+            loss = forward(a.arch, cfg, w, tokens, targets, docs)
         loss.backward()
         m = next(x for x in metrics if x["iteration"] == it)
         report(f"iteration {it} loss {logged:.8f} vs loom {m['loss']:.8f}", abs(logged - m["loss"]) / abs(logged), a.tol)

@@ -543,6 +543,25 @@ static void blas_single_end(int n) {
 
 static inline int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
+/* The document mask of a problem (loom_attn.doc_start), NULL without one; causal only. */
+static const int32_t *doc_mask(const struct loom_attn *a) {
+    LOOM_ASSERT(!a->doc_start || a->causal);
+    return a->doc_start;
+}
+
+/* The first key a block of queries [q0, q0 + n) of one sample needs, rounded down to a multiple
+ * of 16 (a key panel): 0 without a document mask, else the earliest document start of its rows
+ * (doc: that sample's row of doc_start). Key blocks before it are masked for every row. */
+static int64_t first_key(const int32_t *doc, int64_t q0, int64_t n) {
+    if (!doc) return 0;
+    int64_t lo = q0;
+    for (int64_t i = 0; i < n; i++) {
+        LOOM_ASSERT(doc[q0 + i] >= 0 && doc[q0 + i] <= q0 + i);
+        if (doc[q0 + i] < lo) lo = doc[q0 + i];
+    }
+    return lo & ~(int64_t)15;
+}
+
 /* End of the part of a score row that products read, given its causal limit lim: up to kmax for
  * sgemm, only MIX_MR - 1 entries past lim on the tiled path. Entries in [lim, end) must be 0. */
 static inline int64_t row_end(int64_t lim, int64_t kmax, int tiled) {
@@ -592,14 +611,18 @@ static void ws_put(struct ws w) {
 /* ------------------------------------------------------------------------------------------ */
 /* rotary embedding                                                                           */
 
-void loom_cpu_rope(struct loom_backend *be, void *qkv_, enum loom_dtype dt, int64_t B, int64_t T,
-                   int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse) {
+void loom_cpu_rope(struct loom_backend *be, void *qkv_, enum loom_dtype dt, const int32_t *pos,
+                   int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                   float theta, int inverse) {
     LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && HS % 2 == 0);
     loom_cpu_need_f32(dt, "rope");
     float *qkv = qkv_;
     if (B <= 0 || T <= 0 || HS == 0) return;
     const int64_t half = HS / 2, Q = NH / NKV, R = (NH + 2 * NKV) * HS;
-    /* cos/sin table [T][2][half], angles in double */
+    if (pos)
+        for (int64_t bt = 0; bt < B * T; bt++)
+            LOOM_ASSERT(pos[bt] >= 0 && pos[bt] < T);
+    /* cos/sin table [T][2][half] of positions pos0 + p, p < T; angles in double */
     float *tab = falloc(2 * T * half);
     double *inv_freq = malloc((size_t)half * sizeof(double));
     LOOM_ASSERT(inv_freq);
@@ -619,7 +642,7 @@ void loom_cpu_rope(struct loom_backend *be, void *qkv_, enum loom_dtype dt, int6
         }
 #pragma omp for schedule(static)
         for (int64_t bt = 0; bt < B * T; bt++) {
-            const int64_t t = bt % T;
+            const int64_t t = pos ? pos[bt] : bt % T;
             const float *cs = tab + (2 * t) * half, *sn = tab + (2 * t + 1) * half;
             float *row = qkv + bt * R;
             for (int64_t g = 0; g < NKV; g++) {
@@ -663,6 +686,7 @@ static void attention_forward_f32(struct loom_backend *be, float *out, float *ls
     const float drop = a->dropout_p > 0.0f ? a->dropout_p : 0.0f;
     const float keep_mult = drop > 0.0f ? 1.0f / (1.0f - drop) : 1.0f;
     const int64_t hi_q0 = a->causal ? 0 : -1; /* hi = q0 under the causal mask, else none */
+    const int32_t *doc = doc_mask(a);
     const int blas_nt = blas_single_begin();
 
 #pragma omp parallel num_threads(nt)
@@ -682,31 +706,38 @@ static void attention_forward_f32(struct loom_backend *be, float *out, float *ls
             const int64_t qb0 = chunk * nqb / nchunk, qb1 = (chunk + 1) * nqb / nchunk;
             for (int64_t qb = qb0; qb < qb1; qb++) {
                 const int64_t q0 = qb * QBLK, n = (T - q0 < QBLK) ? T - q0 : QBLK;
+                /* keys [ks, kmax): columns of S are keys - ks */
+                const int64_t ks = first_key(doc ? doc + b * T : NULL, q0, n);
                 const int64_t kmax = a->causal ? q0 + n : T;
-                const int64_t hi = hi_q0 < 0 ? -1 : q0;
+                const int64_t hi = hi_q0 < 0 ? -1 : q0 - ks;
                 const float *q = qkv + (b * T + q0) * R + q_col(&g, h);
-                const float *k = qkv + b * T * R + k_col(&g, kv);
+                const float *k = qkv + (b * T + ks) * R + k_col(&g, kv);
                 const float *v = k + HS;
-                const struct keys keys = {k, R, panels ? panels + (b * NKV + kv) * pan_sz : NULL};
+                const struct keys keys = {
+                    k, R, panels ? panels + (b * NKV + kv) * pan_sz + ks * HS : NULL};
                 float *o = out + (b * T + q0) * C + h * HS;
 
-                scores(S, ldS, q, R, n, keys, kmax, HS, a->scale, hi);
+                scores(S, ldS, q, R, n, keys, kmax - ks, HS, a->scale, hi);
                 for (int64_t i = 0; i < n; i++) {
                     float *s = S + i * ldS;
-                    const int64_t lim = a->causal ? q0 + i + 1 : T;
-                    const float m = row_max(s, lim);
-                    const float sum = row_exp(s, lim, m);
-                    zero_range(s, lim, row_end(lim, kmax, g.tiled));
+                    /* the row's keys: [d0, lim) of its columns */
+                    const int64_t lim = (a->causal ? q0 + i + 1 : T) - ks;
+                    const int64_t d0 = doc ? doc[b * T + q0 + i] - ks : 0;
+                    const float m = row_max(s + d0, lim - d0);
+                    const float sum = row_exp(s + d0, lim - d0, m);
+                    zero_range(s, 0, d0);
+                    zero_range(s, lim, row_end(lim, kmax - ks, g.tiled));
                     if (drop > 0.0f) {
-                        const uint64_t idx0 = (uint64_t)(
-                            (((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i) * T);
+                        const int64_t row =
+                            ((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i;
+                        const uint64_t idx0 = (uint64_t)(row * T + ks);
                         row_dropout(s, lim, a->seed, a->key, idx0, drop, keep_mult);
                     }
                     inv[i] = 1.0f / sum;
                     lse[(b * NH + h) * T + q0 + i] = m + logf(sum);
                 }
                 /* out = (exp(S - m) * mask) v / sum */
-                mix(o, C, 0, 1.0f, inv, S, ldS, 1, n, kmax, v, R, HS, -1, hi, g.tiled);
+                mix(o, C, 0, 1.0f, inv, S, ldS, 1, n, kmax - ks, v, R, HS, -1, hi, g.tiled);
             }
         }
     }
@@ -728,6 +759,7 @@ static void attention_backward_f32(struct loom_backend *be, float *dqkv, const f
     const int nt = num_threads(be);
     const float drop = a->dropout_p > 0.0f ? a->dropout_p : 0.0f;
     const float keep_mult = drop > 0.0f ? 1.0f / (1.0f - drop) : 1.0f;
+    const int32_t *doc = doc_mask(a);
     /* per thread: P, dP (then dS), Pd (dropout only), and the k and v panels */
     const int64_t ldS = g.ldS, blk = QBLK * ldS, pan_sz = g.tiled ? g.npan * 16 * HS : 0;
     const int64_t per = (drop > 0.0f ? 3 : 2) * blk + 2 * pan_sz; /* blk, pan_sz: multiples of 16 */
@@ -752,15 +784,17 @@ static void attention_backward_f32(struct loom_backend *be, float *dqkv, const f
                 pack_panels(kpan, k, R, T, HS);
                 pack_panels(vpan, v, R, T, HS);
             }
-            const struct keys kk = {k, R, g.tiled ? kpan : NULL};
-            const struct keys vk = {v, R, g.tiled ? vpan : NULL};
 
             for (int64_t h = kv * g.Q; h < (kv + 1) * g.Q; h++) {
                 const float *lse_h = lse + (b * NH + h) * T;
                 for (int64_t qb = 0; qb < nqb; qb++) {
                     const int64_t q0 = qb * QBLK, n = (T - q0 < QBLK) ? T - q0 : QBLK;
+                    /* keys [ks, kmax), as in the forward: columns of P and dP are keys - ks */
+                    const int64_t ks = first_key(doc ? doc + b * T : NULL, q0, n);
                     const int64_t kmax = a->causal ? q0 + n : T;
-                    const int64_t hi = a->causal ? q0 : -1;
+                    const int64_t hi = a->causal ? q0 - ks : -1;
+                    const struct keys kk = {k + ks * R, R, g.tiled ? kpan + ks * HS : NULL};
+                    const struct keys vk = {v + ks * R, R, g.tiled ? vpan + ks * HS : NULL};
                     const float *q = qkv + (b * T + q0) * R + q_col(&g, h);
                     float *dq = dqkv + (b * T + q0) * R + q_col(&g, h);
                     const float *o = out + (b * T + q0) * C + h * HS;
@@ -776,40 +810,51 @@ static void attention_backward_f32(struct loom_backend *be, float *dqkv, const f
                                     __builtin_prefetch(dout + (b * T + nq0 + i) * C + nh * HS + d);
                                 }
                     }
-                    scores(P, ldS, q, R, n, kk, kmax, HS, a->scale, hi); /* scale q k^T */
-                    scores(dP, ldS, dO, C, n, vk, kmax, HS, 1.0f, hi);   /* dPd = dout v^T */
+                    scores(P, ldS, q, R, n, kk, kmax - ks, HS, a->scale, hi); /* scale q k^T */
+                    scores(dP, ldS, dO, C, n, vk, kmax - ks, HS, 1.0f, hi);   /* dPd = dout v^T */
                     for (int64_t i = 0; i < n; i++) {
                         float *p = P + i * ldS, *dp = dP + i * ldS;
-                        const int64_t lim = a->causal ? q0 + i + 1 : T;
-                        const int64_t end = row_end(lim, kmax, g.tiled);
+                        /* the row's keys: [d0, lim) of its columns */
+                        const int64_t lim = (a->causal ? q0 + i + 1 : T) - ks;
+                        const int64_t d0 = doc ? doc[b * T + q0 + i] - ks : 0;
+                        const int64_t end = row_end(lim, kmax - ks, g.tiled);
                         const float Di = dot(dO + i * C, o + i * C, HS);
                         if (drop > 0.0f) {
-                            row_exp(p, lim, lse_h[q0 + i]); /* P = exp(S - lse) */
+                            row_exp(p + d0, lim - d0, lse_h[q0 + i]); /* P = exp(S - lse) */
+                            zero_range(p, 0, d0);
+                            zero_range(dp, 0, d0);
                             zero_range(p, lim, end);
                             zero_range(dp, lim, end);
                             float *pd = Pd + i * ldS;
                             memcpy(pd, p, (size_t)end * sizeof(float));
-                            const uint64_t idx0 = (uint64_t)(
-                                (((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i) * T);
+                            const int64_t row =
+                                ((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i;
+                            const uint64_t idx0 = (uint64_t)(row * T + ks);
                             row_dropout(pd, lim, a->seed, a->key, idx0, drop, keep_mult);
                             /* dS = P (dPd M/(1-p) - D); Pd == 0 marks a dropped entry (or
                              * P == 0, where dS is 0 anyway) */
-                            for (int64_t j = 0; j < lim; j++)
+                            for (int64_t j = d0; j < lim; j++)
                                 dp[j] = p[j] * ((pd[j] != 0.0f ? dp[j] * keep_mult : 0.0f) - Di);
                         } else {
-                            row_softmax_grad(p, dp, lim, lse_h[q0 + i], Di); /* P, dS */
+                            row_softmax_grad(p + d0, dp + d0, lim - d0, lse_h[q0 + i], Di);
+                            zero_range(p, 0, d0);
+                            zero_range(dp, 0, d0);
                             zero_range(p, lim, end);
                             zero_range(dp, lim, end);
                         }
                     }
                     /* dv += Pd^T dout;  dq = scale dS k;  dk += scale dS^T q */
                     /* key rows [0, done) already hold sums from earlier blocks or heads of the
-                     * group; the rest are written here for the first time (no zeroing pass) */
-                    const int64_t done =
-                        h > kv * g.Q ? kmax : a->causal ? q0 : qb > 0 ? T : 0;
-                    mix_keys(dv, R, done, 1.0f, Pd, ldS, kmax, n, dO, C, HS, hi, g.tiled);
-                    mix(dq, R, 0, a->scale, NULL, dP, ldS, 1, n, kmax, k, R, HS, -1, hi, g.tiled);
-                    mix_keys(dk, R, done, a->scale, dP, ldS, kmax, n, q, R, HS, hi, g.tiled);
+                     * group; the rest are written here for the first time (no zeroing pass).
+                     * Rows before ks get nothing from this block: an earlier block wrote them. */
+                    const int64_t written = h > kv * g.Q ? kmax : a->causal ? q0 : qb > 0 ? T : 0;
+                    const int64_t done = written - ks;
+                    mix_keys(dv + ks * R, R, done, 1.0f, Pd, ldS, kmax - ks, n, dO, C, HS, hi,
+                             g.tiled);
+                    mix(dq, R, 0, a->scale, NULL, dP, ldS, 1, n, kmax - ks, k + ks * R, R, HS, -1,
+                        hi, g.tiled);
+                    mix_keys(dk + ks * R, R, done, a->scale, dP, ldS, kmax - ks, n, q, R, HS, hi,
+                             g.tiled);
                 }
             }
         }

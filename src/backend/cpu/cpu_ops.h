@@ -13,11 +13,12 @@ double loom_cpu_sumsq(struct loom_backend *be, const float *x, int64_t n);
 
 /* embed.c */
 void loom_cpu_embedding_forward(struct loom_backend *be, float *out, const int32_t *tokens,
-                                const float *wte, const float *wpe, int64_t B, int64_t T,
-                                int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
+                                const int32_t *pos, const float *wte, const float *wpe, int64_t B,
+                                int64_t T, int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
 void loom_cpu_embedding_backward(struct loom_backend *be, float *dwte, float *dwpe,
-                                 const float *dout, const int32_t *tokens, int64_t B, int64_t T,
-                                 int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
+                                 const float *dout, const int32_t *tokens, const int32_t *pos,
+                                 int64_t B, int64_t T, int64_t C, int64_t v0, int64_t Vl,
+                                 int64_t pos0);
 
 /* norm.c */
 void loom_cpu_layernorm_forward(struct loom_backend *be, void *out, enum loom_dtype out_dt,
@@ -74,8 +75,9 @@ void loom_cpu_linear_backward_typed(struct loom_backend *be, void *dinp, enum lo
                                     int64_t OC);
 
 /* attention.c */
-void loom_cpu_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, int64_t B, int64_t T,
-                   int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
+void loom_cpu_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, const int32_t *pos,
+                   int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                   float theta, int inverse);
 void loom_cpu_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
                                 const struct loom_attn *a);
 void loom_cpu_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,

@@ -8,7 +8,8 @@
  * qkv[B,T,(NH+2*NKV)*HS]: a row holds NKV groups, each [G = NH/NKV query heads | k | v] of HS.
  * out[B,T,NH*HS], lse[B,NH,T]. Query head h reads the k/v head of its group, h / G.
  *
- *   S = scale * q k^T (+ causal mask j <= i),  P = softmax(S) = exp(S - lse),
+ *   S = scale * q k^T (+ causal mask j <= i, and with a document mask j >= doc_start[b,i]),
+ *   P = softmax(S) = exp(S - lse),
  *   Pd = P * keep / (1 - p),  out = Pd v
  * Dropout element (b, h, i, j) is kept when loom_rng_keep(seed, key,
  *   (((sample0 + b) * NH_global + head0 + h) * T + i) * T + j, p); lse is of the undropped S.
@@ -20,6 +21,10 @@
  * softmax and saves lse. Backward recomputes P from lse in two kernels, so no gradient needs
  * atomics: one per (32-key tile, kv head, sample) accumulates dk and dv over the G query heads
  * of its group and all query tiles; one per (32 query rows, head, sample) accumulates dq.
+ * Document mask: document starts do not decrease along a sample, so a query tile's first row
+ * has its earliest: the key loops start at the tile holding it, the query loop of dk/dv stops at
+ * the first query tile whose first row starts after the key tile, and the tiles in between mask
+ * element by element.
  * 128 threads: thread (r = tid/4, s = tid%4) owns row r of the tile and the float4 columns
  * s, s+4, s+8, ... of the head dimension, padded to D (a template constant, 16..256).
  */
@@ -88,6 +93,10 @@ __global__ void __launch_bounds__(AT_THREADS)
     const float *base = qkv + b * T * stride;
     const bool drop = a.dropout_p > 0.0f;
     const float inv_keep = drop ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+    /* document mask: row i sees keys from di on; the block's keys start at its first row's */
+    const int32_t *doc = a.doc_start ? a.doc_start + b * T : NULL;
+    const int64_t di = doc && i < T ? doc[i] : 0;
+    const int64_t kbeg = doc ? doc[i0] / AT_TILE * AT_TILE : 0;
 
     at_load_tile<D>(Qs, base, i0, T, stride, qc, HS);
     float m = -INFINITY, l = 0.0f;
@@ -96,7 +105,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     for (int k = 0; k < NC; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
 
     int64_t kend = a.causal ? (i0 + AT_TILE < T ? i0 + AT_TILE : T) : T;
-    for (int64_t k0 = 0; k0 < kend; k0 += AT_TILE) {
+    for (int64_t k0 = kbeg; k0 < kend; k0 += AT_TILE) {
         __syncthreads();
         at_load_tile<D>(Ks, base, k0, T, stride, kc, HS);
         at_load_tile<D>(Vs, base, k0, T, stride, vc, HS);
@@ -114,7 +123,7 @@ __global__ void __launch_bounds__(AT_THREADS)
 #pragma unroll
         for (int jj = 0; jj < 8; jj++) {
             int64_t j = k0 + s + 4 * jj;
-            bool valid = i < T && j < T && (!a.causal || j <= i);
+            bool valid = i < T && j < T && (!a.causal || j <= i) && j >= di;
             sc[jj] = valid ? sc[jj] * a.scale : -INFINITY;
             mt = fmaxf(mt, sc[jj]);
         }
@@ -185,7 +194,7 @@ __global__ void attention_dot_kernel(float *Dv, const float *dout, const float *
 
 template <int D>
 static size_t at_dkdv_smem() {
-    return (size_t)(4 * AT_TILE * (D + 4) + 2 * AT_TILE * AT_PLD + 2 * AT_TILE) * sizeof(float);
+    return (size_t)(4 * AT_TILE * (D + 4) + 2 * AT_TILE * AT_PLD + 3 * AT_TILE) * sizeof(float);
 }
 
 template <int D>
@@ -197,6 +206,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     float *Ks = (float *)at_smem4, *Vs = Ks + AT_TILE * LD, *Qs = Vs + AT_TILE * LD,
           *dOs = Qs + AT_TILE * LD, *Ps = dOs + AT_TILE * LD, *dSs = Ps + AT_TILE * AT_PLD,
           *ls = dSs + AT_TILE * AT_PLD, *ds = ls + AT_TILE;
+    int *dq0 = (int *)(ds + AT_TILE); /* the query tile's document starts */
     const int64_t T = a.T, HS = a.HS, NH = a.NH, G = a.NH / a.NKV;
     const int64_t stride = (a.NH + 2 * a.NKV) * a.HS, ostride = a.NH * a.HS;
     const int64_t kvh = blockIdx.y, b = blockIdx.z, k0 = (int64_t)blockIdx.x * AT_TILE;
@@ -207,6 +217,8 @@ __global__ void __launch_bounds__(AT_THREADS)
     const float *obase = dout + b * T * ostride;
     const bool drop = a.dropout_p > 0.0f;
     const float inv_keep = drop ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+    const int32_t *doc = a.doc_start ? a.doc_start + b * T : NULL;
+    const int64_t klast = (k0 + AT_TILE < T ? k0 + AT_TILE : T) - 1; /* the tile's last key */
 
     at_load_tile<D>(Ks, base, k0, T, stride, kc, HS);
     at_load_tile<D>(Vs, base, k0, T, stride, vc, HS);
@@ -219,6 +231,8 @@ __global__ void __launch_bounds__(AT_THREADS)
     for (int64_t g = 0; g < G; g++) {
         const int64_t h = kvh * G + g, qc = at_q_col(h, G, HS);
         for (int64_t i0 = a.causal ? k0 : 0; i0 < T; i0 += AT_TILE) {
+            /* every query from here on belongs to a document that starts after this key tile */
+            if (doc && doc[i0] > klast) break;
             __syncthreads();
             at_load_tile<D>(Qs, base, i0, T, stride, qc, HS);
             at_load_tile<D>(dOs, obase, i0, T, ostride, h * HS, HS);
@@ -226,6 +240,7 @@ __global__ void __launch_bounds__(AT_THREADS)
                 int64_t iq = i0 + threadIdx.x;
                 ls[threadIdx.x] = iq < T ? lse[(b * NH + h) * T + iq] : 0.0f;
                 ds[threadIdx.x] = iq < T ? Dv[(b * NH + h) * T + iq] : 0.0f;
+                dq0[threadIdx.x] = doc && iq < T ? doc[iq] : 0;
             }
             __syncthreads();
             float sc[8], dp[8];
@@ -244,7 +259,7 @@ __global__ void __launch_bounds__(AT_THREADS)
             for (int ii = 0; ii < 8; ii++) {
                 int q = s + 4 * ii;
                 int64_t iq = i0 + q;
-                bool valid = iq < T && j < T && (!a.causal || j <= iq);
+                bool valid = iq < T && j < T && (!a.causal || j <= iq) && j >= dq0[q];
                 float p = 0.0f, pd = 0.0f, dS = 0.0f;
                 if (valid) {
                     p = expf(sc[ii] * a.scale - ls[q]);
@@ -318,12 +333,16 @@ __global__ void __launch_bounds__(AT_THREADS)
     at_load_tile<D>(dOs, dout + b * T * ostride, i0, T, ostride, h * HS, HS);
     const float lr = i < T ? lse[(b * NH + h) * T + i] : 0.0f;
     const float dr = i < T ? Dv[(b * NH + h) * T + i] : 0.0f;
+    /* document mask, as in the forward */
+    const int32_t *doc = a.doc_start ? a.doc_start + b * T : NULL;
+    const int64_t di = doc && i < T ? doc[i] : 0;
+    const int64_t kbeg = doc ? doc[i0] / AT_TILE * AT_TILE : 0;
     float4 dq[NC];
 #pragma unroll
     for (int k = 0; k < NC; k++) dq[k] = make_float4(0.f, 0.f, 0.f, 0.f);
 
     int64_t kend = a.causal ? (i0 + AT_TILE < T ? i0 + AT_TILE : T) : T;
-    for (int64_t k0 = 0; k0 < kend; k0 += AT_TILE) {
+    for (int64_t k0 = kbeg; k0 < kend; k0 += AT_TILE) {
         __syncthreads();
         at_load_tile<D>(Ks, base, k0, T, stride, kc, HS);
         at_load_tile<D>(Vs, base, k0, T, stride, vc, HS);
@@ -343,7 +362,7 @@ __global__ void __launch_bounds__(AT_THREADS)
 #pragma unroll
         for (int jj = 0; jj < 8; jj++) {
             int64_t j = k0 + s + 4 * jj;
-            bool valid = i < T && j < T && (!a.causal || j <= i);
+            bool valid = i < T && j < T && (!a.causal || j <= i) && j >= di;
             float dS = 0.0f;
             if (valid) {
                 float p = expf(sc[jj] * a.scale - lr);
@@ -415,6 +434,7 @@ static void at_check(const struct loom_attn *a) {
     LOOM_ASSERT(a->HS > 0 && a->HS <= 256);
     LOOM_ASSERT(a->NH <= 65535 && a->B <= 65535 && a->NKV <= 65535);
     LOOM_ASSERT(a->dropout_p >= 0.0f && a->dropout_p < 1.0f);
+    LOOM_ASSERT(!a->doc_start || a->causal); /* document masks go with the causal one */
 }
 
 static void at_forward_f32(struct loom_backend *be, float *out, float *lse, const float *qkv,
@@ -579,11 +599,13 @@ void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float
 }
 
 /* ---- rotary embeddings ----
- * Pairs (i, i + HS/2) of every q and k head at position pos = pos0 + t rotate by
- * angle = pos * theta^(-2i/HS): (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos); inverse rotates
- * by -angle. The angles and their sines and cosines are computed in double, once a call, into a
- * table of T x HS/2 (cos, sin) pairs rounded to fp32 (rope_table_kernel); the rotation reads it.
- * qkv is fp32 or bf16 (the rotation in fp32, each result rounded once). */
+ * Pairs (i, i + HS/2) of every q and k head of token (b, t) at position pos0 + p, p = pos[b,t]
+ * (per-token positions, 0 <= p < T) or t, rotate by angle = (pos0 + p) theta^(-2i/HS):
+ * (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos); inverse rotates by -angle. The angles and their
+ * sines and cosines are computed in double, once a call, into a table of T x HS/2 (cos, sin)
+ * pairs rounded to fp32 for the positions pos0 .. pos0 + T - 1 (rope_table_kernel); the
+ * rotation reads row p of it. qkv is fp32 or bf16 (the rotation in fp32, each result rounded
+ * once). */
 __global__ void rope_table_kernel(float2 *tab, int64_t T, int64_t HS, int64_t pos0, float theta,
                                   int inverse) {
     const int64_t half = HS / 2;
@@ -602,8 +624,8 @@ __global__ void rope_table_kernel(float2 *tab, int64_t T, int64_t HS, int64_t po
  * V = 1): the (NH + NKV) rotated heads' HS/2 / V chunks of a row over x, rows over y with a stride
  * of gridDim.y. */
 template <typename X, int V>
-__global__ void rope_kernel(X *qkv, const float2 *tab, int64_t BT, int64_t T, int64_t NH,
-                            int64_t NKV, int64_t HS) {
+__global__ void rope_kernel(X *qkv, const float2 *tab, const int32_t *pos, int64_t BT, int64_t T,
+                            int64_t NH, int64_t NKV, int64_t HS) {
     typedef loom_vec<X, V> vec;
     const int64_t half = HS / 2, G = NH / NKV, stride = (NH + 2 * NKV) * HS;
     const int chunks = (int)(half / V), idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -612,7 +634,7 @@ __global__ void rope_kernel(X *qkv, const float2 *tab, int64_t BT, int64_t T, in
     const int64_t col = hh < NH ? at_q_col(hh, G, HS) : at_k_col(hh - NH, G, HS);
     for (int64_t bt = blockIdx.y; bt < BT; bt += gridDim.y) {
         X *x = qkv + bt * stride + col + i0;
-        const float2 *cs = tab + (bt % T) * half + i0;
+        const float2 *cs = tab + (pos ? (int64_t)pos[bt] : bt % T) * half + i0;
         vec a = *reinterpret_cast<const vec *>(x), b = *reinterpret_cast<const vec *>(x + half);
 #pragma unroll
         for (int j = 0; j < V; j++) {
@@ -627,22 +649,23 @@ __global__ void rope_kernel(X *qkv, const float2 *tab, int64_t BT, int64_t T, in
 }
 
 template <typename X>
-static void rope(struct loom_backend *be, X *qkv, const float2 *tab, int64_t B, int64_t T,
-                 int64_t NH, int64_t NKV, int64_t HS) {
+static void rope(struct loom_backend *be, X *qkv, const float2 *tab, const int32_t *pos, int64_t B,
+                 int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
     const int v = 16 / (int)sizeof(X);
     const int wide = (HS / 2) % v == 0 && loom_aligned(16, qkv);
     const int64_t chunks = (NH + NKV) * (HS / 2) / (wide ? v : 1), BT = B * T;
     const dim3 grid((unsigned)((chunks + 255) / 256), (unsigned)(BT < 65535 ? BT : 65535));
     cudaStream_t st = loom_cuda_stream(be);
     if (wide)
-        rope_kernel<X, 16 / sizeof(X)><<<grid, 256, 0, st>>>(qkv, tab, BT, T, NH, NKV, HS);
+        rope_kernel<X, 16 / sizeof(X)><<<grid, 256, 0, st>>>(qkv, tab, pos, BT, T, NH, NKV, HS);
     else
-        rope_kernel<X, 1><<<grid, 256, 0, st>>>(qkv, tab, BT, T, NH, NKV, HS);
+        rope_kernel<X, 1><<<grid, 256, 0, st>>>(qkv, tab, pos, BT, T, NH, NKV, HS);
     LOOM_CUDA_LAUNCHED();
 }
 
-void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, int64_t B, int64_t T,
-                    int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse) {
+void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, const int32_t *pos,
+                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                    float theta, int inverse) {
     if (B <= 0 || T <= 0 || HS < 2) return;
     LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && HS % 2 == 0);
     LOOM_ASSERT((NH + NKV) * (HS / 2) <= INT32_MAX);
@@ -652,7 +675,7 @@ void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, int6
         tab, T, HS, pos0, theta, inverse);
     LOOM_CUDA_LAUNCHED();
     if (typed)
-        rope(be, (__nv_bfloat16 *)qkv, tab, B, T, NH, NKV, HS);
+        rope(be, (__nv_bfloat16 *)qkv, tab, pos, B, T, NH, NKV, HS);
     else
-        rope(be, (float *)qkv, tab, B, T, NH, NKV, HS);
+        rope(be, (float *)qkv, tab, pos, B, T, NH, NKV, HS);
 }

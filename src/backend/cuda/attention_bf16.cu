@@ -27,11 +27,16 @@
  * k and v) stays in registers as A fragments for the whole pass (head size 64; at 128 it is read
  * from shared memory at each use), and score tiles go from accumulators to A fragments in
  * registers. Streamed tiles come in with cp.async into FA_STAGES buffers, FA_STAGES - 1 tiles
- * ahead of the one being multiplied, with one barrier per tile, and are read with ldmatrix (.trans for the operands that the mma
- * wants transposed) from rows padded by 16 bytes, so the 8 rows of an 8x8 matrix hit 8 distinct
- * 16-byte bank groups. Causal: the key loops stop at the diagonal, a warp whose rows see none of
- * a tile skips it, only tiles that cross the diagonal (or T) are masked, and the blocks with the
- * longest loops are launched first.
+ * ahead of the one being multiplied, with one barrier per tile, and are read with ldmatrix (.trans
+ * for the operands that the mma wants transposed) from rows padded by 16 bytes, so the 8 rows of an
+ * 8x8 matrix hit 8 distinct 16-byte bank groups. Causal: the key loops stop at the diagonal, a warp
+ * whose rows see none of a tile skips it, only tiles that cross the diagonal (or T) are masked, and
+ * the blocks with the longest loops are launched first. A document mask (loom_attn.doc_start, with
+ * the causal one: query i sees keys doc_start[i] .. i) works alike from the other end, since
+ * document starts do not decrease along a sample: the key loops start at the tile of the block's
+ * first row's document start, the dk/dv pass stops at the first query tile that starts after the
+ * block's keys, a warp skips the tiles its rows see none of, and the tiles that cross a start are
+ * masked element by element.
  *
  *   forward: block (128 queries, head, sample) over 64-key tiles with an online softmax.
  *   backward (no atomics, so a run repeats bit for bit):
@@ -80,6 +85,7 @@ struct fa_args {
     float *lse_out;          /* forward output */
     X *dqkv;                 /* backward output */
     const E *q, *k, *v, *dout; /* head-major 16-bit copies */
+    const int32_t *doc;        /* document starts [B, T] (loom_attn.doc_start), or NULL */
     int B, T, NH, NKV, causal;
     float sl2;   /* scale * log2(e) */
     float scale;
@@ -372,14 +378,21 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
     const int64_t kvoff = ((int64_t)b * a.NKV + h / G) * T * D;
     const E *kh = a.k + kvoff, *vh = a.v + kvoff;
     const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
-    const int nt = (kend + FA_KT - 1) / FA_KT;
+    /* document mask: the block's keys start at the tile of its first row's document start; the
+     * warp's rows start at dw0 (the earliest) .. dw1, rows g and g + 8 at drow[0], drow[1] */
+    const int32_t *doc = a.doc ? a.doc + (int64_t)b * T : nullptr;
+    const int tb = doc ? doc[i0] / FA_KT : 0;
+    const int dw0 = doc && r0 < T ? doc[r0] : 0, dw1 = doc && r0 < T ? doc[min(r0 + 15, T - 1)] : 0;
+    const int drow[2] = {doc && r0 + g < T ? doc[r0 + g] : 0,
+                         doc && r0 + g + 8 < T ? doc[r0 + g + 8] : 0};
+    const int nt = (kend + FA_KT - 1) / FA_KT - tb; /* key tiles tb .. tb + nt - 1 */
 
-    /* K and V tile t into buffer t % FA_STAGES (nothing past the last tile); one group each */
+    /* K and V tile tb + t into buffer t % FA_STAGES (nothing past the last tile); one group each */
     auto load_kv = [&](int t) {
         if (t < nt) {
             const uint32_t st = sm + (uint32_t)(t % FA_STAGES) * 2 * TILE;
-            fa_load<D, FA_KT>(st, kh, t * FA_KT, T);
-            fa_load<D, FA_KT>(st + TILE, vh, t * FA_KT, T);
+            fa_load<D, FA_KT>(st, kh, (tb + t) * FA_KT, T);
+            fa_load<D, FA_KT>(st + TILE, vh, (tb + t) * FA_KT, T);
         }
         fa_commit();
     };
@@ -426,18 +439,19 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
         __syncthreads();
         load_kv(t + FA_STAGES - 1);
         const uint32_t ks = sm + (uint32_t)(t % FA_STAGES) * 2 * TILE, vs = ks + TILE;
-        const int k0 = t * FA_KT;
-        if (r0 < T && (!a.causal || k0 <= r0 + 15)) {
+        const int k0 = (tb + t) * FA_KT;
+        if (r0 < T && (!a.causal || k0 <= r0 + 15) && k0 + FA_KT > dw0) {
             float s[FA_KT / 8][4];
             fa_zero(s);
             fa_mm_nt<E, KS, FA_KT, LD>(s, qfrag, ks, lane); /* S = Q K^T */
-            if ((a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T) {
+            if ((a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T || k0 < dw1) {
 #pragma unroll
                 for (int j = 0; j < FA_KT / 8; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int key = k0 + 8 * j + 2 * t4 + (e & 1), row = r0 + g + 8 * (e >> 1);
-                        if (key >= T || (a.causal && key > row)) s[j][e] = -INFINITY;
+                        if (key >= T || (a.causal && key > row) || key < drow[e >> 1])
+                            s[j][e] = -INFINITY;
                     }
             }
             float mx[2] = {-INFINITY, -INFINITY}, ref[2];
@@ -497,7 +511,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
     constexpr bool RES = fa_geom<D>::RES;
     constexpr uint32_t BLK = FA_ROWS * LD * 2;            /* bytes of the block's K or V rows */
     constexpr uint32_t QTILE = QT * LD * 2;               /* bytes of a q or dout tile */
-    constexpr uint32_t STAGE = 2 * QTILE + 2 * QT * 4;    /* q, dout, lse, D of one tile */
+    constexpr uint32_t STAGE = 2 * QTILE + 3 * QT * 4;    /* q, dout, lse, D, doc of a tile */
     extern __shared__ uint4 fa_smem[];
     const char *smc = (const char *)fa_smem;
     const uint32_t sm = fa_sptr(fa_smem); /* K rows, V rows, then FA_STAGES stages */
@@ -510,7 +524,18 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
     const int kw = k0 + 16 * w; /* the warp's first key */
     const int64_t kvoff = ((int64_t)b * NKV + kvh) * T * D;
     const int qstart = a.causal ? k0 : 0; /* a multiple of QT */
-    const int nq = (T - qstart + QT - 1) / QT, n = G * nq;
+    /* document mask: the query tiles from the first whose first row's document starts after the
+     * block's last key on see none of its keys (document starts do not decrease) */
+    const int32_t *doc = a.doc ? a.doc + (int64_t)b * T : nullptr;
+    int nq = (T - qstart + QT - 1) / QT;
+    if (doc) {
+        const int klast = min(k0 + FA_ROWS, T) - 1;
+        int q = 0;
+        while (q < nq && doc[qstart + q * QT] <= klast)
+            q++;
+        nq = q;
+    }
+    const int n = G * nq;
 
     /* tile it (query rows qstart + (it % nq) QT .. of query head kvh G + it / nq) into stage
      * it % FA_STAGES (nothing past the last tile); one group each */
@@ -526,6 +551,10 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
                 const bool ok = i0 + c < T;
                 fa_cp4(st + 2 * QTILE + threadIdx.x * 4,
                        (threadIdx.x < QT ? a.lse : a.Dv) + hq * T + (ok ? i0 + c : 0), ok);
+            } else if (doc && threadIdx.x < 3 * QT) { /* the rows' document starts */
+                const int c = threadIdx.x - 2 * QT;
+                const bool ok = i0 + c < T;
+                fa_cp4(st + 2 * QTILE + threadIdx.x * 4, doc + (ok ? i0 + c : 0), ok);
             }
         }
         fa_commit();
@@ -574,7 +603,12 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
         const uint32_t qs = sm + 2 * BLK + (uint32_t)(it % FA_STAGES) * STAGE, dos = qs + QTILE;
         const float *ls = (const float *)(smc + 2 * BLK + (it % FA_STAGES) * STAGE + 2 * QTILE);
         const float *ds = ls + QT;
-        if (kw < T && (!a.causal || kw <= i0 + QT - 1)) {
+        const int *dq0 = (const int *)(ds + QT); /* document starts of the tile's rows (doc) */
+        /* with documents: the warp's keys lie before every row's document (skipped), or some
+         * row's document starts after the warp's first key (masked) */
+        const bool docs_skip = doc && doc[i0] > kw + 15;
+        const bool docs_mask = doc && doc[min(i0 + QT - 1, T - 1)] > kw;
+        if (kw < T && (!a.causal || kw <= i0 + QT - 1) && !docs_skip) {
             float s[QT / 8][4], dp[QT / 8][4];
             fa_zero(s);
             fa_zero(dp);
@@ -585,11 +619,14 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
             for (int j = 0; j < QT / 8; j++) {
                 const float2 lq = *(const float2 *)(ls + 8 * j + 2 * t4);
                 const float2 dq = *(const float2 *)(ds + 8 * j + 2 * t4);
+                const int2 d0 = docs_mask ? *(const int2 *)(dq0 + 8 * j + 2 * t4) : make_int2(0, 0);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const float lv = (e & 1) ? lq.y : lq.x, dd = (e & 1) ? dq.y : dq.x;
                     float p = fa_exp2(fmaf(s[j][e], a.sl2, -lv * FA_LOG2E));
-                    if (mask && kw + g + 8 * (e >> 1) > i0 + 8 * j + 2 * t4 + (e & 1)) p = 0.f;
+                    const int key = kw + g + 8 * (e >> 1);
+                    if (mask && key > i0 + 8 * j + 2 * t4 + (e & 1)) p = 0.f;
+                    if (docs_mask && key < ((e & 1) ? d0.y : d0.x)) p = 0.f;
                     s[j][e] = p;
                     dp[j][e] = p * (dp[j][e] - dd);
                 }
@@ -638,14 +675,20 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X
     const int64_t hq = (int64_t)b * NH + h, kvoff = ((int64_t)b * a.NKV + h / G) * T * D;
     const E *kh = a.k + kvoff, *vh = a.v + kvoff;
     const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
-    const int nt = (kend + FA_KT - 1) / FA_KT;
+    /* document mask, as in the forward */
+    const int32_t *doc = a.doc ? a.doc + (int64_t)b * T : nullptr;
+    const int tb = doc ? doc[i0] / FA_KT : 0;
+    const int dw0 = doc && r0 < T ? doc[r0] : 0, dw1 = doc && r0 < T ? doc[min(r0 + 15, T - 1)] : 0;
+    const int drow[2] = {doc && r0 + g < T ? doc[r0 + g] : 0,
+                         doc && r0 + g + 8 < T ? doc[r0 + g + 8] : 0};
+    const int nt = (kend + FA_KT - 1) / FA_KT - tb;
 
     /* as in the forward, after the q and dout rows */
     auto load_kv = [&](int t) {
         if (t < nt) {
             const uint32_t st = sm + 2 * BLK + (uint32_t)(t % FA_STAGES) * 2 * TILE;
-            fa_load<D, FA_KT>(st, kh, t * FA_KT, T);
-            fa_load<D, FA_KT>(st + TILE, vh, t * FA_KT, T);
+            fa_load<D, FA_KT>(st, kh, (tb + t) * FA_KT, T);
+            fa_load<D, FA_KT>(st + TILE, vh, (tb + t) * FA_KT, T);
         }
         fa_commit();
     };
@@ -695,14 +738,14 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X
         __syncthreads();
         load_kv(t + FA_STAGES - 1);
         const uint32_t ks = sm + 2 * BLK + (uint32_t)(t % FA_STAGES) * 2 * TILE, vs = ks + TILE;
-        const int k0 = t * FA_KT;
-        if (r0 < T && (!a.causal || k0 <= r0 + 15)) {
+        const int k0 = (tb + t) * FA_KT;
+        if (r0 < T && (!a.causal || k0 <= r0 + 15) && k0 + FA_KT > dw0) {
             float s[FA_KT / 8][4], dp[FA_KT / 8][4];
             fa_zero(s);
             fa_zero(dp);
             fa_mm_nt<E, KS, FA_KT, LD>(s, qfrag, ks, lane);  /* S = Q K^T */
             fa_mm_nt<E, KS, FA_KT, LD>(dp, ofrag, vs, lane); /* dP = dO V^T */
-            const bool mask = (a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T;
+            const bool mask = (a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T || k0 < dw1;
 #pragma unroll
             for (int j = 0; j < FA_KT / 8; j++)
 #pragma unroll
@@ -711,7 +754,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X
                     float p = fa_exp2(fmaf(s[j][e], a.sl2, -lr[hi]));
                     if (mask) {
                         const int key = k0 + 8 * j + 2 * t4 + (e & 1), row = r0 + g + 8 * hi;
-                        if (key >= T || (a.causal && key > row)) p = 0.f;
+                        if (key >= T || (a.causal && key > row) || key < drow[hi]) p = 0.f;
                     }
                     dp[j][e] = p * (dp[j][e] - dr[hi]);
                 }
@@ -750,6 +793,7 @@ static fa_args<E, X> fa_make_args(const struct loom_attn *a) {
     p.NH = (int)a->NH;
     p.NKV = (int)a->NKV;
     p.causal = a->causal;
+    p.doc = a->doc_start;
     p.sl2 = a->scale * FA_LOG2E;
     p.scale = a->scale;
     return p;
@@ -808,10 +852,10 @@ static void fa_backward(struct loom_backend *be, void *dqkv, const void *dout, c
     p.dqkv = (X *)dqkv;
     cudaStream_t st = loom_cuda_stream(be);
     unsigned tiles = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS);
-    /* K, V rows; stages of q, dout, lse, D */
-    size_t smem = (size_t)2 * FA_ROWS * geo::LD * sizeof(E) +
-                  FA_STAGES * ((size_t)2 * geo::QT * geo::LD * sizeof(E) +
-                               2 * geo::QT * sizeof(float));
+    /* K, V rows; stages of q, dout, lse, D and the document starts */
+    size_t smem =
+        (size_t)2 * FA_ROWS * geo::LD * sizeof(E) +
+        FA_STAGES * ((size_t)2 * geo::QT * geo::LD * sizeof(E) + 3 * geo::QT * sizeof(float));
     LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dkdv_kernel<E, X, D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     fa_dkdv_kernel<E, X, D><<<(unsigned)(tiles * a->NKV * a->B), FA_THREADS, smem, st>>>(p);

@@ -1,6 +1,7 @@
 /* Attention through cuDNN's fused flash attention (its graph API, backend descriptors), used by
  * the attention ops for bf16 arrays (loom_attn.dt BF16, with bf16 products) when the head size is
- * a multiple of 8 up to 128 and there is no attention dropout, with or without grouped-query
+ * a multiple of 8 up to 128 and there is no attention dropout nor document mask (loom_attn's
+ * doc_start, which this file never gives cuDNN), with or without grouped-query
  * attention (NKV key/value heads, each shared by G = NH / NKV query heads); everything else takes
  * loom's own kernels (attention_bf16.cu, attention.cu). Built where CMake finds cuDNN 9
  * (LOOM_HAVE_CUDNN); without it loom_cuda_attention_cudnn_ok is 0.
@@ -611,7 +612,13 @@ static char *sdpa_workspace(struct loom_backend *be, const struct sdpa_plan *p, 
 
 int loom_cuda_attention_cudnn_ok(struct loom_backend *be, const struct loom_attn *a) {
     struct loom_cuda *c = loom_cuda_impl(be);
-    if (c->attn_backend == LOOM_ATTN_FLASH || c->deterministic || !c->matmul_bf16 ||
+    /* no document mask is given to cuDNN: loom's kernels take masked problems (under fused, the
+     * training CLI refuses --reset-attention-mask before any of this) */
+    if (a->doc_start && c->attn_backend == LOOM_ATTN_FUSED)
+        loom_abort(__FILE__, __LINE__,
+                   "--attention-backend fused: cuDNN's attention is given no "
+                   "document mask (--reset-attention-mask); use flash or auto");
+    if (a->doc_start || c->attn_backend == LOOM_ATTN_FLASH || c->deterministic || !c->matmul_bf16 ||
         c->matmul_f16 || a->dt != LOOM_DTYPE_BF16 || a->NKV < 1 || a->NH % a->NKV != 0 ||
         a->HS % 8 != 0 || a->HS > 128 || a->dropout_p != 0.0f || !(a->scale > 0.0f) || a->B < 1 ||
         a->T < 1 || a->NH < 1)

@@ -164,11 +164,12 @@ double loom_cuda_sumsq(struct loom_backend *be, const float *x, int64_t n);
 
 /* embed.cu */
 void loom_cuda_embedding_forward(struct loom_backend *be, float *out, const int32_t *tokens,
-                                 const float *wte, const float *wpe, int64_t B, int64_t T,
-                                 int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
+                                 const int32_t *pos, const float *wte, const float *wpe, int64_t B,
+                                 int64_t T, int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
 void loom_cuda_embedding_backward(struct loom_backend *be, float *dwte, float *dwpe,
-                                  const float *dout, const int32_t *tokens, int64_t B, int64_t T,
-                                  int64_t C, int64_t v0, int64_t Vl, int64_t pos0);
+                                  const float *dout, const int32_t *tokens, const int32_t *pos,
+                                  int64_t B, int64_t T, int64_t C, int64_t v0, int64_t Vl,
+                                  int64_t pos0);
 
 /* norm.cu */
 /* The norm ops (the vtable's), with the normalised output out[N,C] of type out_dt, or the output
@@ -261,8 +262,9 @@ void loom_cuda_linear_backward_typed(struct loom_backend *be, void *dinp, enum l
                                      int64_t OC);
 
 /* attention.cu */
-void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, int64_t B, int64_t T,
-                    int64_t NH, int64_t NKV, int64_t HS, int64_t pos0, float theta, int inverse);
+void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, const int32_t *pos,
+                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                    float theta, int inverse);
 void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
                                  const struct loom_attn *a);
 void loom_cuda_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,

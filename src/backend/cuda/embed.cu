@@ -1,12 +1,14 @@
 /* Token and position embeddings.
  *
- *   forward:  out[b,t,:] = wte[tok - v0] (if v0 <= tok < v0 + Vl, else 0) + wpe[pos0 + t] (if wpe)
- *   backward: dwte[tok - v0] += dout[b,t,:] (owned tokens only),  dwpe[pos0 + t] += dout[b,t,:]
+ *   forward:  out[b,t,:] = wte[tok - v0] (if v0 <= tok < v0 + Vl, else 0) + wpe[pos0 + p] (if wpe)
+ *   backward: dwte[tok - v0] += dout[b,t,:] (owned tokens only),  dwpe[pos0 + p] += dout[b,t,:]
+ * with p = pos[b,t] (per-token positions, restarting at each document) or t.
  *
  * Backward without atomics: the N = B*T token rows are sorted by (local token id, row) with a
  * stable radix sort, and each run of equal ids is added into its dwte row by one thread per
  * column, in ascending row order (the order a sequential loop over rows would use). dwpe: one
- * thread per (t, c) adds the B samples in order.
+ * thread per (t, c) adds the B samples in order; with per-token positions, where any rows may
+ * share a position, the rows are sorted by position as by token id and added the same way.
  */
 #include <cub/device/device_radix_sort.cuh>
 #include <limits.h>
@@ -22,14 +24,14 @@ template <int VEC> using emb_vec = loom_vec<float, VEC>;
  * multiple of 4, the arrays 16-byte aligned) one access a piece. The same arithmetic per element
  * either way: the token's row (or 0 outside the shard), plus the position's row. */
 template <int VEC>
-__global__ void embedding_forward_kernel(float *out, const int32_t *tokens, const float *wte,
-                                         const float *wpe, int64_t T, int64_t C, int64_t N,
-                                         int64_t v0, int64_t Vl, int64_t pos0) {
+__global__ void embedding_forward_kernel(float *out, const int32_t *tokens, const int32_t *pos,
+                                         const float *wte, const float *wpe, int64_t T, int64_t C,
+                                         int64_t N, int64_t v0, int64_t Vl, int64_t pos0) {
     for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
         const int64_t tok = (int64_t)tokens[n] - v0;
         const int own = tok >= 0 && tok < Vl;
         const float *te = wte + (own ? tok : 0) * C;
-        const float *pe = wpe ? wpe + (pos0 + n % T) * C : NULL;
+        const float *pe = wpe ? wpe + (pos0 + (pos ? (int64_t)pos[n] : n % T)) * C : NULL;
         float *o = out + n * C;
         for (int64_t c = VEC * (int64_t)threadIdx.x; c < C; c += VEC * (int64_t)blockDim.x) {
             emb_vec<VEC> y = {}; /* 0 outside the shard */
@@ -57,8 +59,8 @@ static unsigned emb_threads(int64_t C, int vec) {
 }
 
 void loom_cuda_embedding_forward(struct loom_backend *be, float *out, const int32_t *tokens,
-                                 const float *wte, const float *wpe, int64_t B, int64_t T,
-                                 int64_t C, int64_t v0, int64_t Vl, int64_t pos0) {
+                                 const int32_t *pos, const float *wte, const float *wpe, int64_t B,
+                                 int64_t T, int64_t C, int64_t v0, int64_t Vl, int64_t pos0) {
     int64_t N = B * T;
     if (N <= 0 || C <= 0) return;
     const int vec = emb_vec_width(C, out, wte, wpe);
@@ -66,44 +68,46 @@ void loom_cuda_embedding_forward(struct loom_backend *be, float *out, const int3
     cudaStream_t s = loom_cuda_stream(be);
     if (vec == 4)
         embedding_forward_kernel<4>
-            <<<grid, emb_threads(C, 4), 0, s>>>(out, tokens, wte, wpe, T, C, N, v0, Vl, pos0);
+            <<<grid, emb_threads(C, 4), 0, s>>>(out, tokens, pos, wte, wpe, T, C, N, v0, Vl, pos0);
     else
         embedding_forward_kernel<1>
-            <<<grid, emb_threads(C, 1), 0, s>>>(out, tokens, wte, wpe, T, C, N, v0, Vl, pos0);
+            <<<grid, emb_threads(C, 1), 0, s>>>(out, tokens, pos, wte, wpe, T, C, N, v0, Vl, pos0);
     LOOM_CUDA_LAUNCHED();
 }
 
-/* keys[n] = local id (tokens outside the shard get Vl, sorted last and skipped); vals[n] = n */
+/* keys[n] = local id (tokens outside the shard get Vl, sorted last and skipped); vals[n] = n.
+ * With tokens NULL: keys[n] = pos[n] (the rows of the position table, Vl = T of them). */
 __global__ void embedding_keys_kernel(uint32_t *keys, uint32_t *vals, const int32_t *tokens,
-                                      int64_t N, int64_t v0, int64_t Vl) {
+                                      const int32_t *pos, int64_t N, int64_t v0, int64_t Vl) {
     int64_t n = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (n >= N) return;
-    int64_t tok = (int64_t)tokens[n] - v0;
+    int64_t tok = tokens ? (int64_t)tokens[n] - v0 : (int64_t)pos[n];
     keys[n] = (uint32_t)((tok >= 0 && tok < Vl) ? tok : Vl);
     vals[n] = (uint32_t)n;
 }
 
-/* Block (i, column chunk): if sorted position i starts a run of one id, add that run's rows, VEC
- * columns a thread (one access each with VEC = 4), each column in ascending row order. */
+/* Block (i, column chunk): if sorted position i starts a run of one id (a token's or a
+ * position's), add that run's rows into row id of dst, VEC columns a thread (one access each with
+ * VEC = 4), each column in ascending row order. */
 template <int VEC>
-__global__ void embedding_wte_backward_kernel(float *dwte, const float *dout, const uint32_t *keys,
-                                              const uint32_t *rows, int64_t N, int64_t C,
-                                              int64_t Vl) {
+__global__ void embedding_rows_backward_kernel(float *dst, const float *dout, const uint32_t *keys,
+                                               const uint32_t *rows, int64_t N, int64_t C,
+                                               int64_t Vl) {
     int64_t i = blockIdx.x;
     uint32_t id = keys[i];
     if ((int64_t)id >= Vl) return;
     if (i > 0 && keys[i - 1] == id) return;
     int64_t c = VEC * (blockIdx.y * (int64_t)blockDim.x + threadIdx.x);
     if (c >= C) return;
-    emb_vec<VEC> *dst = reinterpret_cast<emb_vec<VEC> *>(dwte + (int64_t)id * C + c);
-    emb_vec<VEC> acc = *dst;
+    emb_vec<VEC> *row = reinterpret_cast<emb_vec<VEC> *>(dst + (int64_t)id * C + c);
+    emb_vec<VEC> acc = *row;
     for (int64_t j = i; j < N && keys[j] == id; j++) {
         const emb_vec<VEC> d = *reinterpret_cast<const emb_vec<VEC> *>(dout + rows[j] * C + c);
 #pragma unroll
         for (int k = 0; k < VEC; k++)
             acc.v[k] += d.v[k];
     }
-    *dst = acc;
+    *row = acc;
 }
 
 __global__ void embedding_wpe_backward_kernel(float *dwpe, const float *dout, int64_t B,
@@ -124,18 +128,13 @@ static int key_bits(int64_t Vl) {
     return bits;
 }
 
-void loom_cuda_embedding_backward(struct loom_backend *be, float *dwte, float *dwpe,
-                                  const float *dout, const int32_t *tokens, int64_t B, int64_t T,
-                                  int64_t C, int64_t v0, int64_t Vl, int64_t pos0) {
-    int64_t N = B * T;
-    if (N <= 0 || C <= 0) return;
+/* dst[k] += the rows n of dout[N,C] whose key is k < Vl, in ascending n: the keys (local token
+ * ids of tokens, or with tokens NULL the positions pos) sorted with their rows by a stable radix
+ * sort, then one block per run of equal keys (keys Vl and above are skipped). */
+static void add_rows_by_key(struct loom_backend *be, float *dst, const float *dout,
+                            const int32_t *tokens, const int32_t *pos, int64_t N, int64_t C,
+                            int64_t v0, int64_t Vl) {
     cudaStream_t s = loom_cuda_stream(be);
-    if (dwpe) {
-        embedding_wpe_backward_kernel<<<loom_cuda_grid(T * C, LOOM_EMB_THREADS), LOOM_EMB_THREADS,
-                                        0, s>>>(dwpe, dout, B, T, C, pos0);
-        LOOM_CUDA_LAUNCHED();
-    }
-    if (!dwte || Vl <= 0) return;
     LOOM_ASSERT(N <= INT_MAX && Vl < UINT32_MAX);
 
     /* scratch: keys_in, vals_in, keys_out, vals_out (N each), then cub's temporary storage */
@@ -151,18 +150,35 @@ void loom_cuda_embedding_backward(struct loom_backend *be, float *dwte, float *d
     void *temp = base + 4 * arr;
 
     embedding_keys_kernel<<<(unsigned)((N + LOOM_EMB_THREADS - 1) / LOOM_EMB_THREADS),
-                            LOOM_EMB_THREADS, 0, s>>>(keys_in, vals_in, tokens, N, v0, Vl);
+                            LOOM_EMB_THREADS, 0, s>>>(keys_in, vals_in, tokens, pos, N, v0, Vl);
     LOOM_CUDA_LAUNCHED();
     LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in,
                                                     vals_out, (int)N, 0, bits, s));
-    const int vec = emb_vec_width(C, dwte, dout, NULL);
+    const int vec = emb_vec_width(C, dst, dout, NULL);
     const unsigned threads = emb_threads(C, vec);
     const dim3 grid((unsigned)N, (unsigned)((C / vec + threads - 1) / threads));
     if (vec == 4)
-        embedding_wte_backward_kernel<4>
-            <<<grid, threads, 0, s>>>(dwte, dout, keys_out, vals_out, N, C, Vl);
+        embedding_rows_backward_kernel<4>
+            <<<grid, threads, 0, s>>>(dst, dout, keys_out, vals_out, N, C, Vl);
     else
-        embedding_wte_backward_kernel<1>
-            <<<grid, threads, 0, s>>>(dwte, dout, keys_out, vals_out, N, C, Vl);
+        embedding_rows_backward_kernel<1>
+            <<<grid, threads, 0, s>>>(dst, dout, keys_out, vals_out, N, C, Vl);
     LOOM_CUDA_LAUNCHED();
+}
+
+void loom_cuda_embedding_backward(struct loom_backend *be, float *dwte, float *dwpe,
+                                  const float *dout, const int32_t *tokens, const int32_t *pos,
+                                  int64_t B, int64_t T, int64_t C, int64_t v0, int64_t Vl,
+                                  int64_t pos0) {
+    int64_t N = B * T;
+    if (N <= 0 || C <= 0) return;
+    if (dwpe && pos) {
+        add_rows_by_key(be, dwpe + pos0 * C, dout, NULL, pos, N, C, 0, T);
+    } else if (dwpe) {
+        embedding_wpe_backward_kernel<<<loom_cuda_grid(T * C, LOOM_EMB_THREADS), LOOM_EMB_THREADS,
+                                        0, loom_cuda_stream(be)>>>(dwpe, dout, B, T, C, pos0);
+        LOOM_CUDA_LAUNCHED();
+    }
+    if (!dwte || Vl <= 0) return;
+    add_rows_by_key(be, dwte, dout, tokens, NULL, N, C, v0, Vl);
 }
