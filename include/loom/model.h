@@ -29,6 +29,9 @@ struct loom_gpt_config {
     int64_t divisible_by;    /* --make-vocab-size-divisible-by */
     enum loom_norm norm;
     double norm_eps;
+    /* Megatron-LM's --apply-layernorm-1p (zero-centred gamma): each norm's weight parameter w is
+     * initialised to 0 and the norm scales by 1 + w */
+    int layernorm_1p;
     int swiglu;
     enum loom_gelu gelu; /* the GELU MLP's form (not used with swiglu) */
     enum loom_posemb posemb;
@@ -99,6 +102,10 @@ struct loom_gpt {
     float *param_mem;    /* device: this rank's parameters, fp32 master copy */
     float *grad_mem;     /* device: gradients, same layout */
     struct loom_gpt_ptrs w, g;
+    /* the norms' weights as the norms use them: w's, or with layernorm_1p 1 + w's, remade in
+     * norm_eff (device) by loom_gpt_micro_begin; only the ln*_w entries are set */
+    struct loom_gpt_ptrs wn;
+    float *norm_eff;
     int64_t layer_begin, layer_end; /* decoder layers held by this rank */
     int first_stage, last_stage;
     int64_t B;           /* micro-batch size the activations are sized for */
@@ -133,7 +140,7 @@ struct loom_step_ctx {
      * document. reset_position_ids: positions (learned or rotary) restart at 0 there;
      * reset_attention_mask: no query attends to a key of an earlier document. Both 0: a sample
      * is one sequence, as without documents (doc_eod unused). The model reads them in
-     * loom_gpt_set_documents. */
+     * loom_gpt_micro_begin. */
     int32_t doc_eod;
     int reset_position_ids, reset_attention_mask;
 };
@@ -149,14 +156,18 @@ struct loom_step_ctx {
  * d(input of l); embed_backward consumes it. */
 enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int32_t *tokens,
                                         const struct loom_step_ctx *ctx);
-/* The documents of the micro-batch in `slot`, from its input tokens [B*T] (host), for every
+/* What a micro-batch needs before its first forward piece on this rank; every stage calls it.
+ * The documents of the micro-batch in `slot`, from its input tokens [B*T] (host), for every
  * piece that runs on the slot until the next call (embedding, rotary embeddings and attention of
  * every stage, forward and backward): with ctx's reset_position_ids or reset_attention_mask, the
  * start of each token's document, from which its position (t - start) and the attention mask
- * (keys from the start on) follow; without them nothing (positions t, causal attention). Every
- * stage calls it before a micro-batch's first forward piece on the rank. */
-enum loom_status loom_gpt_set_documents(struct loom_gpt *m, int slot, const int32_t *tokens,
-                                        const struct loom_step_ctx *ctx);
+ * (keys from the start on) follow; without them nothing (positions t, causal attention). With
+ * layernorm_1p, the norms' weights 1 + w from the parameters as they are now. */
+enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_t *tokens,
+                                      const struct loom_step_ctx *ctx);
+/* With layernorm_1p, the norms' weights 1 + w (m->wn) from the parameters as they are now (what
+ * loom_gpt_micro_begin does; for a caller that runs the model otherwise, e.g. decoding). */
+void loom_gpt_norm_weights(struct loom_gpt *m);
 enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                         const struct loom_step_ctx *ctx);
 enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32_t *targets,

@@ -523,6 +523,12 @@ static enum loom_status load_loom(struct conversion *cv, const char *loom_dir) {
         const struct loom_param *p = &cv->m.params[i];
         s = loom_safetensors_expect_shape(st, p->name, p->ndim, p->shape);
         if (s == LOOM_OK) s = loom_safetensors_read_f32(st, p->name, cv->ld[i], p->shape[0] * p->shape[1]);
+        /* zero-centred norm weights (--apply-layernorm-1p): Hugging Face's are the scale, 1 + w */
+        const size_t nl = strlen(p->name), sl = strlen("layernorm.weight");
+        if (s == LOOM_OK && cv->cfg.layernorm_1p && nl >= sl &&
+            !strcmp(p->name + nl - sl, "layernorm.weight"))
+            for (int64_t k = 0; k < p->shape[0]; k++)
+                cv->ld[i][k] += 1.0f;
     }
     loom_safetensors_close(st);
     if (s == LOOM_OK) s = map_tensors(&cv->h, &cv->m, cv->ld, cv->hd, cv->maps, 0);

@@ -92,6 +92,8 @@ static enum loom_status region_leave_backward(struct loom_gpt *m, float *dfull, 
     return loom_sp_allgather(m->par, dfull, dshard, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 
+static enum loom_status norm_weights_create(struct loom_gpt *m);
+
 /* ---- pointers into the flat buffers ---- */
 static float *ptr_of(struct loom_gpt *m, float *base, const char *name) {
     const struct loom_param *p = loom_gpt_find_param(m, name);
@@ -332,6 +334,7 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
     be->ops->zero(be, m->grad_mem, pbytes);
     set_ptrs(m, m->param_mem, &m->w);
     set_ptrs(m, m->grad_mem, &m->g);
+    LOOM_CHECK(norm_weights_create(m));
 
     m->acts = calloc((size_t)nslots, sizeof *m->acts);
     LOOM_ASSERT(m->acts);
@@ -405,10 +408,59 @@ void loom_gpt_free(struct loom_gpt *m) {
     }
     if (m->param_mem) be->ops->free(be, m->param_mem);
     if (m->grad_mem) be->ops->free(be, m->grad_mem);
+    if (m->norm_eff) be->ops->free(be, m->norm_eff);
     free(m->w.layers);
     free(m->g.layers);
+    free(m->wn.layers);
     free(m->params);
     free(m);
+}
+
+/* ---- the norms' weights (loom_gpt.wn) ---- */
+
+/* wn: the parameters' norm weights, or with layernorm_1p places in norm_eff for 1 + w (followed by
+ * C ones, the addend) */
+static enum loom_status norm_weights_create(struct loom_gpt *m) {
+    const int64_t L = m->cfg.num_layers, C = m->cfg.hidden;
+    m->wn.layers = calloc((size_t)L, sizeof *m->wn.layers);
+    LOOM_ASSERT(m->wn.layers);
+    m->wn.lnf_w = m->w.lnf_w;
+    for (int64_t l = 0; l < L; l++) {
+        m->wn.layers[l].ln1_w = m->w.layers[l].ln1_w;
+        m->wn.layers[l].ln2_w = m->w.layers[l].ln2_w;
+    }
+    if (!m->cfg.layernorm_1p) return LOOM_OK;
+    struct loom_backend *be = m->be;
+    const size_t n = (size_t)(2 * L + 2) * (size_t)C;
+    m->norm_eff = be->ops->malloc(be, n * sizeof(float));
+    float *ones = malloc((size_t)C * sizeof(float));
+    if (!m->norm_eff || !ones) {
+        free(ones);
+        return loom_fail(LOOM_ERR_OOM,
+                         "out of memory for the norms' weights (--apply-layernorm-1p)");
+    }
+    for (int64_t i = 0; i < C; i++)
+        ones[i] = 1.0f;
+    be->ops->to_device(be, m->norm_eff + (2 * L + 1) * C, ones, (size_t)C * sizeof(float));
+    free(ones);
+    for (int64_t l = 0; l < L; l++) {
+        if (m->w.layers[l].ln1_w) m->wn.layers[l].ln1_w = m->norm_eff + 2 * l * C;
+        if (m->w.layers[l].ln2_w) m->wn.layers[l].ln2_w = m->norm_eff + (2 * l + 1) * C;
+    }
+    if (m->w.lnf_w) m->wn.lnf_w = m->norm_eff + 2 * L * C;
+    return LOOM_OK;
+}
+
+void loom_gpt_norm_weights(struct loom_gpt *m) {
+    if (!m->cfg.layernorm_1p) return;
+    const int64_t L = m->cfg.num_layers, C = m->cfg.hidden;
+    const float *ones = m->norm_eff + (2 * L + 1) * C;
+    for (int64_t l = 0; l < L; l++) {
+        const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];
+        if (w->ln1_w) loom_op(m->be, add, wn->ln1_w, w->ln1_w, ones, C);
+        if (w->ln2_w) loom_op(m->be, add, wn->ln2_w, w->ln2_w, ones, C);
+    }
+    if (m->w.lnf_w) loom_op(m->be, add, m->wn.lnf_w, m->w.lnf_w, ones, C);
 }
 
 /* ---- pieces ---- */
@@ -576,13 +628,13 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     const struct loom_gpt_config *c = &m->cfg;
     struct loom_gpt_acts *a = &m->acts[slot];
     struct loom_gpt_layer_acts *la = &a->layers[l];
-    const struct loom_gpt_layer_ptrs *w = &m->w.layers[l];
+    const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];
     float *y = loom_gpt_layer_output(m, slot, l);
 
     /* attention branch */
     const enum loom_dtype act = act_dtype(m), ln_dt = ln_dtype(m, act);
     if (!feeds_local_layer(m, l - 1))
-        norm_forward(m, la->ln1, ln_dt, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b,
+        norm_forward(m, la->ln1, ln_dt, la->ln1_mean, la->ln1_rstd, la->x, wn->ln1_w, w->ln1_b,
                      d.Nr);
     LOOM_CHECK(region_enter(m, la->ln1_full, la->ln1));
     struct loom_attn ap = attn_problem(m, a, ctx, l);
@@ -598,7 +650,7 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     LOOM_CHECK(branch_forward(m, la->xmid, &r, &r_dt, act, &dr, la->att, ap.dt, w->proj_w,
                               w->proj_b, d.NHl * d.HS));
     residual_norm_forward(m, la->xmid, la->ln2, ln_dt, la->ln2_mean, la->ln2_rstd, la->x, r, r_dt,
-                          w->ln2_w, w->ln2_b, d.Nr);
+                          wn->ln2_w, w->ln2_b, d.Nr);
 
     /* MLP branch: the activation goes to the layer's own buffer where it keeps it
      * (kept_act_layers), else to the shared one, which the backward remakes */
@@ -614,11 +666,11 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
     if (feeds_local_layer(m, l)) {
         struct loom_gpt_layer_acts *nx = &m->acts[slot].layers[l + 1];
-        const struct loom_gpt_layer_ptrs *nw = &m->w.layers[l + 1];
+        const struct loom_gpt_layer_ptrs *nw = &m->w.layers[l + 1], *nwn = &m->wn.layers[l + 1];
         LOOM_CHECK(
             branch_forward(m, y, &r, &r_dt, act, &dr, la->act, act, w->fc2_w, w->fc2_b, d.Fl));
         residual_norm_forward(m, y, nx->ln1, ln_dt, nx->ln1_mean, nx->ln1_rstd, la->xmid, r, r_dt,
-                              nw->ln1_w, nw->ln1_b, d.Nr);
+                              nwn->ln1_w, nw->ln1_b, d.Nr);
     } else { /* the stage's last layer: its output stays fp32 (the final norm, a send) */
         LOOM_CHECK(branch_forward(m, y, &r, &r_dt, LOOM_DTYPE_F32, &dr, la->act, act, w->fc2_w,
                                   w->fc2_b, d.Fl));
@@ -679,7 +731,7 @@ enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32
     struct loom_backend *be = m->be;
     struct loom_gpt_acts *a = &m->acts[slot];
     float *x = a->x_out;
-    norm_forward(m, a->lnf, LOOM_DTYPE_F32, a->lnf_mean, a->lnf_rstd, x, m->w.lnf_w, m->w.lnf_b,
+    norm_forward(m, a->lnf, LOOM_DTYPE_F32, a->lnf_mean, a->lnf_rstd, x, m->wn.lnf_w, m->w.lnf_b,
                  d.Nr);
     be->ops->to_device(be, a->targets, targets, (size_t)d.N * sizeof(int32_t));
     memcpy(a->host_targets, targets, (size_t)d.N * sizeof(int32_t));
@@ -754,7 +806,7 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
         const int64_t last = m->cfg.num_layers - 1; /* its fc2 reads dres next, when local */
         const int next_ok = loom_gpt_layer_is_local(&m->cfg, m->par, last) &&
                             dres16_for(m, ctx, last, LOOM_DROP_MLP_OUT);
-        norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, a->dlnf, LOOM_DTYPE_F32, a->x_out, m->w.lnf_w,
+        norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, a->dlnf, LOOM_DTYPE_F32, a->x_out, m->wn.lnf_w,
                       a->lnf_mean, a->lnf_rstd, d.Nr, next_ok,
                       next_ok ? m->g.layers[last].fc2_b : NULL);
         return LOOM_OK;
@@ -766,7 +818,7 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
             d.C, d.Vl);
     LOOM_CHECK(region_enter_backward(m, a->dc, a->dc));
     be->ops->zero(be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
-    norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, a->dc, LOOM_DTYPE_F32, a->x_out, m->w.lnf_w,
+    norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, a->dc, LOOM_DTYPE_F32, a->x_out, m->wn.lnf_w,
                   a->lnf_mean, a->lnf_rstd, d.Nr, 0, NULL);
     return LOOM_OK;
 }
@@ -817,7 +869,7 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     const struct loom_gpt_config *c = &m->cfg;
     struct loom_gpt_acts *a = &m->acts[slot];
     struct loom_gpt_layer_acts *la = &a->layers[l];
-    const struct loom_gpt_layer_ptrs *w = &m->w.layers[l];
+    const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];
     const struct loom_gpt_layer_ptrs *g = &m->g.layers[l];
 
     /* MLP branch: dres is d(y). GELU: fc2's input gradient comes through the GELU already, with
@@ -848,7 +900,7 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
                 la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.Fl);
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
-    norm_backward(m, a, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, dln_dt, la->xmid, w->ln2_w,
+    norm_backward(m, a, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, dln_dt, la->xmid, wn->ln2_w,
                   la->ln2_mean, la->ln2_rstd, d.Nr, dres16_for(m, ctx, l, LOOM_DROP_ATTN_OUT),
                   g->proj_b);
 
@@ -871,7 +923,7 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
     /* the previous layer's fc2 reads dres next, when it is on this rank */
     const int next_ok = feeds_local_layer(m, l - 1) && dres16_for(m, ctx, l - 1, LOOM_DROP_MLP_OUT);
-    norm_backward(m, a, g->ln1_w, g->ln1_b, d.sp ? a->dc : a->full, dln_dt, la->x, w->ln1_w,
+    norm_backward(m, a, g->ln1_w, g->ln1_b, d.sp ? a->dc : a->full, dln_dt, la->x, wn->ln1_w,
                   la->ln1_mean, la->ln1_rstd, d.Nr, next_ok,
                   next_ok ? m->g.layers[l - 1].fc2_b : NULL);
     return LOOM_OK;
@@ -892,8 +944,9 @@ enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot,
 /* Megatron-LM's get_ltor_masks_and_position_ids: in each sample, the tokens after an input token
  * equal to the end-of-document id start a new document (the end-of-document token belongs to the
  * document it ends). doc_start[t] = the first position of t's document, position = t - that. */
-enum loom_status loom_gpt_set_documents(struct loom_gpt *m, int slot, const int32_t *tokens,
-                                        const struct loom_step_ctx *ctx) {
+enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_t *tokens,
+                                      const struct loom_step_ctx *ctx) {
+    loom_gpt_norm_weights(m);
     struct loom_gpt_acts *a = &m->acts[slot];
     a->doc_mask = a->doc_pos = NULL;
     if (!ctx->reset_position_ids && !ctx->reset_attention_mask) return LOOM_OK;
@@ -923,7 +976,7 @@ enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
                                   const int32_t *targets, const struct loom_step_ctx *ctx,
                                   double *loss_sum, int64_t *count) {
     LOOM_ASSERT(loom_pp_size(m->par) == 1);
-    LOOM_CHECK(loom_gpt_set_documents(m, 0, tokens, ctx));
+    LOOM_CHECK(loom_gpt_micro_begin(m, 0, tokens, ctx));
     LOOM_CHECK(loom_gpt_embed_forward(m, 0, tokens, ctx));
     for (int64_t l = 0; l < m->cfg.num_layers; l++) LOOM_CHECK(loom_gpt_layer_forward(m, 0, l, ctx));
     return loom_gpt_head_forward(m, 0, targets, ctx, loss_sum, count);

@@ -27,6 +27,7 @@ enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct l
     struct loom_gpt_decoder *d = calloc(1, sizeof *d);
     if (!d) return loom_fail(LOOM_ERR_OOM, "out of memory");
     d->m = m;
+    loom_gpt_norm_weights(m); /* the weights are fixed while it decodes */
     d->max_len = max_len;
     int64_t C = c->hidden, HS = loom_gpt_head_size(c), NH = c->heads, NKV = c->query_groups;
     int64_t QKV = (NH + 2 * NKV) * HS, F = c->ffn_hidden, F1 = c->swiglu ? 2 * F : F;
@@ -100,7 +101,7 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
             c->padded_vocab, pos);
     for (int64_t l = 0; l < c->num_layers; l++) {
         const struct loom_gpt_layer_ptrs *w = &m->w.layers[l];
-        norm(m, d->h, d->x, w->ln1_w, w->ln1_b, scratch);
+        norm(m, d->h, d->x, m->wn.layers[l].ln1_w, w->ln1_b, scratch);
         loom_op(be, linear_forward, d->qkv, d->h, w->qkv_w, w->qkv_b, 1, C, QKV);
         if (c->posemb == LOOM_POSEMB_ROPE)
             loom_op(be, rope, d->qkv, LOOM_DTYPE_F32, NULL, 1, 1, NH, NKV, HS, pos,
@@ -115,7 +116,7 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
                 (float)(1.0 / sqrt((double)HS)));
         loom_op(be, linear_forward, d->tmp, d->att, w->proj_w, w->proj_b, 1, NH * HS, C);
         loom_op(be, add, d->x, d->x, d->tmp, C);
-        norm(m, d->h, d->x, w->ln2_w, w->ln2_b, scratch);
+        norm(m, d->h, d->x, m->wn.layers[l].ln2_w, w->ln2_b, scratch);
         loom_op(be, linear_forward, d->fc1, d->h, w->fc1_w, w->fc1_b, 1, C, F1);
         if (c->swiglu)
             loom_op(be, swiglu_forward, d->act, d->fc1, LOOM_DTYPE_F32, 1, F);
@@ -124,7 +125,7 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
         loom_op(be, linear_forward, d->tmp, d->act, w->fc2_w, w->fc2_b, 1, F, C);
         loom_op(be, add, d->x, d->x, d->tmp, C);
     }
-    norm(m, d->h, d->x, m->w.lnf_w, m->w.lnf_b, scratch);
+    norm(m, d->h, d->x, m->wn.lnf_w, m->w.lnf_b, scratch);
     loom_op(be, linear_forward, d->logits, d->h, m->w.out_w, NULL, 1, C, c->padded_vocab);
     be->ops->to_host(be, logits, d->logits, (size_t)c->vocab_size * sizeof(float));
     d->pos++;

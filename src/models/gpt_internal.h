@@ -43,7 +43,7 @@ struct loom_gpt_acts {
     int64_t xent_bytes;       /* acts[0] only: room for [xent_chunk_rows, Vl] of the logits'
                                  type when the model was made (linear_xent_dtype) */
     int32_t *tokens, *targets; /* [N] device */
-    /* documents (loom_gpt_set_documents): the start of each token's document and its position
+    /* documents (loom_gpt_micro_begin): the start of each token's document and its position
      * in it, [N] device each; the pieces read them through doc_mask and doc_pos, which are NULL
      * when attention is not masked or positions do not restart (then they are unused) */
     int32_t *doc_start, *doc_positions;

@@ -87,9 +87,11 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
     if (c->posemb == LOOM_POSEMB_LEARNED)
         add(&tb, "embedding.position_embeddings.weight", 2, c->max_positions, C, -1, -1,
             LOOM_INIT_NORMAL);
+    /* the norms' weights: 1, or with zero-centred weights (--apply-layernorm-1p) 0 */
+    const enum loom_init gamma = c->layernorm_1p ? LOOM_INIT_ZEROS : LOOM_INIT_ONES;
     for (int64_t l = 0; l < c->num_layers; l++) {
 #define LNAME(suffix) (snprintf(name, sizeof name, "decoder.layers.%lld.%s", (long long)l, suffix), name)
-        add(&tb, LNAME("input_layernorm.weight"), 1, C, 0, -1, (int)l, LOOM_INIT_ONES);
+        add(&tb, LNAME("input_layernorm.weight"), 1, C, 0, -1, (int)l, gamma);
         if (ln) add(&tb, LNAME("input_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
         add(&tb, LNAME("self_attention.linear_qkv.weight"), 2, QKV, C, 0, (int)l, LOOM_INIT_NORMAL);
         if (c->bias)
@@ -98,7 +100,7 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
             LOOM_INIT_NORMAL_SCALED);
         if (c->bias)
             add(&tb, LNAME("self_attention.linear_proj.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
-        add(&tb, LNAME("pre_mlp_layernorm.weight"), 1, C, 0, -1, (int)l, LOOM_INIT_ONES);
+        add(&tb, LNAME("pre_mlp_layernorm.weight"), 1, C, 0, -1, (int)l, gamma);
         if (ln) add(&tb, LNAME("pre_mlp_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
         int64_t F1 = c->swiglu ? 2 * F : F;
         struct loom_param *fc1 =
@@ -113,7 +115,7 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
         if (c->bias) add(&tb, LNAME("mlp.linear_fc2.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
 #undef LNAME
     }
-    add(&tb, "decoder.final_layernorm.weight", 1, C, 0, -1, -1, LOOM_INIT_ONES);
+    add(&tb, "decoder.final_layernorm.weight", 1, C, 0, -1, -1, gamma);
     if (ln) add(&tb, "decoder.final_layernorm.bias", 1, C, 0, -1, -1, LOOM_INIT_ZEROS);
     if (c->untie)
         add(&tb, "output_layer.weight", 2, c->padded_vocab, C, 0, -1, LOOM_INIT_NORMAL);

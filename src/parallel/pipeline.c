@@ -227,8 +227,8 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             int64_t sample0 = 0;
             if ((st = fetch(fetch_ctx, k, tokens, targets, &sample0)) != LOOM_OK) break;
             mc.sample0 = sample0;
-            /* the micro-batch's first piece on this rank: its documents, for every stage */
-            if (c == 0 && (st = loom_gpt_set_documents(m, slot, tokens, &mc)) != LOOM_OK) break;
+            /* the micro-batch's first piece on this rank: its documents and norm weights */
+            if (c == 0 && (st = loom_gpt_micro_begin(m, slot, tokens, &mc)) != LOOM_OK) break;
             if (is_first(&e, c)) {
                 st = loom_gpt_embed_forward(m, slot, tokens, &mc);
             } else {

@@ -871,12 +871,14 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                       (long long)t->ramp.increment, (long long)t->ramp.samples,
                       (long long)c->train_iters);
     /* documents packed into samples, kept apart (--reset-position-ids, --reset-attention-mask) */
-    char docs[128] = "";
+    char docs[160] = "";
     if (c->reset_position_ids || c->reset_attention_mask)
         snprintf(docs, sizeof docs, ", documents isolated at end-of-document id %lld (%s%s%s)",
                  (long long)c->doc_eod, c->reset_position_ids ? "positions reset" : "",
                  c->reset_position_ids && c->reset_attention_mask ? ", " : "",
                  c->reset_attention_mask ? "attention masked" : "");
+    if (c->model.layernorm_1p) /* --apply-layernorm-1p */
+        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", norms zero-centred (1 + w)");
     loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
                   "MLP %s, vocab %lld (padded %lld), seq %lld%s | world %d = TP %lld x PP %lld x "
                   "DP %lld | %s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",

@@ -8,7 +8,8 @@
 # again with head size 64 and documents packed into samples (--reset-position-ids and
 # --reset-attention-mask; NullTokenizer's end-of-document id 6 of 7, samples of 256: documents
 # of 1 to 7 tokens, or one of 256), the same checks, and in --bf16 (loom's tensor-core kernel
-# with the document mask) within 2e-2 of the fp32 CPU run.
+# with the document mask) within 2e-2 of the fp32 CPU run; the Llama-style one of these with
+# zero-centred norm weights (--apply-layernorm-1p).
 #
 # Exit 77 (skipped) when loom has no CUDA or no device is visible, unless LOOM_REQUIRE_CUDA=1.
 set -uo pipefail
@@ -39,7 +40,8 @@ docs=(--seq-length 256 --tokenizer-type NullTokenizer --vocab-size 6 --reset-pos
 gptdocs=(--hidden-size 128 --num-attention-heads 2 "${docs[@]}")
 llamadocs=(--hidden-size 256 --num-attention-heads 4 --group-query-attention --num-query-groups 2
            --ffn-hidden-size 320 --normalization RMSNorm --swiglu --position-embedding-type rope
-           --disable-bias-linear --untie-embeddings-and-output-weights "${docs[@]}")
+           --disable-bias-linear --untie-embeddings-and-output-weights --apply-layernorm-1p
+           "${docs[@]}")
 
 probe="$tmp/probe.log"
 if ! "$LOOM" train "${common[@]}" "${gpt[@]}" --train-iters 1 --device cuda > "$probe" 2>&1; then

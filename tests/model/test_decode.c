@@ -1,15 +1,17 @@
 /* Incremental decoding with the key/value cache gives the same next-token logits, position by
  * position, as the full causal forward pass over the whole sequence (GPT-2-style and
- * Llama-style configurations). */
+ * Llama-style configurations, and a GPT-2-style one with zero-centred norm weights w set away
+ * from 0, whose norms both passes must scale by 1 + w). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "loom/backend.h"
 #include "loom/model.h"
 #include "models/gpt_internal.h"
 
-static int check(const char *what, int llama) {
+static int check(const char *what, int llama, int ln1p) {
     struct loom_gpt_config c;
     loom_gpt_config_default(&c);
     c.num_layers = 2;
@@ -18,6 +20,7 @@ static int check(const char *what, int llama) {
     c.seq_length = 12;
     c.vocab_size = 77;
     c.hidden_dropout = c.attention_dropout = 0;
+    c.layernorm_1p = ln1p;
     if (llama) {
         c.query_groups = 2;
         c.norm = LOOM_NORM_RMSNORM;
@@ -33,7 +36,19 @@ static int check(const char *what, int llama) {
     struct loom_gpt_decoder *d;
     if (loom_gpt_config_finalize(&c, 1, 1) || loom_parallel_init_single(&par) ||
         loom_backend_cpu_create(&be) || loom_gpt_create(&m, &c, &par, be, 1, 1) ||
-        loom_gpt_init_weights(m, 5) || loom_gpt_decoder_create(&d, m, c.seq_length)) {
+        loom_gpt_init_weights(m, 5)) {
+        loom_print_error();
+        return 1;
+    }
+    for (int i = 0; ln1p && i < m->nparams; i++) { /* w away from 0: 1 + w is not w, nor 1 */
+        const struct loom_param *p = &m->params[i];
+        const size_t nl = strlen(p->name);
+        if (nl < 16 || strcmp(p->name + nl - 16, "layernorm.weight")) continue;
+        float *w = m->param_mem + p->offset;
+        for (int64_t k = 0; k < p->shape[0]; k++)
+            w[k] = 0.3f * sinf((float)(k + 3 * i));
+    }
+    if (loom_gpt_decoder_create(&d, m, c.seq_length)) {
         loom_print_error();
         return 1;
     }
@@ -79,7 +94,9 @@ static int check(const char *what, int llama) {
 }
 
 int main(void) {
-    int fails = check("gpt2-style", 0) + check("llama-style (rope, GQA, SwiGLU, RMSNorm)", 1);
-    printf("%d passed, %d failed\n", 2 - fails, fails);
+    int fails = check("gpt2-style", 0, 0) +
+                check("llama-style (rope, GQA, SwiGLU, RMSNorm)", 1, 0) +
+                check("gpt2-style, zero-centred norm weights (--apply-layernorm-1p)", 0, 1);
+    printf("%d passed, %d failed\n", 3 - fails, fails);
     return fails != 0;
 }

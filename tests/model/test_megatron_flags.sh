@@ -83,6 +83,59 @@ then
 else
   echo "FAIL --log-params-norm"; fail=1
 fi
+# --apply-layernorm-1p (zero-centred norm weights w, the norms scaling by 1 + w): the same model
+# as plain. Its first two iterations are plain's bit for bit (1 + 0 is 1; after one step
+# 1 + (-u) rounds as 1 - u), the others within 1e-6 (later steps round differently); the
+# checkpoint holds w = gamma - 1 (within 1e-6 of plain's gamma - 1); Hugging Face's export holds
+# 1 + w; a resume keeps the checkpoint's choice, and the flag against a plain checkpoint is refused
+run ln1p --apply-layernorm-1p --save "$tmp/ln1p-ckpt"
+for c in pnorm ln1p; do
+  "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/$c-ckpt" --save-dir "$tmp/$c-hf" > /dev/null 2>&1
+done
+if "$PY" - "$tmp" <<'PYEOF'
+import array, json, struct, sys
+t = sys.argv[1]
+def tensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    out = {}
+    for name, e in json.loads(data[8:8 + n]).items():
+        if name != "__metadata__":
+            b, en = e["data_offsets"]
+            out[name] = array.array("f", data[8 + n + b:8 + n + en])
+    return out
+la = [float(l.split()[0]) for l in open(f"{t}/pnorm.txt")]
+lb = [float(l.split()[0]) for l in open(f"{t}/ln1p.txt")]
+assert len(la) == len(lb) == 4 and la[:2] == lb[:2], (la, lb)
+assert all(abs(a - b) <= 1e-6 * abs(a) for a, b in zip(la, lb)), (la, lb)
+pa = tensors(f"{t}/pnorm-ckpt/iter_0000004/model.safetensors")
+pb = tensors(f"{t}/ln1p-ckpt/iter_0000004/model.safetensors")
+norms = [k for k in pa if k.endswith("layernorm.weight")]
+assert len(norms) == 5, norms
+for k in norms:  # plain's gamma - 1 against the stored w: near 0, not near 1
+    assert all(abs((x - 1.0) - y) <= 1e-6 for x, y in zip(pa[k], pb[k])), k
+    assert max(abs(y) for y in pb[k]) < 0.1, k
+ha, hb = tensors(f"{t}/pnorm-hf/model.safetensors"), tensors(f"{t}/ln1p-hf/model.safetensors")
+for k in ("ln_f.weight", "h.0.ln_1.weight", "h.1.ln_2.weight"):
+    assert all(abs(x - y) <= 1e-6 for x, y in zip(ha[k], hb[k])), k
+meta = json.load(open(f"{t}/ln1p-ckpt/iter_0000004/meta.json"))
+assert meta["model"].get("apply_layernorm_1p") is True, meta["model"]
+print(f"losses {la} and {lb}")
+PYEOF
+then
+  echo "ok   --apply-layernorm-1p trains as plain (the first two iterations bit for bit), stores gamma - 1, exports gamma"
+else
+  echo "FAIL --apply-layernorm-1p"; fail=1
+fi
+out=$("$LOOM" "${base[@]}" --train-iters 5 --load "$tmp/pnorm-ckpt" --apply-layernorm-1p 2>&1) && rc=0 || rc=$?
+if [ $rc -ne 0 ] && grep -q "apply-layernorm-1p contradicts the checkpoint" <<< "$out" &&
+   "$LOOM" "${base[@]}" --train-iters 5 --override-opt_param-scheduler --load "$tmp/ln1p-ckpt" > "$tmp/ln1p-resume.log" 2>&1 &&
+   grep -q "iteration        5/" "$tmp/ln1p-resume.log" &&
+   grep -q "norms zero-centred (1 + w)" "$tmp/ln1p-resume.log"; then
+  echo "ok   --apply-layernorm-1p against a plain checkpoint is refused; a 1p checkpoint resumes without it"
+else
+  echo "FAIL --apply-layernorm-1p resume: $out"; fail=1
+fi
 if cmp -s "$tmp/rope.txt" "$tmp/plain.txt" || cmp -s "$tmp/none.txt" "$tmp/rope.txt"; then
   echo "FAIL the position embeddings made no difference"; fail=1
 fi
