@@ -12,14 +12,16 @@
 #              backend with one rank (comm_device_check, and training the same bits)
 #     multi    on two GPUs: comm_device_check nccl under mpirun (every collective and p2p of
 #              the nccl backend on device buffers); TP=2, PP=2 (1F1B and interleaved) and
-#              DP=2 of a small GPT and a small Llama-style model against one GPU, 10 iterations:
+#              DP=2 of a small GPT, a small Llama-style model and that model with documents
+#              packed into samples (--reset-position-ids, --reset-attention-mask) and
+#              --apply-layernorm-1p against one GPU, 10 iterations:
 #              loss, grad norm and every parameter within 1e-5 relative (tests/ref/compare_runs.py);
 #              TP=2, PP=2 and DP=2 of a GPT in --bf16 against one GPU within 2e-2; DP=2 with
 #              --use-distributed-optimizer the same bits as without
 #     staged   comm_device_check mpi-staged with 2 ranks sharing GPU 0, then the layouts of
 #              multi with --comm mpi (device buffers through host memory, no NCCL): the 2 ranks
 #              may share one GPU, so the layouts' GPU code runs on one GPU
-#              (GPU_CHECK_MODELS="gpt" or "llama" runs one model's fp32 part)
+#              (GPU_CHECK_MODELS="gpt", "llama" or "llamadocs" runs one model's fp32 part)
 # NVLink multicast (NVLS) stays off in every NCCL run. Logs go to $OUT when set (the device
 # tool's output folder), else to build-gpu/logs. Exit status: the number of failed checks.
 set -uo pipefail
@@ -81,10 +83,13 @@ layouts() {
   llama=(--hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 4
          --ffn-hidden-size 96 --normalization RMSNorm --swiglu --position-embedding-type rope
          --disable-bias-linear --untie-embeddings-and-output-weights)
+  # the Llama-style model with documents packed into samples and zero-centred norm weights
+  llamadocs=("${llama[@]}" --tokenizer-type NullTokenizer --vocab-size 6 --reset-position-ids
+             --reset-attention-mask --apply-layernorm-1p)
   tmp="$LOGS/layouts${1:+-staged}"
   rm -rf "$tmp"
   mkdir -p "$tmp"
-  for model in ${GPU_CHECK_MODELS:-gpt llama}; do
+  for model in ${GPU_CHECK_MODELS:-gpt llama llamadocs}; do
     declare -n margs=$model
     ref="$tmp/$model-ref"
     if ! CUDA_VISIBLE_DEVICES=0 "$LOOM" train "${common[@]}" "${margs[@]}" --save "$ref" \
