@@ -84,7 +84,8 @@ layouts() {
          --ffn-hidden-size 96 --normalization RMSNorm --swiglu --position-embedding-type rope
          --disable-bias-linear --untie-embeddings-and-output-weights)
   # the Llama-style model with documents packed into samples and zero-centred norm weights
-  llamadocs=("${llama[@]}" --tokenizer-type NullTokenizer --vocab-size 6 --reset-position-ids
+  # (NullTokenizer's 96 ids and end-of-document one: 97, padded to 128 in every layout, as above)
+  llamadocs=("${llama[@]}" --tokenizer-type NullTokenizer --vocab-size 96 --reset-position-ids
              --reset-attention-mask --apply-layernorm-1p)
   tmp="$LOGS/layouts${1:+-staged}"
   rm -rf "$tmp"
