@@ -29,7 +29,7 @@ struct train_flags {
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, wsd_iters, wsd_samples, seed, save_interval, eval_interval,
         eval_iters, log_interval, tb_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
     int64_t ramp[3]; /* --rampup-batch-size, parsed */
-    int64_t kv_channels;
+    int64_t kv_channels, encoder_seq;
     int64_t ckpt_step;
     char ckpt_dir[4200]; /* --load's iteration --ckpt-step */
 };
@@ -289,6 +289,51 @@ static const struct megatron_flag megatron_flags[] = {
     {"--add-qkv-bias", 0, NULL, "the linear layers' biases are all on, or all off with "
      "--disable-bias-linear", NULL},
     {"--squared-relu", 0, NULL, "the MLP's activation is GELU, or SwiGLU with --swiglu", NULL},
+    {"--rope-scaling-factor", 1, NULL, "rotary embeddings are not rescaled (Llama 3.1's scaling "
+     "is not implemented)", NULL},
+    {"--profile-step-start", 1, NULL, "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device "
+     "time of each op", NULL},
+    {"--profile-step-end", 1, NULL, "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device "
+     "time of each op", NULL},
+    {"--use-pytorch-profiler", 0, NULL, "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the "
+     "device time of each op", NULL},
+    {"--record-memory-history", 0, NULL, "no memory history: the log gives the peak device "
+     "memory per rank", NULL},
+    {"--overlap-p2p-communication", 0, "pipeline sends and receives are always non-blocking, "
+     "overlapping the compute", NULL, NULL},
+    {"--no-overlap-grad-reduce", 0, "data-parallel gradients are always reduced in buckets while "
+     "the backward runs (the same sums)", NULL, NULL},
+    {"--ddp-bucket-size", 1, "data-parallel buckets are sized by --ddp-bucket-size-mb (MiB; the "
+     "same sums whatever the size)", NULL, NULL},
+    {"--bias-gelu-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
+    {"--no-check-for-nan-in-loss-and-grad", 0, "the loss and gradient norm are always checked: a "
+     "non-finite one ends the run (or, with --fp16, skips the step)", NULL, NULL},
+    {"--log-straggler", 0, "there is no straggler detector (the log line gives each step's time)",
+     NULL, NULL},
+    {"--disable-straggler-on-startup", 0, "there is no straggler detector", NULL, NULL},
+    {"--num-distributed-optimizer-instances", 1, "one distributed optimizer over the data-parallel "
+     "group", "only 1: one distributed optimizer over the data-parallel group", "1"},
+    {"--num-dataset-builder-threads", 1, "the dataset's indices are built in the training process",
+     NULL, NULL},
+    {"--local-rank", 1, "each rank's GPU comes from the launcher's environment "
+     "(OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK)", NULL, NULL},
+    {"--no-initialization", 0, "weights are initialised only when no checkpoint is loaded", NULL,
+     NULL},
+    {"--train-sync-interval", 1, "the host waits for the device at the end of every iteration",
+     NULL, NULL},
+    {"--log-energy", 0, NULL, "energy use is not measured", NULL},
+    {"--check-weight-hash-across-dp-replicas-interval", 1, NULL, "the data-parallel replicas' "
+     "weights are not hashed (they are the same bits by construction: tests/dist)", NULL},
+    {"--pipeline-model-parallel-split-rank", 1, NULL, "encoder-decoder models are not implemented",
+     NULL},
+    {"--full-validation", 0, NULL, "validation takes --eval-iters batches each time", NULL},
+    {"--multiple-validation-sets", 0, NULL, "one validation set (--valid-data-path takes one "
+     "dataset)", NULL},
+    {"--save-retain-interval", 1, NULL, "checkpoints are kept as saved: --save-interval",
+     NULL},
+    {"--non-persistent-save-interval", 1, NULL, "every checkpoint is persistent: --save-interval",
+     NULL},
+    {"--use-persistent-ckpt-worker", 0, NULL, "checkpoints are saved synchronously", NULL},
 };
 
 /* The notes of the Megatron-LM flags given that change nothing, or an error for one loom does
@@ -347,6 +392,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--num-query-groups", LOOM_FLAG_INT, &f.query_groups, "key/value groups with --group-query-attention (0 = heads)", NULL, 0},
         {"--ffn-hidden-size", LOOM_FLAG_INT, &f.ffn, "MLP hidden size (0 = 4 x hidden)", NULL, 0},
         {"--seq-length", LOOM_FLAG_INT, &f.seq, "sequence length", NULL, 0},
+        {"--encoder-seq-length", LOOM_FLAG_INT, &f.encoder_seq, "the sequence length under its other Megatron-LM name (as --seq-length; 0 = not given)", NULL, 0},
         {"--max-position-embeddings", LOOM_FLAG_INT, &f.max_pos, "learned position rows (0 = seq length)", NULL, 0},
         {"--vocab-size", LOOM_FLAG_INT, &f.vocab, "vocabulary size (0 = from --vocab-file, or 50257)", NULL, 0},
         {"--make-vocab-size-divisible-by", LOOM_FLAG_INT, &f.divisible, "pad the vocabulary to a multiple of this x TP", NULL, 0},
@@ -486,6 +532,14 @@ int loom_cmd_train(int argc, char **argv) {
 #define FAIL(...) do { s = loom_fail(LOOM_ERR_INVALID_ARG, __VA_ARGS__); goto out; } while (0)
     if (s != LOOM_OK) goto out;
     if ((s = megatron_flags_check(flags, NFLAGS(flags), &notes)) != LOOM_OK) goto out;
+    if (f.encoder_seq != 0) { /* Megatron-LM's other name of --seq-length */
+        struct loom_flag *sl = loom_flags_find(flags, NFLAGS(flags), "--seq-length");
+        if (sl->given && f.seq != f.encoder_seq)
+            FAIL("--encoder-seq-length %lld contradicts --seq-length %lld (one sequence length; "
+                 "give one of them)", (long long)f.encoder_seq, (long long)f.seq);
+        f.seq = f.encoder_seq;
+        sl->given = 1;
+    }
     if (f.use_rope || f.no_posemb) { /* older Megatron-LM's position-embedding flags */
         struct loom_flag *pe = loom_flags_find(flags, NFLAGS(flags), "--position-embedding-type");
         const int rope = f.use_rope || (pe->given && strcmp(f.posemb, "rope") == 0);

@@ -79,6 +79,11 @@ expect_error "kv channels" "--kv-channels 16: the head size is --hidden-size / -
 expect_error "decoupled lr" "--decoupled-lr must be >= 0 (got -0.5)" "$LOOM" "${T[@]}" --decoupled-lr -0.5
 expect_error "bf16 gradient reduction" "--grad-reduce-in-bf16: gradients are reduced in fp32" "$LOOM" "${T[@]}" --grad-reduce-in-bf16
 expect_error "extra ids" "--vocab-extra-ids 100: only 0" "$LOOM" "${T[@]}" --vocab-extra-ids 100
+expect_error "encoder seq length" "--encoder-seq-length 32 contradicts --seq-length 16" "$LOOM" "${T[@]}" --encoder-seq-length 32
+expect_error "energy" "--log-energy: energy use is not measured" "$LOOM" "${T[@]}" --log-energy
+expect_error "full validation" "--full-validation: validation takes --eval-iters batches each time" "$LOOM" "${T[@]}" --full-validation
+expect_error "optimizer instances" "--num-distributed-optimizer-instances 2: only 1" "$LOOM" "${T[@]}" --num-distributed-optimizer-instances 2
+expect_error "rope scaling factor" "--rope-scaling-factor: rotary embeddings are not rescaled" "$LOOM" "${T[@]}" --rope-scaling-factor 8
 expect_error "tensorboard interval" "--tensorboard-log-interval must be >= 1 (got 0)" "$LOOM" "${T[@]}" --tensorboard-log-interval 0
 expect_error "context parallel" "--context-parallel-size 2: context parallelism is not implemented" "$LOOM" "${T[@]}" --context-parallel-size 2
 expect_error "partial rotary" "--rotary-percent 0.5: partial rotary embeddings are not implemented" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 0.5

@@ -24,6 +24,11 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --optimizer adam --main-grads-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32
       --DDP-impl local --timing-log-level 2 --timing-log-option minmax --vocab-extra-ids 0
       --defer-embedding-wgrad-compute --log-loss-scale-to-tensorboard --kv-channels 8
+      --overlap-p2p-communication --no-overlap-grad-reduce --ddp-bucket-size 1000
+      --bias-gelu-fusion --no-check-for-nan-in-loss-and-grad --log-straggler
+      --disable-straggler-on-startup --num-distributed-optimizer-instances 1
+      --num-dataset-builder-threads 2 --local-rank 0 --no-initialization --train-sync-interval 1
+      --encoder-seq-length 16
       --tensorboard-queue-size 1000
       --wandb-exp-name x --wandb-save-dir "$tmp/wandb" --manual-gc --manual-gc-interval 10
       --empty-unused-memory-level 1 --distributed-timeout-minutes 60 --cross-entropy-loss-fusion
@@ -39,7 +44,7 @@ notes=$(grep -c '^loom: note: flags with no effect:' "$tmp/megatron.log")
 missing=""
 for fl in "${noop[@]}"; do
   case $fl in
-    --rotary-percent|--context-parallel-size|--expert-model-parallel-size|--kv-channels) continue ;; # loom's own
+    --rotary-percent|--context-parallel-size|--expert-model-parallel-size|--kv-channels|--encoder-seq-length) continue ;; # loom's own
     --*) grep -q -- "$fl: " "$tmp/megatron.log" || missing="$missing $fl" ;;
   esac
 done
