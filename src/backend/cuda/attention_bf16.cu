@@ -360,7 +360,7 @@ __global__ void fa_convert_kernel(E *q, E *k, E *v, E *d, float *Dv, const X *qk
 
 /* ---- forward ---- */
 
-template <class E, class X, int D>
+template <class E, class X, int D, bool DOCS>
 __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
     fa_forward_kernel(const fa_args<E, X> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
     const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
     /* document mask: the block's keys start at the tile of its first row's document start; the
      * warp's rows start at dw0 (the earliest) .. dw1, rows g and g + 8 at drow[0], drow[1] */
-    const int32_t *doc = a.doc ? a.doc + (int64_t)b * T : nullptr;
+    const int32_t *doc = DOCS ? a.doc + (int64_t)b * T : nullptr;
     const int tb = doc ? doc[i0] / FA_KT : 0;
     const int dw0 = doc && r0 < T ? doc[r0] : 0, dw1 = doc && r0 < T ? doc[min(r0 + 15, T - 1)] : 0;
     const int drow[2] = {doc && r0 + g < T ? doc[r0 + g] : 0,
@@ -504,14 +504,14 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
 
 /* ---- backward: dk, dv ---- */
 
-template <class E, class X, int D>
+template <class E, class X, int D, bool DOCS>
 __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E, X> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr int QT = fa_geom<D>::QT;
     constexpr bool RES = fa_geom<D>::RES;
     constexpr uint32_t BLK = FA_ROWS * LD * 2;            /* bytes of the block's K or V rows */
     constexpr uint32_t QTILE = QT * LD * 2;               /* bytes of a q or dout tile */
-    constexpr uint32_t STAGE = 2 * QTILE + 3 * QT * 4;    /* q, dout, lse, D, doc of a tile */
+    constexpr uint32_t STAGE = 2 * QTILE + (DOCS ? 3 : 2) * QT * 4; /* q, dout, lse, D(, doc) */
     extern __shared__ uint4 fa_smem[];
     const char *smc = (const char *)fa_smem;
     const uint32_t sm = fa_sptr(fa_smem); /* K rows, V rows, then FA_STAGES stages */
@@ -526,7 +526,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
     const int qstart = a.causal ? k0 : 0; /* a multiple of QT */
     /* document mask: the query tiles from the first whose first row's document starts after the
      * block's last key on see none of its keys (document starts do not decrease) */
-    const int32_t *doc = a.doc ? a.doc + (int64_t)b * T : nullptr;
+    const int32_t *doc = DOCS ? a.doc + (int64_t)b * T : nullptr;
     int nq = (T - qstart + QT - 1) / QT;
     if (doc) {
         const int klast = min(k0 + FA_ROWS, T) - 1;
@@ -656,7 +656,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
 
 /* ---- backward: dq ---- */
 
-template <class E, class X, int D>
+template <class E, class X, int D, bool DOCS>
 __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr bool RES = fa_geom<D>::RES;
@@ -676,7 +676,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X
     const E *kh = a.k + kvoff, *vh = a.v + kvoff;
     const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
     /* document mask, as in the forward */
-    const int32_t *doc = a.doc ? a.doc + (int64_t)b * T : nullptr;
+    const int32_t *doc = DOCS ? a.doc + (int64_t)b * T : nullptr;
     const int tb = doc ? doc[i0] / FA_KT : 0;
     const int dw0 = doc && r0 < T ? doc[r0] : 0, dw1 = doc && r0 < T ? doc[min(r0 + 15, T - 1)] : 0;
     const int drow[2] = {doc && r0 + g < T ? doc[r0 + g] : 0,
@@ -833,10 +833,13 @@ static void fa_forward(struct loom_backend *be, void *out, float *lse, const voi
     p.out = (X *)out;
     p.lse_out = lse;
     size_t smem = (size_t)FA_STAGES * 2 * FA_KT * fa_geom<D>::LD * sizeof(E); /* K, V */
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_forward_kernel<E, X, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    /* the kernel without a document mask is compiled without its code */
+    auto kernel =
+        a->doc_start ? fa_forward_kernel<E, X, D, true> : fa_forward_kernel<E, X, D, false>;
+    LOOM_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     unsigned blocks = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS * a->NH * a->B);
-    fa_forward_kernel<E, X, D><<<blocks, FA_THREADS, smem, loom_cuda_stream(be)>>>(p);
+    kernel<<<blocks, FA_THREADS, smem, loom_cuda_stream(be)>>>(p);
     LOOM_CUDA_LAUNCHED();
 }
 
@@ -852,19 +855,23 @@ static void fa_backward(struct loom_backend *be, void *dqkv, const void *dout, c
     p.dqkv = (X *)dqkv;
     cudaStream_t st = loom_cuda_stream(be);
     unsigned tiles = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS);
-    /* K, V rows; stages of q, dout, lse, D and the document starts */
-    size_t smem =
-        (size_t)2 * FA_ROWS * geo::LD * sizeof(E) +
-        FA_STAGES * ((size_t)2 * geo::QT * geo::LD * sizeof(E) + 3 * geo::QT * sizeof(float));
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dkdv_kernel<E, X, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_dkdv_kernel<E, X, D><<<(unsigned)(tiles * a->NKV * a->B), FA_THREADS, smem, st>>>(p);
+    /* K, V rows; stages of q, dout, lse, D and with a document mask the rows' starts (the
+     * kernels without one are compiled without its code) */
+    const bool docs = a->doc_start != NULL;
+    size_t smem = (size_t)2 * FA_ROWS * geo::LD * sizeof(E) +
+                  FA_STAGES * ((size_t)2 * geo::QT * geo::LD * sizeof(E) +
+                               (docs ? 3 : 2) * geo::QT * sizeof(float));
+    auto dkdv = docs ? fa_dkdv_kernel<E, X, D, true> : fa_dkdv_kernel<E, X, D, false>;
+    LOOM_CUDA_CHECK(
+        cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dkdv<<<(unsigned)(tiles * a->NKV * a->B), FA_THREADS, smem, st>>>(p);
     LOOM_CUDA_LAUNCHED();
     /* q, dout rows; buffers of K, V */
     smem = (size_t)(2 * FA_ROWS + FA_STAGES * 2 * FA_KT) * geo::LD * sizeof(E);
-    LOOM_CUDA_CHECK(cudaFuncSetAttribute(fa_dq_kernel<E, X, D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_dq_kernel<E, X, D><<<(unsigned)(tiles * a->NH * a->B), FA_THREADS, smem, st>>>(p);
+    auto dq = docs ? fa_dq_kernel<E, X, D, true> : fa_dq_kernel<E, X, D, false>;
+    LOOM_CUDA_CHECK(
+        cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dq<<<(unsigned)(tiles * a->NH * a->B), FA_THREADS, smem, st>>>(p);
     LOOM_CUDA_LAUNCHED();
 }
 
