@@ -160,6 +160,12 @@ struct megatron_flag {
 #define WANDB_ONLY "it adds to Weights & Biases logs, which loom does not write"
 #define FP32_STATE "parameters, gradients and optimizer moments are fp32"
 #define FP32_STATE_ONLY "only fp32: " FP32_STATE
+#define SAFETENSORS_CKPT "checkpoints are safetensors with meta.json"
+#define SYNC_SAVE "checkpoints are saved synchronously"
+#define EQUAL_STAGES "pipeline stages hold equal numbers of layers"
+#define NO_PROFILER "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device time of each op"
+#define NO_ROPE_SCALING                                                                            \
+    "rotary embeddings are not rescaled (Llama 3.1's scaling is not implemented)"
 
 static const struct megatron_flag megatron_flags[] = {
     {"--use-flash-attn", 0, "attention is always one fused kernel, chosen by --attention-backend",
@@ -245,19 +251,18 @@ static const struct megatron_flag megatron_flags[] = {
     {"--use-legacy-models", 0, NULL, "loom's model is Megatron-Core's layout (and names)", NULL},
     {"--use-dist-ckpt", 0, NULL, "checkpoints are safetensors with meta.json, whole tensors that "
      "any layout loads", NULL},
-    {"--dist-ckpt-format", 1, NULL, "checkpoints are safetensors with meta.json", NULL},
-    {"--ckpt-fully-parallel-save", 0, NULL, "checkpoints are safetensors with meta.json", NULL},
-    {"--ckpt-fully-parallel-load", 0, NULL, "checkpoints are safetensors with meta.json", NULL},
-    {"--no-ckpt-fully-parallel-save", 0, NULL, "checkpoints are safetensors with meta.json", NULL},
-    {"--ckpt-assume-constant-structure", 0, NULL, "checkpoints are safetensors with meta.json",
-     NULL},
-    {"--dist-ckpt-strictness", 1, NULL, "checkpoints are safetensors with meta.json", NULL},
+    {"--dist-ckpt-format", 1, NULL, SAFETENSORS_CKPT, NULL},
+    {"--ckpt-fully-parallel-save", 0, NULL, SAFETENSORS_CKPT, NULL},
+    {"--ckpt-fully-parallel-load", 0, NULL, SAFETENSORS_CKPT, NULL},
+    {"--no-ckpt-fully-parallel-save", 0, NULL, SAFETENSORS_CKPT, NULL},
+    {"--ckpt-assume-constant-structure", 0, NULL, SAFETENSORS_CKPT, NULL},
+    {"--dist-ckpt-strictness", 1, NULL, SAFETENSORS_CKPT, NULL},
     {"--grad-reduce-in-bf16", 0, NULL, "gradients are reduced in fp32", NULL},
     {"--vocab-extra-ids", 1, "GPT models have no extra sentinel ids", "only 0: GPT models have "
      "no extra sentinel ids", "0"},
     {"--defer-embedding-wgrad-compute", 0, "the output layer's weight gradient is computed in the "
      "backward pass, with its input gradient", NULL, NULL},
-    {"--async-save", 0, NULL, "checkpoints are saved synchronously", NULL},
+    {"--async-save", 0, NULL, SYNC_SAVE, NULL},
     {"--use-precision-aware-optimizer", 0, NULL, FP32_STATE, NULL},
     {"--sgd-momentum", 1, "it only applies to --optimizer sgd", NULL, NULL},
     {"--use-torch-fsdp2", 0, NULL, "fully sharded data parallelism is not implemented "
@@ -267,36 +272,27 @@ static const struct megatron_flag megatron_flags[] = {
     {"--qk-layernorm", 0, NULL, "query-key normalisation is not implemented", NULL},
     {"--init-method-xavier-uniform", 0, NULL, "weights are initialised normal with "
      "--init-method-std", NULL},
-    {"--decoder-first-pipeline-num-layers", 1, NULL, "pipeline stages hold equal numbers of "
-     "layers", NULL},
-    {"--decoder-last-pipeline-num-layers", 1, NULL, "pipeline stages hold equal numbers of "
-     "layers", NULL},
-    {"--account-for-embedding-in-pipeline-split", 0, NULL, "pipeline stages hold equal numbers of "
-     "layers", NULL},
+    {"--decoder-first-pipeline-num-layers", 1, NULL, EQUAL_STAGES, NULL},
+    {"--decoder-last-pipeline-num-layers", 1, NULL, EQUAL_STAGES, NULL},
+    {"--account-for-embedding-in-pipeline-split", 0, NULL, EQUAL_STAGES, NULL},
     {"--tokenizer-model", 1, NULL, "SentencePiece and Hugging Face tokenizers are not "
      "implemented (--tokenizer-type GPT2BPETokenizer, BertWordPieceLowerCase/Case or "
      "NullTokenizer)", NULL},
-    {"--profile", 0, NULL, "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device time of "
-     "each op", NULL},
+    {"--profile", 0, NULL, NO_PROFILER, NULL},
     {"--log-progress", 0, NULL, "no progress file: " JSON_METRICS, NULL},
     {"--mmap-bin-files", 0, "indexed datasets are always memory-mapped", NULL, NULL},
     {"--no-mmap-bin-files", 0, "indexed datasets are always memory-mapped (the samples read are "
      "the same)", NULL, NULL},
-    {"--use-rope-scaling", 0, NULL, "rotary embeddings are not rescaled (Llama 3.1's scaling is "
-     "not implemented)", NULL},
+    {"--use-rope-scaling", 0, NULL, NO_ROPE_SCALING, NULL},
     {"--rotary-seq-len-interpolation-factor", 1, NULL, "rotary positions are not interpolated",
      NULL},
     {"--add-qkv-bias", 0, NULL, "the linear layers' biases are all on, or all off with "
      "--disable-bias-linear", NULL},
     {"--squared-relu", 0, NULL, "the MLP's activation is GELU, or SwiGLU with --swiglu", NULL},
-    {"--rope-scaling-factor", 1, NULL, "rotary embeddings are not rescaled (Llama 3.1's scaling "
-     "is not implemented)", NULL},
-    {"--profile-step-start", 1, NULL, "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device "
-     "time of each op", NULL},
-    {"--profile-step-end", 1, NULL, "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device "
-     "time of each op", NULL},
-    {"--use-pytorch-profiler", 0, NULL, "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the "
-     "device time of each op", NULL},
+    {"--rope-scaling-factor", 1, NULL, NO_ROPE_SCALING, NULL},
+    {"--profile-step-start", 1, NULL, NO_PROFILER, NULL},
+    {"--profile-step-end", 1, NULL, NO_PROFILER, NULL},
+    {"--use-pytorch-profiler", 0, NULL, NO_PROFILER, NULL},
     {"--record-memory-history", 0, NULL, "no memory history: the log gives the peak device "
      "memory per rank", NULL},
     {"--overlap-p2p-communication", 0, "pipeline sends and receives are always non-blocking, "
@@ -333,7 +329,7 @@ static const struct megatron_flag megatron_flags[] = {
      NULL},
     {"--non-persistent-save-interval", 1, NULL, "every checkpoint is persistent: --save-interval",
      NULL},
-    {"--use-persistent-ckpt-worker", 0, NULL, "checkpoints are saved synchronously", NULL},
+    {"--use-persistent-ckpt-worker", 0, NULL, SYNC_SAVE, NULL},
 };
 
 /* The notes of the Megatron-LM flags given that change nothing, or an error for one loom does
