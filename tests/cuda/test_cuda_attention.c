@@ -124,6 +124,12 @@ static void check_ref(const char *label, const struct problem *p, const struct r
     ct_check_norm(what, r->g, p->rg, p->nqkv, 2e-2);
 }
 
+/* Whether two runs gave the same bits: output, log-sum-exp and gradient */
+static int same_bits(const struct result *a, const struct result *b, const struct problem *p) {
+    return !memcmp(a->o, b->o, (size_t)p->nout * 4) && !memcmp(a->l, b->l, (size_t)p->nl * 4) &&
+           !memcmp(a->g, b->g, (size_t)p->nqkv * 4);
+}
+
 static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal,
                      uint64_t seed, int have_fused) {
     struct problem p;
@@ -132,10 +138,7 @@ static void run_case(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, 
     run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash);
     check_ref("flash", &p, &flash);
     run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash2);
-    ct_check_true("flash: two runs bit for bit",
-                  !memcmp(flash.o, flash2.o, (size_t)p.nout * 4) &&
-                      !memcmp(flash.l, flash2.l, (size_t)p.nl * 4) &&
-                      !memcmp(flash.g, flash2.g, (size_t)p.nqkv * 4));
+    ct_check_true("flash: two runs bit for bit", same_bits(&flash, &flash2, &p));
     if (have_fused) {
         struct result fused, mixed1, mixed2;
         run_gpu(&p, LOOM_ATTN_FUSED, LOOM_ATTN_FUSED, &fused);
@@ -164,15 +167,10 @@ static void run_docs_case(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash);
     check_ref("flash, document mask", &p, &flash);
     run_gpu(&p, LOOM_ATTN_FLASH, LOOM_ATTN_FLASH, &flash2);
-    ct_check_true("flash, document mask: two runs bit for bit",
-                  !memcmp(flash.o, flash2.o, (size_t)p.nout * 4) &&
-                      !memcmp(flash.l, flash2.l, (size_t)p.nl * 4) &&
-                      !memcmp(flash.g, flash2.g, (size_t)p.nqkv * 4));
+    ct_check_true("flash, document mask: two runs bit for bit", same_bits(&flash, &flash2, &p));
     run_gpu(&p, LOOM_ATTN_AUTO, LOOM_ATTN_AUTO, &autob);
     ct_check_true("auto, document mask: loom's kernel, the same bits as flash",
-                  !memcmp(flash.o, autob.o, (size_t)p.nout * 4) &&
-                      !memcmp(flash.l, autob.l, (size_t)p.nl * 4) &&
-                      !memcmp(flash.g, autob.g, (size_t)p.nqkv * 4));
+                  same_bits(&flash, &autob, &p));
     result_free(&flash);
     result_free(&flash2);
     result_free(&autob);
