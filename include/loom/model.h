@@ -103,7 +103,7 @@ struct loom_gpt {
     float *grad_mem;     /* device: gradients, same layout */
     struct loom_gpt_ptrs w, g;
     /* the norms' weights as the norms use them: w's, or with layernorm_1p 1 + w's, remade in
-     * norm_eff (device) by loom_gpt_micro_begin; only the ln*_w entries are set */
+     * norm_eff (device) by loom_gpt_norm_weights; only the ln*_w entries are set */
     struct loom_gpt_ptrs wn;
     float *norm_eff;
     int64_t layer_begin, layer_end; /* decoder layers held by this rank */
@@ -156,17 +156,17 @@ struct loom_step_ctx {
  * d(input of l); embed_backward consumes it. */
 enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int32_t *tokens,
                                         const struct loom_step_ctx *ctx);
-/* What a micro-batch needs before its first forward piece on this rank; every stage calls it.
- * The documents of the micro-batch in `slot`, from its input tokens [B*T] (host), for every
+/* What a micro-batch needs before its first forward piece on this rank; every stage calls it:
+ * the documents of the micro-batch in `slot`, from its input tokens [B*T] (host), for every
  * piece that runs on the slot until the next call (embedding, rotary embeddings and attention of
  * every stage, forward and backward): with ctx's reset_position_ids or reset_attention_mask, the
  * start of each token's document, from which its position (t - start) and the attention mask
- * (keys from the start on) follow; without them nothing (positions t, causal attention). With
- * layernorm_1p, the norms' weights 1 + w from the parameters as they are now. */
+ * (keys from the start on) follow; without them nothing (positions t, causal attention). */
 enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_t *tokens,
                                       const struct loom_step_ctx *ctx);
-/* With layernorm_1p, the norms' weights 1 + w (m->wn) from the parameters as they are now (what
- * loom_gpt_micro_begin does; for a caller that runs the model otherwise, e.g. decoding). */
+/* With layernorm_1p, the norms' weights 1 + w (m->wn) from the parameters as they are now: before
+ * the model runs on parameters that changed (the pipeline's run of a batch, loom_gpt_forward,
+ * decoding). */
 void loom_gpt_norm_weights(struct loom_gpt *m);
 enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                         const struct loom_step_ctx *ctx);

@@ -946,7 +946,6 @@ enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot,
  * document it ends). doc_start[t] = the first position of t's document, position = t - that. */
 enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_t *tokens,
                                       const struct loom_step_ctx *ctx) {
-    loom_gpt_norm_weights(m);
     struct loom_gpt_acts *a = &m->acts[slot];
     a->doc_mask = a->doc_pos = NULL;
     if (!ctx->reset_position_ids && !ctx->reset_attention_mask) return LOOM_OK;
@@ -976,6 +975,7 @@ enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
                                   const int32_t *targets, const struct loom_step_ctx *ctx,
                                   double *loss_sum, int64_t *count) {
     LOOM_ASSERT(loom_pp_size(m->par) == 1);
+    loom_gpt_norm_weights(m);
     LOOM_CHECK(loom_gpt_micro_begin(m, 0, tokens, ctx));
     LOOM_CHECK(loom_gpt_embed_forward(m, 0, tokens, ctx));
     for (int64_t l = 0; l < m->cfg.num_layers; l++) LOOM_CHECK(loom_gpt_layer_forward(m, 0, l, ctx));

@@ -211,6 +211,7 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     for (int64_t k = 0; k < num_micro; k++) e.slot_of[k] = -1;
     for (int s = 0; s < m->nslots; s++) e.slot_free[s] = 1;
     for (int64_t i = 0; i < nops; i++) last_op[ops[i].micro] = i;
+    loom_gpt_norm_weights(m); /* the parameters are fixed for the whole run */
     memset(stats, 0, sizeof *stats);
     enum loom_status st = LOOM_OK;
     int64_t bytes = e.N * e.C; /* elements of one activation or gradient message */
@@ -227,7 +228,7 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             int64_t sample0 = 0;
             if ((st = fetch(fetch_ctx, k, tokens, targets, &sample0)) != LOOM_OK) break;
             mc.sample0 = sample0;
-            /* the micro-batch's first piece on this rank: its documents and norm weights */
+            /* the micro-batch's first piece on this rank: its documents */
             if (c == 0 && (st = loom_gpt_micro_begin(m, slot, tokens, &mc)) != LOOM_OK) break;
             if (is_first(&e, c)) {
                 st = loom_gpt_embed_forward(m, slot, tokens, &mc);
