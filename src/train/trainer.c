@@ -1010,13 +1010,13 @@ static enum loom_status train_loop(struct trainer *t) {
         double pnorm = -1.0; /* after the step, as Megatron-LM logs it (collective: every rank) */
         if (c->log_params_norm && (log_now || tb_now))
             LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm));
+        /* the mean time of the iterations since the last log line */
+        const double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
         if (t->tb) {
-            const double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
             LOOM_CHECK(tb_iteration(t, tb_now, log_now, lr, loss, gnorm, pnorm, ms));
             if (have_val) LOOM_CHECK(tb_validation(t, val));
         }
         if (log_now) {
-            double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
             LOOM_CHECK(device_memory(t));
             log_iteration(t, it, iters_since_log, ms, lr, loss, gnorm, pnorm, have_val, val);
             t->skipped_since_log = 0;
