@@ -8,9 +8,11 @@
  * forward, one for a backward's dinp, one for its dw). The backward is also timed with only
  * dinp and only dw, to split it.
  *
- * Then the fused output layer and loss (linear_xent) on one 4096-row chunk of the 124M head.
+ * Then the bias gradients' column sums alone, and the fused output layer and loss (linear_xent)
+ * on one 4096-row chunk of the 124M head.
  *
- *   bench_cuda_linear [calls [layer]]   (default 30 calls, every layer; qkv, proj, fc1, fc2, head)
+ *   bench_cuda_linear [calls [layer]]   (default 30 calls, every layer; qkv, proj, fc1, fc2,
+ *                                        colsum, head)
  */
 #include <string.h>
 
@@ -133,6 +135,31 @@ int main(int argc, char **argv) {
                  be->ops->linear_gelu_backward(be, LOOM_GELU_TANH, g32, f32, db1, dw, db, d32,
                                                LOOM_DTYPE_F32, y32, x32, w, N, C, OC));
         }
+    }
+    if (argc <= 2 || strcmp(argv[2], "colsum") == 0) {
+        /* the bias gradients' column sums alone: of a bf16 gradient (qkv's and fc1's at 124M and
+         * 350M), and of an fp32 one converted to bf16 in the same pass (the residual gradient) */
+        const int64_t cs[] = {2304, 3072, 4096};
+        float *sums = (float *)bench_alloc(be, 4096 * sizeof(float));
+        void *g16 = bench_alloc(be, (size_t)(N * 4096) * 2);
+        bench_fill(be, (__nv_bfloat16 *)g16, N * 4096, 14, 0.01f);
+        printf("colsum: N %lld rows\n", (long long)N);
+        for (int i = 0; i < 3; i++) {
+            double us;
+            BENCH_US(be, g_calls, us,
+                     loom_cuda_colsum_convert(be, sums, NULL, bf, g16, bf, N, cs[i]));
+            printf("  column sums of bf16 [N, %lld]                %9.1f us %7.0f GB/s\n",
+                   (long long)cs[i], us, (double)(N * cs[i]) * 2 / (us * 1e3));
+        }
+        for (int64_t C = 768; C <= 1024; C += 256) {
+            double us;
+            BENCH_US(be, g_calls, us,
+                     loom_cuda_colsum_convert(be, sums, x16, bf, d32, f32, N, C));
+            printf("  column sums of fp32 [N, %lld] + bf16 copy     %9.1f us %7.0f GB/s\n",
+                   (long long)C, us, (double)(N * C) * 6 / (us * 1e3));
+        }
+        be->ops->free(be, sums);
+        be->ops->free(be, g16);
     }
     if (argc <= 2 || strcmp(argv[2], "head") == 0) {
         /* the fused output layer + loss on one chunk of 4096 rows (the trainer's chunk at
