@@ -32,6 +32,11 @@ struct loom_gpt_config {
     /* Megatron-LM's --apply-layernorm-1p (zero-centred gamma): each norm's weight parameter w is
      * initialised to 0 and the norm scales by 1 + w */
     int layernorm_1p;
+    /* Megatron-LM's --qk-layernorm (Qwen3's q_norm, k_norm): each head's query and key vectors
+     * normalised over the head size by the model's norm (its epsilon, layernorm_1p's weights),
+     * with one weight (and LayerNorm bias) of HS for the queries and one for the keys per layer,
+     * shared by the heads; after the qkv product, before the rotary embedding */
+    int qk_layernorm;
     int swiglu;
     enum loom_gelu gelu; /* the GELU MLP's form (not used with swiglu) */
     enum loom_posemb posemb;
@@ -82,6 +87,7 @@ int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_
 struct loom_gpt_layer_ptrs {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    float *q_ln_w, *q_ln_b, *k_ln_w, *k_ln_b; /* qk_layernorm only */
 };
 struct loom_gpt_ptrs {
     float *wte, *wpe, *lnf_w, *lnf_b, *out_w;
@@ -184,10 +190,11 @@ float *loom_gpt_dres(struct loom_gpt *m);
  * parallelism): the size, times hidden, of what travels between pipeline stages. */
 int64_t loom_gpt_residual_rows(const struct loom_gpt *m);
 
-/* Under sequence parallelism, sum the norm weights' gradients of decoder layer `layer` (-1: the
- * final norm) over the TP group (each rank saw only its sequence shard). Call once per step,
- * after the layer's last backward. */
-enum loom_status loom_gpt_sync_sequence_parallel_grads(struct loom_gpt *m, int64_t layer);
+/* Sum over the TP group the gradients of the replicated parameters of decoder layer `layer`
+ * (-1: the final norm) that each rank saw only a share of: under sequence parallelism the norm
+ * weights (its sequence shard), with qk_layernorm the query and key norms (its heads). Call once
+ * per step, after the layer's last backward. */
+enum loom_status loom_gpt_sync_replicated_grads(struct loom_gpt *m, int64_t layer);
 
 /* Forward over the whole micro-batch (tokens/targets [B,T] on the host): returns the sum of the
  * per-token losses over non-ignored targets in *loss_sum (and their count in *count). */

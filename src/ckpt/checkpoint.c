@@ -90,6 +90,7 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
     json_object_set_new(mc, "norm_epsilon", json_real(c->norm_eps));
     json_object_set_new(mc, "swiglu", json_boolean(c->swiglu));
     if (c->layernorm_1p) json_object_set_new(mc, "apply_layernorm_1p", json_true());
+    if (c->qk_layernorm) json_object_set_new(mc, "qk_layernorm", json_true());
     json_object_set_new(mc, "gelu", json_string(c->gelu == LOOM_GELU_ERF ? "erf" : "tanh"));
     json_object_set_new(mc, "position_embedding_type",
                         json_string(c->posemb == LOOM_POSEMB_ROPE   ? "rope"
@@ -331,6 +332,10 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     c->layernorm_1p = 0;
     if (json_object_get(mc, "apply_layernorm_1p"))
         LOOM_CHECK(get_bool(mc, "apply_layernorm_1p", file, &c->layernorm_1p));
+    /* query-key normalisation; absent (every older checkpoint): none */
+    c->qk_layernorm = 0;
+    if (json_object_get(mc, "qk_layernorm"))
+        LOOM_CHECK(get_bool(mc, "qk_layernorm", file, &c->qk_layernorm));
     LOOM_CHECK(get_bool(mc, "add_bias_linear", file, &c->bias));
     LOOM_CHECK(get_bool(mc, "untie_embeddings_and_output_weights", file, &c->untie));
     LOOM_CHECK(get_num(mc, "hidden_dropout", file, &c->hidden_dropout));

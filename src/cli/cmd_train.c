@@ -15,7 +15,7 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int layernorm_1p, gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
+    int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
         tb_no_lr, reset_pos, reset_mask;
@@ -82,6 +82,7 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
     } bools[] = {
         {"--swiglu", &f->swiglu, saved.swiglu},
         {"--apply-layernorm-1p", &f->layernorm_1p, saved.layernorm_1p},
+        {"--qk-layernorm", &f->qk_layernorm, saved.qk_layernorm},
         {"--disable-bias-linear", &f->disable_bias, !saved.bias},
         {"--untie-embeddings-and-output-weights", &f->untie, saved.untie},
     };
@@ -269,7 +270,6 @@ static const struct megatron_flag megatron_flags[] = {
      "(--use-distributed-optimizer shards the optimizer's moments)", NULL},
     {"--tp-comm-overlap", 0, NULL, "tensor-parallel communication is not overlapped with the "
      "products", NULL},
-    {"--qk-layernorm", 0, NULL, "query-key normalisation is not implemented", NULL},
     {"--init-method-xavier-uniform", 0, NULL, "weights are initialised normal with "
      "--init-method-std", NULL},
     {"--decoder-first-pipeline-num-layers", 1, NULL, EQUAL_STAGES, NULL},
@@ -396,6 +396,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--norm-epsilon", LOOM_FLAG_FLOAT, &f.norm_eps, "norm epsilon", NULL, 0},
         {"--swiglu", LOOM_FLAG_BOOL, &f.swiglu, "SwiGLU MLP instead of GELU", NULL, 0},
         {"--apply-layernorm-1p", LOOM_FLAG_BOOL, &f.layernorm_1p, "zero-centred norm weights: each norm's weight w starts at 0 and the norm scales by 1 + w", NULL, 0},
+        {"--qk-layernorm", LOOM_FLAG_BOOL, &f.qk_layernorm, "normalise each attention head's query and key vectors (the --normalization norm over the head size, one weight for queries and one for keys per layer), before the rotary embedding", NULL, 0},
         {"--openai-gelu", LOOM_FLAG_BOOL, &f.openai_gelu, "the GELU's tanh form in every case", NULL, 0},
         {"--no-bias-gelu-fusion", LOOM_FLAG_BOOL, &f.no_gelu_fusion, "the GELU's exact (erf) form, as Megatron-LM computes it without its fused bias-GELU", NULL, 0},
         {"--position-embedding-type", LOOM_FLAG_CHOICE, &f.posemb, "position embedding", "learned_absolute|rope|none", 0},
@@ -726,6 +727,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.model.norm_eps = f.norm_eps;
     c.model.swiglu = f.swiglu;
     c.model.layernorm_1p = f.layernorm_1p;
+    c.model.qk_layernorm = f.qk_layernorm;
     c.model.gelu = gelu_form(&f);
     c.model.kept_act_layers = f.kept_act;
     c.model.posemb = strcmp(f.posemb, "rope") == 0   ? LOOM_POSEMB_ROPE

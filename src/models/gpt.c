@@ -1,16 +1,19 @@
 /* GPT decoder: allocation, forward and backward of one micro-batch.
  *
  * Block (pre-norm, as GPT-2 and Megatron):
- *   h    = norm1(x);  qkv = rope(h Wqkv^T + bqkv);  a = attention(qkv)
+ *   h    = norm1(x);  qkv = rope(qknorm(h Wqkv^T + bqkv));  a = attention(qkv)
  *   xmid = x + dropout(a Wproj^T + bproj)
  *   h2   = norm2(xmid);  y = xmid + dropout(act(h2 Wfc1^T + bfc1) Wfc2^T + bfc2)
  * Gradient rule: the residual gradient dres flows through unchanged; each branch adds its input
  * gradient into dres through the norm backward (which accumulates). Parameter gradients
  * accumulate across micro-batches.
  *
- * The key bias only adds q.b_k to every score of a row, which the softmax ignores: its gradient
- * is exactly zero, so it is set to zero rather than left as rounding noise (which Adam would
- * otherwise amplify into steps of size lr that depend on the summation order).
+ * qknorm (qk_layernorm only, else the identity) normalises each query and key head vector over
+ * HS with the model's norm and the layer's q or k weights, shared by the heads.
+ *
+ * Without qknorm the key bias only adds q.b_k to every score of a row, which the softmax ignores:
+ * its gradient is exactly zero, so it is set to zero rather than left as rounding noise (which
+ * Adam would otherwise amplify into steps of size lr that depend on the summation order).
  *
  * Tensor parallelism (Megatron): qkv and fc1 are column-parallel (local heads / FFN columns);
  * proj and fc2 are row-parallel and their outputs are all-reduced over the TP group, the
@@ -119,6 +122,10 @@ static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
         P(ln1_b, "input_layernorm.bias");
         P(qkv_w, "self_attention.linear_qkv.weight");
         P(qkv_b, "self_attention.linear_qkv.bias");
+        P(q_ln_w, "self_attention.q_layernorm.weight");
+        P(q_ln_b, "self_attention.q_layernorm.bias");
+        P(k_ln_w, "self_attention.k_layernorm.weight");
+        P(k_ln_b, "self_attention.k_layernorm.bias");
         P(proj_w, "self_attention.linear_proj.weight");
         P(proj_b, "self_attention.linear_proj.bias");
         P(ln2_w, "pre_mlp_layernorm.weight");
@@ -208,6 +215,12 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
         la->ln1_mean = ln ? CF(cv, d.Nr) : NULL;
         la->ln1_rstd = CF(cv, d.Nr);
         la->qkv = carve(cv, (size_t)(d.N * d.QKVl) * elem);
+        if (c->qk_layernorm) {
+            const int64_t rows = d.N * (d.NHl + d.NKVl);
+            la->qk_in = CF(cv, rows * d.HS);
+            la->qk_mean = ln ? CF(cv, rows) : NULL;
+            la->qk_rstd = CF(cv, rows);
+        }
         la->att = carve(cv, (size_t)(d.N * d.NHl * d.HS) * elem);
         la->lse = CF(cv, d.B * d.NHl * d.T);
         la->xmid = CF(cv, d.Nr * d.C);
@@ -277,6 +290,10 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
                 if (!m->acts[s].layers[l].act) m->acts[s].layers[l].act = a->act;
     a->dwide2 =
         (float *)carve(cv, (size_t)(d.N * max64(d.NHl * d.HS, m->cfg.swiglu ? d.Fl : 0)) * elem);
+    if (m->cfg.qk_layernorm) {
+        a->qk_out = CF(cv, d.N * (d.NHl + d.NKVl) * d.HS);
+        a->qk_din = CF(cv, d.N * (d.NHl + d.NKVl) * d.HS);
+    }
     if (m->last_stage && d.tp == 1) { /* for the logits' type now (set before the model) */
         const int64_t elem = xent_elem(m);
         a->xent_bytes = xent_chunk_rows(&d, elem) * d.Vl * elem;
@@ -367,6 +384,8 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
         m->acts[s].act = m->acts[0].act;
         m->acts[s].full = m->acts[0].full;
         m->acts[s].sp_scratch = m->acts[0].sp_scratch;
+        m->acts[s].qk_out = m->acts[0].qk_out;
+        m->acts[s].qk_din = m->acts[0].qk_din;
     }
     struct dims d = dims_of(m);
     for (int s = 0; s < nslots; s++) {
@@ -418,20 +437,23 @@ void loom_gpt_free(struct loom_gpt *m) {
 
 /* ---- the norms' weights (loom_gpt.wn) ---- */
 
-/* wn: the parameters' norm weights, or with layernorm_1p places in norm_eff for 1 + w (followed by
- * C ones, the addend) */
+/* wn: the parameters' norm weights, or with layernorm_1p places in norm_eff for 1 + w: the layers'
+ * ln1 and ln2 and the final norm's (C each), C ones (the addend), then with qk_layernorm the
+ * layers' q and k norms' (HS each) */
 static enum loom_status norm_weights_create(struct loom_gpt *m) {
-    const int64_t L = m->cfg.num_layers, C = m->cfg.hidden;
+    const int64_t L = m->cfg.num_layers, C = m->cfg.hidden, HS = loom_gpt_head_size(&m->cfg);
     m->wn.layers = calloc((size_t)L, sizeof *m->wn.layers);
     LOOM_ASSERT(m->wn.layers);
     m->wn.lnf_w = m->w.lnf_w;
     for (int64_t l = 0; l < L; l++) {
         m->wn.layers[l].ln1_w = m->w.layers[l].ln1_w;
         m->wn.layers[l].ln2_w = m->w.layers[l].ln2_w;
+        m->wn.layers[l].q_ln_w = m->w.layers[l].q_ln_w;
+        m->wn.layers[l].k_ln_w = m->w.layers[l].k_ln_w;
     }
     if (!m->cfg.layernorm_1p) return LOOM_OK;
     struct loom_backend *be = m->be;
-    const size_t n = (size_t)(2 * L + 2) * (size_t)C;
+    const size_t n = (size_t)(2 * L + 2) * (size_t)C + (size_t)(2 * L) * (size_t)HS;
     m->norm_eff = be->ops->malloc(be, n * sizeof(float));
     float *ones = malloc((size_t)C * sizeof(float));
     if (!m->norm_eff || !ones) {
@@ -448,31 +470,107 @@ static enum loom_status norm_weights_create(struct loom_gpt *m) {
         if (m->w.layers[l].ln2_w) m->wn.layers[l].ln2_w = m->norm_eff + (2 * l + 1) * C;
     }
     if (m->w.lnf_w) m->wn.lnf_w = m->norm_eff + 2 * L * C;
+    float *qk_eff = m->norm_eff + (2 * L + 2) * C;
+    for (int64_t l = 0; l < L; l++) {
+        if (m->w.layers[l].q_ln_w) m->wn.layers[l].q_ln_w = qk_eff + 2 * l * HS;
+        if (m->w.layers[l].k_ln_w) m->wn.layers[l].k_ln_w = qk_eff + (2 * l + 1) * HS;
+    }
     return LOOM_OK;
 }
 
 void loom_gpt_norm_weights(struct loom_gpt *m) {
     if (!m->cfg.layernorm_1p) return;
-    const int64_t L = m->cfg.num_layers, C = m->cfg.hidden;
-    const float *ones = m->norm_eff + (2 * L + 1) * C;
+    const int64_t L = m->cfg.num_layers, C = m->cfg.hidden, HS = loom_gpt_head_size(&m->cfg);
+    const float *ones = m->norm_eff + (2 * L + 1) * C; /* C >= HS of them */
     for (int64_t l = 0; l < L; l++) {
         const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];
         if (w->ln1_w) loom_op(m->be, add, wn->ln1_w, w->ln1_w, ones, C);
         if (w->ln2_w) loom_op(m->be, add, wn->ln2_w, w->ln2_w, ones, C);
+        if (w->q_ln_w) loom_op(m->be, add, wn->q_ln_w, w->q_ln_w, ones, HS);
+        if (w->k_ln_w) loom_op(m->be, add, wn->k_ln_w, w->k_ln_w, ones, HS);
     }
     if (m->w.lnf_w) loom_op(m->be, add, m->wn.lnf_w, m->w.lnf_w, ones, C);
 }
 
 /* ---- pieces ---- */
-static void norm_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, float *mean,
-                         float *rstd, const float *x, const float *w, const float *b, int64_t N) {
+/* The model's norm over N rows of C */
+static void norm_rows_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, float *mean,
+                              float *rstd, const float *x, const float *w, const float *b,
+                              int64_t N, int64_t C) {
     struct loom_backend *be = m->be;
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
-        loom_op(be, layernorm_forward, out, out_dt, mean, rstd, x, w, b, N, m->cfg.hidden,
+        loom_op(be, layernorm_forward, out, out_dt, mean, rstd, x, w, b, N, C,
                 (float)m->cfg.norm_eps);
     else
-        loom_op(be, rmsnorm_forward, out, out_dt, rstd, x, w, N, m->cfg.hidden,
-                (float)m->cfg.norm_eps);
+        loom_op(be, rmsnorm_forward, out, out_dt, rstd, x, w, N, C, (float)m->cfg.norm_eps);
+}
+static void norm_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, float *mean,
+                         float *rstd, const float *x, const float *w, const float *b, int64_t N) {
+    norm_rows_forward(m, out, out_dt, mean, rstd, x, w, b, N, m->cfg.hidden);
+}
+
+/* ---- query-key normalisation (qk_layernorm) ----
+ * A qkv row holds NKVl groups of [R = NHl/NKVl query heads | key | value] of HS each. The query
+ * heads of a group are one contiguous run of R HS, the key one of HS: gathered as N NKVl strided
+ * runs into dense rows of HS, [N NHl query rows | N NKVl key rows], normalised there by the
+ * model's norm over HS with the layer's q or k weights, and written back. The backward gathers
+ * the gradient of the normalised vectors from dqkv the same way, runs the norms' backward (the
+ * weight gradients summing over every row of the rank's heads) and writes the input gradients
+ * back into dqkv. */
+static void qk_gather(struct loom_gpt *m, float *dense, const void *qkv, enum loom_dtype dt,
+                      int64_t N, int64_t NHl, int64_t NKVl) {
+    const int64_t HS = loom_gpt_head_size(&m->cfg), R = NHl / NKVl, G = (R + 2) * HS;
+    const char *k = (const char *)qkv + (size_t)(R * HS) * loom_dtype_size(dt);
+    loom_op(m->be, copy_strided, dense, LOOM_DTYPE_F32, R * HS, qkv, dt, G, N * NKVl, R * HS);
+    loom_op(m->be, copy_strided, dense + N * NHl * HS, LOOM_DTYPE_F32, HS, k, dt, G, N * NKVl, HS);
+}
+static void qk_scatter(struct loom_gpt *m, void *qkv, enum loom_dtype dt, const float *dense,
+                       int64_t N, int64_t NHl, int64_t NKVl) {
+    const int64_t HS = loom_gpt_head_size(&m->cfg), R = NHl / NKVl, G = (R + 2) * HS;
+    char *k = (char *)qkv + (size_t)(R * HS) * loom_dtype_size(dt);
+    loom_op(m->be, copy_strided, qkv, dt, G, dense, LOOM_DTYPE_F32, R * HS, N * NKVl, R * HS);
+    loom_op(m->be, copy_strided, k, dt, G, dense + N * NHl * HS, LOOM_DTYPE_F32, HS, N * NKVl, HS);
+}
+
+void loom_gpt_qk_norm_forward(struct loom_gpt *m, int64_t l, void *qkv, enum loom_dtype dt,
+                              float *in, float *out, float *mean, float *rstd, int64_t N,
+                              int64_t NHl, int64_t NKVl) {
+    const int64_t HS = loom_gpt_head_size(&m->cfg), nq = N * NHl;
+    const int ln = m->cfg.norm == LOOM_NORM_LAYERNORM;
+    const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];
+    qk_gather(m, in, qkv, dt, N, NHl, NKVl);
+    norm_rows_forward(m, out, LOOM_DTYPE_F32, mean, rstd, in, wn->q_ln_w, w->q_ln_b, nq, HS);
+    norm_rows_forward(m, out + nq * HS, LOOM_DTYPE_F32, ln ? mean + nq : NULL, rstd + nq,
+                      in + nq * HS, wn->k_ln_w, w->k_ln_b, N * NKVl, HS);
+    qk_scatter(m, qkv, dt, out, N, NHl, NKVl);
+}
+
+/* dqkv (of type dt, the gradient of the normalised q and k) becomes that of their inputs; the
+ * layer's q and k norm weight (and bias) gradients accumulate this rank's heads' share */
+static void qk_norm_backward(struct loom_gpt *m, struct loom_gpt_acts *a, int64_t l, void *dqkv,
+                             enum loom_dtype dt) {
+    struct dims d = dims_of(m);
+    struct loom_backend *be = m->be;
+    const struct loom_gpt_layer_acts *la = &a->layers[l];
+    const struct loom_gpt_layer_ptrs *g = &m->g.layers[l], *wn = &m->wn.layers[l];
+    const int64_t nq = d.N * d.NHl, nk = d.N * d.NKVl, HS = d.HS;
+    const int ln = m->cfg.norm == LOOM_NORM_LAYERNORM;
+    qk_gather(m, a->qk_out, dqkv, dt, d.N, d.NHl, d.NKVl);
+    be->ops->zero(be, a->qk_din, (size_t)((nq + nk) * HS) * sizeof(float)); /* += below */
+    if (ln) {
+        loom_op(be, layernorm_backward, a->qk_din, NULL, NULL, g->q_ln_w, g->q_ln_b, a->qk_out,
+                LOOM_DTYPE_F32, la->qk_in, wn->q_ln_w, la->qk_mean, la->qk_rstd, nq, HS);
+        loom_op(be, layernorm_backward, a->qk_din + nq * HS, NULL, NULL, g->k_ln_w, g->k_ln_b,
+                a->qk_out + nq * HS, LOOM_DTYPE_F32, la->qk_in + nq * HS, wn->k_ln_w,
+                la->qk_mean + nq, la->qk_rstd + nq, nk, HS);
+    } else {
+        loom_op(be, rmsnorm_backward, a->qk_din, NULL, NULL, g->q_ln_w, a->qk_out, LOOM_DTYPE_F32,
+                la->qk_in, wn->q_ln_w, la->qk_rstd, nq, HS);
+        loom_op(be, rmsnorm_backward, a->qk_din + nq * HS, NULL, NULL, g->k_ln_w,
+                a->qk_out + nq * HS, LOOM_DTYPE_F32, la->qk_in + nq * HS, wn->k_ln_w,
+                la->qk_rstd + nq, nk, HS);
+    }
+    qk_scatter(m, dqkv, dt, a->qk_din, d.N, d.NHl, d.NKVl);
 }
 
 /* dx (the residual gradient a->dres) += the norm's input gradient. With next_b (a product's bias
@@ -640,6 +738,9 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     struct loom_attn ap = attn_problem(m, a, ctx, l);
     loom_op(be, linear_forward_typed, la->qkv, ap.dt, la->ln1_full, ln_dt, w->qkv_w, w->qkv_b, d.N,
             d.C, d.QKVl);
+    if (c->qk_layernorm)
+        loom_gpt_qk_norm_forward(m, l, la->qkv, ap.dt, la->qk_in, a->qk_out, la->qk_mean,
+                                 la->qk_rstd, d.N, d.NHl, d.NKVl);
     if (c->posemb == LOOM_POSEMB_ROPE)
         loom_op(be, rope, la->qkv, ap.dt, a->doc_pos, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
                 (float)c->rope_theta, 0);
@@ -914,9 +1015,12 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     if (c->posemb == LOOM_POSEMB_ROPE)
         loom_op(be, rope, a->dwide, ap.dt, a->doc_pos, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
                 (float)c->rope_theta, 1);
+    if (c->qk_layernorm) qk_norm_backward(m, a, l, a->dwide, ap.dt);
     loom_op(be, linear_backward_typed, a->full, dln_dt, g->qkv_w, g->qkv_b, a->dwide, ap.dt,
             la->ln1_full, ln_dt, w->qkv_w, d.N, d.C, d.QKVl);
-    if (g->qkv_b) { /* the key bias of every group: [R query heads | k | v] of HS each */
+    /* the key bias of every group ([R query heads | k | v] of HS each): its gradient is zero,
+     * except through a key norm, which does not just shift the scores */
+    if (g->qkv_b && !c->qk_layernorm) {
         const int64_t R = d.NHl / d.NKVl;
         loom_op(be, zero_strided, g->qkv_b + R * d.HS, d.NKVl, d.HS, (R + 2) * d.HS);
     }
@@ -990,14 +1094,19 @@ enum loom_status loom_gpt_backward(struct loom_gpt *m, const struct loom_step_ct
     return loom_gpt_embed_backward(m, 0, ctx);
 }
 
-enum loom_status loom_gpt_sync_sequence_parallel_grads(struct loom_gpt *m, int64_t layer) {
+enum loom_status loom_gpt_sync_replicated_grads(struct loom_gpt *m, int64_t layer) {
     struct dims d = dims_of(m);
-    if (!d.sp) return LOOM_OK;
-    /* norm weights see only this rank's sequence shard: sum their gradients over TP (the
-     * row-parallel biases and position embeddings already see the gathered gradient) */
+    if (d.tp == 1) return LOOM_OK;
+    /* under sequence parallelism the norm weights see only this rank's sequence shard; the query
+     * and key norms (qk_layernorm) see only this rank's heads, with or without it: sum their
+     * gradients over TP (the row-parallel biases and position embeddings already see the
+     * gathered gradient) */
     for (int i = 0; i < m->nparams; i++) {
         const struct loom_param *p = &m->params[i];
-        if (!p->local || p->layer != layer || !strstr(p->name, "layernorm")) continue;
+        if (!p->local || p->layer != layer) continue;
+        const int qk = strstr(p->name, "self_attention.q_layernorm.") ||
+                       strstr(p->name, "self_attention.k_layernorm.");
+        if (!qk && !(d.sp && strstr(p->name, "layernorm"))) continue;
         LOOM_CHECK(tp_allreduce(m, m->grad_mem + p->offset, p->local_shape[0] * p->local_shape[1]));
     }
     return LOOM_OK;

@@ -5,6 +5,7 @@
  *   embedding.position_embeddings.weight         [Tmax, C]      (learned positions only)
  *   decoder.layers.{i}.input_layernorm.{weight,bias}
  *   decoder.layers.{i}.self_attention.linear_qkv.{weight,bias}  [(NH+2NKV)HS, C]  dim 0
+ *   decoder.layers.{i}.self_attention.{q,k}_layernorm.{weight,bias} [HS]  (--qk-layernorm)
  *   decoder.layers.{i}.self_attention.linear_proj.{weight,bias} [C, NH*HS]        dim 1
  *   decoder.layers.{i}.pre_mlp_layernorm.{weight,bias}
  *   decoder.layers.{i}.mlp.linear_fc1.{weight,bias}  [F or 2F, C]  dim 0 (2 chunks for SwiGLU)
@@ -96,6 +97,16 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
         add(&tb, LNAME("self_attention.linear_qkv.weight"), 2, QKV, C, 0, (int)l, LOOM_INIT_NORMAL);
         if (c->bias)
             add(&tb, LNAME("self_attention.linear_qkv.bias"), 1, QKV, 0, 0, (int)l, LOOM_INIT_ZEROS);
+        if (c->qk_layernorm) { /* replicated: every TP rank's heads use them */
+            add(&tb, LNAME("self_attention.q_layernorm.weight"), 1, HS, 0, -1, (int)l, gamma);
+            if (ln)
+                add(&tb, LNAME("self_attention.q_layernorm.bias"), 1, HS, 0, -1, (int)l,
+                    LOOM_INIT_ZEROS);
+            add(&tb, LNAME("self_attention.k_layernorm.weight"), 1, HS, 0, -1, (int)l, gamma);
+            if (ln)
+                add(&tb, LNAME("self_attention.k_layernorm.bias"), 1, HS, 0, -1, (int)l,
+                    LOOM_INIT_ZEROS);
+        }
         add(&tb, LNAME("self_attention.linear_proj.weight"), 2, C, NH * HS, 1, (int)l,
             LOOM_INIT_NORMAL_SCALED);
         if (c->bias)

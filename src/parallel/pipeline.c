@@ -278,7 +278,7 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             int final = ++backwards_done[c] == num_micro;
             for (int64_t l = l1 - 1; l >= l0 && st == LOOM_OK; l--) {
                 st = loom_gpt_layer_backward(m, slot, l, &mc);
-                if (st == LOOM_OK && final) st = loom_gpt_sync_sequence_parallel_grads(m, l);
+                if (st == LOOM_OK && final) st = loom_gpt_sync_replicated_grads(m, l);
                 if (st == LOOM_OK && final && gs) st = loom_grad_sync_layer_ready(gs, l);
             }
             if (st != LOOM_OK) break;

@@ -182,7 +182,7 @@ static enum loom_status sync_tied_embedding(struct trainer *t) {
 /* Finish the data-parallel reduction the backward pass started (the final norm's sequence-
  * parallel sum first: it is not part of any layer). */
 static enum loom_status sync_grads(struct trainer *t) {
-    LOOM_CHECK(loom_gpt_sync_sequence_parallel_grads(t->model, -1));
+    LOOM_CHECK(loom_gpt_sync_replicated_grads(t->model, -1));
     return loom_grad_sync_finish(t->gsync);
 }
 
@@ -879,6 +879,8 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                  c->reset_attention_mask ? "attention masked" : "");
     if (c->model.layernorm_1p) /* --apply-layernorm-1p */
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", norms zero-centred (1 + w)");
+    if (c->model.qk_layernorm) /* --qk-layernorm */
+        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", queries and keys normalised");
     loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
                   "MLP %s, vocab %lld (padded %lld), seq %lld%s | world %d = TP %lld x PP %lld x "
                   "DP %lld | %s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
