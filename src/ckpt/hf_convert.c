@@ -3,7 +3,12 @@
  * Every conversion is a per-parameter index map between a loom tensor and Hugging Face tensors:
  * transposes for GPT-2's Conv1D weights, the qkv regrouping (loom keeps each key/value head next
  * to the query heads that share it), SwiGLU's [gate | up] stacking, and the vocabulary padding
- * (padded rows are zero on import and dropped on export). */
+ * (padded rows are zero on import and dropped on export).
+ *
+ * Llama-style models with query-key normalisation (qk_layernorm, RMSNorm) are Qwen3's form:
+ * model_type "qwen3", the per-head norms' weights self_attn.q_norm.weight and k_norm.weight [HS]
+ * (Megatron's self_attention.q_layernorm / k_layernorm), head_dim written out (Qwen3's default is
+ * 128, not hidden / heads). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +145,10 @@ static enum loom_status sources(const struct hf_ctx *h, const struct loom_param 
         SRC(0, gpt2 ? "ln_2.weight" : "post_attention_layernorm.weight", C, 0);
     else if (!strcmp(local, "pre_mlp_layernorm.bias"))
         SRC(0, "ln_2.bias", C, 0);
+    else if (!gpt2 && !strcmp(local, "self_attention.q_layernorm.weight"))
+        SRC(0, "self_attn.q_norm.weight", HS, 0);
+    else if (!gpt2 && !strcmp(local, "self_attention.k_layernorm.weight"))
+        SRC(0, "self_attn.k_norm.weight", HS, 0);
     else if (!strcmp(local, "self_attention.linear_qkv.weight")) {
         if (gpt2)
             SRC(0, "attn.c_attn.weight", C, 3 * C);
@@ -248,8 +257,10 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
             s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: untied GPT-2 is not supported", path);
             goto out;
         }
-    } else if (type && !strcmp(type, "llama")) {
+    } else if (type && (!strcmp(type, "llama") || !strcmp(type, "qwen3"))) {
         *arch = ARCH_LLAMA;
+        const int qwen3 = !strcmp(type, "qwen3");
+        c->qk_layernorm = qwen3; /* q_norm, k_norm */
         if ((s = json_int(o, "num_hidden_layers", &c->num_layers, -1, path)) ||
             (s = json_int(o, "hidden_size", &c->hidden, -1, path)) ||
             (s = json_int(o, "num_attention_heads", &c->heads, -1, path)) ||
@@ -259,9 +270,19 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
             (s = json_int(o, "vocab_size", &c->vocab_size, -1, path)))
             goto out;
         int64_t hd = 0;
-        if ((s = json_int(o, "head_dim", &hd, c->hidden / (c->heads ? c->heads : 1), path))) goto out;
+        /* Qwen3's head_dim defaults to 128, Llama's to hidden_size / num_attention_heads */
+        if ((s = json_int(o, "head_dim", &hd, qwen3 ? 128 : c->hidden / (c->heads ? c->heads : 1),
+                          path)))
+            goto out;
         if (hd * c->heads != c->hidden) {
-            s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: head_dim x heads != hidden_size is not supported", path);
+            s = loom_fail(LOOM_ERR_UNSUPPORTED,
+                          "%s: head_dim %lld x num_attention_heads %lld != hidden_size %lld is "
+                          "not supported",
+                          path, (long long)hd, (long long)c->heads, (long long)c->hidden);
+            goto out;
+        }
+        if (qwen3 && json_flag(o, "use_sliding_window", 0)) {
+            s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: use_sliding_window is not supported", path);
             goto out;
         }
         if (json_flag(o, "attention_bias", 0) || json_flag(o, "mlp_bias", 0)) {
@@ -284,8 +305,9 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
         c->hidden_dropout = 0.0;
         c->init_std = json_num(o, "initializer_range", 0.02);
     } else {
-        s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not supported (gpt2, llama)",
-                      path, type ? type : "(missing)");
+        s = loom_fail(LOOM_ERR_UNSUPPORTED,
+                      "%s: model_type \"%s\" is not supported (gpt2, llama, qwen3)", path,
+                      type ? type : "(missing)");
     }
 out:
     json_decref(o);
@@ -297,6 +319,21 @@ static enum loom_status arch_of(const struct loom_gpt_config *c, enum arch *arch
     int gpt2 = c->norm == LOOM_NORM_LAYERNORM && !c->swiglu && c->posemb == LOOM_POSEMB_LEARNED &&
                c->bias && !c->untie && c->query_groups == c->heads;
     int llama = c->norm == LOOM_NORM_RMSNORM && c->swiglu && c->posemb == LOOM_POSEMB_ROPE && !c->bias;
+    if (c->qk_layernorm && !llama) { /* name what this model has instead */
+        char why[160] = "";
+        const char *lacks[] = {
+            c->norm != LOOM_NORM_RMSNORM ? "LayerNorm" : NULL, !c->swiglu ? "GELU" : NULL,
+            c->posemb != LOOM_POSEMB_ROPE ? "no rope" : NULL, c->bias ? "biases" : NULL};
+        for (size_t i = 0; i < sizeof lacks / sizeof lacks[0]; i++)
+            if (lacks[i])
+                snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s", *why ? ", " : "",
+                         lacks[i]);
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "this model has no Hugging Face equivalent: query-key norms "
+                         "(--qk-layernorm) export only as Qwen3, which needs RMSNorm, SwiGLU, rope "
+                         "and no biases (this model: %s)",
+                         why);
+    }
     if (gpt2) *arch = ARCH_GPT2;
     else if (llama) *arch = ARCH_LLAMA;
     else
@@ -326,8 +363,15 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
         json_object_set_new(o, "attn_pdrop", json_real(c->attention_dropout));
         json_object_set_new(o, "tie_word_embeddings", json_true());
     } else {
-        json_object_set_new(o, "model_type", json_string("llama"));
-        json_object_set_new(o, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+        const int qwen3 = c->qk_layernorm; /* Llama with q_norm and k_norm */
+        json_object_set_new(o, "model_type", json_string(qwen3 ? "qwen3" : "llama"));
+        json_object_set_new(o, "architectures",
+                            json_pack("[s]", qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
+        if (qwen3) {
+            json_object_set_new(o, "head_dim", json_integer(loom_gpt_head_size(c)));
+            json_object_set_new(o, "use_sliding_window", json_false());
+            json_object_set_new(o, "rope_scaling", json_null());
+        }
         json_object_set_new(o, "num_hidden_layers", json_integer(c->num_layers));
         json_object_set_new(o, "hidden_size", json_integer(c->hidden));
         json_object_set_new(o, "num_attention_heads", json_integer(c->heads));

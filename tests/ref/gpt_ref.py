@@ -13,6 +13,9 @@
       Megatron-LM's get_ltor_masks_and_position_ids makes them: after each input token ID the
       position ids drop back to 0, and the attention mask hides every earlier key from the
       queries after it.
+      --qk-norm (llama only, make and check): Qwen3's form, each head's query and key vectors
+      RMS-normalised over the head size (self_attn.q_norm.weight, k_norm.weight [head_dim], shared
+      by the heads) after their projections and before the rotary embedding.
 
 Nothing here is derived from loom's code paths except the documented mock-data recipe and the
 Philox4x32-10 generator, re-implemented from their definitions.
@@ -150,6 +153,9 @@ def make_weights(arch, cfg, gen):
             w[p + "self_attn.k_proj.weight"] = n(NKV * HS, C)
             w[p + "self_attn.v_proj.weight"] = n(NKV * HS, C)
             w[p + "self_attn.o_proj.weight"] = n(C, NH * HS)
+            if cfg.get("model_type") == "qwen3":
+                w[p + "self_attn.q_norm.weight"] = around1(HS)
+                w[p + "self_attn.k_norm.weight"] = around1(HS)
             w[p + "post_attention_layernorm.weight"] = around1(C)
             w[p + "mlp.gate_proj.weight"] = n(F, C)
             w[p + "mlp.up_proj.weight"] = n(F, C)
@@ -236,6 +242,8 @@ def forward(arch, cfg, w, tokens, targets, docs=None):
             q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, T, NH, HS).transpose(1, 2)
             k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, T, NKV, HS).transpose(1, 2)
             v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, NKV, HS).transpose(1, 2)
+            if cfg.get("model_type") == "qwen3":  # per-head RMSNorm over HS, before rotary
+                q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
             q, k = rope(q), rope(k)
             k, v = k.repeat_interleave(NH // NKV, 1), v.repeat_interleave(NH // NKV, 1)
             a = causal_attention(q, k, v, keep).transpose(1, 2).reshape(B, T, C)
@@ -289,6 +297,8 @@ def main():
                     help="Megatron-LM's: positions restart after each --doc-eod input token")
     ap.add_argument("--reset-attention-mask", action="store_true",
                     help="Megatron-LM's: no attention across --doc-eod input tokens")
+    ap.add_argument("--qk-norm", action="store_true",
+                    help="llama: Qwen3's query and key RMSNorm per head (config model_type qwen3)")
     a = ap.parse_args()
     cfg = dict(CONFIGS[a.arch])
     if a.vocab:
@@ -299,6 +309,10 @@ def main():
         docs = (a.doc_eod, a.reset_position_ids, a.reset_attention_mask)
     if a.arch == "gpt2" and a.gelu == "erf":
         cfg["activation_function"] = "gelu"
+    if a.qk_norm:
+        assert a.arch == "llama", "--qk-norm is for --arch llama (Qwen3's form)"
+        cfg.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"],
+                   head_dim=cfg["hidden_size"] // cfg["num_attention_heads"])
     if a.cmd == "make":
         import os
         os.makedirs(a.out, exist_ok=True)
@@ -347,6 +361,9 @@ def main():
         else:
             loss = forward(a.arch, cfg, w, tokens, targets, docs)
         loss.backward()
+        for p in w.values():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         m = next(x for x in metrics if x["iteration"] == it)
         report(f"iteration {it} loss {logged:.8f} vs loom {m['loss']:.8f}", abs(logged - m["loss"]) / abs(logged), a.tol)
         gnorm = math.sqrt(sum((p.grad ** 2).sum().item() for p in w.values()))
