@@ -570,6 +570,10 @@ static void qk_norm_backward(struct loom_gpt *m, struct loom_gpt_acts *a, int64_
                 a->qk_out + nq * HS, LOOM_DTYPE_F32, la->qk_in + nq * HS, wn->k_ln_w,
                 la->qk_rstd + nq, nk, HS);
     }
+    /* the key norm's bias adds q.b to every score of a query's row, which the softmax ignores:
+     * its gradient is exactly zero (as the key bias's without the norm), kept so rather than as
+     * rounding noise */
+    if (g->k_ln_b) be->ops->zero(be, g->k_ln_b, (size_t)HS * sizeof(float));
     qk_scatter(m, dqkv, dt, a->qk_din, d.N, d.NHl, d.NKVl);
 }
 

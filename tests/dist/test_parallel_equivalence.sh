@@ -11,7 +11,10 @@
 # --reset-attention-mask; NullTokenizer's end-of-document id 6 of 7: 2 or 3 documents in a sample
 # of 16; its vocabulary padded to 8 alike on one and two tensor-parallel ranks), in three layouts
 # each: every stage's attention gets the mask, and each one's embedding and rotary embeddings the
-# positions.
+# positions. Query-key normalisation (--qk-layernorm; its norms' weights replicated, their
+# gradients summed over the tensor-parallel heads): the Llama-style model (RMSNorm) and the
+# GPT-2-style one (LayerNorm with biases, zero-centred weights: --apply-layernorm-1p), in four
+# layouts each.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -38,11 +41,15 @@ gptdocs=("${gpt[@]}" "${docs[@]}")
 llamadocs=("${llama[@]}" "${docs[@]}")
 gptdocs_layouts=("2 1 2 sp" "1 2 1" "1 1 2")
 llamadocs_layouts=("2 1 2 sp" "1 2 1 vpp" "2 2 1")
+llamaqk=("${llama[@]}" --qk-layernorm)
+gptqk=("${gpt[@]}" --qk-layernorm --apply-layernorm-1p)
+llamaqk_layouts=("2 1 1" "2 2 1" "2 1 2 sp" "1 2 1 vpp")
+gptqk_layouts=("2 1 1" "1 2 1" "2 2 1" "2 1 2 sp")
 fail=0 pass=0
-for model in ${MODELS:-gpt llama gpteod gptdocs llamadocs}; do
+for model in ${MODELS:-gpt llama gpteod gptdocs llamadocs llamaqk gptqk}; do
   declare -n margs=$model
   case $model in
-    gpteod|gptdocs|llamadocs) declare -n lays=${model}_layouts ;;
+    gpteod|gptdocs|llamadocs|llamaqk|gptqk) declare -n lays=${model}_layouts ;;
     *) declare -n lays=layouts ;;
   esac
   ref="$tmp/$model-ref"
