@@ -1,7 +1,9 @@
 /* Incremental decoding with the key/value cache gives the same next-token logits, position by
  * position, as the full causal forward pass over the whole sequence (GPT-2-style and
  * Llama-style configurations, and a GPT-2-style one with zero-centred norm weights w set away
- * from 0, whose norms both passes must scale by 1 + w). */
+ * from 0, whose norms both passes must scale by 1 + w; and with query-key norms, --qk-layernorm:
+ * Llama-style with RMSNorm, GPT-2-style with LayerNorm and zero-centred weights, their weights and
+ * biases set away from their initial 1 (or 0) and 0). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +13,7 @@
 #include "loom/model.h"
 #include "models/gpt_internal.h"
 
-static int check(const char *what, int llama, int ln1p) {
+static int check(const char *what, int llama, int ln1p, int qk) {
     struct loom_gpt_config c;
     loom_gpt_config_default(&c);
     c.num_layers = 2;
@@ -21,6 +23,7 @@ static int check(const char *what, int llama, int ln1p) {
     c.vocab_size = 77;
     c.hidden_dropout = c.attention_dropout = 0;
     c.layernorm_1p = ln1p;
+    c.qk_layernorm = qk;
     if (llama) {
         c.query_groups = 2;
         c.norm = LOOM_NORM_RMSNORM;
@@ -40,13 +43,18 @@ static int check(const char *what, int llama, int ln1p) {
         loom_print_error();
         return 1;
     }
-    for (int i = 0; ln1p && i < m->nparams; i++) { /* w away from 0: 1 + w is not w, nor 1 */
+    /* norm weights away from their start (1 + w is not w, nor 1), and with query-key norms every
+     * norm's bias away from 0 */
+    for (int i = 0; (ln1p || qk) && i < m->nparams; i++) {
         const struct loom_param *p = &m->params[i];
         const size_t nl = strlen(p->name);
-        if (nl < 16 || strcmp(p->name + nl - 16, "layernorm.weight")) continue;
+        const int weight = nl >= 16 && !strcmp(p->name + nl - 16, "layernorm.weight");
+        const int bias = qk && nl >= 14 && !strcmp(p->name + nl - 14, "layernorm.bias");
+        if (!weight && !bias) continue;
         float *w = m->param_mem + p->offset;
         for (int64_t k = 0; k < p->shape[0]; k++)
-            w[k] = 0.3f * sinf((float)(k + 3 * i));
+            w[k] =
+                (weight && !ln1p ? 1.0f : 0.0f) + (weight ? 0.3f : 0.1f) * sinf((float)(k + 3 * i));
     }
     if (loom_gpt_decoder_create(&d, m, c.seq_length)) {
         loom_print_error();
@@ -94,9 +102,11 @@ static int check(const char *what, int llama, int ln1p) {
 }
 
 int main(void) {
-    int fails = check("gpt2-style", 0, 0) +
-                check("llama-style (rope, GQA, SwiGLU, RMSNorm)", 1, 0) +
-                check("gpt2-style, zero-centred norm weights (--apply-layernorm-1p)", 0, 1);
-    printf("%d passed, %d failed\n", 3 - fails, fails);
+    int fails = check("gpt2-style", 0, 0, 0) +
+                check("llama-style (rope, GQA, SwiGLU, RMSNorm)", 1, 0, 0) +
+                check("gpt2-style, zero-centred norm weights (--apply-layernorm-1p)", 0, 1, 0) +
+                check("llama-style, query-key norms (--qk-layernorm)", 1, 0, 1) +
+                check("gpt2-style, query-key LayerNorms, zero-centred weights", 0, 1, 1);
+    printf("%d passed, %d failed\n", 5 - fails, fails);
     return fails != 0;
 }
