@@ -115,6 +115,7 @@ expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu
 "$LOOM" "${T[@]}" --save "$tmp/ck" > /dev/null 2>&1
 expect_error "contradicting checkpoint" "--hidden-size 64 contradicts the checkpoint" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --hidden-size 64
 expect_error "contradicting norm" "--normalization RMSNorm contradicts" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --normalization RMSNorm
+expect_error "contradicting query-key norms" "--qk-layernorm contradicts the checkpoint $tmp/ck, which was trained without it" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --qk-layernorm
 # and one that agrees loads fine
 if "$LOOM" train --mock-data --train-iters 4 --lr-decay-iters 2 --eval-iters 0 --load "$tmp/ck" --hidden-size 32 > /dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: resuming with agreeing flags"; fi
 # a longer run whose decay follows --train-iters is another schedule (Megatron-LM's rule)
@@ -128,6 +129,17 @@ echo '{"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "vocab_size
 printf 'junk' > "$tmp/bad/model.safetensors"
 expect_error "convert weights" "model.safetensors" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
 [ ! -e "$tmp/out/model.safetensors" ] || { fail=$((fail + 1)); echo "FAIL: a failed convert left a file"; }
+# query-key norms go to Hugging Face only as Qwen3 (RMSNorm, SwiGLU, rope, no biases)
+"$LOOM" "${T[@]}" --qk-layernorm --save "$tmp/qkck" > /dev/null 2>&1
+expect_error "convert GPT-2 with query-key norms" "query-key norms (--qk-layernorm) export only as Qwen3, which needs RMSNorm, SwiGLU, rope and no biases (this model: LayerNorm, GELU, no rope, biases)" "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/qkck" --save-dir "$tmp/qkhf"
+"$LOOM" "${T[@]}" --qk-layernorm --normalization RMSNorm --swiglu --position-embedding-type rope --save "$tmp/qkck2" > /dev/null 2>&1
+expect_error "convert RMSNorm query-key norms with biases" "(this model: biases)" "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/qkck2" --save-dir "$tmp/qkhf"
+[ ! -e "$tmp/qkhf/model.safetensors" ] || { fail=$((fail + 1)); echo "FAIL: a refused export left a file"; }
+qwen='"model_type": "qwen3", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 10'
+echo "{$qwen}" > "$tmp/bad/config.json" # Qwen3's head_dim defaults to 128
+expect_error "convert qwen3 head_dim" "head_dim 128 x num_attention_heads 4 != hidden_size 64 is not supported" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+echo "{$qwen, \"head_dim\": 16, \"use_sliding_window\": true}" > "$tmp/bad/config.json"
+expect_error "convert qwen3 sliding window" "use_sliding_window is not supported" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
 # generate
 expect_error "generate no load" "--load" "$LOOM" generate --vocab-file x
 expect_error "generate top-p" "--top-p" "$LOOM" generate --load "$tmp/ck" --vocab-file x --top-p 2
