@@ -109,7 +109,8 @@ struct loom_gpt {
     float *grad_mem;     /* device: gradients, same layout */
     struct loom_gpt_ptrs w, g;
     /* the norms' weights as the norms use them: w's, or with layernorm_1p 1 + w's, remade in
-     * norm_eff (device) by loom_gpt_norm_weights; only the ln*_w entries are set */
+     * norm_eff (device) by loom_gpt_norm_weights; only the ln*_w, q_ln_w and k_ln_w entries are
+     * set */
     struct loom_gpt_ptrs wn;
     float *norm_eff;
     int64_t layer_begin, layer_end; /* decoder layers held by this rank */
