@@ -10,9 +10,9 @@
 # of 1 to 7 tokens, or one of 256), the same checks, and in --bf16 (loom's tensor-core kernel
 # with the document mask) within 2e-2 of the fp32 CPU run; the Llama-style one of these with
 # zero-centred norm weights (--apply-layernorm-1p). Query-key norms (--qk-layernorm): the
-# Llama-style model (RMSNorm) and the GPT-2-style one (LayerNorm with biases) against the CPU,
-# the same checks, and the Llama-style one in --bf16 (the heads gathered from bf16 qkv rows)
-# within 2e-2 of the fp32 CPU run.
+# Llama-style model (RMSNorm; head size 64, as the bf16 attention kernels take) and the
+# GPT-2-style one (LayerNorm with biases) against the CPU, the same checks, and the Llama-style
+# one in --bf16 (the heads gathered from bf16 qkv rows) within 2e-2 of the fp32 CPU run.
 #
 # Exit 77 (skipped) when loom has no CUDA or no device is visible, unless LOOM_REQUIRE_CUDA=1.
 set -uo pipefail
@@ -45,7 +45,9 @@ llamadocs=(--hidden-size 256 --num-attention-heads 4 --group-query-attention --n
            --ffn-hidden-size 320 --normalization RMSNorm --swiglu --position-embedding-type rope
            --disable-bias-linear --untie-embeddings-and-output-weights --apply-layernorm-1p
            "${docs[@]}")
-llamaqk=("${llama[@]}" --qk-layernorm)
+llamaqk=(--hidden-size 256 --num-attention-heads 4 --group-query-attention --num-query-groups 2
+         --ffn-hidden-size 320 --normalization RMSNorm --swiglu --position-embedding-type rope
+         --disable-bias-linear --untie-embeddings-and-output-weights --qk-layernorm)
 gptqk=("${gpt[@]}" --qk-layernorm)
 
 probe="$tmp/probe.log"
