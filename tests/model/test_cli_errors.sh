@@ -105,6 +105,19 @@ mkdir -p "$tmp/badgelu/iter_0000001" && echo 1 > "$tmp/badgelu/latest_checkpoint
 "$LOOM" "${T[@]}" --save "$tmp/gck" > /dev/null 2>&1
 sed 's/"gelu": "tanh"/"gelu": "cubic"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
 expect_error "bad gelu in meta.json" "\"gelu\" must be \"tanh\" or \"erf\"" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
+# the training state's counts and the schedule's values are >= 0: a negative one is refused
+for bad in 's/"consumed_samples": [0-9]*/"consumed_samples": -8/' 's/"iteration": [0-9]*/"iteration": 1.5/' \
+    's/"consumed_valid_samples": [0-9]*/"consumed_valid_samples": -1/' 's/"max_lr": [0-9.e-]*/"max_lr": -1/' \
+    's/"decay_samples": [0-9]*/"decay_samples": -8/'; do
+  sed "$bad" "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
+  key=$(echo "$bad" | sed 's/^s\/"\([a-z_]*\)".*/\1/')
+  what="\"$key\" must be an integer >= 0"
+  case $key in max_lr | decay_samples) what="\"lr_schedule\" \"$key\" must be >= 0" ;; esac
+  cmp -s "$tmp/gck/iter_0000002/meta.json" "$tmp/badgelu/iter_0000001/meta.json" &&
+    { echo "FAIL meta.json edit $bad changed nothing"; exit 1; }
+  expect_error "negative $key in meta.json" "$what" "$LOOM" "${T[@]}" --load "$tmp/badgelu" \
+      --use-checkpoint-opt_param-scheduler
+done
 expect_error "both schedule sources" "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude each other" "$LOOM" "${T[@]}" --override-opt_param-scheduler --use-checkpoint-opt_param-scheduler
 expect_error "wd ends without a style" "--start-weight-decay needs --weight-decay-incr-style linear or cosine" "$LOOM" "${T[@]}" --start-weight-decay 0.1
 expect_error "wd style without ends" "--weight-decay-incr-style cosine needs --start-weight-decay and --end-weight-decay" "$LOOM" "${T[@]}" --weight-decay-incr-style cosine --end-weight-decay 0.1
