@@ -15,7 +15,7 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int layernorm_1p, gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
+    int layernorm_1p, gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, log_num_zeros, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
         tb_no_lr, reset_pos, reset_mask;
@@ -213,7 +213,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--fp8-format", 1, NULL, "FP8 training is not implemented", NULL},
     {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented", NULL},
     {"--apply-query-key-layer-scaling", 0, NULL, "query-key layer scaling is not implemented", NULL},
-    {"--log-num-zeros-in-grad", 0, NULL, "zeros in the gradient are not counted", NULL},
     {"--apply-residual-connection-post-layernorm", 0, NULL, "the residual connection always "
      "takes the norm's input (pre-norm)", NULL},
     {"--dataloader-type", 1, "samples are read in order, as Megatron's single sampler reads them",
@@ -467,6 +466,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--eval-iters", LOOM_FLAG_INT, &f.eval_iters, "validation batches", NULL, 0},
         {"--log-interval", LOOM_FLAG_INT, &f.log_interval, "log every N iterations", NULL, 0},
         {"--log-params-norm", LOOM_FLAG_BOOL, &f.log_params_norm, "log the parameters' L2 norm (after the step)", NULL, 0},
+        {"--log-num-zeros-in-grad", LOOM_FLAG_BOOL, &f.log_num_zeros, "log how many of the gradient's elements are zero (each parameter counted once, as the gradient norm)", NULL, 0},
         {"--metrics-file", LOOM_FLAG_STR, &f.metrics, "JSON lines, one object per logged iteration", NULL, 0},
         {"--tensorboard-dir", LOOM_FLAG_STR, &f.tb_dir, "write TensorBoard event files here (Megatron-LM's scalars, from rank 0)", NULL, 0},
         {"--tensorboard-log-interval", LOOM_FLAG_INT, &f.tb_interval, "training scalars to TensorBoard every N iterations", NULL, 0},
@@ -794,6 +794,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.eval_iters = f.eval_iters;
     c.log_interval = f.log_interval;
     c.log_params_norm = f.log_params_norm;
+    c.log_num_zeros = f.log_num_zeros;
     c.metrics_file = f.metrics;
     c.tensorboard_dir = f.tb_dir;
     c.tensorboard_log_interval = f.tb_interval;

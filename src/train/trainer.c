@@ -58,6 +58,7 @@ struct trainer {
     int64_t stepped_since_log; /* and their number (the log line's lm loss is their mean) */
     int64_t batch;             /* the global batch of the last training iteration */
     double lr_decoupled;       /* its word embedding's and output layer's learning rate */
+    int64_t num_zeros;         /* its gradient's elements equal to zero (-1: not counted) */
     struct loom_pipeline *pipe;
     struct loom_grad_sync *gsync;
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
@@ -279,6 +280,7 @@ static enum loom_status tb_iteration(struct trainer *t, int tb_now, int log_now,
         {"loss-scale", c->fp16 ? t->scaler.scale : 1.0, c->tb_loss_scale},
         {"world-size", (double)t->par.world_size, c->tb_world_size},
         {"grad-norm", gnorm, isfinite(gnorm)},
+        {"num-zeros", (double)t->num_zeros, t->num_zeros >= 0},
         {"params-norm", pnorm, pnorm >= 0},
     };
     for (int i = 0; tb_now && i < (int)(sizeof vs / sizeof vs[0]); i++) {
@@ -375,10 +377,12 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     time_t now = time(NULL);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
-    char params_s[48] = "", loss_s[40] = "", dlr_s[48] = "";
+    char params_s[48] = "", loss_s[40] = "", dlr_s[48] = "", zeros_s[40] = "";
     if (c->lr.decoupled_max_lr >= 0)
         snprintf(dlr_s, sizeof dlr_s, " | decoupled learning rate: %.6E", t->lr_decoupled);
     if (pnorm >= 0) snprintf(params_s, sizeof params_s, " | params norm: %.3f", pnorm);
+    if (t->num_zeros >= 0)
+        snprintf(zeros_s, sizeof zeros_s, " | num zeros: %lld", (long long)t->num_zeros);
     /* as Megatron-LM's line: the mean loss of the iterations since the last log that took an
      * optimizer step (none when every one was skipped) */
     if (t->stepped_since_log > 0)
@@ -387,9 +391,9 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     loom_log_info(
         " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
         "iteration (ms): %.1f | learning rate: %.6E%s | global batch size: %5lld%s | grad norm: "
-        "%.3f%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
+        "%.3f%s%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
         stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples, ms, lr,
-        dlr_s, (long long)batch, loss_s, gnorm, params_s, tps, tflops, mfu);
+        dlr_s, (long long)batch, loss_s, gnorm, zeros_s, params_s, tps, tflops, mfu);
     if (t->peak_mem >= 0)
         loom_log_info(" peak device memory per rank: %.1f MiB", (double)t->peak_mem / 1048576.0);
     if (t->cfg->fp16)
@@ -411,6 +415,8 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
         if (t->ramp.start > 0)
             fprintf(t->metrics, ", \"global_batch_size\": %lld", (long long)batch);
         if (pnorm >= 0) fprintf(t->metrics, ", \"params_norm\": %.17g", pnorm);
+        if (t->num_zeros >= 0)
+            fprintf(t->metrics, ", \"num_zeros\": %lld", (long long)t->num_zeros);
         if (c->lr.decoupled_max_lr >= 0)
             fprintf(t->metrics, ", \"decoupled_lr\": %.17g", t->lr_decoupled);
         if (c->wd.style != LOOM_WD_CONSTANT)
@@ -945,7 +951,8 @@ static enum loom_status train_loop(struct trainer *t) {
         LOOM_CHECK(sync_tied_embedding(t));
         if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
         double gnorm;
-        LOOM_CHECK(loom_grad_norm(t->model, &gnorm));
+        t->num_zeros = -1;
+        LOOM_CHECK(loom_grad_norm(t->model, &gnorm, c->log_num_zeros ? &t->num_zeros : NULL));
         double unscale = 1.0;
         int skip = 0;
         if (c->fp16) {
@@ -1009,7 +1016,7 @@ static enum loom_status train_loop(struct trainer *t) {
         const int tb_now = c->tensorboard_dir && it % c->tensorboard_log_interval == 0;
         double pnorm = -1.0; /* after the step, as Megatron-LM logs it (collective: every rank) */
         if (c->log_params_norm && (log_now || tb_now))
-            LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm));
+            LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm, NULL));
         /* the mean time of the iterations since the last log line */
         const double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
         if (t->tb) {
@@ -1072,6 +1079,7 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
     t.cfg = cfg;
     t.errors_collective = 1;
     t.peak_mem = -1;
+    t.num_zeros = -1;
     enum loom_status s = setup(&t, argc, argv);
     if (s == LOOM_OK) s = train_loop(&t);
     if (t.metrics) fclose(t.metrics);
