@@ -1006,13 +1006,16 @@ static enum loom_status train_loop(struct trainer *t) {
         }
         double t_step_end = loom_time_s();
         int have_val = 0;
-        double val = 0;
+        double val = 0, eval_s = 0;
         if (t->have_valid && c->eval_interval > 0 && c->eval_iters > 0 &&
             it % c->eval_interval == 0) {
             LOOM_CHECK(evaluate_next_valid(t, NULL, &val));
+            eval_s = loom_time_s() - t_step_end;
             have_val = 1;
         }
-        const int log_now = it % c->log_interval == 0 || it == c->train_iters || have_val;
+        /* the log line at --log-interval's multiples and the last iteration only, as
+         * Megatron-LM's (an evaluation between them prints its own lines) */
+        const int log_now = it % c->log_interval == 0 || it == c->train_iters;
         const int tb_now = c->tensorboard_dir && it % c->tensorboard_log_interval == 0;
         double pnorm = -1.0; /* after the step, as Megatron-LM logs it (collective: every rank) */
         if (c->log_params_norm && (log_now || tb_now))
@@ -1022,6 +1025,17 @@ static enum loom_status train_loop(struct trainer *t) {
         if (t->tb) {
             LOOM_CHECK(tb_iteration(t, tb_now, log_now, lr, loss, gnorm, pnorm, ms));
             if (have_val) LOOM_CHECK(tb_validation(t, val));
+        }
+        if (have_val && !log_now) {
+            log_validation(it, NULL, val);
+            if (t->metrics) {
+                fprintf(t->metrics, "{\"iteration\": %lld, \"val_loss\": %.17g}\n", (long long)it,
+                        val);
+                fflush(t->metrics);
+            }
+            /* the evaluation's time is not the iterations' (Megatron-LM stops its interval timer
+             * for it) */
+            t_last += eval_s;
         }
         if (log_now) {
             LOOM_CHECK(device_memory(t));

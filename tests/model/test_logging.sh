@@ -104,6 +104,26 @@ if [ -n "$lines" ] && [ "$lines" = "$want" ]; then
 else
   echo "FAIL the log line's lm loss [$lines], the iterations' means [$want]"; fail=1
 fi
+# --log-interval 4 with --eval-interval 2: the log line at iteration 4 only (Megatron-LM's); the
+# evaluation at 2 prints its validation lines and writes an object of its own, with the value of
+# the run logging every iteration
+run every4 --log-interval 4
+if "$PY" - "$tmp/every4.log" "$tmp/every4.jsonl" "$tmp/plain.jsonl" <<'PYEOF'
+import json, re, sys
+log = open(sys.argv[1]).read()
+lines = re.findall(r"iteration +(\d+)/ +4 \|", log)
+vals = re.findall(r"validation loss at iteration (\d+) \|", log)
+objs = [json.loads(l) for l in open(sys.argv[2])]
+plain = {o["iteration"]: o["val_loss"] for o in map(json.loads, open(sys.argv[3])) if "loss" in o and "val_loss" in o}
+at2 = [o for o in objs if o["iteration"] == 2]
+assert lines == ["4"] and vals == ["2", "4"], (lines, vals)
+assert at2 == [{"iteration": 2, "val_loss": plain[2]}], (at2, plain)
+PYEOF
+then
+  echo "ok   --log-interval 4: one log line; the evaluation at 2 logged on its own, as in the run logging every iteration"
+else
+  echo "FAIL --log-interval 4 with evaluations at 2 and 4"; fail=1
+fi
 # two data-parallel ranks (when MPI is built in): one event file, rank 0's
 if command -v mpirun > /dev/null && ! grep -q '^LOOM_MPI:BOOL=OFF' "${LOOM_BUILD:-build}/CMakeCache.txt" 2> /dev/null; then
   source "$SRC/tests/dist/mpi_env.sh"
