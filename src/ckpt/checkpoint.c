@@ -79,6 +79,7 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
     json_object_set_new(mc, "hidden_size", json_integer(c->hidden));
     json_object_set_new(mc, "num_attention_heads", json_integer(c->heads));
     json_object_set_new(mc, "num_query_groups", json_integer(c->query_groups));
+    json_object_set_new(mc, "kv_channels", json_integer(loom_gpt_head_size(c)));
     json_object_set_new(mc, "ffn_hidden_size", json_integer(c->ffn_hidden));
     json_object_set_new(mc, "seq_length", json_integer(c->seq_length));
     json_object_set_new(mc, "max_position_embeddings", json_integer(c->max_positions));
@@ -342,7 +343,18 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     LOOM_CHECK(get_int(mc, "num_layers", file, &c->num_layers));
     LOOM_CHECK(get_int(mc, "hidden_size", file, &c->hidden));
     LOOM_CHECK(get_int(mc, "num_attention_heads", file, &c->heads));
+    if (c->heads < 1)
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"num_attention_heads\" must be positive (got %lld)",
+                         file, (long long)c->heads);
     LOOM_CHECK(get_int(mc, "num_query_groups", file, &c->query_groups));
+    /* the head size (--kv-channels); absent (every older checkpoint): hidden / heads */
+    c->head_size = 0;
+    if (json_object_get(mc, "kv_channels")) {
+        LOOM_CHECK(get_int(mc, "kv_channels", file, &c->head_size));
+        if (c->head_size < 1)
+            return loom_fail(LOOM_ERR_FORMAT, "%s: \"kv_channels\" must be positive (got %lld)",
+                             file, (long long)c->head_size);
+    }
     LOOM_CHECK(get_int(mc, "ffn_hidden_size", file, &c->ffn_hidden));
     LOOM_CHECK(get_int(mc, "seq_length", file, &c->seq_length));
     LOOM_CHECK(get_int(mc, "max_position_embeddings", file, &c->max_positions));
@@ -513,11 +525,13 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loo
     int64_t step;
     LOOM_CHECK(read_meta_dir(dir, &saved, &st, &step));
     if (saved.vocab_size != m->cfg.vocab_size || saved.hidden != m->cfg.hidden ||
-        saved.num_layers != m->cfg.num_layers)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--load %s: the checkpoint's model (%lld layers, "
-                         "hidden %lld, vocab %lld) differs from the configured one", root,
-                         (long long)saved.num_layers, (long long)saved.hidden,
-                         (long long)saved.vocab_size);
+        saved.num_layers != m->cfg.num_layers ||
+        loom_gpt_head_size(&saved) != loom_gpt_head_size(&m->cfg))
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--load %s: the checkpoint's model (%lld layers, "
+                         "hidden %lld, head size %lld, vocab %lld) differs from the configured one",
+                         root, (long long)saved.num_layers, (long long)saved.hidden,
+                         (long long)loom_gpt_head_size(&saved), (long long)saved.vocab_size);
     struct loom_safetensors *sf;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     LOOM_CHECK(loom_safetensors_open(&sf, path));

@@ -857,8 +857,11 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
             return loom_fail(LOOM_ERR_IO, "%s %s: %s", outdirs[i][0], outdirs[i][1], why);
         }
     int64_t N = loom_gpt_num_params(&c->model);
-    t->flops_per_token = 6.0 * (double)N + 12.0 * (double)c->model.num_layers *
-                                               (double)c->model.hidden * (double)c->model.seq_length;
+    /* attention's scores and weighted sum: 12 L T x (heads x head size), which is C unless
+     * --kv-channels sets another head size */
+    t->flops_per_token =
+        6.0 * (double)N + 12.0 * (double)c->model.num_layers * (double)c->model.heads *
+                              (double)loom_gpt_head_size(&c->model) * (double)c->model.seq_length;
     if (c->peak_tflops > 0) {
         t->peak_tflops = c->peak_tflops;
     } else if (t->be->device == LOOM_DEVICE_CUDA) {
@@ -885,11 +888,16 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                  c->reset_attention_mask ? "attention masked" : "");
     if (c->model.layernorm_1p) /* --apply-layernorm-1p */
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", norms zero-centred (1 + w)");
-    loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
+    /* the head size where it is not hidden / heads (--kv-channels) */
+    char head_size[48] = "";
+    const int64_t hs = loom_gpt_head_size(&c->model);
+    if (hs * c->model.heads != c->model.hidden)
+        snprintf(head_size, sizeof head_size, ", head size %lld", (long long)hs);
+    loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld%s), "
                   "MLP %s, vocab %lld (padded %lld), seq %lld%s | world %d = TP %lld x PP %lld x "
                   "DP %lld | %s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
                   (long long)N, (long long)c->model.num_layers, (long long)c->model.hidden,
-                  (long long)c->model.heads, (long long)c->model.query_groups,
+                  (long long)c->model.heads, (long long)c->model.query_groups, head_size,
                   c->model.swiglu                  ? "SwiGLU"
                   : c->model.gelu == LOOM_GELU_ERF ? "GELU (erf)"
                                                    : "GELU (tanh)",

@@ -9,7 +9,9 @@
 # --reset-attention-mask; NullTokenizer's end-of-document id 6 of 7, samples of 256: documents
 # of 1 to 7 tokens, or one of 256), the same checks, and in --bf16 (loom's tensor-core kernel
 # with the document mask) within 2e-2 of the fp32 CPU run; the Llama-style one of these with
-# zero-centred norm weights (--apply-layernorm-1p).
+# zero-centred norm weights (--apply-layernorm-1p). The Llama-style model again with heads of 24
+# columns (--kv-channels 24 on hidden 64 with 8 heads: loom's fp32 kernels in fp32, cuDNN's with
+# --bf16), the same checks.
 #
 # Exit 77 (skipped) when loom has no CUDA or no device is visible, unless LOOM_REQUIRE_CUDA=1.
 set -uo pipefail
@@ -42,6 +44,7 @@ llamadocs=(--hidden-size 256 --num-attention-heads 4 --group-query-attention --n
            --ffn-hidden-size 320 --normalization RMSNorm --swiglu --position-embedding-type rope
            --disable-bias-linear --untie-embeddings-and-output-weights --apply-layernorm-1p
            "${docs[@]}")
+llamahd=("${llama[@]}" --kv-channels 24)
 
 probe="$tmp/probe.log"
 if ! "$LOOM" train "${common[@]}" "${gpt[@]}" --train-iters 1 --device cuda > "$probe" 2>&1; then
@@ -70,7 +73,7 @@ sys.exit(0 if ok else 1)
 EOF
 
 fail=0 pass=0
-for model in gpt llama gptdocs llamadocs; do
+for model in gpt llama gptdocs llamadocs llamahd; do
   declare -n margs=$model
   for dev in cpu cuda; do
     out="$tmp/$model-$dev"
@@ -96,7 +99,7 @@ for model in gpt llama gptdocs llamadocs; do
   fi
 done
 
-for model in gpt gptdocs llamadocs; do
+for model in gpt gptdocs llamadocs llamahd; do
   declare -n margs=$model
   out="$tmp/$model-bf16"
   if "$LOOM" train "${common[@]}" "${margs[@]}" --device cuda --bf16 --metrics-file "$out.jsonl" > "$out.log" 2>&1; then

@@ -11,7 +11,9 @@
 # --reset-attention-mask; NullTokenizer's end-of-document id 6 of 7: 2 or 3 documents in a sample
 # of 16; its vocabulary padded to 8 alike on one and two tensor-parallel ranks), in three layouts
 # each: every stage's attention gets the mask, and each one's embedding and rotary embeddings the
-# positions.
+# positions. Both models again with a head size other than hidden / heads (Megatron-LM's
+# --kv-channels: 12 on the GPT-2-style model's hidden 32 with 4 heads, 16 on the Llama-style one's
+# hidden 64 with 8 heads on 4 groups), in two layouts each, TP=2 x PP=2 among them.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -38,11 +40,15 @@ gptdocs=("${gpt[@]}" "${docs[@]}")
 llamadocs=("${llama[@]}" "${docs[@]}")
 gptdocs_layouts=("2 1 2 sp" "1 2 1" "1 1 2")
 llamadocs_layouts=("2 1 2 sp" "1 2 1 vpp" "2 2 1")
+gpthd=("${gpt[@]}" --kv-channels 12)
+llamahd=("${llama[@]}" --kv-channels 16)
+gpthd_layouts=("2 2 1" "2 1 2 sp")
+llamahd_layouts=("2 2 1" "1 2 1 vpp")
 fail=0 pass=0
-for model in ${MODELS:-gpt llama gpteod gptdocs llamadocs}; do
+for model in ${MODELS:-gpt llama gpteod gptdocs llamadocs gpthd llamahd}; do
   declare -n margs=$model
   case $model in
-    gpteod|gptdocs|llamadocs) declare -n lays=${model}_layouts ;;
+    gpteod|gptdocs|llamadocs|gpthd|llamahd) declare -n lays=${model}_layouts ;;
     *) declare -n lays=layouts ;;
   esac
   ref="$tmp/$model-ref"

@@ -14,7 +14,9 @@
 # alone on the Llama-style model, where rotary positions restarting matter only without the mask,
 # which leaves each query just the keys of its own document) on a vocabulary of 7 whose last id 6
 # ends a document: the mock sequences of stride 1 to 6 hit it every 7 tokens, so a sample of 32
-# holds 4 to 6 documents (the reference prints how many).
+# holds 4 to 6 documents (the reference prints how many); and the Llama-style model with heads of
+# 24 columns on a hidden size of 64 (4 query heads on 2 key/value groups: Megatron-LM's
+# --kv-channels, Hugging Face's head_dim), which must come back out of loom with that head_dim.
 set -euo pipefail
 LOOM=${LOOM:-build/loom}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -27,7 +29,7 @@ common=(--mock-data --train-iters 5 --micro-batch-size 2 --global-batch-size 4 -
 # the third case: Megatron-LM's --eod-mask-loss, with NullTokenizer's end-of-document id (99 with
 # --vocab-size 99: the model's vocabulary of 100), which the mock sequences hit now and then
 for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "llama docs" \
-    "gpt2 docs-mask" "llama docs-positions" "llama decoupled"; do
+    "gpt2 docs-mask" "llama docs-positions" "llama decoupled" "llama headdim"; do
   set -- $case
   arch=$1 d="$tmp/${case// /-}" extra=() ref_extra=()
   if [ "${2:-}" = eod ]; then
@@ -38,6 +40,8 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
     ref_extra=(--eod 99)
   elif [ "${2:-}" = erf ]; then
     ref_extra=(--gelu erf)
+  elif [ "${2:-}" = headdim ]; then # loom takes the head size from the config's head_dim
+    ref_extra=(--head-dim 24)
   elif [ "${2:-}" = decoupled ]; then # the embedding and output layer at 4x the others' rate
     extra=(--decoupled-lr 4e-3)
     ref_extra=(--decoupled-lr 4e-3)
@@ -63,5 +67,11 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
       grep -q 'MLP GELU (erf)' "$d/train.log" ||
       { echo "FAIL the exact GELU: not in the log, or not exported as \"gelu\""; exit 1; }
     echo "ok   the exact GELU logged and exported as \"gelu\""
+  fi
+  if [ "${2:-}" = headdim ]; then
+    grep -q '"head_dim": 24' "$d/out_hf/config.json" &&
+      grep -q 'heads 4 (groups 2, head size 24)' "$d/train.log" ||
+      { echo "FAIL head size 24: not in the log, or not exported as head_dim"; exit 1; }
+    echo "ok   head size 24 logged and exported as head_dim"
   fi
 done
