@@ -303,9 +303,11 @@ struct loom_backend_ops {
                          int64_t step, float grad_scale);
     /* Sum of squares over nranges ranges x[off[k], off[k] + len[k]) (host arrays), accumulated
      * in double in a fixed order and returned on the host: the gradient norm of many parameters
-     * with one wait for the device. Equal to adding up sumsq over the ranges, up to rounding. */
+     * with one wait for the device. Equal to adding up sumsq over the ranges, up to rounding.
+     * With zeros set, the same pass also counts the elements equal to zero (+0 or -0) into
+     * *zeros (--log-num-zeros-in-grad). */
     double (*sumsq_ranges)(struct loom_backend *be, const float *x, const int64_t *off,
-                           const int64_t *len, int nranges);
+                           const int64_t *len, int nranges, int64_t *zeros);
 
     /* ---- precision, memory and ordering (optional: NULL where a backend has none) ----
      * Element type of the inputs of the matrix products in the linear ops (linear_* and

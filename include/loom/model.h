@@ -20,6 +20,10 @@ struct loom_gpt_config {
     int64_t num_layers;      /* L */
     int64_t hidden;          /* C */
     int64_t heads;           /* NH */
+    /* HS, the size of each query/key/value head (Megatron-LM's --kv-channels); 0 = hidden / heads.
+     * The qkv projection is (NH + 2 NKV) HS wide and the output projection takes NH HS inputs,
+     * which need not equal C. */
+    int64_t head_size;
     int64_t query_groups;    /* NKV (= NH without grouped-query attention) */
     int64_t ffn_hidden;      /* F */
     int64_t seq_length;      /* T */
@@ -56,9 +60,9 @@ void loom_gpt_config_default(struct loom_gpt_config *c);
 /* Check the configuration against itself and the layout; derive padded_vocab. Errors name the
  * flag and what is valid (LOOM_ERR_INVALID_ARG). */
 enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int pp);
-/* Head size HS. */
+/* Head size HS: head_size, or hidden / heads when it is 0. */
 static inline int64_t loom_gpt_head_size(const struct loom_gpt_config *c) {
-    return c->hidden / c->heads;
+    return c->head_size > 0 ? c->head_size : c->hidden / c->heads;
 }
 /* Parameter count N (tied embedding counted once, padded vocabulary rows included). */
 int64_t loom_gpt_num_params(const struct loom_gpt_config *c);

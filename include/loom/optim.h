@@ -127,10 +127,13 @@ void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int whi
  * gradients), counting every parameter exactly once across tensor, pipeline and data-parallel
  * ranks (replicated parameters are counted on TP rank 0 only; the last stage's copy of a tied
  * embedding is not counted; data-parallel ranks hold the same values and are not summed).
- * Collective over the TP and PP groups. */
-enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm);
-/* loom_param_buffer_norm of the (reduced) gradients */
-enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm);
+ * Collective over the TP and PP groups. With zeros set, also the number of elements equal to
+ * zero among those counted. */
+enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm,
+                                        int64_t *zeros);
+/* loom_param_buffer_norm of the (reduced) gradients; zeros (may be NULL): the number of gradient
+ * elements equal to zero over the same parameters (--log-num-zeros-in-grad) */
+enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm, int64_t *zeros);
 
 /* Dynamic loss scaling for fp16 (Megatron's DynamicGradScaler rules): the loss is multiplied
  * by `scale` before backward; a step whose gradients hold an inf/nan is skipped, and after

@@ -64,6 +64,7 @@ struct loom_train_config {
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
     int log_params_norm; /* --log-params-norm */
+    int log_num_zeros;   /* --log-num-zeros-in-grad: the gradient's elements equal to zero */
     const char *metrics_file;
     /* TensorBoard event files (NULL: none): Megatron-LM's training scalars every
      * tensorboard_log_interval iterations and its validation ones, the tb_* ones by its switches

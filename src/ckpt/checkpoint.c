@@ -79,6 +79,7 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
     json_object_set_new(mc, "hidden_size", json_integer(c->hidden));
     json_object_set_new(mc, "num_attention_heads", json_integer(c->heads));
     json_object_set_new(mc, "num_query_groups", json_integer(c->query_groups));
+    json_object_set_new(mc, "kv_channels", json_integer(loom_gpt_head_size(c)));
     json_object_set_new(mc, "ffn_hidden_size", json_integer(c->ffn_hidden));
     json_object_set_new(mc, "seq_length", json_integer(c->seq_length));
     json_object_set_new(mc, "max_position_embeddings", json_integer(c->max_positions));
@@ -303,6 +304,30 @@ static enum loom_status get_num(json_t *o, const char *key, const char *file, do
     *out = json_number_value(v);
     return LOOM_OK;
 }
+/* An optional count of the training state: absent, *out keeps its value; present, it must be an
+ * integer >= 0 (a negative iteration or sample count would place the data and the schedules
+ * before their start). */
+static enum loom_status get_count(json_t *o, const char *key, const char *file, int64_t *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v) return LOOM_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" must be an integer >= 0", file, key);
+    *out = (int64_t)json_integer_value(v);
+    return LOOM_OK;
+}
+/* The schedule's rates, weight decays and sample counts: required, >= 0 */
+static enum loom_status get_rate(json_t *o, const char *key, const char *file, double *out) {
+    LOOM_CHECK(get_num(o, key, file, out));
+    if (!(*out >= 0))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"lr_schedule\" \"%s\" must be >= 0", file, key);
+    return LOOM_OK;
+}
+static enum loom_status get_samples(json_t *o, const char *key, const char *file, int64_t *out) {
+    LOOM_CHECK(get_int(o, key, file, out));
+    if (*out < 0)
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"lr_schedule\" \"%s\" must be >= 0", file, key);
+    return LOOM_OK;
+}
 static enum loom_status get_bool(json_t *o, const char *key, const char *file, int *out) {
     json_t *v = json_object_get(o, key);
     if (!json_is_boolean(v))
@@ -319,7 +344,18 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     LOOM_CHECK(get_int(mc, "num_layers", file, &c->num_layers));
     LOOM_CHECK(get_int(mc, "hidden_size", file, &c->hidden));
     LOOM_CHECK(get_int(mc, "num_attention_heads", file, &c->heads));
+    if (c->heads < 1)
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"num_attention_heads\" must be positive (got %lld)",
+                         file, (long long)c->heads);
     LOOM_CHECK(get_int(mc, "num_query_groups", file, &c->query_groups));
+    /* the head size (--kv-channels); absent (every older checkpoint): hidden / heads */
+    c->head_size = 0;
+    if (json_object_get(mc, "kv_channels")) {
+        LOOM_CHECK(get_int(mc, "kv_channels", file, &c->head_size));
+        if (c->head_size < 1)
+            return loom_fail(LOOM_ERR_FORMAT, "%s: \"kv_channels\" must be positive (got %lld)",
+                             file, (long long)c->head_size);
+    }
     LOOM_CHECK(get_int(mc, "ffn_hidden_size", file, &c->ffn_hidden));
     LOOM_CHECK(get_int(mc, "seq_length", file, &c->seq_length));
     LOOM_CHECK(get_int(mc, "max_position_embeddings", file, &c->max_positions));
@@ -359,16 +395,18 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     c->gelu = gf && !strcmp(gf, "erf") ? LOOM_GELU_ERF : LOOM_GELU_TANH;
     memset(st, 0, sizeof *st);
     *optim_step = 0;
-    int64_t v;
-    if (get_int(o, "iteration", file, &v) == LOOM_OK) st->iteration = v;
-    if (get_int(o, "consumed_samples", file, &v) == LOOM_OK) st->consumed_samples = v;
-    st->consumed_valid_samples = get_int(o, "consumed_valid_samples", file, &v) == LOOM_OK ? v : -1;
+    int64_t v = 0;
+    LOOM_CHECK(get_count(o, "iteration", file, &st->iteration));
+    LOOM_CHECK(get_count(o, "consumed_samples", file, &st->consumed_samples));
+    st->consumed_valid_samples = -1; /* -1: not recorded */
+    LOOM_CHECK(get_count(o, "consumed_valid_samples", file, &st->consumed_valid_samples));
     if (get_int(o, "seed", file, &v) == LOOM_OK) st->seed = (uint64_t)v;
-    if (get_int(o, "optimizer_step", file, &v) == LOOM_OK) *optim_step = v;
-    if (get_int(o, "skipped_iterations", file, &v) == LOOM_OK) st->skipped = v;
-    st->scheduler_samples = get_int(o, "scheduler_samples", file, &v) == LOOM_OK ? v : -1;
-    if (get_int(o, "loss_scale_growth_tracker", file, &v) == LOOM_OK) st->growth_tracker = v;
-    if (get_int(o, "loss_scale_hysteresis_tracker", file, &v) == LOOM_OK) st->hysteresis_tracker = v;
+    LOOM_CHECK(get_count(o, "optimizer_step", file, optim_step));
+    LOOM_CHECK(get_count(o, "skipped_iterations", file, &st->skipped));
+    st->scheduler_samples = -1;
+    LOOM_CHECK(get_count(o, "scheduler_samples", file, &st->scheduler_samples));
+    LOOM_CHECK(get_count(o, "loss_scale_growth_tracker", file, &st->growth_tracker));
+    LOOM_CHECK(get_count(o, "loss_scale_hysteresis_tracker", file, &st->hysteresis_tracker));
     double ls;
     if (get_num(o, "loss_scale", file, &ls) == LOOM_OK) st->loss_scale = ls;
     loom_clear_error();
@@ -381,24 +419,24 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
         /* WSD's final decay; -1: not recorded (checkpoints from before it was) */
         st->lr.wsd_decay_steps = -1;
         if (sv == LOOM_LR_WSD && json_object_get(lr, "wsd_decay_samples")) {
-            LOOM_CHECK(get_int(lr, "wsd_decay_samples", file, &st->lr.wsd_decay_steps));
+            LOOM_CHECK(get_samples(lr, "wsd_decay_samples", file, &st->lr.wsd_decay_steps));
             const int w =
                 loom_wsd_style_parse(json_string_value(json_object_get(lr, "wsd_decay_style")));
             if (w < 0) return loom_fail(LOOM_ERR_FORMAT, "%s: bad \"wsd_decay_style\"", file);
             st->lr.wsd_style = (enum loom_lr_wsd)w;
         }
-        LOOM_CHECK(get_num(lr, "max_lr", file, &st->lr.max_lr));
-        LOOM_CHECK(get_num(lr, "min_lr", file, &st->lr.min_lr));
+        LOOM_CHECK(get_rate(lr, "max_lr", file, &st->lr.max_lr));
+        LOOM_CHECK(get_rate(lr, "min_lr", file, &st->lr.min_lr));
         st->lr.decoupled_max_lr = st->lr.decoupled_min_lr = -1; /* none recorded: none */
         if (json_object_get(lr, "decoupled_lr")) {
-            LOOM_CHECK(get_num(lr, "decoupled_lr", file, &st->lr.decoupled_max_lr));
-            LOOM_CHECK(get_num(lr, "decoupled_min_lr", file, &st->lr.decoupled_min_lr));
+            LOOM_CHECK(get_rate(lr, "decoupled_lr", file, &st->lr.decoupled_max_lr));
+            LOOM_CHECK(get_rate(lr, "decoupled_min_lr", file, &st->lr.decoupled_min_lr));
         }
-        LOOM_CHECK(get_num(lr, "warmup_samples", file, &st->lr.warmup_steps));
-        LOOM_CHECK(get_int(lr, "decay_samples", file, &st->lr.decay_steps));
-        LOOM_CHECK(get_num(lr, "start_weight_decay", file, &st->wd.start_wd));
-        LOOM_CHECK(get_num(lr, "end_weight_decay", file, &st->wd.end_wd));
-        LOOM_CHECK(get_int(lr, "weight_decay_incr_samples", file, &st->wd.incr_steps));
+        LOOM_CHECK(get_rate(lr, "warmup_samples", file, &st->lr.warmup_steps));
+        LOOM_CHECK(get_samples(lr, "decay_samples", file, &st->lr.decay_steps));
+        LOOM_CHECK(get_rate(lr, "start_weight_decay", file, &st->wd.start_wd));
+        LOOM_CHECK(get_rate(lr, "end_weight_decay", file, &st->wd.end_wd));
+        LOOM_CHECK(get_samples(lr, "weight_decay_incr_samples", file, &st->wd.incr_steps));
         const int wdv =
             loom_wd_style_parse(json_string_value(json_object_get(lr, "weight_decay_incr_style")));
         if (wdv < 0) return loom_fail(LOOM_ERR_FORMAT, "%s: bad \"weight_decay_incr_style\"", file);
@@ -492,11 +530,13 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loo
     int64_t step;
     LOOM_CHECK(read_meta_dir(dir, &saved, &st, &step));
     if (saved.vocab_size != m->cfg.vocab_size || saved.hidden != m->cfg.hidden ||
-        saved.num_layers != m->cfg.num_layers)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--load %s: the checkpoint's model (%lld layers, "
-                         "hidden %lld, vocab %lld) differs from the configured one", root,
-                         (long long)saved.num_layers, (long long)saved.hidden,
-                         (long long)saved.vocab_size);
+        saved.num_layers != m->cfg.num_layers ||
+        loom_gpt_head_size(&saved) != loom_gpt_head_size(&m->cfg))
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--load %s: the checkpoint's model (%lld layers, "
+                         "hidden %lld, head size %lld, vocab %lld) differs from the configured one",
+                         root, (long long)saved.num_layers, (long long)saved.hidden,
+                         (long long)loom_gpt_head_size(&saved), (long long)saved.vocab_size);
     struct loom_safetensors *sf;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     LOOM_CHECK(loom_safetensors_open(&sf, path));

@@ -236,6 +236,17 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
             goto out;
         c->ffn_hidden = inner ? inner : 4 * c->hidden;
         c->query_groups = c->heads;
+        /* Hugging Face's GPT-2 has no head_dim: its heads are n_embd / n_head wide */
+        int64_t hd = 0;
+        if ((s = json_int(o, "head_dim", &hd, 0, path))) goto out;
+        if (hd != 0 && (c->heads < 1 || hd * c->heads != c->hidden)) {
+            s = loom_fail(
+                LOOM_ERR_UNSUPPORTED,
+                "%s: head_dim %lld: GPT-2's heads are n_embd / n_head wide (%lld / %lld); "
+                "another head size is not supported for gpt2",
+                path, (long long)hd, (long long)c->hidden, (long long)c->heads);
+            goto out;
+        }
         c->seq_length = c->max_positions;
         c->norm_eps = json_num(o, "layer_norm_epsilon", 1e-5);
         const char *act = json_string_value(json_object_get(o, "activation_function"));
@@ -269,16 +280,13 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
             (s = json_int(o, "max_position_embeddings", &c->max_positions, 2048, path)) ||
             (s = json_int(o, "vocab_size", &c->vocab_size, -1, path)))
             goto out;
-        int64_t hd = 0;
-        /* Qwen3's head_dim defaults to 128, Llama's to hidden_size / num_attention_heads */
-        if ((s = json_int(o, "head_dim", &hd, qwen3 ? 128 : c->hidden / (c->heads ? c->heads : 1),
-                          path)))
-            goto out;
-        if (hd * c->heads != c->hidden) {
-            s = loom_fail(LOOM_ERR_UNSUPPORTED,
-                          "%s: head_dim %lld x num_attention_heads %lld != hidden_size %lld is "
-                          "not supported",
-                          path, (long long)hd, (long long)c->heads, (long long)c->hidden);
+        /* the head size: head_dim where given (0: hidden_size / num_attention_heads, Llama's
+         * default; Qwen3's is 128) */
+        if ((s = json_int(o, "head_dim", &c->head_size, qwen3 ? 128 : 0, path))) goto out;
+        if (json_object_get(o, "head_dim") && !json_is_null(json_object_get(o, "head_dim")) &&
+            c->head_size < 1) {
+            s = loom_fail(LOOM_ERR_FORMAT, "%s: head_dim must be positive (got %lld)", path,
+                          (long long)c->head_size);
             goto out;
         }
         if (qwen3 && json_flag(o, "use_sliding_window", 0)) {
@@ -340,6 +348,15 @@ static enum loom_status arch_of(const struct loom_gpt_config *c, enum arch *arch
         return loom_fail(LOOM_ERR_UNSUPPORTED, "this model has no Hugging Face equivalent: gpt2 "
                          "needs LayerNorm, GELU, learned positions, biases, tied embeddings and no "
                          "GQA; llama needs RMSNorm, SwiGLU, rope and no biases");
+    /* Hugging Face's GPT-2 has no head_dim: its heads are n_embd / n_head wide */
+    const int64_t hs = loom_gpt_head_size(c);
+    if (gpt2 && hs * c->heads != c->hidden)
+        return loom_fail(
+            LOOM_ERR_UNSUPPORTED,
+            "head size %lld (--kv-channels): Hugging Face's GPT-2 has no head_dim, its heads "
+            "are hidden / heads = %lld / %lld wide; only a Llama-style model (RMSNorm, SwiGLU, "
+            "rope, no biases) exports another head size",
+            (long long)hs, (long long)c->hidden, (long long)c->heads);
     return LOOM_OK;
 }
 
@@ -376,6 +393,9 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
         json_object_set_new(o, "hidden_size", json_integer(c->hidden));
         json_object_set_new(o, "num_attention_heads", json_integer(c->heads));
         json_object_set_new(o, "num_key_value_heads", json_integer(c->query_groups));
+        /* the head size where it is not hidden_size / num_attention_heads (--kv-channels) */
+        if (loom_gpt_head_size(c) * c->heads != c->hidden)
+            json_object_set_new(o, "head_dim", json_integer(loom_gpt_head_size(c)));
         json_object_set_new(o, "intermediate_size", json_integer(c->ffn_hidden));
         json_object_set_new(o, "max_position_embeddings", json_integer(c->max_positions));
         json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));

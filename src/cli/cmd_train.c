@@ -15,7 +15,7 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, sequence_parallel, bf16, fp16,
+    int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, log_num_zeros, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
         tb_no_lr, reset_pos, reset_mask;
@@ -61,6 +61,7 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
         {"--num-layers", &f->num_layers, saved.num_layers},
         {"--hidden-size", &f->hidden, saved.hidden},
         {"--num-attention-heads", &f->heads, saved.heads},
+        {"--kv-channels", &f->kv_channels, loom_gpt_head_size(&saved)},
         {"--num-query-groups", &f->query_groups, gqa ? saved.query_groups : 0},
         {"--ffn-hidden-size", &f->ffn, saved.ffn_hidden},
         {"--max-position-embeddings", &f->max_pos, saved.max_positions},
@@ -214,7 +215,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--fp8-format", 1, NULL, "FP8 training is not implemented", NULL},
     {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented", NULL},
     {"--apply-query-key-layer-scaling", 0, NULL, "query-key layer scaling is not implemented", NULL},
-    {"--log-num-zeros-in-grad", 0, NULL, "zeros in the gradient are not counted", NULL},
     {"--apply-residual-connection-post-layernorm", 0, NULL, "the residual connection always "
      "takes the norm's input (pre-norm)", NULL},
     {"--dataloader-type", 1, "samples are read in order, as Megatron's single sampler reads them",
@@ -383,7 +383,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--num-layers", LOOM_FLAG_INT, &f.num_layers, "decoder layers", NULL, 0},
         {"--hidden-size", LOOM_FLAG_INT, &f.hidden, "hidden size", NULL, 0},
         {"--num-attention-heads", LOOM_FLAG_INT, &f.heads, "attention heads", NULL, 0},
-        {"--kv-channels", LOOM_FLAG_INT, &f.kv_channels, "the head size (0 = --hidden-size / --num-attention-heads, the only one)", NULL, 0},
+        {"--kv-channels", LOOM_FLAG_INT, &f.kv_channels, "the size of each attention head (0 = --hidden-size / --num-attention-heads): the qkv projection is (heads + 2 x query groups) x this wide, the output projection takes heads x this inputs", NULL, 0},
         {"--group-query-attention", LOOM_FLAG_BOOL, &f.gqa, "grouped-query attention", NULL, 0},
         {"--num-query-groups", LOOM_FLAG_INT, &f.query_groups, "key/value groups with --group-query-attention (0 = heads)", NULL, 0},
         {"--ffn-hidden-size", LOOM_FLAG_INT, &f.ffn, "MLP hidden size (0 = 4 x hidden)", NULL, 0},
@@ -468,6 +468,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--eval-iters", LOOM_FLAG_INT, &f.eval_iters, "validation batches", NULL, 0},
         {"--log-interval", LOOM_FLAG_INT, &f.log_interval, "log every N iterations", NULL, 0},
         {"--log-params-norm", LOOM_FLAG_BOOL, &f.log_params_norm, "log the parameters' L2 norm (after the step)", NULL, 0},
+        {"--log-num-zeros-in-grad", LOOM_FLAG_BOOL, &f.log_num_zeros, "log how many of the gradient's elements are zero (each parameter counted once, as the gradient norm)", NULL, 0},
         {"--metrics-file", LOOM_FLAG_STR, &f.metrics, "JSON lines, one object per logged iteration", NULL, 0},
         {"--tensorboard-dir", LOOM_FLAG_STR, &f.tb_dir, "write TensorBoard event files here (Megatron-LM's scalars, from rank 0)", NULL, 0},
         {"--tensorboard-log-interval", LOOM_FLAG_INT, &f.tb_interval, "training scalars to TensorBoard every N iterations", NULL, 0},
@@ -706,10 +707,21 @@ int loom_cmd_train(int argc, char **argv) {
         FAIL("need --loss-scale >= 0 and 0 < --min-loss-scale <= --initial-loss-scale");
     if (f.loss_scale_window < 1 || f.hysteresis < 1)
         FAIL("--loss-scale-window and --hysteresis must be at least 1");
-    if (f.kv_channels != 0 && (f.heads <= 0 || f.kv_channels * f.heads != f.hidden))
-        FAIL("--kv-channels %lld: the head size is --hidden-size / --num-attention-heads (%lld / "
-             "%lld); other head sizes are not implemented", (long long)f.kv_channels,
-             (long long)f.hidden, (long long)f.heads);
+    if (f.kv_channels < 0)
+        FAIL("--kv-channels must be positive, or 0 for --hidden-size / --num-attention-heads (got "
+             "%lld)", (long long)f.kv_channels);
+    {
+        /* the CUDA attention kernels take head sizes up to 256, cuDNN's multiples of 8 up to 128 */
+        const int64_t hs = f.kv_channels ? f.kv_channels : f.heads > 0 ? f.hidden / f.heads : 0;
+        const char *hs_from =
+            f.kv_channels ? "--kv-channels" : "--hidden-size / --num-attention-heads";
+        if (strcmp(f.device, "cuda") == 0 && hs > 256)
+            FAIL("head size %lld (%s): the CUDA attention kernels take head sizes up to 256",
+                 (long long)hs, hs_from);
+        if (strcmp(f.attention_backend, "fused") == 0 && hs > 0 && (hs % 8 || hs > 128))
+            FAIL("--attention-backend fused: cuDNN's attention takes head sizes that are multiples "
+                 "of 8 up to 128, not %lld (%s); give flash or auto", (long long)hs, hs_from);
+    }
 
     struct loom_train_config c;
     memset(&c, 0, sizeof c);
@@ -717,6 +729,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.model.num_layers = f.num_layers;
     c.model.hidden = f.hidden;
     c.model.heads = f.heads;
+    c.model.head_size = f.kv_channels;
     c.model.query_groups = f.gqa ? f.query_groups : 0;
     c.model.ffn_hidden = f.ffn;
     c.model.seq_length = f.seq;
@@ -796,6 +809,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.eval_iters = f.eval_iters;
     c.log_interval = f.log_interval;
     c.log_params_norm = f.log_params_norm;
+    c.log_num_zeros = f.log_num_zeros;
     c.metrics_file = f.metrics;
     c.tensorboard_dir = f.tb_dir;
     c.tensorboard_log_interval = f.tb_interval;

@@ -30,9 +30,15 @@ enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int
     if (c->num_layers < 1) BAD("--num-layers must be at least 1 (got %lld)", (long long)c->num_layers);
     if (c->hidden < 1) BAD("--hidden-size must be positive (got %lld)", (long long)c->hidden);
     if (c->heads < 1) BAD("--num-attention-heads must be positive (got %lld)", (long long)c->heads);
-    if (c->hidden % c->heads)
-        BAD("--num-attention-heads %lld does not divide --hidden-size %lld", (long long)c->heads,
-            (long long)c->hidden);
+    if (c->head_size < 0)
+        BAD("--kv-channels must be positive, or 0 for --hidden-size / --num-attention-heads (got "
+            "%lld)",
+            (long long)c->head_size);
+    /* the head size defaults to hidden / heads, which must then divide; --kv-channels sets it */
+    if (c->head_size == 0 && c->hidden % c->heads)
+        BAD("--num-attention-heads %lld does not divide --hidden-size %lld (or give the head size "
+            "with --kv-channels)",
+            (long long)c->heads, (long long)c->hidden);
     if (c->query_groups == 0) c->query_groups = c->heads;
     if (c->query_groups < 1 || c->heads % c->query_groups)
         BAD("--num-query-groups %lld must divide --num-attention-heads %lld",
@@ -45,8 +51,9 @@ enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int
         BAD("--max-position-embeddings %lld is smaller than --seq-length %lld",
             (long long)c->max_positions, (long long)c->seq_length);
     if (c->posemb == LOOM_POSEMB_ROPE && (loom_gpt_head_size(c) % 2))
-        BAD("--position-embedding-type rope needs an even head size (hidden/heads = %lld)",
-            (long long)loom_gpt_head_size(c));
+        BAD("--position-embedding-type rope needs an even head size (got %lld, %s)",
+            (long long)loom_gpt_head_size(c),
+            c->head_size > 0 ? "--kv-channels" : "--hidden-size / --num-attention-heads");
     if (c->posemb == LOOM_POSEMB_ROPE && !(c->rope_theta > 0))
         BAD("--rotary-base (rope_theta) must be positive (got %g)", c->rope_theta);
     if (c->vocab_size < 2) BAD("--vocab-size must be at least 2 (got %lld)", (long long)c->vocab_size);

@@ -147,8 +147,10 @@ void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int whi
 }
 
 /* The squared norm counts each parameter once: tensor-parallel copies (tp_dim < 0) on TP rank 0
- * only, the tied output layer on the first stage only. */
-enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm) {
+ * only, the tied output layer on the first stage only; the zeros (when asked) over the same
+ * elements. */
+enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm,
+                                        int64_t *zeros) {
     struct loom_parallel *par = model->par;
     struct loom_backend *be = model->be;
     int tpr = loom_tp_rank(par);
@@ -168,21 +170,28 @@ enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf
         nr++;
     }
     double ss = 0;
+    int64_t z = 0;
     if (be->ops->sumsq_ranges) {
-        ss = be->ops->sumsq_ranges(be, buf, off, len, nr);
-    } else {
+        ss = be->ops->sumsq_ranges(be, buf, off, len, nr, zeros ? &z : NULL);
+    } else if (!zeros) {
         for (int k = 0; k < nr; k++)
             ss += loom_op(be, sumsq, buf + off[k], len[k]);
     }
     free(off);
-    if (loom_tp_size(par) > 1)
-        LOOM_CHECK(loom_comm_allreduce(par->group[LOOM_PDIM_TP], &ss, 1, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
-    if (loom_pp_size(par) > 1)
-        LOOM_CHECK(loom_comm_allreduce(par->group[LOOM_PDIM_PP], &ss, 1, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
+    if (zeros && !be->ops->sumsq_ranges)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--log-num-zeros-in-grad: this backend does not "
+                                               "count zeros");
+    for (int g = 0; g < 2; g++) { /* over the tensor-, then the pipeline-parallel group */
+        struct loom_comm *c = par->group[g ? LOOM_PDIM_PP : LOOM_PDIM_TP];
+        if (loom_comm_size(c) <= 1) continue;
+        LOOM_CHECK(loom_comm_allreduce(c, &ss, 1, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
+        if (zeros) LOOM_CHECK(loom_comm_allreduce(c, &z, 1, LOOM_DTYPE_I64, LOOM_REDOP_SUM));
+    }
     *norm = sqrt(ss);
+    if (zeros) *zeros = z;
     return LOOM_OK;
 }
 
-enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm) {
-    return loom_param_buffer_norm(model, model->grad_mem, norm);
+enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm, int64_t *zeros) {
+    return loom_param_buffer_norm(model, model->grad_mem, norm, zeros);
 }

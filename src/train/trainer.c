@@ -58,6 +58,7 @@ struct trainer {
     int64_t stepped_since_log; /* and their number (the log line's lm loss is their mean) */
     int64_t batch;             /* the global batch of the last training iteration */
     double lr_decoupled;       /* its word embedding's and output layer's learning rate */
+    int64_t num_zeros;         /* its gradient's elements equal to zero (-1: not counted) */
     struct loom_pipeline *pipe;
     struct loom_grad_sync *gsync;
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
@@ -279,6 +280,7 @@ static enum loom_status tb_iteration(struct trainer *t, int tb_now, int log_now,
         {"loss-scale", c->fp16 ? t->scaler.scale : 1.0, c->tb_loss_scale},
         {"world-size", (double)t->par.world_size, c->tb_world_size},
         {"grad-norm", gnorm, isfinite(gnorm)},
+        {"num-zeros", (double)t->num_zeros, t->num_zeros >= 0},
         {"params-norm", pnorm, pnorm >= 0},
     };
     for (int i = 0; tb_now && i < (int)(sizeof vs / sizeof vs[0]); i++) {
@@ -375,10 +377,12 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     time_t now = time(NULL);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
-    char params_s[48] = "", loss_s[40] = "", dlr_s[48] = "";
+    char params_s[48] = "", loss_s[40] = "", dlr_s[48] = "", zeros_s[40] = "";
     if (c->lr.decoupled_max_lr >= 0)
         snprintf(dlr_s, sizeof dlr_s, " | decoupled learning rate: %.6E", t->lr_decoupled);
     if (pnorm >= 0) snprintf(params_s, sizeof params_s, " | params norm: %.3f", pnorm);
+    if (t->num_zeros >= 0)
+        snprintf(zeros_s, sizeof zeros_s, " | num zeros: %lld", (long long)t->num_zeros);
     /* as Megatron-LM's line: the mean loss of the iterations since the last log that took an
      * optimizer step (none when every one was skipped) */
     if (t->stepped_since_log > 0)
@@ -387,9 +391,9 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     loom_log_info(
         " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
         "iteration (ms): %.1f | learning rate: %.6E%s | global batch size: %5lld%s | grad norm: "
-        "%.3f%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
+        "%.3f%s%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
         stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples, ms, lr,
-        dlr_s, (long long)batch, loss_s, gnorm, params_s, tps, tflops, mfu);
+        dlr_s, (long long)batch, loss_s, gnorm, zeros_s, params_s, tps, tflops, mfu);
     if (t->peak_mem >= 0)
         loom_log_info(" peak device memory per rank: %.1f MiB", (double)t->peak_mem / 1048576.0);
     if (t->cfg->fp16)
@@ -411,6 +415,8 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
         if (t->ramp.start > 0)
             fprintf(t->metrics, ", \"global_batch_size\": %lld", (long long)batch);
         if (pnorm >= 0) fprintf(t->metrics, ", \"params_norm\": %.17g", pnorm);
+        if (t->num_zeros >= 0)
+            fprintf(t->metrics, ", \"num_zeros\": %lld", (long long)t->num_zeros);
         if (c->lr.decoupled_max_lr >= 0)
             fprintf(t->metrics, ", \"decoupled_lr\": %.17g", t->lr_decoupled);
         if (c->wd.style != LOOM_WD_CONSTANT)
@@ -851,8 +857,11 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
             return loom_fail(LOOM_ERR_IO, "%s %s: %s", outdirs[i][0], outdirs[i][1], why);
         }
     int64_t N = loom_gpt_num_params(&c->model);
-    t->flops_per_token = 6.0 * (double)N + 12.0 * (double)c->model.num_layers *
-                                               (double)c->model.hidden * (double)c->model.seq_length;
+    /* attention's scores and weighted sum: 12 L T x (heads x head size), which is C unless
+     * --kv-channels sets another head size */
+    t->flops_per_token =
+        6.0 * (double)N + 12.0 * (double)c->model.num_layers * (double)c->model.heads *
+                              (double)loom_gpt_head_size(&c->model) * (double)c->model.seq_length;
     if (c->peak_tflops > 0) {
         t->peak_tflops = c->peak_tflops;
     } else if (t->be->device == LOOM_DEVICE_CUDA) {
@@ -881,11 +890,16 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", norms zero-centred (1 + w)");
     if (c->model.qk_layernorm) /* --qk-layernorm */
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", queries and keys normalised");
-    loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld), "
+    /* the head size where it is not hidden / heads (--kv-channels) */
+    char head_size[48] = "";
+    const int64_t hs = loom_gpt_head_size(&c->model);
+    if (hs * c->model.heads != c->model.hidden)
+        snprintf(head_size, sizeof head_size, ", head size %lld", (long long)hs);
+    loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld%s), "
                   "MLP %s, vocab %lld (padded %lld), seq %lld%s | world %d = TP %lld x PP %lld x "
                   "DP %lld | %s, %lld micro-batches of %lld per rank | peak %.3f TFLOP/s per rank",
                   (long long)N, (long long)c->model.num_layers, (long long)c->model.hidden,
-                  (long long)c->model.heads, (long long)c->model.query_groups,
+                  (long long)c->model.heads, (long long)c->model.query_groups, head_size,
                   c->model.swiglu                  ? "SwiGLU"
                   : c->model.gelu == LOOM_GELU_ERF ? "GELU (erf)"
                                                    : "GELU (tanh)",
@@ -947,7 +961,8 @@ static enum loom_status train_loop(struct trainer *t) {
         LOOM_CHECK(sync_tied_embedding(t));
         if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
         double gnorm;
-        LOOM_CHECK(loom_grad_norm(t->model, &gnorm));
+        t->num_zeros = -1;
+        LOOM_CHECK(loom_grad_norm(t->model, &gnorm, c->log_num_zeros ? &t->num_zeros : NULL));
         double unscale = 1.0;
         int skip = 0;
         if (c->fp16) {
@@ -1001,22 +1016,36 @@ static enum loom_status train_loop(struct trainer *t) {
         }
         double t_step_end = loom_time_s();
         int have_val = 0;
-        double val = 0;
+        double val = 0, eval_s = 0;
         if (t->have_valid && c->eval_interval > 0 && c->eval_iters > 0 &&
             it % c->eval_interval == 0) {
             LOOM_CHECK(evaluate_next_valid(t, NULL, &val));
+            eval_s = loom_time_s() - t_step_end;
             have_val = 1;
         }
-        const int log_now = it % c->log_interval == 0 || it == c->train_iters || have_val;
+        /* the log line at --log-interval's multiples and the last iteration only, as
+         * Megatron-LM's (an evaluation between them prints its own lines) */
+        const int log_now = it % c->log_interval == 0 || it == c->train_iters;
         const int tb_now = c->tensorboard_dir && it % c->tensorboard_log_interval == 0;
         double pnorm = -1.0; /* after the step, as Megatron-LM logs it (collective: every rank) */
         if (c->log_params_norm && (log_now || tb_now))
-            LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm));
+            LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm, NULL));
         /* the mean time of the iterations since the last log line */
         const double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
         if (t->tb) {
             LOOM_CHECK(tb_iteration(t, tb_now, log_now, lr, loss, gnorm, pnorm, ms));
             if (have_val) LOOM_CHECK(tb_validation(t, val));
+        }
+        if (have_val && !log_now) {
+            log_validation(it, NULL, val);
+            if (t->metrics) {
+                fprintf(t->metrics, "{\"iteration\": %lld, \"val_loss\": %.17g}\n", (long long)it,
+                        val);
+                fflush(t->metrics);
+            }
+            /* the evaluation's time is not the iterations' (Megatron-LM stops its interval timer
+             * for it) */
+            t_last += eval_s;
         }
         if (log_now) {
             LOOM_CHECK(device_memory(t));
@@ -1074,6 +1103,7 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
     t.cfg = cfg;
     t.errors_collective = 1;
     t.peak_mem = -1;
+    t.num_zeros = -1;
     enum loom_status s = setup(&t, argc, argv);
     if (s == LOOM_OK) s = train_loop(&t);
     if (t.metrics) fclose(t.metrics);

@@ -111,21 +111,30 @@ static void test_elementwise(int64_t n) {
 }
 
 /* sumsq_ranges over ranges of mixed sizes (empty, one piece, several pieces, unaligned),
- * against the sum of the exact per-range sums of squares computed here in long double. */
+ * against the sum of the exact per-range sums of squares computed here in long double; and its
+ * count of zeros (every 7th element made +0 or -0, some inside the ranges, some between them)
+ * against the count made here. */
 static void test_sumsq_ranges(void) {
     const int64_t off[] = {0, 16, 5000, 5000, 40000, 123457};
     const int64_t len[] = {7, 4000, 0, 1, 70001, 33333};
     const int nr = 6;
     int64_t n = 123457 + 33333;
     float *a = ct_randn(n, 3, 1.0f, 0.25f);
+    for (int64_t i = 0; i < n; i += 7)
+        a[i] = i % 2 ? -0.0f : 0.0f;
     long double want = 0;
+    int64_t want_zeros = 0;
     for (int k = 0; k < nr; k++)
-        for (int64_t i = off[k]; i < off[k] + len[k]; i++) want += (long double)a[i] * a[i];
+        for (int64_t i = off[k]; i < off[k] + len[k]; i++) {
+            want += (long double)a[i] * a[i];
+            want_zeros += a[i] == 0.0f;
+        }
     double got[3];
+    int64_t zeros[3];
     for (int r = 0; r < 3; r++) {
         struct loom_backend *be = backend_of(r);
         float *da = ct_dputf(be, a, n);
-        got[r] = loom_op(be, sumsq_ranges, da, off, len, nr);
+        got[r] = loom_op(be, sumsq_ranges, da, off, len, nr, r == 2 ? NULL : &zeros[r]);
         be->ops->free(be, da);
     }
     for (int r = 0; r < 2; r++) {
@@ -134,6 +143,11 @@ static void test_sumsq_ranges(void) {
         printf("%-4s %-56s rel %.2e  (<= 1e-12)%s\n", ok ? "ok" : "FAIL",
                r == 0 ? "sumsq_ranges cpu (double)" : "sumsq_ranges cuda (double)", e,
                r == 1 && got[1] != got[2] ? "  NOT DETERMINISTIC" : "");
+        ct_tally(ok);
+        ok = zeros[r] == want_zeros;
+        printf("%-4s %-56s %lld of %lld\n", ok ? "ok" : "FAIL",
+               r == 0 ? "sumsq_ranges cpu: zeros counted" : "sumsq_ranges cuda: zeros counted",
+               (long long)zeros[r], (long long)want_zeros);
         ct_tally(ok);
     }
     free(a);

@@ -12,7 +12,9 @@
 # zero-centred norm weights (--apply-layernorm-1p). Query-key norms (--qk-layernorm): the
 # Llama-style model (RMSNorm; head size 64, as the bf16 attention kernels take) and the
 # GPT-2-style one (LayerNorm with biases) against the CPU, the same checks, and the Llama-style
-# one in --bf16 (the heads gathered from bf16 qkv rows) within 2e-2 of the fp32 CPU run.
+# one in --bf16 (the heads gathered from bf16 qkv rows) within 2e-2 of the fp32 CPU run. The
+# Llama-style model again with heads of 24 columns (--kv-channels 24 on hidden 64 with 8 heads:
+# loom's fp32 kernels in fp32, cuDNN's with --bf16), the same checks.
 #
 # Exit 77 (skipped) when loom has no CUDA or no device is visible, unless LOOM_REQUIRE_CUDA=1.
 set -uo pipefail
@@ -49,6 +51,7 @@ llamaqk=(--hidden-size 256 --num-attention-heads 4 --group-query-attention --num
          --ffn-hidden-size 320 --normalization RMSNorm --swiglu --position-embedding-type rope
          --disable-bias-linear --untie-embeddings-and-output-weights --qk-layernorm)
 gptqk=("${gpt[@]}" --qk-layernorm)
+llamahd=("${llama[@]}" --kv-channels 24)
 
 probe="$tmp/probe.log"
 if ! "$LOOM" train "${common[@]}" "${gpt[@]}" --train-iters 1 --device cuda > "$probe" 2>&1; then
@@ -77,7 +80,7 @@ sys.exit(0 if ok else 1)
 EOF
 
 fail=0 pass=0
-for model in gpt llama gptdocs llamadocs llamaqk gptqk; do
+for model in gpt llama gptdocs llamadocs llamaqk gptqk llamahd; do
   declare -n margs=$model
   for dev in cpu cuda; do
     out="$tmp/$model-$dev"
@@ -103,7 +106,7 @@ for model in gpt llama gptdocs llamadocs llamaqk gptqk; do
   fi
 done
 
-for model in gpt gptdocs llamadocs llamaqk; do
+for model in gpt gptdocs llamadocs llamaqk llamahd; do
   declare -n margs=$model
   out="$tmp/$model-bf16"
   if "$LOOM" train "${common[@]}" "${margs[@]}" --device cuda --bf16 --metrics-file "$out.jsonl" > "$out.log" 2>&1; then

@@ -13,8 +13,11 @@
 # each: every stage's attention gets the mask, and each one's embedding and rotary embeddings the
 # positions. Query-key normalisation (--qk-layernorm; its norms' weights replicated, their
 # gradients summed over the tensor-parallel heads): the Llama-style model (RMSNorm) and the
-# GPT-2-style one (LayerNorm with biases, zero-centred weights: --apply-layernorm-1p), in four
-# layouts each.
+# GPT-2-style one (LayerNorm with biases, zero-centred weights: --apply-layernorm-1p), in two
+# layouts each, tensor parallelism in both. Both models again with a head size other than
+# hidden / heads (Megatron-LM's --kv-channels: 12 on the GPT-2-style model's hidden 32 with 4
+# heads, 16 on the Llama-style one's hidden 64 with 8 heads on 4 groups), in two layouts each,
+# TP=2 x PP=2 among them.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -43,13 +46,17 @@ gptdocs_layouts=("2 1 2 sp" "1 2 1" "1 1 2")
 llamadocs_layouts=("2 1 2 sp" "1 2 1 vpp" "2 2 1")
 llamaqk=("${llama[@]}" --qk-layernorm)
 gptqk=("${gpt[@]}" --qk-layernorm --apply-layernorm-1p)
-llamaqk_layouts=("2 1 1" "2 2 1" "2 1 2 sp" "1 2 1 vpp")
-gptqk_layouts=("2 1 1" "1 2 1" "2 2 1" "2 1 2 sp")
+llamaqk_layouts=("2 2 1" "1 2 1 vpp")
+gptqk_layouts=("2 1 2 sp" "1 2 1")
+gpthd=("${gpt[@]}" --kv-channels 12)
+llamahd=("${llama[@]}" --kv-channels 16)
+gpthd_layouts=("2 2 1" "2 1 2 sp")
+llamahd_layouts=("2 2 1" "1 2 1 vpp")
 fail=0 pass=0
-for model in ${MODELS:-gpt llama gpteod gptdocs llamadocs llamaqk gptqk}; do
+for model in ${MODELS:-gpt llama gpteod gptdocs llamadocs llamaqk gptqk gpthd llamahd}; do
   declare -n margs=$model
   case $model in
-    gpteod|gptdocs|llamadocs|llamaqk|gptqk) declare -n lays=${model}_layouts ;;
+    gpteod|gptdocs|llamadocs|llamaqk|gptqk|gpthd|llamahd) declare -n lays=${model}_layouts ;;
     *) declare -n lays=layouts ;;
   esac
   ref="$tmp/$model-ref"

@@ -75,7 +75,10 @@ expect_error "overlapped parameter gather" "--overlap-param-gather: the distribu
 expect_error "recompute" "--recompute-granularity full: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
 expect_error "recompute modules" "--recompute-modules: activation recomputation is limited" "$LOOM" "${T[@]}" --recompute-modules mlp
 expect_error "tensorboard folder" "--tensorboard-dir /proc/loom-tb: cannot create directory /proc/loom-tb" "$LOOM" "${T[@]}" --tensorboard-dir /proc/loom-tb
-expect_error "kv channels" "--kv-channels 16: the head size is --hidden-size / --num-attention-heads (32 / 4); other head sizes are not implemented" "$LOOM" "${T[@]}" --kv-channels 16
+expect_error "kv channels" "--kv-channels must be positive, or 0 for --hidden-size / --num-attention-heads (got -4)" "$LOOM" "${T[@]}" --kv-channels -4
+expect_error "odd head size with rope" "--position-embedding-type rope needs an even head size (got 7, --kv-channels)" "$LOOM" "${T[@]}" --kv-channels 7 --position-embedding-type rope
+expect_error "head size on cuda" "head size 320 (--kv-channels): the CUDA attention kernels take head sizes up to 256" "$LOOM" "${T[@]}" --kv-channels 320 --device cuda
+expect_error "head size for cuDNN" "--attention-backend fused: cuDNN's attention takes head sizes that are multiples of 8 up to 128, not 12 (--kv-channels)" "$LOOM" "${T[@]}" --kv-channels 12 --attention-backend fused
 expect_error "decoupled lr" "--decoupled-lr must be >= 0 (got -0.5)" "$LOOM" "${T[@]}" --decoupled-lr -0.5
 expect_error "bf16 gradient reduction" "--grad-reduce-in-bf16: gradients are reduced in fp32" "$LOOM" "${T[@]}" --grad-reduce-in-bf16
 expect_error "extra ids" "--vocab-extra-ids 100: only 0" "$LOOM" "${T[@]}" --vocab-extra-ids 100
@@ -105,6 +108,19 @@ mkdir -p "$tmp/badgelu/iter_0000001" && echo 1 > "$tmp/badgelu/latest_checkpoint
 "$LOOM" "${T[@]}" --save "$tmp/gck" > /dev/null 2>&1
 sed 's/"gelu": "tanh"/"gelu": "cubic"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
 expect_error "bad gelu in meta.json" "\"gelu\" must be \"tanh\" or \"erf\"" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
+# the training state's counts and the schedule's values are >= 0: a negative one is refused
+for bad in 's/"consumed_samples": [0-9]*/"consumed_samples": -8/' 's/"iteration": [0-9]*/"iteration": 1.5/' \
+    's/"consumed_valid_samples": [0-9]*/"consumed_valid_samples": -1/' 's/"max_lr": [0-9.e-]*/"max_lr": -1/' \
+    's/"decay_samples": [0-9]*/"decay_samples": -8/'; do
+  sed "$bad" "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
+  key=$(echo "$bad" | sed 's/^s\/"\([a-z_]*\)".*/\1/')
+  what="\"$key\" must be an integer >= 0"
+  case $key in max_lr | decay_samples) what="\"lr_schedule\" \"$key\" must be >= 0" ;; esac
+  cmp -s "$tmp/gck/iter_0000002/meta.json" "$tmp/badgelu/iter_0000001/meta.json" &&
+    { echo "FAIL meta.json edit $bad changed nothing"; exit 1; }
+  expect_error "negative $key in meta.json" "$what" "$LOOM" "${T[@]}" --load "$tmp/badgelu" \
+      --use-checkpoint-opt_param-scheduler
+done
 expect_error "both schedule sources" "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude each other" "$LOOM" "${T[@]}" --override-opt_param-scheduler --use-checkpoint-opt_param-scheduler
 expect_error "wd ends without a style" "--start-weight-decay needs --weight-decay-incr-style linear or cosine" "$LOOM" "${T[@]}" --start-weight-decay 0.1
 expect_error "wd style without ends" "--weight-decay-incr-style cosine needs --start-weight-decay and --end-weight-decay" "$LOOM" "${T[@]}" --weight-decay-incr-style cosine --end-weight-decay 0.1
@@ -116,8 +132,20 @@ expect_error "device" "--device" "$LOOM" "${T[@]}" --device tpu
 expect_error "contradicting checkpoint" "--hidden-size 64 contradicts the checkpoint" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --hidden-size 64
 expect_error "contradicting norm" "--normalization RMSNorm contradicts" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --normalization RMSNorm
 expect_error "contradicting query-key norms" "--qk-layernorm contradicts the checkpoint $tmp/ck, which was trained without it" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --qk-layernorm
-# and one that agrees loads fine
-if "$LOOM" train --mock-data --train-iters 4 --lr-decay-iters 2 --eval-iters 0 --load "$tmp/ck" --hidden-size 32 > /dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: resuming with agreeing flags"; fi
+expect_error "contradicting head size" "--kv-channels 16 contradicts the checkpoint $tmp/ck (8); leave it out" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --kv-channels 16
+# and one that agrees loads fine (--kv-channels 8: the checkpoint's hidden / heads)
+if "$LOOM" train --mock-data --train-iters 4 --lr-decay-iters 2 --eval-iters 0 --load "$tmp/ck" --hidden-size 32 --kv-channels 8 > /dev/null 2>&1; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: resuming with agreeing flags"; fi
+# a checkpoint whose meta.json has no kv_channels (as before it was recorded): hidden / heads
+cp -r "$tmp/ck" "$tmp/ck-old"
+for m in "$tmp"/ck-old/iter_*/meta.json; do grep -v '"kv_channels"' "$m" > "$m.new" && mv "$m.new" "$m"; done
+if grep -q kv_channels "$tmp"/ck/iter_0000002/meta.json && ! grep -q kv_channels "$tmp"/ck-old/iter_0000002/meta.json; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: kv_channels not in meta.json, or not removed"; fi
+expect_error "contradicting head size, older meta" "--kv-channels 12 contradicts the checkpoint $tmp/ck-old (8)" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck-old" --kv-channels 12
+# a checkpoint of another head size (12 on hidden 32 with 4 heads): resuming with a contradicting
+# --kv-channels, and a GPT-2-style model's export to Hugging Face (GPT-2 has no head_dim)
+"$LOOM" "${T[@]}" --kv-channels 12 --save "$tmp/hdck" > /dev/null 2>&1
+expect_error "contradicting head size 12" "--kv-channels 8 contradicts the checkpoint $tmp/hdck (12)" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/hdck" --kv-channels 8
+expect_error "GPT-2 export of another head size" "head size 12 (--kv-channels): Hugging Face's GPT-2 has no head_dim, its heads are hidden / heads = 32 / 4 wide" "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/hdck" --save-dir "$tmp/hdhf"
+[ ! -e "$tmp/hdhf/model.safetensors" ] || { fail=$((fail + 1)); echo "FAIL: a refused export left a file"; }
 # a longer run whose decay follows --train-iters is another schedule (Megatron-LM's rule)
 expect_error "longer schedule" "decay over 4 samples here (--lr-decay-iters x global batch, by default --train-iters), 2 there" "$LOOM" train --mock-data --train-iters 4 --eval-iters 0 --load "$tmp/ck"
 # convert
@@ -136,10 +164,12 @@ expect_error "convert GPT-2 with query-key norms" "query-key norms (--qk-layerno
 expect_error "convert RMSNorm query-key norms with biases" "(this model: biases)" "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/qkck2" --save-dir "$tmp/qkhf"
 [ ! -e "$tmp/qkhf/model.safetensors" ] || { fail=$((fail + 1)); echo "FAIL: a refused export left a file"; }
 qwen='"model_type": "qwen3", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 10'
-echo "{$qwen}" > "$tmp/bad/config.json" # Qwen3's head_dim defaults to 128
-expect_error "convert qwen3 head_dim" "head_dim 128 x num_attention_heads 4 != hidden_size 64 is not supported" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
 echo "{$qwen, \"head_dim\": 16, \"use_sliding_window\": true}" > "$tmp/bad/config.json"
 expect_error "convert qwen3 sliding window" "use_sliding_window is not supported" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+echo '{"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "head_dim": 3, "vocab_size": 10}' > "$tmp/bad/config.json"
+expect_error "GPT-2 import of another head size" "head_dim 3: GPT-2's heads are n_embd / n_head wide (8 / 2)" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+echo '{"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8, "num_attention_heads": 2, "head_dim": -2, "intermediate_size": 16, "vocab_size": 10}' > "$tmp/bad/config.json"
+expect_error "Llama head_dim" "head_dim must be positive (got -2)" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
 # generate
 expect_error "generate no load" "--load" "$LOOM" generate --vocab-file x
 expect_error "generate top-p" "--top-p" "$LOOM" generate --load "$tmp/ck" --vocab-file x --top-p 2

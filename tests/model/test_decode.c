@@ -1,9 +1,10 @@
 /* Incremental decoding with the key/value cache gives the same next-token logits, position by
  * position, as the full causal forward pass over the whole sequence (GPT-2-style and
  * Llama-style configurations, and a GPT-2-style one with zero-centred norm weights w set away
- * from 0, whose norms both passes must scale by 1 + w; and with query-key norms, --qk-layernorm:
+ * from 0, whose norms both passes must scale by 1 + w; with query-key norms, --qk-layernorm:
  * Llama-style with RMSNorm, GPT-2-style with LayerNorm and zero-centred weights, their weights and
- * biases set away from their initial 1 (or 0) and 0). */
+ * biases set away from their initial 1 (or 0) and 0; and both styles with a head size other than
+ * hidden / heads, Megatron-LM's --kv-channels: 20 and 16 on hidden 48 with 4 heads). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #include "loom/model.h"
 #include "models/gpt_internal.h"
 
-static int check(const char *what, int llama, int ln1p, int qk) {
+static int check(const char *what, int llama, int ln1p, int qk, int64_t head_size) {
     struct loom_gpt_config c;
     loom_gpt_config_default(&c);
     c.num_layers = 2;
@@ -24,6 +25,7 @@ static int check(const char *what, int llama, int ln1p, int qk) {
     c.hidden_dropout = c.attention_dropout = 0;
     c.layernorm_1p = ln1p;
     c.qk_layernorm = qk;
+    c.head_size = head_size;
     if (llama) {
         c.query_groups = 2;
         c.norm = LOOM_NORM_RMSNORM;
@@ -102,11 +104,13 @@ static int check(const char *what, int llama, int ln1p, int qk) {
 }
 
 int main(void) {
-    int fails = check("gpt2-style", 0, 0, 0) +
-                check("llama-style (rope, GQA, SwiGLU, RMSNorm)", 1, 0, 0) +
-                check("gpt2-style, zero-centred norm weights (--apply-layernorm-1p)", 0, 1, 0) +
-                check("llama-style, query-key norms (--qk-layernorm)", 1, 0, 1) +
-                check("gpt2-style, query-key LayerNorms, zero-centred weights", 0, 1, 1);
-    printf("%d passed, %d failed\n", 5 - fails, fails);
+    int fails = check("gpt2-style", 0, 0, 0, 0) +
+                check("llama-style (rope, GQA, SwiGLU, RMSNorm)", 1, 0, 0, 0) +
+                check("gpt2-style, zero-centred norm weights (--apply-layernorm-1p)", 0, 1, 0, 0) +
+                check("llama-style, query-key norms (--qk-layernorm)", 1, 0, 1, 0) +
+                check("gpt2-style, query-key LayerNorms, zero-centred weights", 0, 1, 1, 0) +
+                check("llama-style, head size 20 (--kv-channels; hidden 48, 4 heads)", 1, 0, 0, 20) +
+                check("gpt2-style, head size 16 (--kv-channels; hidden 48, 4 heads)", 0, 0, 0, 16);
+    printf("%d passed, %d failed\n", 7 - fails, fails);
     return fails != 0;
 }

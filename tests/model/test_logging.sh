@@ -16,7 +16,8 @@ base=(train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 
       --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3
       --lr-decay-style cosine --log-interval 1 --eval-interval 2 --eval-iters 1 --seed 3)
 run plain
-run tb --tensorboard-dir "$tmp/tb" --log-params-norm --log-validation-ppl-to-tensorboard
+run tb --tensorboard-dir "$tmp/tb" --log-params-norm --log-validation-ppl-to-tensorboard \
+  --log-num-zeros-in-grad --save-grads "$tmp/grads"
 same plain tb
 run tb2 --tensorboard-dir "$tmp/tb2" --tensorboard-log-interval 2 --no-log-loss-scale-to-tensorboard \
   --log-world-size-to-tensorboard --log-timers-to-tensorboard
@@ -24,8 +25,9 @@ same plain tb2
 events() { "$PY" "$SRC/tests/ref/tb_read.py" "$(ls "$1"/events.out.tfevents.* | head -1)"; }
 if [ "$(ls "$tmp/tb" | wc -l)" = 1 ] && events "$tmp/tb" > "$tmp/tb.events" &&
    events "$tmp/tb2" > "$tmp/tb2.events" &&
-   "$PY" - "$tmp/tb.events" "$tmp/tb.jsonl" "$tmp/tb2.events" <<'PYEOF'
-import json, math, struct, sys
+   "$PY" - "$tmp/tb.events" "$tmp/tb.jsonl" "$tmp/tb2.events" "$tmp/grads/model.safetensors" \
+       "$tmp/tb.log" <<'PYEOF'
+import array, json, math, re, struct, sys
 f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
 ev = [json.loads(l) for l in open(sys.argv[1])]
 objs = [json.loads(l) for l in open(sys.argv[2])]
@@ -33,7 +35,7 @@ rows = [o for o in objs if "loss" in o]
 assert ev[0].get("file_version") == "brain.Event:2" and "tag" not in ev[0], ev[0]
 sc = ev[1:]
 train = {"learning-rate": "lr", "batch-size": None, "lm loss": "loss", "loss-scale": None,
-         "grad-norm": "grad_norm", "params-norm": "params_norm"}
+         "grad-norm": "grad_norm", "num-zeros": "num_zeros", "params-norm": "params_norm"}
 want_tags = set(train) | {t + " vs samples" for t in train} | {
     "lm loss validation", "lm loss validation vs samples", "lm loss validation ppl",
     "lm loss validation ppl vs samples"}
@@ -68,6 +70,23 @@ world = {e["value"] for e in ev2 if e["tag"] == "world-size"}
 assert steps == {2, 4} and "loss-scale" not in tags2 and world == {1.0} and times == [1, 2, 3, 4], \
     (steps, sorted(tags2), world, times)
 assert all(e["value"] > 0 for e in ev2 if e["tag"] == "iteration-time")
+# --log-num-zeros-in-grad: iteration 1's count equals the zeros of the gradients it saved
+# (--save-grads), counted here from the file (the padded vocabulary's rows, the key biases),
+# and the log line prints it
+with open(sys.argv[4], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    head, data = json.loads(f.read(n)), f.read()
+zeros = 0
+for name, t in head.items():
+    if name == "__metadata__":
+        continue
+    assert t["dtype"] == "F32", (name, t["dtype"])
+    a = array.array("f", data[t["data_offsets"][0]:t["data_offsets"][1]])
+    zeros += sum(1 for x in a if x == 0.0)
+logged = [int(m) for m in re.findall(r"num zeros: (\d+)", open(sys.argv[5]).read())]
+assert zeros > 0 and rows[0]["num_zeros"] == zeros and logged[:1] == [zeros], \
+    (zeros, rows[0]["num_zeros"], logged)
+print(f"ok   --log-num-zeros-in-grad: {zeros} zeros at iteration 1, as in the saved gradients")
 print(f"ok   the event file reads back (checksums verified): {checked} scalars equal to the "
       f"metrics file's, {len(sc)} in all; --tensorboard-log-interval 2 and the switches as asked")
 PYEOF
@@ -84,6 +103,26 @@ if [ -n "$lines" ] && [ "$lines" = "$want" ]; then
   echo "ok   the log line's lm loss is the mean since the last line: $lines"
 else
   echo "FAIL the log line's lm loss [$lines], the iterations' means [$want]"; fail=1
+fi
+# --log-interval 4 with --eval-interval 2: the log line at iteration 4 only (Megatron-LM's); the
+# evaluation at 2 prints its validation lines and writes an object of its own, with the value of
+# the run logging every iteration
+run every4 --log-interval 4
+if "$PY" - "$tmp/every4.log" "$tmp/every4.jsonl" "$tmp/plain.jsonl" <<'PYEOF'
+import json, re, sys
+log = open(sys.argv[1]).read()
+lines = re.findall(r"iteration +(\d+)/ +4 \|", log)
+vals = re.findall(r"validation loss at iteration (\d+) \|", log)
+objs = [json.loads(l) for l in open(sys.argv[2])]
+plain = {o["iteration"]: o["val_loss"] for o in map(json.loads, open(sys.argv[3])) if "loss" in o and "val_loss" in o}
+at2 = [o for o in objs if o["iteration"] == 2]
+assert lines == ["4"] and vals == ["2", "4"], (lines, vals)
+assert at2 == [{"iteration": 2, "val_loss": plain[2]}], (at2, plain)
+PYEOF
+then
+  echo "ok   --log-interval 4: one log line; the evaluation at 2 logged on its own, as in the run logging every iteration"
+else
+  echo "FAIL --log-interval 4 with evaluations at 2 and 4"; fail=1
 fi
 # two data-parallel ranks (when MPI is built in): one event file, rank 0's
 if command -v mpirun > /dev/null && ! grep -q '^LOOM_MPI:BOOL=OFF' "${LOOM_BUILD:-build}/CMakeCache.txt" 2> /dev/null; then

@@ -14,9 +14,12 @@
 # alone on the Llama-style model, where rotary positions restarting matter only without the mask,
 # which leaves each query just the keys of its own document) on a vocabulary of 7 whose last id 6
 # ends a document: the mock sequences of stride 1 to 6 hit it every 7 tokens, so a sample of 32
-# holds 4 to 6 documents (the reference prints how many); and the Llama-style model with Qwen3's
+# holds 4 to 6 documents (the reference prints how many); the Llama-style model with Qwen3's
 # query and key norms (q_norm, k_norm: Megatron-LM's --qk-layernorm with RMSNorm), imported from
-# and exported back to Qwen3's form (model_type "qwen3", checked in the exported config).
+# and exported back to Qwen3's form (model_type "qwen3", checked in the exported config); and the
+# Llama-style model with heads of 24 columns on a hidden size of 64 (4 query heads on 2 key/value
+# groups: Megatron-LM's --kv-channels, Hugging Face's head_dim), which must come back out of loom
+# with that head_dim.
 set -euo pipefail
 LOOM=${LOOM:-build/loom}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -29,7 +32,8 @@ common=(--mock-data --train-iters 5 --micro-batch-size 2 --global-batch-size 4 -
 # the third case: Megatron-LM's --eod-mask-loss, with NullTokenizer's end-of-document id (99 with
 # --vocab-size 99: the model's vocabulary of 100), which the mock sequences hit now and then
 for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "llama docs" \
-    "gpt2 docs-mask" "llama docs-positions" "llama decoupled" "llama qknorm"; do
+    "gpt2 docs-mask" "llama docs-positions" "llama decoupled" "llama qknorm" \
+    "llama headdim"; do
   set -- $case
   arch=$1 d="$tmp/${case// /-}" extra=() ref_extra=()
   if [ "${2:-}" = eod ]; then
@@ -42,6 +46,8 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
     ref_extra=(--gelu erf)
   elif [ "${2:-}" = qknorm ]; then # Qwen3's q_norm and k_norm: loom's --qk-layernorm
     ref_extra=(--qk-norm)
+  elif [ "${2:-}" = headdim ]; then # loom takes the head size from the config's head_dim
+    ref_extra=(--head-dim 24)
   elif [ "${2:-}" = decoupled ]; then # the embedding and output layer at 4x the others' rate
     extra=(--decoupled-lr 4e-3)
     ref_extra=(--decoupled-lr 4e-3)
@@ -73,5 +79,11 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
       grep -q 'queries and keys normalised' "$d/train.log" ||
       { echo "FAIL the query-key norms: not in the log, or not exported as qwen3"; exit 1; }
     echo "ok   the query-key norms logged and exported as qwen3"
+  fi
+  if [ "${2:-}" = headdim ]; then
+    grep -q '"head_dim": 24' "$d/out_hf/config.json" &&
+      grep -q 'heads 4 (groups 2, head size 24)' "$d/train.log" ||
+      { echo "FAIL head size 24: not in the log, or not exported as head_dim"; exit 1; }
+    echo "ok   head size 24 logged and exported as head_dim"
   fi
 done

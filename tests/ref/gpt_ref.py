@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Independent PyTorch reference for loom's GPT models (GPT-2 and Llama-style), in float64.
 
-  gpt_ref.py make  --arch gpt2|llama --out HF_DIR [--seed S] [--vocab V]
-      writes a small random model in Hugging Face form (config.json + model.safetensors)
+  gpt_ref.py make  --arch gpt2|llama --out HF_DIR [--seed S] [--vocab V] [--head-dim D]
+      writes a small random model in Hugging Face form (config.json + model.safetensors);
+      --head-dim (llama): heads of D columns, not hidden_size / num_attention_heads, written to
+      config.json as Hugging Face's head_dim (give it to check as well)
   gpt_ref.py check --arch gpt2|llama --init HF_DIR --grads GRADS_HF_DIR --final FINAL_HF_DIR
                    --metrics METRICS_JSONL --iters N --micro-batch B --global-batch G
                    --lr LR --clip C --wd WD [--beta1 --beta2 --eps]
@@ -144,7 +146,7 @@ def make_weights(arch, cfg, gen):
     else:
         C, V, F = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
         NH, NKV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-        HS = C // NH
+        HS = cfg.get("head_dim") or C // NH
         w["model.embed_tokens.weight"] = n(V, C)
         for i in range(cfg["num_hidden_layers"]):
             p = f"model.layers.{i}."
@@ -225,7 +227,8 @@ def forward(arch, cfg, w, tokens, targets, docs=None):
         logits = ln(x, "ln_f") @ w["wte.weight"].T
     else:
         C, NH, NKV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-        HS, eps, theta = C // NH, cfg["rms_norm_eps"], cfg["rope_theta"]
+        # Hugging Face's head_dim where given (q/k/v of NH, NKV heads of HS; o_proj reads NH HS)
+        HS, eps, theta = cfg.get("head_dim") or C // NH, cfg["rms_norm_eps"], cfg["rope_theta"]
         rms = lambda x, wt: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * wt
         inv = theta ** (-torch.arange(0, HS, 2) / HS)
         ang = pos[:, None, :, None] * inv  # [B, 1 (heads), T, HS/2]
@@ -246,7 +249,7 @@ def forward(arch, cfg, w, tokens, targets, docs=None):
                 q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
             q, k = rope(q), rope(k)
             k, v = k.repeat_interleave(NH // NKV, 1), v.repeat_interleave(NH // NKV, 1)
-            a = causal_attention(q, k, v, keep).transpose(1, 2).reshape(B, T, C)
+            a = causal_attention(q, k, v, keep).transpose(1, 2).reshape(B, T, NH * HS)
             x = x + a @ w[p + "self_attn.o_proj.weight"].T
             h = rms(x, w[p + "post_attention_layernorm.weight"])
             g = torch.nn.functional.silu(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T)
@@ -291,6 +294,9 @@ def main():
     ap.add_argument("--gelu", choices=["tanh", "erf"], default="tanh",
                     help="gpt2: the GELU's form (config activation_function gelu_new or gelu)")
     ap.add_argument("--vocab", type=int, default=0, help="the vocabulary's size (0: 100)")
+    ap.add_argument("--head-dim", type=int, default=0,
+                    help="llama: the head size (Hugging Face's head_dim; 0: hidden_size / "
+                         "num_attention_heads)")
     ap.add_argument("--doc-eod", type=int, default=-1,
                     help="the end-of-document id of --reset-position-ids / --reset-attention-mask")
     ap.add_argument("--reset-position-ids", action="store_true",
@@ -303,6 +309,10 @@ def main():
     cfg = dict(CONFIGS[a.arch])
     if a.vocab:
         cfg["vocab_size"] = a.vocab
+    if a.head_dim:
+        if a.arch != "llama":
+            ap.error("--head-dim: Hugging Face's GPT-2 has no head_dim (llama only)")
+        cfg["head_dim"] = a.head_dim
     docs = None
     if a.reset_position_ids or a.reset_attention_mask:
         assert a.doc_eod >= 0, "--reset-position-ids and --reset-attention-mask need --doc-eod"

@@ -137,10 +137,22 @@ void loom_cpu_adamw_ranges(struct loom_backend *be, float *param, const float *g
     }
 }
 
-/* The ranges one after the other, each through sumsq: the same bits as calling sumsq per range. */
+/* The ranges one after the other, each through sumsq: the same bits as calling sumsq per range;
+ * the zeros counted in a second pass (only when asked: at the log's iterations). */
 double loom_cpu_sumsq_ranges(struct loom_backend *be, const float *x, const int64_t *off,
-                             const int64_t *len, int nranges) {
+                             const int64_t *len, int nranges, int64_t *zeros) {
     double total = 0.0;
     for (int k = 0; k < nranges; k++) total += loom_cpu_sumsq(be, x + off[k], len[k]);
+    if (zeros) {
+        int64_t z = 0;
+        for (int k = 0; k < nranges; k++) {
+            const float *p = x + off[k];
+            const int64_t n = len[k];
+#pragma omp parallel for reduction(+ : z) schedule(static) if (n > 65536)
+            for (int64_t i = 0; i < n; i++)
+                z += p[i] == 0.0f;
+        }
+        *zeros = z;
+    }
     return total;
 }

@@ -131,6 +131,6 @@ void loom_cpu_adamw_ranges(struct loom_backend *be, float *param, const float *g
                            int nranges, float lr, float beta1, float beta2, float eps, float wd,
                            int64_t step, float grad_scale);
 double loom_cpu_sumsq_ranges(struct loom_backend *be, const float *x, const int64_t *off,
-                             const int64_t *len, int nranges);
+                             const int64_t *len, int nranges, int64_t *zeros);
 
 #endif

@@ -45,7 +45,7 @@ struct loom_cuda {
     size_t cublas_ws_bytes;
     void *scratch; /* grows on demand; used by one op at a time on the stream */
     size_t scratch_bytes;
-    double *host_double; /* pinned, for sumsq */
+    double *host_double; /* pinned, two slots: sumsq's results (sumsq_ranges: and its zeros) */
     /* every device allocation, for memory_stats (cuda.cu) */
     struct loom_cuda_alloc *allocs;
     int nallocs, cap_allocs;
@@ -344,7 +344,7 @@ void loom_cuda_adamw_ranges(struct loom_backend *be, float *param, const float *
                             const uint8_t *decay, int nranges, float lr, float beta1, float beta2,
                             float eps, float wd, int64_t step, float grad_scale);
 double loom_cuda_sumsq_ranges(struct loom_backend *be, const float *x, const int64_t *off,
-                              const int64_t *len, int nranges);
+                              const int64_t *len, int nranges, int64_t *zeros);
 
 /* ---- device helpers ---- */
 

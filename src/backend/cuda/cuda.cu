@@ -291,7 +291,7 @@ extern "C" enum loom_status loom_backend_cuda_create(struct loom_backend **out,
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
         return cuda_create_failed(be, LOOM_ERR_UNSUPPORTED, "creating a stream", device_index,
                                   cudaGetErrorString(e));
-    if ((e = cudaMallocHost((void **)&c->host_double, sizeof(double))) != cudaSuccess)
+    if ((e = cudaMallocHost((void **)&c->host_double, 2 * sizeof(double))) != cudaSuccess)
         return cuda_create_failed(be, LOOM_ERR_OOM, "pinned host allocation", device_index,
                                   cudaGetErrorString(e));
     c->cublas_ws_bytes = LOOM_CUDA_CUBLAS_WS_BYTES;

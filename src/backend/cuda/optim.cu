@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -217,9 +218,11 @@ void loom_cuda_adamw_ranges(struct loom_backend *be, float *param, const float *
 #define LOOM_SUMSQ_RANGE_THREADS 256
 
 /* desc holds, per range, (offset, length, first piece); piece p belongs to the last range whose
- * first piece is <= p. */
-__global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64_t *desc,
-                                    int nranges) {
+ * first piece is <= p. ZEROS: the elements equal to zero also counted into *zeros (an integer
+ * count: the order of the atomic additions does not matter). */
+template <bool ZEROS>
+__global__ void sumsq_pieces_kernel(double *partial, unsigned long long *zeros, const float *x,
+                                    const int64_t *desc, int nranges) {
     __shared__ double sh[32];
     int64_t p = blockIdx.x;
     int lo = range_of_piece(desc, 3, nranges, p);
@@ -227,6 +230,7 @@ __global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64
     int64_t n = desc[3 * lo + 1] - start < LOOM_SUMSQ_PIECE ? desc[3 * lo + 1] - start : LOOM_SUMSQ_PIECE;
     const float *xp = x + desc[3 * lo] + start;
     double acc = 0.0;
+    unsigned z = 0;
     if (n % 4 == 0 && loom_aligned(16, xp)) { /* four elements a load, added in order */
         const float4 *x4 = (const float4 *)xp;
 #pragma unroll 4
@@ -237,16 +241,22 @@ __global__ void sumsq_pieces_kernel(double *partial, const float *x, const int64
             acc += b * b;
             acc += c * c;
             acc += e * e;
+            if (ZEROS) z += (f.x == 0.0f) + (f.y == 0.0f) + (f.z == 0.0f) + (f.w == 0.0f);
         }
     } else {
 #pragma unroll 8 /* loads in flight ahead of the (ordered) sum */
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
             double v = (double)xp[i];
             acc += v * v;
+            if (ZEROS) z += xp[i] == 0.0f;
         }
     }
     acc = loom_block_sum_d(acc, sh);
     if (threadIdx.x == 0) partial[p] = acc;
+    if (ZEROS) {
+        z = __reduce_add_sync(0xffffffffu, z);
+        if ((threadIdx.x & 31) == 0 && z) atomicAdd(zeros, (unsigned long long)z);
+    }
 }
 
 /* out[0] = sum of partial[0..n) by one block: thread t adds t, t + blockDim, ... in order, then the
@@ -260,7 +270,7 @@ __global__ void sumsq_total_kernel(double *out, const double *partial, int64_t n
 }
 
 double loom_cuda_sumsq_ranges(struct loom_backend *be, const float *x, const int64_t *off,
-                              const int64_t *len, int nranges) {
+                              const int64_t *len, int nranges, int64_t *zeros) {
     struct loom_cuda *c = loom_cuda_impl(be);
     int64_t pieces = 0, used = 0;
     int64_t *desc = (int64_t *)malloc((size_t)(nranges > 0 ? nranges : 1) * 3 * sizeof(int64_t));
@@ -273,25 +283,38 @@ double loom_cuda_sumsq_ranges(struct loom_backend *be, const float *x, const int
         pieces += (len[k] + LOOM_SUMSQ_PIECE - 1) / LOOM_SUMSQ_PIECE;
         used++;
     }
+    if (zeros) *zeros = 0;
     if (used == 0) {
         free(desc);
         return 0.0;
     }
     LOOM_ASSERT(pieces < (int64_t)1 << 31);
-    /* scratch: [total | partial[pieces] | desc[3 * used]] */
-    size_t bytes = (size_t)(1 + pieces) * sizeof(double) + (size_t)used * 3 * sizeof(int64_t);
+    /* scratch: [total | zeros | partial[pieces] | desc[3 * used]] */
+    size_t bytes = (size_t)(2 + pieces) * sizeof(double) + (size_t)used * 3 * sizeof(int64_t);
     double *d = (double *)loom_cuda_scratch(be, bytes);
-    int64_t *ddesc = (int64_t *)(d + 1 + pieces);
+    unsigned long long *dz = (unsigned long long *)(d + 1);
+    int64_t *ddesc = (int64_t *)(d + 2 + pieces);
     LOOM_CUDA_CHECK(cudaMemcpyAsync(ddesc, desc, (size_t)used * 3 * sizeof(int64_t),
                                     cudaMemcpyHostToDevice, c->stream));
-    sumsq_pieces_kernel<<<(unsigned)pieces, LOOM_SUMSQ_RANGE_THREADS, 0, c->stream>>>(
-        d + 1, x, ddesc, (int)used);
+    if (zeros) {
+        LOOM_CUDA_CHECK(cudaMemsetAsync(dz, 0, sizeof *dz, c->stream));
+        sumsq_pieces_kernel<true><<<(unsigned)pieces, LOOM_SUMSQ_RANGE_THREADS, 0, c->stream>>>(
+            d + 2, dz, x, ddesc, (int)used);
+    } else {
+        sumsq_pieces_kernel<false><<<(unsigned)pieces, LOOM_SUMSQ_RANGE_THREADS, 0, c->stream>>>(
+            d + 2, NULL, x, ddesc, (int)used);
+    }
     LOOM_CUDA_LAUNCHED();
-    sumsq_total_kernel<<<1, 1024, 0, c->stream>>>(d, d + 1, pieces);
+    sumsq_total_kernel<<<1, 1024, 0, c->stream>>>(d, d + 2, pieces);
     LOOM_CUDA_LAUNCHED();
-    LOOM_CUDA_CHECK(
-        cudaMemcpyAsync(c->host_double, d, sizeof(double), cudaMemcpyDeviceToHost, c->stream));
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(c->host_double, d, (zeros ? 2 : 1) * sizeof(double),
+                                    cudaMemcpyDeviceToHost, c->stream));
     LOOM_CUDA_CHECK(cudaStreamSynchronize(c->stream)); /* also keeps desc alive for the copy */
     free(desc);
-    return *c->host_double;
+    if (zeros) {
+        unsigned long long z;
+        memcpy(&z, c->host_double + 1, sizeof z);
+        *zeros = (int64_t)z;
+    }
+    return c->host_double[0];
 }
