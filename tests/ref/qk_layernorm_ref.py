@@ -47,7 +47,8 @@ def files(d):
 def forward(mc, w, tokens, targets):
     B, T = tokens.shape
     C, NH, NKV = mc["hidden_size"], mc["num_attention_heads"], mc["num_query_groups"]
-    HS, R, V, eps = C // NH, NH // NKV, mc["vocab_size"], mc["norm_epsilon"]
+    HS = mc.get("kv_channels") or C // NH
+    R, V, eps = NH // NKV, mc["vocab_size"], mc["norm_epsilon"]
     one = 1.0 if mc.get("apply_layernorm_1p") else 0.0
 
     def ln(x, p, n):
@@ -66,7 +67,7 @@ def forward(mc, w, tokens, targets):
         k = ln(k, p + "self_attention.k_layernorm", HS)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         k, v = k.repeat_interleave(R, 1), v.repeat_interleave(R, 1)
-        a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+        a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, NH * HS)
         x = x + a @ w[p + "self_attention.linear_proj.weight"].T + w[p + "self_attention.linear_proj.bias"]
         h = ln(x, p + "pre_mlp_layernorm", C)
         f = h @ w[p + "mlp.linear_fc1.weight"].T + w[p + "mlp.linear_fc1.bias"]
