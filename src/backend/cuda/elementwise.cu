@@ -54,14 +54,18 @@ void loom_cuda_scale(struct loom_backend *be, float *x, float alpha, int64_t n) 
 
 /* ---- strided copies with a change of type ---- */
 
+/* A warp a row, its lanes along the row (no division per element) */
 template <typename DT, typename ST>
 __global__ void copy_strided_kernel(DT *dst, int64_t dst_stride, const ST *src, int64_t src_stride,
                                     int64_t rows, int64_t len) {
-    const int64_t n = rows * len;
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n;
-         k += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = k / len, i = k % len;
-        dst[r * dst_stride + i] = loom_from_f32<DT>(loom_to_f32(src[r * src_stride + i]));
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+         r += warps) {
+        const ST *s = src + r * src_stride;
+        DT *d = dst + r * dst_stride;
+        for (int64_t i = lane; i < len; i += 32)
+            d[i] = loom_from_f32<DT>(loom_to_f32(s[i]));
     }
 }
 
@@ -69,7 +73,7 @@ template <typename DT, typename ST>
 static void copy_strided_launch(struct loom_backend *be, void *dst, int64_t dst_stride,
                                 const void *src, int64_t src_stride, int64_t rows, int64_t len) {
     copy_strided_kernel<DT, ST>
-        <<<loom_cuda_grid(rows * len, LOOM_EW_THREADS), LOOM_EW_THREADS, 0, loom_cuda_stream(be)>>>(
+        <<<loom_cuda_grid(rows, LOOM_EW_THREADS / 32), LOOM_EW_THREADS, 0, loom_cuda_stream(be)>>>(
             (DT *)dst, dst_stride, (const ST *)src, src_stride, rows, len);
     LOOM_CUDA_LAUNCHED();
 }
