@@ -21,7 +21,8 @@
 #     staged   comm_device_check mpi-staged with 2 ranks sharing GPU 0, then the layouts of
 #              multi with --comm mpi (device buffers through host memory, no NCCL): the 2 ranks
 #              may share one GPU, so the layouts' GPU code runs on one GPU
-#              (GPU_CHECK_MODELS="gpt", "llama" or "llamadocs" runs one model's fp32 part)
+#              (GPU_CHECK_MODELS="gpt", "llama", "llamadocs" or "llamaqk" runs one model's fp32
+#              part)
 # NVLink multicast (NVLS) stays off in every NCCL run. Logs go to $OUT when set (the device
 # tool's output folder), else to build-gpu/logs. Exit status: the number of failed checks.
 set -uo pipefail
@@ -87,10 +88,12 @@ layouts() {
   # (NullTokenizer's 96 ids and end-of-document one: 97, padded to 128 in every layout, as above)
   llamadocs=("${llama[@]}" --tokenizer-type NullTokenizer --vocab-size 96 --reset-position-ids
              --reset-attention-mask --apply-layernorm-1p)
+  # and with query-key norms on heads of 16 columns (--qk-layernorm, --kv-channels 16 on hidden 64)
+  llamaqk=("${llama[@]}" --qk-layernorm --kv-channels 16)
   tmp="$LOGS/layouts${1:+-staged}"
   rm -rf "$tmp"
   mkdir -p "$tmp"
-  for model in ${GPU_CHECK_MODELS:-gpt llama llamadocs}; do
+  for model in ${GPU_CHECK_MODELS:-gpt llama llamadocs llamaqk}; do
     declare -n margs=$model
     ref="$tmp/$model-ref"
     if ! CUDA_VISIBLE_DEVICES=0 "$LOOM" train "${common[@]}" "${margs[@]}" --save "$ref" \
