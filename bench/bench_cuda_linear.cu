@@ -8,11 +8,12 @@
  * forward, one for a backward's dinp, one for its dw). The backward is also timed with only
  * dinp and only dw, to split it.
  *
- * Then the bias gradients' column sums alone, and the fused output layer and loss (linear_xent)
- * on one 4096-row chunk of the 124M head.
+ * Then the bias gradients' column sums alone, the weight-gradient product with and without a
+ * column of ones (what carrying the bias gradient in it would cost), and the fused output layer
+ * and loss (linear_xent) on one 4096-row chunk of the 124M head.
  *
  *   bench_cuda_linear [calls [layer]]   (default 30 calls, every layer; qkv, proj, fc1, fc2,
- *                                        colsum, head)
+ *                                        colsum, aug, head)
  */
 #include <string.h>
 
@@ -160,6 +161,46 @@ int main(int argc, char **argv) {
         }
         be->ops->free(be, sums);
         be->ops->free(be, g16);
+    }
+    if (argc <= 2 || strcmp(argv[2], "aug") == 0) {
+        /* The weight-gradient product dw[OC, C] += dout^T . x over the N rows (as
+         * product_weight_grad, column-major m = C, n = OC, k = N), plain and with x widened by a
+         * column of ones (m = C + 1 of rows of C + 8 columns: the product's last row is then the
+         * bias gradient, the sums of dout's columns, which a separate pass takes now; see the
+         * colsum section). cuBLAS's default algorithm for all three, fp32 out. */
+        struct loom_cuda *cu = loom_cuda_impl(be);
+        LOOM_CUBLAS_CHECK(cublasSetStream(cu->cublas, loom_cuda_stream(be)));
+        const int64_t shapes[][2] = {{768, 2304}, {768, 3072}, {1024, 3072}, {1024, 4096}};
+        void *xa = bench_alloc(be, (size_t)(N * 1032) * 2),
+             *da = bench_alloc(be, (size_t)(N * 4096) * 2);
+        float *wa = (float *)bench_alloc(be, (size_t)(1032 * 4096) * 4);
+        bench_fill(be, (__nv_bfloat16 *)xa, N * 1032, 15, 1.0f);
+        bench_fill(be, (__nv_bfloat16 *)da, N * 4096, 16, 0.01f);
+        const float one = 1.0f;
+        printf("aug: the weight-gradient product, N %lld rows\n", (long long)N);
+        for (int i = 0; i < 4; i++) {
+            const int64_t C = shapes[i][0], OC = shapes[i][1];
+            const struct {
+                const char *what;
+                int64_t m, ld;
+            } v[] = {{"plain", C, C},
+                     {"rows of C + 8", C, C + 8},
+                     {"C + 1 (ones column)", C + 1, C + 8}};
+            for (int j = 0; j < 3; j++) {
+                double us;
+                BENCH_US(be, g_calls, us,
+                         LOOM_CUBLAS_CHECK(cublasGemmEx(cu->cublas, CUBLAS_OP_N, CUBLAS_OP_T,
+                                                        (int)v[j].m, (int)OC, (int)N, &one, xa,
+                                                        CUDA_R_16BF, (int)v[j].ld, da, CUDA_R_16BF,
+                                                        (int)OC, &one, wa, CUDA_R_32F, (int)v[j].ld,
+                                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)));
+                printf("  dw %4lld -> %4lld, %-22s %9.1f us %7.0f TFLOP/s\n", (long long)C,
+                       (long long)OC, v[j].what, us, 2.0 * (double)N * C * OC / (us * 1e6));
+            }
+        }
+        be->ops->free(be, xa);
+        be->ops->free(be, da);
+        be->ops->free(be, wa);
     }
     if (argc <= 2 || strcmp(argv[2], "head") == 0) {
         /* the fused output layer + loss on one chunk of 4096 rows (the trainer's chunk at
