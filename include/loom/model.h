@@ -46,6 +46,8 @@ struct loom_gpt_config {
     enum loom_posemb posemb;
     double rope_theta;
     int bias;                /* biases on linear layers */
+    int qkv_bias;            /* the qkv product's bias even without the others (--add-qkv-bias,
+                                Qwen2's attention) */
     int untie;               /* separate output layer */
     double hidden_dropout, attention_dropout;
     double init_std;

@@ -99,6 +99,7 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
                                                                     : "learned_absolute"));
     json_object_set_new(mc, "rotary_base", json_real(c->rope_theta));
     json_object_set_new(mc, "add_bias_linear", json_boolean(c->bias));
+    json_object_set_new(mc, "add_qkv_bias", json_boolean(c->qkv_bias));
     json_object_set_new(mc, "untie_embeddings_and_output_weights", json_boolean(c->untie));
     json_object_set_new(mc, "hidden_dropout", json_real(c->hidden_dropout));
     json_object_set_new(mc, "attention_dropout", json_real(c->attention_dropout));
@@ -373,6 +374,10 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     if (json_object_get(mc, "qk_layernorm"))
         LOOM_CHECK(get_bool(mc, "qk_layernorm", file, &c->qk_layernorm));
     LOOM_CHECK(get_bool(mc, "add_bias_linear", file, &c->bias));
+    /* the qkv product's own bias (--add-qkv-bias); absent (every older checkpoint): none */
+    c->qkv_bias = 0;
+    if (json_object_get(mc, "add_qkv_bias"))
+        LOOM_CHECK(get_bool(mc, "add_qkv_bias", file, &c->qkv_bias));
     LOOM_CHECK(get_bool(mc, "untie_embeddings_and_output_weights", file, &c->untie));
     LOOM_CHECK(get_num(mc, "hidden_dropout", file, &c->hidden_dropout));
     LOOM_CHECK(get_num(mc, "attention_dropout", file, &c->attention_dropout));

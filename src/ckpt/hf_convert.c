@@ -268,10 +268,12 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
             s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: untied GPT-2 is not supported", path);
             goto out;
         }
-    } else if (type && (!strcmp(type, "llama") || !strcmp(type, "qwen3"))) {
+    } else if (type &&
+               (!strcmp(type, "llama") || !strcmp(type, "qwen3") || !strcmp(type, "qwen2"))) {
         *arch = ARCH_LLAMA;
-        const int qwen3 = !strcmp(type, "qwen3");
+        const int qwen3 = !strcmp(type, "qwen3"), qwen2 = !strcmp(type, "qwen2");
         c->qk_layernorm = qwen3; /* q_norm, k_norm */
+        c->qkv_bias = qwen2;     /* q_proj, k_proj and v_proj with biases */
         if ((s = json_int(o, "num_hidden_layers", &c->num_layers, -1, path)) ||
             (s = json_int(o, "hidden_size", &c->hidden, -1, path)) ||
             (s = json_int(o, "num_attention_heads", &c->heads, -1, path)) ||
@@ -289,7 +291,7 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
                           (long long)c->head_size);
             goto out;
         }
-        if (qwen3 && json_flag(o, "use_sliding_window", 0)) {
+        if ((qwen3 || qwen2) && json_flag(o, "use_sliding_window", 0)) {
             s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: use_sliding_window is not supported", path);
             goto out;
         }
@@ -314,7 +316,7 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
         c->init_std = json_num(o, "initializer_range", 0.02);
     } else {
         s = loom_fail(LOOM_ERR_UNSUPPORTED,
-                      "%s: model_type \"%s\" is not supported (gpt2, llama, qwen3)", path,
+                      "%s: model_type \"%s\" is not supported (gpt2, llama, qwen2, qwen3)", path,
                       type ? type : "(missing)");
     }
 out:
@@ -342,6 +344,12 @@ static enum loom_status arch_of(const struct loom_gpt_config *c, enum arch *arch
                          "and no biases (this model: %s)",
                          why);
     }
+    /* a qkv bias alone (--add-qkv-bias) is Qwen2's attention, which has no query-key norms */
+    if (c->qkv_bias && !c->bias && (!llama || c->qk_layernorm))
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "this model has no Hugging Face equivalent: a qkv bias alone "
+                         "(--add-qkv-bias) exports only as Qwen2, which needs RMSNorm, SwiGLU, "
+                         "rope and no query-key norms");
     if (gpt2) *arch = ARCH_GPT2;
     else if (llama) *arch = ARCH_LLAMA;
     else
@@ -380,10 +388,17 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
         json_object_set_new(o, "attn_pdrop", json_real(c->attention_dropout));
         json_object_set_new(o, "tie_word_embeddings", json_true());
     } else {
-        const int qwen3 = c->qk_layernorm; /* Llama with q_norm and k_norm */
-        json_object_set_new(o, "model_type", json_string(qwen3 ? "qwen3" : "llama"));
+        /* Llama with q_norm and k_norm: Qwen3; with q/k/v biases: Qwen2 */
+        const int qwen3 = c->qk_layernorm, qwen2 = c->qkv_bias;
+        json_object_set_new(o, "model_type",
+                            json_string(qwen3   ? "qwen3"
+                                        : qwen2 ? "qwen2"
+                                                : "llama"));
         json_object_set_new(o, "architectures",
-                            json_pack("[s]", qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
+                            json_pack("[s]", qwen3   ? "Qwen3ForCausalLM"
+                                             : qwen2 ? "Qwen2ForCausalLM"
+                                                     : "LlamaForCausalLM"));
+        if (qwen2) json_object_set_new(o, "use_sliding_window", json_false());
         if (qwen3) {
             json_object_set_new(o, "head_dim", json_integer(loom_gpt_head_size(c)));
             json_object_set_new(o, "use_sliding_window", json_false());

@@ -15,7 +15,7 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, log_num_zeros, sequence_parallel, bf16, fp16,
+    int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, qkv_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, log_num_zeros, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
         tb_no_lr, reset_pos, reset_mask;
@@ -85,6 +85,7 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
         {"--apply-layernorm-1p", &f->layernorm_1p, saved.layernorm_1p},
         {"--qk-layernorm", &f->qk_layernorm, saved.qk_layernorm},
         {"--disable-bias-linear", &f->disable_bias, !saved.bias},
+        {"--add-qkv-bias", &f->qkv_bias, saved.qkv_bias},
         {"--untie-embeddings-and-output-weights", &f->untie, saved.untie},
     };
     for (int i = 0; i < NFLAGS(bools); i++) {
@@ -286,8 +287,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--use-rope-scaling", 0, NULL, NO_ROPE_SCALING, NULL},
     {"--rotary-seq-len-interpolation-factor", 1, NULL, "rotary positions are not interpolated",
      NULL},
-    {"--add-qkv-bias", 0, NULL, "the linear layers' biases are all on, or all off with "
-     "--disable-bias-linear", NULL},
     {"--squared-relu", 0, NULL, "the MLP's activation is GELU, or SwiGLU with --swiglu", NULL},
     {"--rope-scaling-factor", 1, NULL, NO_ROPE_SCALING, NULL},
     {"--profile-step-start", 1, NULL, NO_PROFILER, NULL},
@@ -405,6 +404,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--use-rotary-position-embeddings", LOOM_FLAG_BOOL, &f.use_rope, "as --position-embedding-type rope (older Megatron-LM)", NULL, 0},
         {"--no-position-embedding", LOOM_FLAG_BOOL, &f.no_posemb, "no learned absolute position embedding (older Megatron-LM)", NULL, 0},
         {"--disable-bias-linear", LOOM_FLAG_BOOL, &f.disable_bias, "no biases in linear layers (a GELU MLP then has the exact erf GELU, as in Megatron-LM; --openai-gelu keeps the tanh form)", NULL, 0},
+        {"--add-qkv-bias", LOOM_FLAG_BOOL, &f.qkv_bias, "a bias on the qkv product even with --disable-bias-linear (Qwen2's attention)", NULL, 0},
         {"--untie-embeddings-and-output-weights", LOOM_FLAG_BOOL, &f.untie, "separate output layer", NULL, 0},
         {"--hidden-dropout", LOOM_FLAG_FLOAT, &f.hidden_dropout, "dropout on hidden states", NULL, 0},
         {"--attention-dropout", LOOM_FLAG_FLOAT, &f.attention_dropout, "dropout on attention probabilities", NULL, 0},
@@ -748,6 +748,7 @@ int loom_cmd_train(int argc, char **argv) {
                                                      : LOOM_POSEMB_LEARNED;
     c.model.rope_theta = f.rope_base;
     c.model.bias = !f.disable_bias;
+    c.model.qkv_bias = f.qkv_bias;
     c.model.untie = f.untie;
     c.model.hidden_dropout = f.hidden_dropout;
     c.model.attention_dropout = f.attention_dropout;

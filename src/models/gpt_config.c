@@ -92,8 +92,8 @@ int64_t loom_gpt_num_params(const struct loom_gpt_config *c) {
     int64_t qkv = (NH + 2 * NKV) * HS;
     int64_t fc1 = c->swiglu ? 2 * F : F;
     int64_t norm = c->norm == LOOM_NORM_LAYERNORM ? 2 * C : C;
-    int64_t layer = norm + qkv * C + b * qkv + C * NH * HS + b * C + norm + fc1 * C + b * fc1 +
-                    C * F + b * C;
+    int64_t layer = norm + qkv * C + (b || c->qkv_bias ? qkv : 0) + C * NH * HS + b * C + norm +
+                    fc1 * C + b * fc1 + C * F + b * C;
     if (c->qk_layernorm) /* q and k: a weight, and a bias with LayerNorm, of HS each */
         layer += 2 * (c->norm == LOOM_NORM_LAYERNORM ? 2 * HS : HS);
     int64_t n = c->num_layers * layer + norm + c->padded_vocab * C;

@@ -95,7 +95,7 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
         add(&tb, LNAME("input_layernorm.weight"), 1, C, 0, -1, (int)l, gamma);
         if (ln) add(&tb, LNAME("input_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
         add(&tb, LNAME("self_attention.linear_qkv.weight"), 2, QKV, C, 0, (int)l, LOOM_INIT_NORMAL);
-        if (c->bias)
+        if (c->bias || c->qkv_bias)
             add(&tb, LNAME("self_attention.linear_qkv.bias"), 1, QKV, 0, 0, (int)l, LOOM_INIT_ZEROS);
         if (c->qk_layernorm) { /* replicated: every TP rank's heads use them */
             add(&tb, LNAME("self_attention.q_layernorm.weight"), 1, HS, 0, -1, (int)l, gamma);

@@ -890,6 +890,8 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", norms zero-centred (1 + w)");
     if (c->model.qk_layernorm) /* --qk-layernorm */
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", queries and keys normalised");
+    if (c->model.qkv_bias && !c->model.bias) /* --add-qkv-bias */
+        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", qkv bias");
     /* the head size where it is not hidden / heads (--kv-channels) */
     char head_size[48] = "";
     const int64_t hs = loom_gpt_head_size(&c->model);

@@ -17,7 +17,8 @@
 # layouts each, tensor parallelism in both. Both models again with a head size other than
 # hidden / heads (Megatron-LM's --kv-channels: 12 on the GPT-2-style model's hidden 32 with 4
 # heads, 16 on the Llama-style one's hidden 64 with 8 heads on 4 groups), in two layouts each,
-# TP=2 x PP=2 among them.
+# TP=2 x PP=2 among them; and the Llama-style model with Qwen2's qkv biases (--add-qkv-bias, the
+# biases split with the heads) at TP=2 x PP=2.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -52,11 +53,13 @@ gpthd=("${gpt[@]}" --kv-channels 12)
 llamahd=("${llama[@]}" --kv-channels 16)
 gpthd_layouts=("2 2 1" "2 1 2 sp")
 llamahd_layouts=("2 2 1" "1 2 1 vpp")
+llamaqb=("${llama[@]}" --add-qkv-bias)
+llamaqb_layouts=("2 2 1")
 fail=0 pass=0
-for model in ${MODELS:-gpt llama gpteod gptdocs llamadocs llamaqk gptqk gpthd llamahd}; do
+for model in ${MODELS:-gpt llama gpteod gptdocs llamadocs llamaqk gptqk gpthd llamahd llamaqb}; do
   declare -n margs=$model
   case $model in
-    gpteod|gptdocs|llamadocs|llamaqk|gptqk|gpthd|llamahd) declare -n lays=${model}_layouts ;;
+    gpteod|gptdocs|llamadocs|llamaqk|gptqk|gpthd|llamahd|llamaqb) declare -n lays=${model}_layouts ;;
     *) declare -n lays=layouts ;;
   esac
   ref="$tmp/$model-ref"

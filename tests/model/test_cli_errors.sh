@@ -166,6 +166,11 @@ expect_error "convert RMSNorm query-key norms with biases" "(this model: biases)
 qwen='"model_type": "qwen3", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 10'
 echo "{$qwen, \"head_dim\": 16, \"use_sliding_window\": true}" > "$tmp/bad/config.json"
 expect_error "convert qwen3 sliding window" "use_sliding_window is not supported" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+# a qkv bias alone (--add-qkv-bias) goes to Hugging Face only as Qwen2 (no query-key norms)
+"$LOOM" "${T[@]}" --disable-bias-linear --add-qkv-bias --save "$tmp/qbck" > /dev/null 2>&1
+expect_error "convert GPT-2-style qkv bias alone" "a qkv bias alone (--add-qkv-bias) exports only as Qwen2" "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/qbck" --save-dir "$tmp/qbhf"
+[ ! -e "$tmp/qbhf/model.safetensors" ] || { fail=$((fail + 1)); echo "FAIL: a refused export left a file"; }
+expect_error "qkv bias against the checkpoint" "--add-qkv-bias contradicts the checkpoint $tmp/ck, which was trained without it" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --add-qkv-bias
 echo '{"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "head_dim": 3, "vocab_size": 10}' > "$tmp/bad/config.json"
 expect_error "GPT-2 import of another head size" "head_dim 3: GPT-2's heads are n_embd / n_head wide (8 / 2)" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
 echo '{"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8, "num_attention_heads": 2, "head_dim": -2, "intermediate_size": 16, "vocab_size": 10}' > "$tmp/bad/config.json"

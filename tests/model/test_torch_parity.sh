@@ -19,7 +19,9 @@
 # and exported back to Qwen3's form (model_type "qwen3", checked in the exported config); and the
 # Llama-style model with heads of 24 columns on a hidden size of 64 (4 query heads on 2 key/value
 # groups: Megatron-LM's --kv-channels, Hugging Face's head_dim), which must come back out of loom
-# with that head_dim.
+# with that head_dim; and the Llama-style model with Qwen2's q/k/v biases (Megatron-LM's
+# --add-qkv-bias), in from and back out to Qwen2's form (a reference whose init has those biases
+# zeroed fails 63 checks).
 set -euo pipefail
 LOOM=${LOOM:-build/loom}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -33,7 +35,7 @@ common=(--mock-data --train-iters 5 --micro-batch-size 2 --global-batch-size 4 -
 # --vocab-size 99: the model's vocabulary of 100), which the mock sequences hit now and then
 for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "llama docs" \
     "gpt2 docs-mask" "llama docs-positions" "llama decoupled" "llama qknorm" \
-    "llama headdim"; do
+    "llama headdim" "llama qkvbias"; do
   set -- $case
   arch=$1 d="$tmp/${case// /-}" extra=() ref_extra=()
   if [ "${2:-}" = eod ]; then
@@ -48,6 +50,8 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
     ref_extra=(--qk-norm)
   elif [ "${2:-}" = headdim ]; then # loom takes the head size from the config's head_dim
     ref_extra=(--head-dim 24)
+  elif [ "${2:-}" = qkvbias ]; then # Qwen2's q/k/v biases: loom's --add-qkv-bias
+    ref_extra=(--qkv-bias)
   elif [ "${2:-}" = decoupled ]; then # the embedding and output layer at 4x the others' rate
     extra=(--decoupled-lr 4e-3)
     ref_extra=(--decoupled-lr 4e-3)
@@ -79,6 +83,11 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
       grep -q 'queries and keys normalised' "$d/train.log" ||
       { echo "FAIL the query-key norms: not in the log, or not exported as qwen3"; exit 1; }
     echo "ok   the query-key norms logged and exported as qwen3"
+  fi
+  if [ "${2:-}" = qkvbias ]; then
+    grep -q '"model_type": "qwen2"' "$d/out_hf/config.json" && grep -q ', qkv bias' "$d/train.log" ||
+      { echo "FAIL the qkv biases: not in the log, or not exported as qwen2"; exit 1; }
+    echo "ok   the qkv biases logged and exported as qwen2"
   fi
   if [ "${2:-}" = headdim ]; then
     grep -q '"head_dim": 24' "$d/out_hf/config.json" &&

@@ -18,6 +18,8 @@
       --qk-norm (llama only, make and check): Qwen3's form, each head's query and key vectors
       RMS-normalised over the head size (self_attn.q_norm.weight, k_norm.weight [head_dim], shared
       by the heads) after their projections and before the rotary embedding.
+      --qkv-bias (llama only, make and check): Qwen2's form, biases on the query, key and value
+      projections only (self_attn.q_proj.bias, k_proj.bias, v_proj.bias; config model_type qwen2).
 
 Nothing here is derived from loom's code paths except the documented mock-data recipe and the
 Philox4x32-10 generator, re-implemented from their definitions.
@@ -155,6 +157,10 @@ def make_weights(arch, cfg, gen):
             w[p + "self_attn.k_proj.weight"] = n(NKV * HS, C)
             w[p + "self_attn.v_proj.weight"] = n(NKV * HS, C)
             w[p + "self_attn.o_proj.weight"] = n(C, NH * HS)
+            if cfg.get("model_type") == "qwen2":  # biases of order 1: their gradients matter
+                w[p + "self_attn.q_proj.bias"] = n(NH * HS, std=0.5)
+                w[p + "self_attn.k_proj.bias"] = n(NKV * HS, std=0.5)
+                w[p + "self_attn.v_proj.bias"] = n(NKV * HS, std=0.5)
             if cfg.get("model_type") == "qwen3":
                 w[p + "self_attn.q_norm.weight"] = around1(HS)
                 w[p + "self_attn.k_norm.weight"] = around1(HS)
@@ -242,9 +248,13 @@ def forward(arch, cfg, w, tokens, targets, docs=None):
         for i in range(cfg["num_hidden_layers"]):
             p = f"model.layers.{i}."
             h = rms(x, w[p + "input_layernorm.weight"])
-            q = (h @ w[p + "self_attn.q_proj.weight"].T).view(B, T, NH, HS).transpose(1, 2)
-            k = (h @ w[p + "self_attn.k_proj.weight"].T).view(B, T, NKV, HS).transpose(1, 2)
-            v = (h @ w[p + "self_attn.v_proj.weight"].T).view(B, T, NKV, HS).transpose(1, 2)
+            def proj(name, heads):  # with Qwen2's bias where there is one
+                y = h @ w[p + f"self_attn.{name}.weight"].T
+                if p + f"self_attn.{name}.bias" in w:
+                    y = y + w[p + f"self_attn.{name}.bias"]
+                return y.view(B, T, heads, HS).transpose(1, 2)
+
+            q, k, v = proj("q_proj", NH), proj("k_proj", NKV), proj("v_proj", NKV)
             if cfg.get("model_type") == "qwen3":  # per-head RMSNorm over HS, before rotary
                 q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
             q, k = rope(q), rope(k)
@@ -305,6 +315,8 @@ def main():
                     help="Megatron-LM's: no attention across --doc-eod input tokens")
     ap.add_argument("--qk-norm", action="store_true",
                     help="llama: Qwen3's query and key RMSNorm per head (config model_type qwen3)")
+    ap.add_argument("--qkv-bias", action="store_true",
+                    help="llama: Qwen2's biases on q, k and v (config model_type qwen2)")
     a = ap.parse_args()
     cfg = dict(CONFIGS[a.arch])
     if a.vocab:
@@ -323,6 +335,9 @@ def main():
         assert a.arch == "llama", "--qk-norm is for --arch llama (Qwen3's form)"
         cfg.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"],
                    head_dim=cfg["hidden_size"] // cfg["num_attention_heads"])
+    if a.qkv_bias:
+        assert a.arch == "llama" and not a.qk_norm, "--qkv-bias is for --arch llama (Qwen2's form)"
+        cfg.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=False)
     if a.cmd == "make":
         import os
         os.makedirs(a.out, exist_ok=True)
@@ -374,6 +389,11 @@ def main():
         for p in w.values():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+        # Qwen2's key bias only adds q.b_k to every score of a query's row, which the softmax
+        # ignores: its gradient is exactly zero (here float64 rounding noise of about 1e-18)
+        for name in w:
+            if name.endswith("self_attn.k_proj.bias"):
+                w[name].grad.zero_()
         m = next(x for x in metrics if x["iteration"] == it)
         report(f"iteration {it} loss {logged:.8f} vs loom {m['loss']:.8f}", abs(logged - m["loss"]) / abs(logged), a.tol)
         gnorm = math.sqrt(sum((p.grad ** 2).sum().item() for p in w.values()))
