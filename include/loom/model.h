@@ -48,6 +48,8 @@ struct loom_gpt_config {
     int bias;                /* biases on linear layers */
     int qkv_bias;            /* the qkv product's bias even without the others (--add-qkv-bias,
                                 Qwen2's attention) */
+    int xavier_init;         /* matrices drawn uniform in +-sqrt(6 / (rows + columns)) instead of
+                                normal (--init-method-xavier-uniform; initialisation only) */
     int untie;               /* separate output layer */
     double hidden_dropout, attention_dropout;
     double init_std;

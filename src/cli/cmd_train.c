@@ -15,7 +15,7 @@
 
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
-    int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, qkv_bias, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, log_num_zeros, sequence_parallel, bf16, fp16,
+    int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, qkv_bias, xavier, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, log_num_zeros, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
         tb_no_lr, reset_pos, reset_mask;
@@ -271,8 +271,6 @@ static const struct megatron_flag megatron_flags[] = {
      "(--use-distributed-optimizer shards the optimizer's moments)", NULL},
     {"--tp-comm-overlap", 0, NULL, "tensor-parallel communication is not overlapped with the "
      "products", NULL},
-    {"--init-method-xavier-uniform", 0, NULL, "weights are initialised normal with "
-     "--init-method-std", NULL},
     {"--decoder-first-pipeline-num-layers", 1, NULL, EQUAL_STAGES, NULL},
     {"--decoder-last-pipeline-num-layers", 1, NULL, EQUAL_STAGES, NULL},
     {"--account-for-embedding-in-pipeline-split", 0, NULL, EQUAL_STAGES, NULL},
@@ -409,6 +407,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--hidden-dropout", LOOM_FLAG_FLOAT, &f.hidden_dropout, "dropout on hidden states", NULL, 0},
         {"--attention-dropout", LOOM_FLAG_FLOAT, &f.attention_dropout, "dropout on attention probabilities", NULL, 0},
         {"--init-method-std", LOOM_FLAG_FLOAT, &f.init_std, "std of the normal initialisation", NULL, 0},
+        {"--init-method-xavier-uniform", LOOM_FLAG_BOOL, &f.xavier, "initialise every matrix uniform in +-sqrt(6 / (rows + columns)) (torch's xavier_uniform_) instead of normal", NULL, 0},
         {"--micro-batch-size", LOOM_FLAG_INT, &f.micro, "samples per micro-batch", NULL, 0},
         {"--global-batch-size", LOOM_FLAG_INT, &f.global, "samples per iteration (0 = micro x DP)", NULL, 0},
         {"--train-iters", LOOM_FLAG_INT, &f.iters, "iterations to train (this or --train-samples)", NULL, 0},
@@ -749,6 +748,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.model.rope_theta = f.rope_base;
     c.model.bias = !f.disable_bias;
     c.model.qkv_bias = f.qkv_bias;
+    c.model.xavier_init = f.xavier;
     c.model.untie = f.untie;
     c.model.hidden_dropout = f.hidden_dropout;
     c.model.attention_dropout = f.attention_dropout;

@@ -180,6 +180,12 @@ enum loom_status loom_gpt_init_weights(struct loom_gpt *m, uint64_t seed) {
         if (!host) return loom_fail(LOOM_ERR_OOM, "out of memory initialising %s", p->name);
         uint64_t purpose = loom_hash_str(p->name);
         double std = p->init == LOOM_INIT_NORMAL_SCALED ? scaled : c->init_std;
+        /* --init-method-xavier-uniform (Megatron-LM's, torch's xavier_uniform_ of the whole
+         * logical matrix): every matrix, the embeddings and the output layers' too, uniform in
+         * +-sqrt(6 / (fan_in + fan_out)) */
+        const int xavier = c->xavier_init && p->ndim == 2 &&
+                           (p->init == LOOM_INIT_NORMAL || p->init == LOOM_INIT_NORMAL_SCALED);
+        const double bound = xavier ? sqrt(6.0 / (double)(p->shape[0] + p->shape[1])) : 0.0;
 #pragma omp parallel for schedule(static)
         for (int64_t k = 0; k < n; k++) {
             switch (p->init) {
@@ -187,7 +193,10 @@ enum loom_status loom_gpt_init_weights(struct loom_gpt *m, uint64_t seed) {
             case LOOM_INIT_ZEROS: host[k] = 0.0f; break;
             default: {
                 int64_t g = loom_param_global_index(p, tpr, tp, k);
-                host[k] = (float)(std * loom_rng_normal(seed, purpose, (uint64_t)g));
+                host[k] = xavier
+                              ? (float)(bound *
+                                        (2.0 * loom_rng_uniform(seed, purpose, (uint64_t)g) - 1.0))
+                              : (float)(std * loom_rng_normal(seed, purpose, (uint64_t)g));
             }
             }
         }
