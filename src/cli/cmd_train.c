@@ -215,7 +215,9 @@ static const struct megatron_flag megatron_flags[] = {
      "Hugging Face directories)", NULL},
     {"--fp8-format", 1, NULL, "FP8 training is not implemented", NULL},
     {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented", NULL},
-    {"--apply-query-key-layer-scaling", 0, NULL, "query-key layer scaling is not implemented", NULL},
+    {"--apply-query-key-layer-scaling", 0, "the scores are divided by the layer number and the "
+     "softmax multiplies them back: the same probabilities, a guard against fp16 overflow that "
+     "loom's attention does not need (its scores and softmax are fp32)", NULL, NULL},
     {"--apply-residual-connection-post-layernorm", 0, NULL, "the residual connection always "
      "takes the norm's input (pre-norm)", NULL},
     {"--dataloader-type", 1, "samples are read in order, as Megatron's single sampler reads them",

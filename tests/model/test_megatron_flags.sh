@@ -28,6 +28,7 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --bias-gelu-fusion --no-check-for-nan-in-loss-and-grad --log-straggler
       --disable-straggler-on-startup --num-distributed-optimizer-instances 1
       --num-dataset-builder-threads 2 --local-rank 0 --no-initialization --train-sync-interval 1
+      --apply-query-key-layer-scaling
       --encoder-seq-length 16
       --tensorboard-queue-size 1000
       --wandb-exp-name x --wandb-save-dir "$tmp/wandb" --manual-gc --manual-gc-interval 10
