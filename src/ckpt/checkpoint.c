@@ -336,6 +336,11 @@ static enum loom_status get_bool(json_t *o, const char *key, const char *file, i
     *out = json_is_true(v);
     return LOOM_OK;
 }
+/* A setting recorded only since it exists: absent (every older checkpoint), off */
+static enum loom_status get_switch(json_t *o, const char *key, const char *file, int *out) {
+    *out = 0;
+    return json_object_get(o, key) ? get_bool(o, key, file, out) : LOOM_OK;
+}
 
 static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_config *c,
                                    struct loom_train_state *st, int64_t *optim_step) {
@@ -365,19 +370,11 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     LOOM_CHECK(get_num(mc, "norm_epsilon", file, &c->norm_eps));
     LOOM_CHECK(get_num(mc, "rotary_base", file, &c->rope_theta));
     LOOM_CHECK(get_bool(mc, "swiglu", file, &c->swiglu));
-    /* zero-centred norm weights; absent (every older checkpoint): not */
-    c->layernorm_1p = 0;
-    if (json_object_get(mc, "apply_layernorm_1p"))
-        LOOM_CHECK(get_bool(mc, "apply_layernorm_1p", file, &c->layernorm_1p));
-    /* query-key normalisation; absent (every older checkpoint): none */
-    c->qk_layernorm = 0;
-    if (json_object_get(mc, "qk_layernorm"))
-        LOOM_CHECK(get_bool(mc, "qk_layernorm", file, &c->qk_layernorm));
+    /* zero-centred norm weights, query-key normalisation */
+    LOOM_CHECK(get_switch(mc, "apply_layernorm_1p", file, &c->layernorm_1p));
+    LOOM_CHECK(get_switch(mc, "qk_layernorm", file, &c->qk_layernorm));
     LOOM_CHECK(get_bool(mc, "add_bias_linear", file, &c->bias));
-    /* the qkv product's own bias (--add-qkv-bias); absent (every older checkpoint): none */
-    c->qkv_bias = 0;
-    if (json_object_get(mc, "add_qkv_bias"))
-        LOOM_CHECK(get_bool(mc, "add_qkv_bias", file, &c->qkv_bias));
+    LOOM_CHECK(get_switch(mc, "add_qkv_bias", file, &c->qkv_bias)); /* --add-qkv-bias */
     LOOM_CHECK(get_bool(mc, "untie_embeddings_and_output_weights", file, &c->untie));
     LOOM_CHECK(get_num(mc, "hidden_dropout", file, &c->hidden_dropout));
     LOOM_CHECK(get_num(mc, "attention_dropout", file, &c->attention_dropout));

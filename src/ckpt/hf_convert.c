@@ -398,10 +398,9 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
                             json_pack("[s]", qwen3   ? "Qwen3ForCausalLM"
                                              : qwen2 ? "Qwen2ForCausalLM"
                                                      : "LlamaForCausalLM"));
-        if (qwen2) json_object_set_new(o, "use_sliding_window", json_false());
+        if (qwen2 || qwen3) json_object_set_new(o, "use_sliding_window", json_false());
         if (qwen3) {
             json_object_set_new(o, "head_dim", json_integer(loom_gpt_head_size(c)));
-            json_object_set_new(o, "use_sliding_window", json_false());
             json_object_set_new(o, "rope_scaling", json_null());
         }
         json_object_set_new(o, "num_hidden_layers", json_integer(c->num_layers));

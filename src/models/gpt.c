@@ -508,6 +508,19 @@ static void norm_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, 
                          float *rstd, const float *x, const float *w, const float *b, int64_t N) {
     norm_rows_forward(m, out, out_dt, mean, rstd, x, w, b, N, m->cfg.hidden);
 }
+/* Its backward over N rows of C: dinp += the input gradient (and, when asked, dcopy and dsum as
+ * the ops' dinp_copy and dinp_sum); dw and db accumulate (db: LayerNorm only) */
+static void norm_rows_backward(struct loom_gpt *m, float *dinp, void *dcopy, float *dsum, float *dw,
+                               float *db, const void *dout, enum loom_dtype dout_dt, const float *x,
+                               const float *w, const float *mean, const float *rstd, int64_t N,
+                               int64_t C) {
+    struct loom_backend *be = m->be;
+    if (m->cfg.norm == LOOM_NORM_LAYERNORM)
+        loom_op(be, layernorm_backward, dinp, dcopy, dsum, dw, db, dout, dout_dt, x, w, mean, rstd,
+                N, C);
+    else
+        loom_op(be, rmsnorm_backward, dinp, dcopy, dsum, dw, dout, dout_dt, x, w, rstd, N, C);
+}
 
 /* ---- query-key normalisation (qk_layernorm) ----
  * A qkv row holds NKVl groups of [R = NHl/NKVl query heads | key | value] of HS each. The query
@@ -554,22 +567,13 @@ static void qk_norm_backward(struct loom_gpt *m, struct loom_gpt_acts *a, int64_
     const struct loom_gpt_layer_acts *la = &a->layers[l];
     const struct loom_gpt_layer_ptrs *g = &m->g.layers[l], *wn = &m->wn.layers[l];
     const int64_t nq = d.N * d.NHl, nk = d.N * d.NKVl, HS = d.HS;
-    const int ln = m->cfg.norm == LOOM_NORM_LAYERNORM;
     qk_gather(m, a->qk_out, dqkv, dt, d.N, d.NHl, d.NKVl);
     be->ops->zero(be, a->qk_din, (size_t)((nq + nk) * HS) * sizeof(float)); /* += below */
-    if (ln) {
-        loom_op(be, layernorm_backward, a->qk_din, NULL, NULL, g->q_ln_w, g->q_ln_b, a->qk_out,
-                LOOM_DTYPE_F32, la->qk_in, wn->q_ln_w, la->qk_mean, la->qk_rstd, nq, HS);
-        loom_op(be, layernorm_backward, a->qk_din + nq * HS, NULL, NULL, g->k_ln_w, g->k_ln_b,
-                a->qk_out + nq * HS, LOOM_DTYPE_F32, la->qk_in + nq * HS, wn->k_ln_w,
-                la->qk_mean + nq, la->qk_rstd + nq, nk, HS);
-    } else {
-        loom_op(be, rmsnorm_backward, a->qk_din, NULL, NULL, g->q_ln_w, a->qk_out, LOOM_DTYPE_F32,
-                la->qk_in, wn->q_ln_w, la->qk_rstd, nq, HS);
-        loom_op(be, rmsnorm_backward, a->qk_din + nq * HS, NULL, NULL, g->k_ln_w,
-                a->qk_out + nq * HS, LOOM_DTYPE_F32, la->qk_in + nq * HS, wn->k_ln_w,
-                la->qk_rstd + nq, nk, HS);
-    }
+    norm_rows_backward(m, a->qk_din, NULL, NULL, g->q_ln_w, g->q_ln_b, a->qk_out, LOOM_DTYPE_F32,
+                       la->qk_in, wn->q_ln_w, la->qk_mean, la->qk_rstd, nq, HS);
+    norm_rows_backward(m, a->qk_din + nq * HS, NULL, NULL, g->k_ln_w, g->k_ln_b,
+                       a->qk_out + nq * HS, LOOM_DTYPE_F32, la->qk_in + nq * HS, wn->k_ln_w,
+                       la->qk_mean ? la->qk_mean + nq : NULL, la->qk_rstd + nq, nk, HS);
     /* the key norm's bias adds q.b to every score of a query's row, which the softmax ignores:
      * its gradient is exactly zero (as the key bias's without the norm), kept so rather than as
      * rounding noise */
@@ -585,15 +589,9 @@ static void norm_backward(struct loom_gpt *m, struct loom_gpt_acts *a, float *dw
                           const void *dout, enum loom_dtype dout_dt, const float *x, const float *w,
                           const float *mean, const float *rstd, int64_t N, int next_ok,
                           float *next_b) {
-    struct loom_backend *be = m->be;
     a->dres16 = next_ok ? (void *)a->dc : NULL;
-    float *dsum = next_ok ? next_b : NULL;
-    if (m->cfg.norm == LOOM_NORM_LAYERNORM)
-        loom_op(be, layernorm_backward, a->dres, a->dres16, dsum, dw, db, dout, dout_dt, x, w, mean,
-                rstd, N, m->cfg.hidden);
-    else
-        loom_op(be, rmsnorm_backward, a->dres, a->dres16, dsum, dw, dout, dout_dt, x, w, rstd, N,
-                m->cfg.hidden);
+    norm_rows_backward(m, a->dres, a->dres16, next_ok ? next_b : NULL, dw, db, dout, dout_dt, x, w,
+                       mean, rstd, N, m->cfg.hidden);
 }
 
 static struct loom_dropout hidden_dropout(const struct loom_gpt *m, const struct loom_step_ctx *ctx,

@@ -317,20 +317,25 @@ static enum loom_status tb_validation(struct trainer *t, double loss) {
     return loom_tb_flush(t->tb);
 }
 
-/* An evaluation outside the training loop (after training, or --skip-train) of src from its
- * sample `first`: its log line (on_set as log_validation's) and, with --metrics-file,
- * {"iteration", key}. */
-static enum loom_status evaluate_logged(struct trainer *t, struct loom_sample_source *src,
-                                        int64_t first, const char *on_set, const char *key) {
+/* An evaluation's loss on its own: its log lines (on_set as log_validation's) and, with
+ * --metrics-file, {"iteration", key} */
+static void report_evaluation(struct trainer *t, const char *on_set, const char *key, double loss) {
     const int64_t it = t->st.iteration;
-    double loss;
-    LOOM_CHECK(evaluate(t, src, first, it, &loss));
     log_validation(it, on_set, loss);
-    if (!t->cfg->skip_train) LOOM_CHECK(tb_validation(t, loss)); /* as Megatron-LM: not then */
     if (t->metrics) {
         fprintf(t->metrics, "{\"iteration\": %lld, \"%s\": %.17g}\n", (long long)it, key, loss);
         fflush(t->metrics);
     }
+}
+
+/* An evaluation outside the training loop (after training, or --skip-train) of src from its
+ * sample `first`, reported by report_evaluation */
+static enum loom_status evaluate_logged(struct trainer *t, struct loom_sample_source *src,
+                                        int64_t first, const char *on_set, const char *key) {
+    double loss;
+    LOOM_CHECK(evaluate(t, src, first, t->st.iteration, &loss));
+    report_evaluation(t, on_set, key, loss);
+    if (!t->cfg->skip_train) LOOM_CHECK(tb_validation(t, loss)); /* as Megatron-LM: not then */
     return LOOM_OK;
 }
 
@@ -1039,12 +1044,7 @@ static enum loom_status train_loop(struct trainer *t) {
             if (have_val) LOOM_CHECK(tb_validation(t, val));
         }
         if (have_val && !log_now) {
-            log_validation(it, NULL, val);
-            if (t->metrics) {
-                fprintf(t->metrics, "{\"iteration\": %lld, \"val_loss\": %.17g}\n", (long long)it,
-                        val);
-                fflush(t->metrics);
-            }
+            report_evaluation(t, NULL, "val_loss", val);
             /* the evaluation's time is not the iterations' (Megatron-LM stops its interval timer
              * for it) */
             t_last += eval_s;

@@ -38,6 +38,8 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
     "llama headdim" "llama qkvbias"; do
   set -- $case
   arch=$1 d="$tmp/${case// /-}" extra=() ref_extra=()
+  # what the log must say and the exported config.json hold, for the cases that have one
+  what="" logged="" exported=""
   if [ "${2:-}" = eod ]; then
     extra=(--tokenizer-type NullTokenizer --vocab-size 99 --eod-mask-loss)
     ref_extra=(--eod 99 --micro-mean)
@@ -46,12 +48,16 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
     ref_extra=(--eod 99)
   elif [ "${2:-}" = erf ]; then
     ref_extra=(--gelu erf)
+    what="the exact GELU" logged='MLP GELU (erf)' exported='"activation_function": "gelu"'
   elif [ "${2:-}" = qknorm ]; then # Qwen3's q_norm and k_norm: loom's --qk-layernorm
     ref_extra=(--qk-norm)
+    what="the query-key norms" logged='queries and keys normalised' exported='"model_type": "qwen3"'
   elif [ "${2:-}" = headdim ]; then # loom takes the head size from the config's head_dim
     ref_extra=(--head-dim 24)
+    what="head size 24" logged='heads 4 (groups 2, head size 24)' exported='"head_dim": 24'
   elif [ "${2:-}" = qkvbias ]; then # Qwen2's q/k/v biases: loom's --add-qkv-bias
     ref_extra=(--qkv-bias)
+    what="the qkv biases" logged=', qkv bias' exported='"model_type": "qwen2"'
   elif [ "${2:-}" = decoupled ]; then # the embedding and output layer at 4x the others' rate
     extra=(--decoupled-lr 4e-3)
     ref_extra=(--decoupled-lr 4e-3)
@@ -72,27 +78,9 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
   "$PYTHON" "$REF" check --arch "$arch" --init "$d/hf" --grads "$d/grads_hf" --final "$d/out_hf" \
       --metrics "$d/metrics.jsonl" --iters 5 --micro-batch 2 --global-batch 4 --seq 32 \
       --lr 1e-3 --clip 0.05 --wd 0.1 --data-seed 1234 "${ref_extra[@]}"
-  if [ "${2:-}" = erf ]; then
-    grep -q '"activation_function": "gelu"' "$d/out_hf/config.json" &&
-      grep -q 'MLP GELU (erf)' "$d/train.log" ||
-      { echo "FAIL the exact GELU: not in the log, or not exported as \"gelu\""; exit 1; }
-    echo "ok   the exact GELU logged and exported as \"gelu\""
-  fi
-  if [ "${2:-}" = qknorm ]; then
-    grep -q '"model_type": "qwen3"' "$d/out_hf/config.json" &&
-      grep -q 'queries and keys normalised' "$d/train.log" ||
-      { echo "FAIL the query-key norms: not in the log, or not exported as qwen3"; exit 1; }
-    echo "ok   the query-key norms logged and exported as qwen3"
-  fi
-  if [ "${2:-}" = qkvbias ]; then
-    grep -q '"model_type": "qwen2"' "$d/out_hf/config.json" && grep -q ', qkv bias' "$d/train.log" ||
-      { echo "FAIL the qkv biases: not in the log, or not exported as qwen2"; exit 1; }
-    echo "ok   the qkv biases logged and exported as qwen2"
-  fi
-  if [ "${2:-}" = headdim ]; then
-    grep -q '"head_dim": 24' "$d/out_hf/config.json" &&
-      grep -q 'heads 4 (groups 2, head size 24)' "$d/train.log" ||
-      { echo "FAIL head size 24: not in the log, or not exported as head_dim"; exit 1; }
-    echo "ok   head size 24 logged and exported as head_dim"
+  if [ -n "$what" ]; then
+    grep -qF -- "$exported" "$d/out_hf/config.json" && grep -qF -- "$logged" "$d/train.log" ||
+      { echo "FAIL $what: not in the log ($logged), or not exported ($exported)"; exit 1; }
+    echo "ok   $what logged and exported ($exported)"
   fi
 done
