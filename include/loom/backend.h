@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loom/rope.h"
 #include "loom/status.h"
 #include "loom/tensor.h"
 
@@ -201,14 +202,15 @@ struct loom_backend_ops {
 
     /* ---- attention ----
      * Rotary embedding applied in place to the q and k heads of qkv[B,T,(NH+2*NKV)*HS], rotating
-     * pairs (i, i + HS/2) (the "rotate half" convention of GPT-NeoX/Llama) of token (b, t) at
-     * position pos0 + p by angle (pos0 + p) * theta^(-2i/HS), p = pos[b*T + t] when pos is given
-     * (as embedding_forward's: [B,T] int32 on the device, 0 <= p < T), else p = t. inverse = 1
-     * rotates back (the backward pass). qkv is a typed activation of type dt (fp32, or
-     * activation_dtype's type: computed in fp32, rounded once). */
+     * pairs (i, i + D/2) of each head's first D = loom_rope_dims(rope, HS) values (the "rotate
+     * half" convention of GPT-NeoX/Llama; the rest pass through) of token (b, t) at position
+     * pos0 + p by angle (pos0 + p) * loom_rope_freq(rope, HS, i) (loom/rope.h), p = pos[b*T + t]
+     * when pos is given (as embedding_forward's: [B,T] int32 on the device, 0 <= p < T), else
+     * p = t. inverse = 1 rotates back (the backward pass). qkv is a typed activation of type dt
+     * (fp32, or activation_dtype's type: computed in fp32, rounded once). */
     void (*rope)(struct loom_backend *be, void *qkv, enum loom_dtype dt, const int32_t *pos,
                  int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
-                 float theta, int inverse);
+                 const struct loom_rope *rope, int inverse);
     /* out[B,T,NH*HS] = softmax(scale * q k^T (+ causal and document masks)) v; saves lse[B,NH,T]
      * (log-sum-exp of each score row) so backward recomputes the probabilities. qkv, out (and
      * dout, dqkv) of type a->dt. */

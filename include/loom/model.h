@@ -45,6 +45,13 @@ struct loom_gpt_config {
     enum loom_gelu gelu; /* the GELU MLP's form (not used with swiglu) */
     enum loom_posemb posemb;
     double rope_theta;
+    /* Megatron-LM's --rotary-percent: the share of each head's values that rotate (the first
+     * HS * rotary_percent of them, an even count; 1 = all) */
+    double rotary_percent;
+    /* Llama 3.1's rescaling of the rotary frequencies (loom/rope.h): rope_factor 0 = none;
+     * Megatron-LM's --use-rope-scaling takes --rope-scaling-factor (8) with low 1, high 4 and an
+     * original context of 8192, Hugging Face's rope_scaling gives all four */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_positions;
     int bias;                /* biases on linear layers */
     int qkv_bias;            /* the qkv product's bias even without the others (--add-qkv-bias,
                                 Qwen2's attention) */
@@ -67,6 +74,17 @@ enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int
 /* Head size HS: head_size, or hidden / heads when it is 0. */
 static inline int64_t loom_gpt_head_size(const struct loom_gpt_config *c) {
     return c->head_size > 0 ? c->head_size : c->hidden / c->heads;
+}
+/* The rotary embedding's settings for the rope op (loom/rope.h): rotated values HS *
+ * rotary_percent (rounded down, as Megatron-LM's int()) */
+static inline struct loom_rope loom_gpt_rope(const struct loom_gpt_config *c) {
+    struct loom_rope r = {c->rope_theta,
+                          (int64_t)((double)loom_gpt_head_size(c) * c->rotary_percent),
+                          c->rope_factor,
+                          c->rope_low_freq_factor,
+                          c->rope_high_freq_factor,
+                          c->rope_original_max_positions};
+    return r;
 }
 /* Parameter count N (tied embedding counted once, padded vocabulary rows included). */
 int64_t loom_gpt_num_params(const struct loom_gpt_config *c);

@@ -13,10 +13,12 @@
 #include <math.h>
 #include <stdint.h>
 
+#ifndef LOOM_HD /* also defined, the same, by loom/rope.h */
 #ifdef __CUDACC__
 #define LOOM_HD __host__ __device__ __forceinline__
 #else
 #define LOOM_HD static inline
+#endif
 #endif
 
 /* Philox4x32-10: counter (c0..c3), key (k0,k1) -> 4 random 32-bit words. */

@@ -98,6 +98,16 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
                                     : c->posemb == LOOM_POSEMB_NONE ? "none"
                                                                     : "learned_absolute"));
     json_object_set_new(mc, "rotary_base", json_real(c->rope_theta));
+    json_object_set_new(mc, "rotary_percent", json_real(c->rotary_percent));
+    if (c->rope_factor > 0) { /* Llama 3.1's scaling, under Hugging Face's names */
+        json_t *rs = json_object();
+        json_object_set_new(rs, "factor", json_real(c->rope_factor));
+        json_object_set_new(rs, "low_freq_factor", json_real(c->rope_low_freq_factor));
+        json_object_set_new(rs, "high_freq_factor", json_real(c->rope_high_freq_factor));
+        json_object_set_new(rs, "original_max_position_embeddings",
+                            json_real(c->rope_original_max_positions));
+        json_object_set_new(mc, "rope_scaling", rs);
+    }
     json_object_set_new(mc, "add_bias_linear", json_boolean(c->bias));
     json_object_set_new(mc, "add_qkv_bias", json_boolean(c->qkv_bias));
     json_object_set_new(mc, "untie_embeddings_and_output_weights", json_boolean(c->untie));
@@ -369,6 +379,23 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     LOOM_CHECK(get_int(mc, "make_vocab_size_divisible_by", file, &c->divisible_by));
     LOOM_CHECK(get_num(mc, "norm_epsilon", file, &c->norm_eps));
     LOOM_CHECK(get_num(mc, "rotary_base", file, &c->rope_theta));
+    /* partial rotary and Llama 3.1's scaling; absent (older checkpoints): all values rotate, at
+     * the frequencies unscaled. Checked with the rest of the configuration when it is used. */
+    if (json_object_get(mc, "rotary_percent"))
+        LOOM_CHECK(get_num(mc, "rotary_percent", file, &c->rotary_percent));
+    json_t *rs = json_object_get(mc, "rope_scaling");
+    if (rs) {
+        if (!json_is_object(rs))
+            return loom_fail(LOOM_ERR_FORMAT, "%s: \"rope_scaling\" must be an object", file);
+        LOOM_CHECK(get_num(rs, "factor", file, &c->rope_factor));
+        LOOM_CHECK(get_num(rs, "low_freq_factor", file, &c->rope_low_freq_factor));
+        LOOM_CHECK(get_num(rs, "high_freq_factor", file, &c->rope_high_freq_factor));
+        LOOM_CHECK(
+            get_num(rs, "original_max_position_embeddings", file, &c->rope_original_max_positions));
+        if (!(c->rope_factor > 0))
+            return loom_fail(LOOM_ERR_FORMAT, "%s: \"rope_scaling\" \"factor\" must be positive",
+                             file);
+    }
     LOOM_CHECK(get_bool(mc, "swiglu", file, &c->swiglu));
     /* zero-centred norm weights, query-key normalisation */
     LOOM_CHECK(get_switch(mc, "apply_layernorm_1p", file, &c->layernorm_1p));

@@ -214,6 +214,35 @@ static int json_flag(json_t *o, const char *key, int dflt) {
     return json_is_boolean(v) ? json_is_true(v) : dflt;
 }
 
+/* Llama 3.1's rope_scaling (rope_type, or the older key type, "llama3") into c; absent, null or
+ * rope_type "default": none. Other kinds (linear, dynamic, yarn, longrope) are refused. */
+static enum loom_status rope_scaling_of(json_t *o, const char *path, struct loom_gpt_config *c) {
+    json_t *rs = json_object_get(o, "rope_scaling");
+    if (!rs || json_is_null(rs)) return LOOM_OK;
+    const char *kind = json_string_value(json_object_get(rs, "rope_type"));
+    if (!kind) kind = json_string_value(json_object_get(rs, "type"));
+    if (kind && !strcmp(kind, "default")) return LOOM_OK;
+    if (!json_is_object(rs) || !kind || strcmp(kind, "llama3"))
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "%s: rope_scaling of rope_type \"%s\" is not supported (llama3 only)",
+                         path, kind ? kind : "(missing)");
+    const char *keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"};
+    double *vals[] = {&c->rope_factor, &c->rope_low_freq_factor, &c->rope_high_freq_factor,
+                      &c->rope_original_max_positions};
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(rs, keys[i]);
+        if (!json_is_number(v))
+            return loom_fail(LOOM_ERR_FORMAT, "%s: rope_scaling \"%s\" missing or not a number",
+                             path, keys[i]);
+        *vals[i] = json_number_value(v);
+    }
+    if (!(c->rope_factor > 0))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: rope_scaling factor must be positive (got %g)", path,
+                         c->rope_factor);
+    return LOOM_OK;
+}
+
 static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct loom_gpt_config *c) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -299,8 +328,11 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
             s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: Llama with attention_bias/mlp_bias is not supported", path);
             goto out;
         }
-        if (json_object_get(o, "rope_scaling") && !json_is_null(json_object_get(o, "rope_scaling"))) {
-            s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: rope_scaling is not supported", path);
+        if ((s = rope_scaling_of(o, path, c))) goto out;
+        if (json_num(o, "partial_rotary_factor", 1.0) != 1.0) {
+            s = loom_fail(LOOM_ERR_UNSUPPORTED,
+                          "%s: partial_rotary_factor %g: %s rotates whole heads (1 only)", path,
+                          json_num(o, "partial_rotary_factor", 1.0), type);
             goto out;
         }
         c->seq_length = c->max_positions;
@@ -350,6 +382,11 @@ static enum loom_status arch_of(const struct loom_gpt_config *c, enum arch *arch
                          "this model has no Hugging Face equivalent: a qkv bias alone "
                          "(--add-qkv-bias) exports only as Qwen2, which needs RMSNorm, SwiGLU, "
                          "rope and no query-key norms");
+    if (llama && c->rotary_percent != 1)
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "this model has no Hugging Face equivalent: its Llama rotates whole heads "
+                         "(--rotary-percent %g)",
+                         c->rotary_percent);
     if (gpt2) *arch = ARCH_GPT2;
     else if (llama) *arch = ARCH_LLAMA;
     else
@@ -399,8 +436,17 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
                                              : qwen2 ? "Qwen2ForCausalLM"
                                                      : "LlamaForCausalLM"));
         if (qwen2 || qwen3) json_object_set_new(o, "use_sliding_window", json_false());
-        if (qwen3) {
-            json_object_set_new(o, "head_dim", json_integer(loom_gpt_head_size(c)));
+        if (qwen3) json_object_set_new(o, "head_dim", json_integer(loom_gpt_head_size(c)));
+        if (c->rope_factor > 0) { /* Llama 3.1's */
+            json_t *rs = json_object();
+            json_object_set_new(rs, "rope_type", json_string("llama3"));
+            json_object_set_new(rs, "factor", json_real(c->rope_factor));
+            json_object_set_new(rs, "low_freq_factor", json_real(c->rope_low_freq_factor));
+            json_object_set_new(rs, "high_freq_factor", json_real(c->rope_high_freq_factor));
+            json_object_set_new(rs, "original_max_position_embeddings",
+                                json_integer((json_int_t)c->rope_original_max_positions));
+            json_object_set_new(o, "rope_scaling", rs);
+        } else {
             json_object_set_new(o, "rope_scaling", json_null());
         }
         json_object_set_new(o, "num_hidden_layers", json_integer(c->num_layers));

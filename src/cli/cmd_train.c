@@ -18,11 +18,12 @@ struct train_flags {
     int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, qkv_bias, xavier, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, log_num_zeros, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
-        tb_no_lr, reset_pos, reset_mask;
+        tb_no_lr, reset_pos, reset_mask, rope_scaling;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup, *tb_dir;
     double start_wd, end_wd, decoupled_lr, decoupled_min_lr;
+    double rope_factor, rope_low, rope_high, rope_orig; /* Llama 3.1's rope scaling */
     double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
         min_loss_scale, exit_mins;
@@ -122,7 +123,19 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
     f->posemb = pos;
     f->gqa = gqa;
     f->norm_eps = saved.norm_eps;
-    f->rope_base = saved.rope_theta;
+    /* the rotary settings shape no parameter: a flag given changes them (a longer context by
+     * another base or by scaling, say), else the checkpoint's hold */
+    if (!loom_flags_find(flags, nflags, "--rotary-base")->given) f->rope_base = saved.rope_theta;
+    if (!loom_flags_find(flags, nflags, "--rotary-percent")->given)
+        f->rope_percent = saved.rotary_percent;
+    if (!loom_flags_find(flags, nflags, "--use-rope-scaling")->given && saved.rope_factor > 0) {
+        f->rope_scaling = 1;
+        if (!loom_flags_find(flags, nflags, "--rope-scaling-factor")->given)
+            f->rope_factor = saved.rope_factor;
+        f->rope_low = saved.rope_low_freq_factor;
+        f->rope_high = saved.rope_high_freq_factor;
+        f->rope_orig = saved.rope_original_max_positions;
+    }
     /* --seq-length may change (fine-tuning at another length; learned positions must cover it),
      * and defaults to the checkpoint's */
     if (!loom_flags_find(flags, nflags, "--seq-length")->given) f->seq = saved.seq_length;
@@ -167,8 +180,6 @@ struct megatron_flag {
 #define SYNC_SAVE "checkpoints are saved synchronously"
 #define EQUAL_STAGES "pipeline stages hold equal numbers of layers"
 #define NO_PROFILER "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device time of each op"
-#define NO_ROPE_SCALING                                                                            \
-    "rotary embeddings are not rescaled (Llama 3.1's scaling is not implemented)"
 
 static const struct megatron_flag megatron_flags[] = {
     {"--use-flash-attn", 0, "attention is always one fused kernel, chosen by --attention-backend",
@@ -284,11 +295,9 @@ static const struct megatron_flag megatron_flags[] = {
     {"--mmap-bin-files", 0, "indexed datasets are always memory-mapped", NULL, NULL},
     {"--no-mmap-bin-files", 0, "indexed datasets are always memory-mapped (the samples read are "
      "the same)", NULL, NULL},
-    {"--use-rope-scaling", 0, NULL, NO_ROPE_SCALING, NULL},
     {"--rotary-seq-len-interpolation-factor", 1, NULL, "rotary positions are not interpolated",
      NULL},
     {"--squared-relu", 0, NULL, "the MLP's activation is GELU, or SwiGLU with --swiglu", NULL},
-    {"--rope-scaling-factor", 1, NULL, NO_ROPE_SCALING, NULL},
     {"--profile-step-start", 1, NULL, NO_PROFILER, NULL},
     {"--profile-step-end", 1, NULL, NO_PROFILER, NULL},
     {"--use-pytorch-profiler", 0, NULL, NO_PROFILER, NULL},
@@ -368,7 +377,7 @@ int loom_cmd_train(int argc, char **argv) {
         .max_pos = 0, .vocab = 0, .divisible = 128,
         .normalization = "LayerNorm", .posemb = "learned_absolute", .decay_style = "linear", .wsd_style = "exponential", .wd_style = "constant", .warmup_fraction = -1,
         .device = "cpu", .split = "969,30,1", .comm = "auto", .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer",
-        .norm_eps = 1e-5, .rope_base = 10000, .rope_percent = 1.0, .hidden_dropout = 0.1, .attention_dropout = 0.1,
+        .norm_eps = 1e-5, .rope_base = 10000, .rope_percent = 1.0, .rope_factor = 8, .rope_low = 1, .rope_high = 4, .rope_orig = 8192, .hidden_dropout = 0.1, .attention_dropout = 0.1,
         .lr = 1e-4, .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0,
         .init_std = 0.02, .micro = 1, .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0,
         .seed = 1234, .save_interval = 0, .eval_interval = 1000, .eval_iters = 100,
@@ -400,7 +409,9 @@ int loom_cmd_train(int argc, char **argv) {
         {"--no-bias-gelu-fusion", LOOM_FLAG_BOOL, &f.no_gelu_fusion, "the GELU's exact (erf) form, as Megatron-LM computes it without its fused bias-GELU", NULL, 0},
         {"--position-embedding-type", LOOM_FLAG_CHOICE, &f.posemb, "position embedding", "learned_absolute|rope|none", 0},
         {"--rotary-base", LOOM_FLAG_FLOAT, &f.rope_base, "rotary base theta", NULL, 0},
-        {"--rotary-percent", LOOM_FLAG_FLOAT, &f.rope_percent, "share of each head's dimensions that rotate (1 only)", NULL, 0},
+        {"--rotary-percent", LOOM_FLAG_FLOAT, &f.rope_percent, "share of each head's values that rotate: the first head size x this (an even count), the rest pass through", NULL, 0},
+        {"--use-rope-scaling", LOOM_FLAG_BOOL, &f.rope_scaling, "rescale the rotary frequencies as Llama 3.1 does (by --rope-scaling-factor; low/high frequency factors 1 and 4, original context 8192)", NULL, 0},
+        {"--rope-scaling-factor", LOOM_FLAG_FLOAT, &f.rope_factor, "Llama 3.1's rotary scaling factor (with --use-rope-scaling)", NULL, 0},
         {"--use-rotary-position-embeddings", LOOM_FLAG_BOOL, &f.use_rope, "as --position-embedding-type rope (older Megatron-LM)", NULL, 0},
         {"--no-position-embedding", LOOM_FLAG_BOOL, &f.no_posemb, "no learned absolute position embedding (older Megatron-LM)", NULL, 0},
         {"--disable-bias-linear", LOOM_FLAG_BOOL, &f.disable_bias, "no biases in linear layers (a GELU MLP then has the exact erf GELU, as in Megatron-LM; --openai-gelu keeps the tanh form)", NULL, 0},
@@ -687,8 +698,10 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.tp < 1 || f.pp < 1) FAIL("parallel sizes must be at least 1");
     if (f.cp != 1) FAIL("--context-parallel-size %lld: context parallelism is not implemented (1 only)", (long long)f.cp);
     if (f.ep != 1) FAIL("--expert-model-parallel-size %lld: expert parallelism is not implemented (1 only)", (long long)f.ep);
-    if (f.rope_percent != 1.0)
-        FAIL("--rotary-percent %g: partial rotary embeddings are not implemented (1 only)", f.rope_percent);
+    if (loom_flags_find(flags, NFLAGS(flags), "--rope-scaling-factor")->given && !f.rope_scaling)
+        FAIL("--rope-scaling-factor %g needs --use-rope-scaling", f.rope_factor);
+    if (f.rope_scaling && !(f.rope_factor > 0))
+        FAIL("--rope-scaling-factor must be positive (got %g)", f.rope_factor);
 
     if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
     if (f.fp16 && f.bf16) FAIL("--fp16 and --bf16 exclude each other");
@@ -748,6 +761,13 @@ int loom_cmd_train(int argc, char **argv) {
                      : strcmp(f.posemb, "none") == 0 ? LOOM_POSEMB_NONE
                                                      : LOOM_POSEMB_LEARNED;
     c.model.rope_theta = f.rope_base;
+    c.model.rotary_percent = f.rope_percent;
+    if (f.rope_scaling) {
+        c.model.rope_factor = f.rope_factor;
+        c.model.rope_low_freq_factor = f.rope_low;
+        c.model.rope_high_freq_factor = f.rope_high;
+        c.model.rope_original_max_positions = f.rope_orig;
+    }
     c.model.bias = !f.disable_bias;
     c.model.qkv_bias = f.qkv_bias;
     c.model.xavier_init = f.xavier;

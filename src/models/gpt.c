@@ -743,9 +743,10 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     if (c->qk_layernorm)
         loom_gpt_qk_norm_forward(m, l, la->qkv, ap.dt, la->qk_in, a->qk_out, la->qk_mean,
                                  la->qk_rstd, d.N, d.NHl, d.NKVl);
-    if (c->posemb == LOOM_POSEMB_ROPE)
-        loom_op(be, rope, la->qkv, ap.dt, a->doc_pos, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
-                (float)c->rope_theta, 0);
+    if (c->posemb == LOOM_POSEMB_ROPE) {
+        const struct loom_rope rot = loom_gpt_rope(c);
+        loom_op(be, rope, la->qkv, ap.dt, a->doc_pos, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, &rot, 0);
+    }
     loom_op(be, attention_forward, la->att, la->lse, la->qkv, &ap);
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_ATTN_OUT);
     const void *r;
@@ -1014,9 +1015,10 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     loom_op(be, linear_backward_typed, a->dwide2, ap.dt, g->proj_w, db, dy, dy_dt, la->att, ap.dt,
             w->proj_w, d.N, d.NHl * d.HS, d.C);
     loom_op(be, attention_backward, a->dwide, a->dwide2, la->att, la->lse, la->qkv, &ap);
-    if (c->posemb == LOOM_POSEMB_ROPE)
-        loom_op(be, rope, a->dwide, ap.dt, a->doc_pos, d.B, d.T, d.NHl, d.NKVl, d.HS, 0,
-                (float)c->rope_theta, 1);
+    if (c->posemb == LOOM_POSEMB_ROPE) {
+        const struct loom_rope rot = loom_gpt_rope(c);
+        loom_op(be, rope, a->dwide, ap.dt, a->doc_pos, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, &rot, 1);
+    }
     if (c->qk_layernorm) qk_norm_backward(m, a, l, a->dwide, ap.dt);
     loom_op(be, linear_backward_typed, a->full, dln_dt, g->qkv_w, g->qkv_b, a->dwide, ap.dt,
             la->ln1_full, ln_dt, w->qkv_w, d.N, d.C, d.QKVl);

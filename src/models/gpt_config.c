@@ -18,6 +18,10 @@ void loom_gpt_config_default(struct loom_gpt_config *c) {
     c->norm_eps = 1e-5;
     c->posemb = LOOM_POSEMB_LEARNED;
     c->rope_theta = 10000.0;
+    c->rotary_percent = 1.0;
+    c->rope_low_freq_factor = 1.0;
+    c->rope_high_freq_factor = 4.0;
+    c->rope_original_max_positions = 8192;
     c->bias = 1;
     c->hidden_dropout = 0.1;
     c->attention_dropout = 0.1;
@@ -56,6 +60,28 @@ enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int
             c->head_size > 0 ? "--kv-channels" : "--hidden-size / --num-attention-heads");
     if (c->posemb == LOOM_POSEMB_ROPE && !(c->rope_theta > 0))
         BAD("--rotary-base (rope_theta) must be positive (got %g)", c->rope_theta);
+    if (!(c->rotary_percent > 0 && c->rotary_percent <= 1))
+        BAD("--rotary-percent must be in (0, 1] (got %g)", c->rotary_percent);
+    if (c->posemb != LOOM_POSEMB_ROPE && c->rotary_percent != 1)
+        BAD("--rotary-percent %g needs --position-embedding-type rope", c->rotary_percent);
+    if (c->posemb == LOOM_POSEMB_ROPE && c->rotary_percent != 1) {
+        const struct loom_rope r = loom_gpt_rope(c);
+        if (r.dims < 2 || r.dims % 2)
+            BAD("--rotary-percent %g rotates %lld of each head's %lld values: that must be an even "
+                "count of at least 2",
+                c->rotary_percent, (long long)r.dims, (long long)loom_gpt_head_size(c));
+    }
+    if (c->rope_factor < 0 || c->rope_factor != c->rope_factor)
+        BAD("--rope-scaling-factor must be positive (got %g)", c->rope_factor);
+    if (c->rope_factor > 0) {
+        if (c->posemb != LOOM_POSEMB_ROPE)
+            BAD("--use-rope-scaling needs --position-embedding-type rope");
+        if (!(c->rope_low_freq_factor > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+              c->rope_original_max_positions > 0))
+            BAD("rope scaling needs 0 < low_freq_factor < high_freq_factor and a positive original "
+                "context (got %g, %g, %g)",
+                c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_max_positions);
+    }
     if (c->vocab_size < 2) BAD("--vocab-size must be at least 2 (got %lld)", (long long)c->vocab_size);
     if (c->divisible_by < 1)
         BAD("--make-vocab-size-divisible-by must be positive (got %lld)", (long long)c->divisible_by);

@@ -112,9 +112,10 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
         if (c->qk_layernorm) /* the statistics: mean (LayerNorm), then rstd */
             loom_gpt_qk_norm_forward(m, l, d->qkv, LOOM_DTYPE_F32, d->qk_in, d->qk_out, d->qk_stats,
                                      d->qk_stats + NH + NKV, 1, NH, NKV);
-        if (c->posemb == LOOM_POSEMB_ROPE)
-            loom_op(be, rope, d->qkv, LOOM_DTYPE_F32, NULL, 1, 1, NH, NKV, HS, pos,
-                    (float)c->rope_theta, 0);
+        if (c->posemb == LOOM_POSEMB_ROPE) {
+            const struct loom_rope rot = loom_gpt_rope(c);
+            loom_op(be, rope, d->qkv, LOOM_DTYPE_F32, NULL, 1, 1, NH, NKV, HS, pos, &rot, 0);
+        }
         for (int64_t g = 0; g < NKV; g++) {
             const float *grp = d->qkv + g * (R + 2) * HS;
             be->ops->copy(be, d->q + g * R * HS, grp, (size_t)(R * HS) * sizeof(float));

@@ -885,7 +885,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                       (long long)t->ramp.increment, (long long)t->ramp.samples,
                       (long long)c->train_iters);
     /* documents packed into samples, kept apart (--reset-position-ids, --reset-attention-mask) */
-    char docs[160] = "";
+    char docs[400] = "";
     if (c->reset_position_ids || c->reset_attention_mask)
         snprintf(docs, sizeof docs, ", documents isolated at end-of-document id %lld (%s%s%s)",
                  (long long)c->doc_eod, c->reset_position_ids ? "positions reset" : "",
@@ -897,6 +897,15 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", queries and keys normalised");
     if (c->model.qkv_bias && !c->model.bias) /* --add-qkv-bias */
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", qkv bias");
+    if (c->model.posemb == LOOM_POSEMB_ROPE && c->model.rotary_percent != 1) /* --rotary-percent */
+        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", rotary on %lld of %lld values",
+                 (long long)loom_gpt_rope(&c->model).dims,
+                 (long long)loom_gpt_head_size(&c->model));
+    if (c->model.rope_factor > 0) /* --use-rope-scaling */
+        snprintf(docs + strlen(docs), sizeof docs - strlen(docs),
+                 ", rotary frequencies scaled (Llama 3.1: factor %g, low %g, high %g, context %g)",
+                 c->model.rope_factor, c->model.rope_low_freq_factor,
+                 c->model.rope_high_freq_factor, c->model.rope_original_max_positions);
     /* the head size where it is not hidden / heads (--kv-channels) */
     char head_size[48] = "";
     const int64_t hs = loom_gpt_head_size(&c->model);

@@ -349,8 +349,8 @@ static void test_linear(int64_t N, int64_t C, int64_t OC, int with_bias, int wit
 /* ---- rotary embeddings and attention ---- */
 
 /* docs: per-token positions, restarting at each document (ct_docs) */
-static void test_rope_docs(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
-                           int docs) {
+static void test_rope_with(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                           int docs, const struct loom_rope *rot) {
     int64_t n = B * T * (NH + 2 * NKV) * HS;
     float *x = ct_randn(n, 60, 1.0f, 0.0f);
     int32_t *doc = docs ? ct_docs(B, T) : NULL;
@@ -360,18 +360,19 @@ static void test_rope_docs(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_
         struct loom_backend *be = backend_of(r);
         float *d = ct_dputf(be, x, n);
         int32_t *dpos = docs ? ct_dput(be, hpos, (size_t)(B * T) * sizeof(int32_t)) : NULL;
-        loom_op(be, rope, d, LOOM_DTYPE_F32, dpos, B, T, NH, NKV, HS, pos0, 10000.0f, 0);
+        loom_op(be, rope, d, LOOM_DTYPE_F32, dpos, B, T, NH, NKV, HS, pos0, rot, 0);
         res[r][0] = ct_dgetf(be, d, n);
-        loom_op(be, rope, d, LOOM_DTYPE_F32, dpos, B, T, NH, NKV, HS, pos0, 10000.0f, 1);
+        loom_op(be, rope, d, LOOM_DTYPE_F32, dpos, B, T, NH, NKV, HS, pos0, rot, 1);
         res[r][1] = dtake(be, d, n);
         if (dpos) be->ops->free(be, dpos);
     }
     free(doc);
     free(hpos);
-    char name[112];
-    snprintf(name, sizeof name, "rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld%s",
+    char name[160];
+    snprintf(name, sizeof name, "rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld%s%s%s",
              (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS,
-             (long long)pos0, docs ? " doc positions" : "");
+             (long long)pos0, docs ? " doc positions" : "", rot->dims ? " partial" : "",
+             rot->factor > 0 ? " llama3 scaling" : "");
     compare(name, res[1][0], res[0][0], res[2][0], n, GATE_NORM, 1e-5);
     compare("rope inverse", res[1][1], res[0][1], res[2][1], n, GATE_NORM, 1e-5);
     double back = 0.0;
@@ -444,6 +445,11 @@ static void test_embedding(int64_t B, int64_t T, int64_t C, int64_t V, int64_t v
     test_embedding_docs(B, T, C, V, v0, Vl, pos0, 0);
 }
 
+static const struct loom_rope rope_plain = {.theta = 10000.0};
+static void test_rope_docs(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
+                           int docs) {
+    test_rope_with(B, T, NH, NKV, HS, pos0, docs, &rope_plain);
+}
 static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
     test_rope_docs(B, T, NH, NKV, HS, pos0, 0);
 }
@@ -1096,6 +1102,16 @@ static int run(int argc, char **argv) {
         test_linear(2 * 64, 96, 3 * 96, 1, 1);
         test_linear(2 * 64, 96, 96, 0, 0);
         test_rope(2, 64, 6, 2, 16, 5);
+        /* --rotary-percent (whole and single pairs a thread) and Llama 3.1's scaling */
+        test_rope_with(2, 64, 6, 2, 16, 5, 0, &(struct loom_rope){.theta = 10000.0, .dims = 8});
+        test_rope_with(2, 64, 4, 2, 12, 0, 0, &(struct loom_rope){.theta = 10000.0, .dims = 4});
+        test_rope_with(2, 96, 4, 2, 64, 7, 1,
+                       &(struct loom_rope){.theta = 10000.0,
+                                           .dims = 32,
+                                           .factor = 8.0,
+                                           .low_freq_factor = 1.0,
+                                           .high_freq_factor = 4.0,
+                                           .original_max_positions = 64});
         test_attention(2, 64, 6, 2, 16, 1, 0.0f);
         test_attention(2, 64, 6, 2, 16, 0, 0.0f);
         test_attention(2, 64, 6, 2, 16, 1, 0.1f);

@@ -86,10 +86,14 @@ expect_error "encoder seq length" "--encoder-seq-length 32 contradicts --seq-len
 expect_error "energy" "--log-energy: energy use is not measured" "$LOOM" "${T[@]}" --log-energy
 expect_error "full validation" "--full-validation: validation takes --eval-iters batches each time" "$LOOM" "${T[@]}" --full-validation
 expect_error "optimizer instances" "--num-distributed-optimizer-instances 2: only 1" "$LOOM" "${T[@]}" --num-distributed-optimizer-instances 2
-expect_error "rope scaling factor" "--rope-scaling-factor: rotary embeddings are not rescaled" "$LOOM" "${T[@]}" --rope-scaling-factor 8
+expect_error "rope scaling factor alone" "--rope-scaling-factor 4 needs --use-rope-scaling" "$LOOM" "${T[@]}" --position-embedding-type rope --rope-scaling-factor 4
+expect_error "rope scaling factor" "--rope-scaling-factor must be positive (got -2)" "$LOOM" "${T[@]}" --position-embedding-type rope --use-rope-scaling --rope-scaling-factor -2
+expect_error "rope scaling without rope" "--use-rope-scaling needs --position-embedding-type rope" "$LOOM" "${T[@]}" --use-rope-scaling
 expect_error "tensorboard interval" "--tensorboard-log-interval must be >= 1 (got 0)" "$LOOM" "${T[@]}" --tensorboard-log-interval 0
 expect_error "context parallel" "--context-parallel-size 2: context parallelism is not implemented" "$LOOM" "${T[@]}" --context-parallel-size 2
-expect_error "partial rotary" "--rotary-percent 0.5: partial rotary embeddings are not implemented" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 0.5
+expect_error "partial rotary, odd" "--rotary-percent 0.1 rotates 0 of each head's 8 values: that must be an even count of at least 2" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 0.1
+expect_error "partial rotary, range" "--rotary-percent must be in (0, 1] (got 1.5)" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 1.5
+expect_error "partial rotary without rope" "--rotary-percent 0.5 needs --position-embedding-type rope" "$LOOM" "${T[@]}" --rotary-percent 0.5
 expect_error "old and new rope flags" "--use-rotary-position-embeddings contradicts --position-embedding-type learned_absolute" "$LOOM" "${T[@]}" --use-rotary-position-embeddings --position-embedding-type learned_absolute
 expect_error "null tokenizer" "--tokenizer-type NullTokenizer takes --vocab-size" "$LOOM" train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --train-iters 1 --tokenizer-type NullTokenizer
 expect_error "rampup with iters" "--rampup-batch-size needs --train-samples" "$LOOM" "${T[@]}" --rampup-batch-size 4 4 100
@@ -171,6 +175,17 @@ expect_error "convert qwen3 sliding window" "use_sliding_window is not supported
 expect_error "convert GPT-2-style qkv bias alone" "a qkv bias alone (--add-qkv-bias) exports only as Qwen2" "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/qbck" --save-dir "$tmp/qbhf"
 [ ! -e "$tmp/qbhf/model.safetensors" ] || { fail=$((fail + 1)); echo "FAIL: a refused export left a file"; }
 expect_error "qkv bias against the checkpoint" "--add-qkv-bias contradicts the checkpoint $tmp/ck, which was trained without it" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck" --add-qkv-bias
+# Llama 3.1's rope scaling is taken; other kinds and partial rotary are not Hugging Face's Llama
+llama='"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10'
+echo "{$llama, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}" > "$tmp/bad/config.json"
+expect_error "rope scaling kind" "rope_scaling of rope_type \"yarn\" is not supported (llama3 only)" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+echo "{$llama, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1}}" > "$tmp/bad/config.json"
+expect_error "rope scaling fields" "rope_scaling \"high_freq_factor\" missing or not a number" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+echo "{$llama, \"partial_rotary_factor\": 0.5}" > "$tmp/bad/config.json"
+expect_error "partial rotary import" "partial_rotary_factor 0.5: llama rotates whole heads (1 only)" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+"$LOOM" "${T[@]}" --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights --rotary-percent 0.5 --save "$tmp/rpck" > /dev/null 2>&1
+expect_error "partial rotary export" "its Llama rotates whole heads (--rotary-percent 0.5)" "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/rpck" --save-dir "$tmp/rphf"
+[ ! -e "$tmp/rphf/model.safetensors" ] || { fail=$((fail + 1)); echo "FAIL: a refused export left a file"; }
 echo '{"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "head_dim": 3, "vocab_size": 10}' > "$tmp/bad/config.json"
 expect_error "GPT-2 import of another head size" "head_dim 3: GPT-2's heads are n_embd / n_head wide (8 / 2)" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
 echo '{"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8, "num_attention_heads": 2, "head_dim": -2, "intermediate_size": 16, "vocab_size": 10}' > "$tmp/bad/config.json"

@@ -475,21 +475,37 @@ static void test_dropout_layout(void) {
 /* ------------------------------------------------------------------------------------------ */
 /* rotary embedding                                                                           */
 
-/* position of token bt: pos0 + pos[bt], or pos0 + bt % T without pos */
+/* The frequency of pair i of the D rotated values, as Hugging Face's rotary initialisation
+ * computes it (1 / theta^(2i / D)), rescaled with rope_type "llama3" by the rule of its
+ * _compute_llama3_parameters: wavelengths above original / low_freq_factor divided by factor,
+ * below original / high_freq_factor kept, the band between interpolated */
+static double ref_rope_freq(const struct loom_rope *r, int64_t D, int64_t ii) {
+    const double f = 1.0 / pow(r->theta, (double)(2 * ii) / (double)D);
+    if (r->factor <= 0) return f;
+    const double wavelen = 2.0 * 3.14159265358979323846 / f, old = r->original_max_positions;
+    if (wavelen > old / r->low_freq_factor) return f / r->factor;
+    if (wavelen < old / r->high_freq_factor) return f;
+    const double smooth =
+        (old / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+    return (1.0 - smooth) * f / r->factor + smooth * f;
+}
+
+/* position of token bt: pos0 + pos[bt], or pos0 + bt % T without pos; the first D values of a
+ * head rotate (D = r->dims, or HS when 0), the rest pass through */
 static void ref_rope(double *y, const float *x, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                     int64_t HS, int64_t pos0, float theta, const int32_t *pos) {
-    const int64_t Q = NH / NKV, R = (NH + 2 * NKV) * HS, half = HS / 2;
+                     int64_t HS, int64_t pos0, const struct loom_rope *r, const int32_t *pos) {
+    const int64_t Q = NH / NKV, R = (NH + 2 * NKV) * HS, D = r->dims ? r->dims : HS, half = D / 2;
     for (int64_t bt = 0; bt < B * T; bt++)
         for (int64_t c = 0; c < R; c++) {
             int64_t head = c / HS, i = c % HS, slot = head % (Q + 2);
             double xv = x[bt * R + c];
-            if (slot > Q) { /* value head: untouched */
+            if (slot > Q || i >= D) { /* value head, or past the rotated values: untouched */
                 y[bt * R + c] = xv;
                 continue;
             }
             int64_t ii = i < half ? i : i - half;
             const int64_t p = pos0 + (pos ? pos[bt] : bt % T);
-            double ang = (double)p * pow((double)theta, -2.0 * (double)ii / (double)HS);
+            double ang = (double)p * ref_rope_freq(r, D, ii);
             if (i < half) {
                 double x2 = x[bt * R + c + half];
                 y[bt * R + c] = xv * cos(ang) - x2 * sin(ang);
@@ -501,16 +517,24 @@ static void ref_rope(double *y, const float *x, int64_t B, int64_t T, int64_t NH
 }
 
 static void test_rope_pos(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
-                          const int32_t *pos) {
-    const float theta = 10000.0f;
+                          const int32_t *pos, const struct loom_rope *r) {
     const int64_t R = (NH + 2 * NKV) * HS, N = B * T * R, Q = NH / NKV;
     const int f0 = expect_failures;
     float *x = ALLOCF(N), *y = ALLOCF(N);
     double *ry = ALLOCD(N);
     fill_normal(x, N, 7, 1.0f);
     memcpy(y, x, (size_t)N * sizeof(float));
-    loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, theta, 0);
-    ref_rope(ry, x, B, T, NH, NKV, HS, pos0, theta, pos);
+    loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, r, 0);
+    ref_rope(ry, x, B, T, NH, NKV, HS, pos0, r, pos);
+    if (r->dims || r->factor > 0) { /* the reference differs from whole-head, unscaled rope */
+        double *plain = ALLOCD(N);
+        ref_rope(plain, x, B, T, NH, NKV, HS, pos0, &(struct loom_rope){.theta = r->theta}, pos);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < N; i++)
+            differ += fabs(plain[i] - ry[i]) > 1e-3;
+        EXPECT(differ > N / 50);
+        free(plain);
+    }
     check_close("rope", y, ry, N, 2e-6, 2e-6);
     /* value heads bit-identical */
     for (int64_t bt = 0; bt < B * T; bt++)
@@ -519,7 +543,7 @@ static void test_rope_pos(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
             EXPECT(memcmp(y + bt * R + c, x + bt * R + c, (size_t)HS * sizeof(float)) == 0);
         }
     /* inverse(rope(x)) == x */
-    loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, theta, 1);
+    loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, r, 1);
     double e = max_abs_diff(y, x, N);
     EXPECT(e <= 1e-6);
     if (!(e <= 1e-6)) fprintf(stderr, "  rope inverse error %g\n", e);
@@ -529,7 +553,7 @@ static void test_rope_pos(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     float *W = ALLOCF(N);
     fill_normal(W, N, 8, 1.0f);
     memcpy(y, W, (size_t)N * sizeof(float));
-    loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, theta, 1);
+    loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, r, 1);
     const int64_t nprobe = N < 200 ? N : 200;
     double *fd = ALLOCD(nprobe);
     float *gp = ALLOCF(nprobe), *xp = ALLOCF(N);
@@ -539,7 +563,7 @@ static void test_rope_pos(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
         for (int k = 0; k < 2; k++) {
             memcpy(xp, x, (size_t)N * sizeof(float));
             xp[i] += k == 0 ? 0.5f : -0.5f;
-            loom_op(g_be, rope, xp, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, theta, 0);
+            loom_op(g_be, rope, xp, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, r, 0);
             l[k] = 0;
             for (int64_t j = 0; j < N; j++) l[k] += (double)W[j] * xp[j];
         }
@@ -553,20 +577,23 @@ static void test_rope_pos(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
             ident[bt] = (int32_t)(bt % T);
         memcpy(y, x, (size_t)N * sizeof(float));
         memcpy(xp, x, (size_t)N * sizeof(float));
-        loom_op(g_be, rope, y, LOOM_DTYPE_F32, ident, B, T, NH, NKV, HS, pos0, theta, 0);
-        loom_op(g_be, rope, xp, LOOM_DTYPE_F32, NULL, B, T, NH, NKV, HS, pos0, theta, 0);
+        loom_op(g_be, rope, y, LOOM_DTYPE_F32, ident, B, T, NH, NKV, HS, pos0, r, 0);
+        loom_op(g_be, rope, xp, LOOM_DTYPE_F32, NULL, B, T, NH, NKV, HS, pos0, r, 0);
         EXPECT(memcmp(y, xp, (size_t)N * sizeof(float)) == 0);
         free(ident);
     }
-    printf("%-4s rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld%s\n",
+    printf("%-4s rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld rotated %lld%s%s\n",
            expect_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
-           (long long)NKV, (long long)HS, (long long)pos0,
+           (long long)NKV, (long long)HS, (long long)pos0, (long long)(r->dims ? r->dims : HS),
+           r->factor > 0 ? " llama3 scaling" : "",
            pos ? " per-token positions (restarting at documents)" : "");
     free(x), free(y), free(ry), free(W), free(fd), free(gp), free(xp);
 }
 
+static const struct loom_rope rope_plain = {.theta = 10000.0};
+
 static void test_rope(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0) {
-    test_rope_pos(B, T, NH, NKV, HS, pos0, NULL);
+    test_rope_pos(B, T, NH, NKV, HS, pos0, NULL, &rope_plain);
 }
 
 /* rope with the positions of documents packed into samples: t - doc_start */
@@ -575,7 +602,7 @@ static void test_rope_docs(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_
     int32_t *doc = make_docs(B, T, lens);
     for (int64_t bt = 0; bt < B * T; bt++)
         doc[bt] = (int32_t)(bt % T) - doc[bt];
-    test_rope_pos(B, T, NH, NKV, HS, pos0, doc);
+    test_rope_pos(B, T, NH, NKV, HS, pos0, doc, &rope_plain);
     free(doc);
 }
 
@@ -632,7 +659,7 @@ static int dump_cases(const char *dir) {
         perror(path);
         return 1;
     }
-    const float theta = 10000.0f;
+    const struct loom_rope theta = {.theta = 10000.0};
     for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         struct loom_attn a = make_attn(cases[c].B, cases[c].T, cases[c].NH, cases[c].NKV,
                                        cases[c].HS, cases[c].causal, cases[c].p);
@@ -657,18 +684,17 @@ static int dump_cases(const char *dir) {
         /* rope, then attention on the rotated qkv; the backward of the pair is attention
          * backward followed by the inverse rotation of dqkv */
         memcpy(qkv, x, (size_t)(B * T * R) * sizeof(float));
-        loom_op(g_be, rope, qkv, LOOM_DTYPE_F32, pos, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta,
+        loom_op(g_be, rope, qkv, LOOM_DTYPE_F32, pos, B, T, NH, a.NKV, a.HS, cases[c].pos0, &theta,
                 0);
         run_fwd_bwd(&a, out, lse, dqkv, qkv, dout);
-        loom_op(g_be, rope, dqkv, LOOM_DTYPE_F32, pos, B, T, NH, a.NKV, a.HS, cases[c].pos0, theta,
+        loom_op(g_be, rope, dqkv, LOOM_DTYPE_F32, pos, B, T, NH, a.NKV, a.HS, cases[c].pos0, &theta,
                 1);
         fprintf(list,
                 "%d %lld %lld %lld %lld %lld %d %.9g %.9g %llu %llu %lld %lld %lld %lld %.9g %d\n",
                 c, (long long)B, (long long)T, (long long)NH, (long long)a.NKV, (long long)a.HS,
                 a.causal, (double)a.scale, (double)a.dropout_p, (unsigned long long)a.seed,
                 (unsigned long long)a.key, (long long)a.sample0, (long long)a.head0,
-                (long long)a.NH_global, (long long)cases[c].pos0, (double)theta,
-                cases[c].docs != 0);
+                (long long)a.NH_global, (long long)cases[c].pos0, theta.theta, cases[c].docs != 0);
         int ok = write_f32(dir, "x", c, x, B * T * R) && write_f32(dir, "rope", c, qkv, B * T * R) &&
                  write_f32(dir, "dout", c, dout, B * T * C) &&
                  write_f32(dir, "out", c, out, B * T * C) &&
@@ -800,6 +826,20 @@ int main(int argc, char **argv) {
         test_rope(2, 33, 4, 2, 16, 0);
         test_rope(1, 20, 4, 1, 64, 1000);
         test_rope(1, 9, 2, 2, 8, 5);
+        /* --rotary-percent: the first half (a third) of each head rotates */
+        test_rope_pos(2, 33, 4, 2, 16, 0, NULL, &(struct loom_rope){.theta = 10000.0, .dims = 8});
+        test_rope_pos(1, 20, 4, 1, 12, 3, NULL, &(struct loom_rope){.theta = 500.0, .dims = 4});
+        /* Llama 3.1's scaling, an original context of 64 so that its three bands (kept, scaled,
+         * interpolated) all hold some of the 32 frequencies; with partial rotary too */
+        const struct loom_rope llama3 = {.theta = 10000.0,
+                                         .factor = 8.0,
+                                         .low_freq_factor = 1.0,
+                                         .high_freq_factor = 4.0,
+                                         .original_max_positions = 64};
+        test_rope_pos(1, 40, 4, 2, 64, 100, NULL, &llama3);
+        struct loom_rope both = llama3;
+        both.dims = 32;
+        test_rope_pos(1, 40, 2, 1, 64, 0, NULL, &both);
         {
             static const int lens[2][8] = {{1, 5, 12, 1}, {30}};
             test_rope_docs(2, 33, 4, 2, 16, 0, lens);

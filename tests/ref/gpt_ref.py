@@ -20,6 +20,9 @@
       by the heads) after their projections and before the rotary embedding.
       --qkv-bias (llama only, make and check): Qwen2's form, biases on the query, key and value
       projections only (self_attn.q_proj.bias, k_proj.bias, v_proj.bias; config model_type qwen2).
+      --rope-scaling F (llama only, make and check): Llama 3.1's rescaled rotary frequencies
+      (config rope_scaling of rope_type llama3, factor F, low and high frequency factors 1 and 4,
+      an original context of 32 so that the head's 8 frequencies fall in all three of its bands).
 
 Nothing here is derived from loom's code paths except the documented mock-data recipe and the
 Philox4x32-10 generator, re-implemented from their definitions.
@@ -237,6 +240,15 @@ def forward(arch, cfg, w, tokens, targets, docs=None):
         HS, eps, theta = cfg.get("head_dim") or C // NH, cfg["rms_norm_eps"], cfg["rope_theta"]
         rms = lambda x, wt: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * wt
         inv = theta ** (-torch.arange(0, HS, 2) / HS)
+        rs = cfg.get("rope_scaling")
+        if rs:  # Llama 3.1's rule, from its published definition (rope_type "llama3")
+            L, lo, hi, fac = (rs["original_max_position_embeddings"], rs["low_freq_factor"],
+                              rs["high_freq_factor"], rs["factor"])
+            wavelen = 2 * math.pi / inv
+            smooth = (L / wavelen - lo) / (hi - lo)
+            inv = torch.where(wavelen < L / hi, inv,
+                              torch.where(wavelen > L / lo, inv / fac,
+                                          (1 - smooth) * inv / fac + smooth * inv))
         ang = pos[:, None, :, None] * inv  # [B, 1 (heads), T, HS/2]
         cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
 
@@ -317,6 +329,8 @@ def main():
                     help="llama: Qwen3's query and key RMSNorm per head (config model_type qwen3)")
     ap.add_argument("--qkv-bias", action="store_true",
                     help="llama: Qwen2's biases on q, k and v (config model_type qwen2)")
+    ap.add_argument("--rope-scaling", type=float, default=0.0,
+                    help="llama: Llama 3.1's rotary scaling by this factor (config rope_scaling)")
     a = ap.parse_args()
     cfg = dict(CONFIGS[a.arch])
     if a.vocab:
@@ -338,6 +352,10 @@ def main():
     if a.qkv_bias:
         assert a.arch == "llama" and not a.qk_norm, "--qkv-bias is for --arch llama (Qwen2's form)"
         cfg.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"], use_sliding_window=False)
+    if a.rope_scaling:
+        assert a.arch == "llama", "--rope-scaling is for --arch llama"
+        cfg["rope_scaling"] = dict(rope_type="llama3", factor=a.rope_scaling, low_freq_factor=1.0,
+                                   high_freq_factor=4.0, original_max_position_embeddings=32)
     if a.cmd == "make":
         import os
         os.makedirs(a.out, exist_ok=True)

@@ -613,20 +613,23 @@ static void ws_put(struct ws w) {
 
 void loom_cpu_rope(struct loom_backend *be, void *qkv_, enum loom_dtype dt, const int32_t *pos,
                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
-                   float theta, int inverse) {
-    LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && HS % 2 == 0);
+                   const struct loom_rope *rope, int inverse) {
+    const int64_t D = loom_rope_dims(rope, HS);
+    LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && D % 2 == 0 && D <= HS);
     loom_cpu_need_f32(dt, "rope");
     float *qkv = qkv_;
-    if (B <= 0 || T <= 0 || HS == 0) return;
-    const int64_t half = HS / 2, Q = NH / NKV, R = (NH + 2 * NKV) * HS;
+    if (B <= 0 || T <= 0 || D == 0) return;
+    const int64_t half = D / 2, Q = NH / NKV, R = (NH + 2 * NKV) * HS;
     if (pos)
         for (int64_t bt = 0; bt < B * T; bt++)
             LOOM_ASSERT(pos[bt] >= 0 && pos[bt] < T);
-    /* cos/sin table [T][2][half] of positions pos0 + p, p < T; angles in double */
+    /* cos/sin table [T][2][half] of positions pos0 + p, p < T; angles in double. The first D
+     * values of a head rotate, pairs (i, i + D/2); the rest pass through. */
     float *tab = falloc(2 * T * half);
     double *inv_freq = malloc((size_t)half * sizeof(double));
     LOOM_ASSERT(inv_freq);
-    for (int64_t i = 0; i < half; i++) inv_freq[i] = pow((double)theta, -2.0 * (double)i / (double)HS);
+    for (int64_t i = 0; i < half; i++)
+        inv_freq[i] = loom_rope_freq(rope, HS, i);
     const double sgn = inverse ? -1.0 : 1.0;
     const int nt = num_threads(be);
 #pragma omp parallel num_threads(nt)

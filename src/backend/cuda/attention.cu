@@ -599,20 +599,20 @@ void loom_cuda_attention_decode(struct loom_backend *be, float *out, const float
 }
 
 /* ---- rotary embeddings ----
- * Pairs (i, i + HS/2) of every q and k head of token (b, t) at position pos0 + p, p = pos[b,t]
- * (per-token positions, 0 <= p < T) or t, rotate by angle = (pos0 + p) theta^(-2i/HS):
- * (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos); inverse rotates by -angle. The angles and their
- * sines and cosines are computed in double, once a call, into a table of T x HS/2 (cos, sin)
- * pairs rounded to fp32 for the positions pos0 .. pos0 + T - 1 (rope_table_kernel); the
- * rotation reads row p of it. qkv is fp32 or bf16 (the rotation in fp32, each result rounded
- * once). */
-__global__ void rope_table_kernel(float2 *tab, int64_t T, int64_t HS, int64_t pos0, float theta,
-                                  int inverse) {
-    const int64_t half = HS / 2;
+ * Pairs (i, i + D/2) of the first D = loom_rope_dims values of every q and k head of token (b, t)
+ * at position pos0 + p, p = pos[b,t] (per-token positions, 0 <= p < T) or t, rotate by angle =
+ * (pos0 + p) f_i, f_i = loom_rope_freq (loom/rope.h): (x1, x2) -> (x1 cos - x2 sin, x1 sin +
+ * x2 cos); inverse rotates by -angle. The angles and their sines and cosines are computed in
+ * double, once a call, into a table of T x D/2 (cos, sin) pairs rounded to fp32 for the positions
+ * pos0 .. pos0 + T - 1 (rope_table_kernel); the rotation reads row p of it. qkv is fp32 or bf16
+ * (the rotation in fp32, each result rounded once). */
+__global__ void rope_table_kernel(float2 *tab, int64_t T, int64_t HS, int64_t pos0,
+                                  struct loom_rope rope, int inverse) {
+    const int64_t half = loom_rope_dims(&rope, HS) / 2;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < T * half;
          e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = e % half, t = e / half;
-        const double freq = pow((double)theta, -2.0 * (double)i / (double)HS);
+        const double freq = loom_rope_freq(&rope, HS, i);
         double sd, cd;
         sincos((double)(pos0 + t) * freq, &sd, &cd);
         const float sn = (float)sd;
@@ -620,14 +620,14 @@ __global__ void rope_table_kernel(float2 *tab, int64_t T, int64_t HS, int64_t po
     }
 }
 
-/* V adjacent pairs a thread (16-byte accesses where HS/2 is a multiple of V and qkv aligned, else
- * V = 1): the (NH + NKV) rotated heads' HS/2 / V chunks of a row over x, rows over y with a stride
- * of gridDim.y. */
+/* V adjacent pairs a thread (16-byte accesses where half = D/2 and HS are multiples of V and qkv
+ * aligned, else V = 1): the (NH + NKV) rotated heads' half / V chunks of a row over x, rows over y
+ * with a stride of gridDim.y. */
 template <typename X, int V>
 __global__ void rope_kernel(X *qkv, const float2 *tab, const int32_t *pos, int64_t BT, int64_t T,
-                            int64_t NH, int64_t NKV, int64_t HS) {
+                            int64_t NH, int64_t NKV, int64_t HS, int64_t half) {
     typedef loom_vec<X, V> vec;
-    const int64_t half = HS / 2, G = NH / NKV, stride = (NH + 2 * NKV) * HS;
+    const int64_t G = NH / NKV, stride = (NH + 2 * NKV) * HS;
     const int chunks = (int)(half / V), idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int)(NH + NKV) * chunks) return;
     const int hh = idx / chunks, i0 = V * (idx - hh * chunks);
@@ -650,32 +650,34 @@ __global__ void rope_kernel(X *qkv, const float2 *tab, const int32_t *pos, int64
 
 template <typename X>
 static void rope(struct loom_backend *be, X *qkv, const float2 *tab, const int32_t *pos, int64_t B,
-                 int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+                 int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t half) {
     const int v = 16 / (int)sizeof(X);
-    const int wide = (HS / 2) % v == 0 && loom_aligned(16, qkv);
-    const int64_t chunks = (NH + NKV) * (HS / 2) / (wide ? v : 1), BT = B * T;
+    const int wide = half % v == 0 && HS % v == 0 && loom_aligned(16, qkv);
+    const int64_t chunks = (NH + NKV) * half / (wide ? v : 1), BT = B * T;
     const dim3 grid((unsigned)((chunks + 255) / 256), (unsigned)(BT < 65535 ? BT : 65535));
     cudaStream_t st = loom_cuda_stream(be);
     if (wide)
-        rope_kernel<X, 16 / sizeof(X)><<<grid, 256, 0, st>>>(qkv, tab, pos, BT, T, NH, NKV, HS);
+        rope_kernel<X, 16 / sizeof(X)>
+            <<<grid, 256, 0, st>>>(qkv, tab, pos, BT, T, NH, NKV, HS, half);
     else
-        rope_kernel<X, 1><<<grid, 256, 0, st>>>(qkv, tab, pos, BT, T, NH, NKV, HS);
+        rope_kernel<X, 1><<<grid, 256, 0, st>>>(qkv, tab, pos, BT, T, NH, NKV, HS, half);
     LOOM_CUDA_LAUNCHED();
 }
 
 void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, const int32_t *pos,
                     int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
-                    float theta, int inverse) {
-    if (B <= 0 || T <= 0 || HS < 2) return;
-    LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && HS % 2 == 0);
-    LOOM_ASSERT((NH + NKV) * (HS / 2) <= INT32_MAX);
+                    const struct loom_rope *r, int inverse) {
+    const int64_t half = loom_rope_dims(r, HS) / 2;
+    if (B <= 0 || T <= 0 || half < 1) return;
+    LOOM_ASSERT(NKV > 0 && NH % NKV == 0 && 2 * half == loom_rope_dims(r, HS) && 2 * half <= HS);
+    LOOM_ASSERT((NH + NKV) * half <= INT32_MAX);
     const int typed = loom_cuda_typed16(be, dt, "rope");
-    float2 *tab = (float2 *)loom_cuda_scratch(be, (size_t)(T * (HS / 2)) * sizeof(float2));
-    rope_table_kernel<<<loom_cuda_grid(T * (HS / 2), 256), 256, 0, loom_cuda_stream(be)>>>(
-        tab, T, HS, pos0, theta, inverse);
+    float2 *tab = (float2 *)loom_cuda_scratch(be, (size_t)(T * half) * sizeof(float2));
+    rope_table_kernel<<<loom_cuda_grid(T * half, 256), 256, 0, loom_cuda_stream(be)>>>(
+        tab, T, HS, pos0, *r, inverse);
     LOOM_CUDA_LAUNCHED();
     if (typed)
-        rope(be, (__nv_bfloat16 *)qkv, tab, pos, B, T, NH, NKV, HS);
+        rope(be, (__nv_bfloat16 *)qkv, tab, pos, B, T, NH, NKV, HS, half);
     else
-        rope(be, (float *)qkv, tab, pos, B, T, NH, NKV, HS);
+        rope(be, (float *)qkv, tab, pos, B, T, NH, NKV, HS, half);
 }
