@@ -158,9 +158,10 @@ struct loom_backend_ops {
                                      int64_t C, float eps);
 
     /* ---- query and key head norms (qk_layernorm), in place on a qkv activation ----
-     * qkv[N, (NH + 2 NKV) HS] of type dt (LOOM_DTYPE_F32, or activation_dtype's 16-bit type) in
-     * the QKV layout above. Its head vectors of HS values, dense index v: the N NH query heads
-     * first (v = n NH + h, token n, query head h of group h / (NH/NKV)), then the N NKV key heads
+     * qkv[N, (NH + 2 NKV) HS] of type dt (LOOM_DTYPE_F32 or LOOM_DTYPE_BF16, on the CPU too,
+     * whose bf16 serves as the reference of another backend's; cuda: HS up to 256) in the QKV
+     * layout above. Its head vectors of HS values, dense index v: the N NH query heads first
+     * (v = n NH + h, token n, query head h of group h / (NH/NKV)), then the N NKV key heads
      * (v = N NH + n NKV + g); the value heads are neither read nor written. rms nonzero: RMSNorm,
      * else LayerNorm; (wq, bq) normalise every query head, (wk, bk) every key head (HS fp32 each,
      * shared by the heads; b NULL: no bias, and always for RMSNorm).
