@@ -158,6 +158,40 @@ struct loom_backend_ops {
                                      const void *r, enum loom_dtype r_dt, const float *w, int64_t N,
                                      int64_t C, float eps);
 
+    /* ---- query and key head norms (qk_layernorm), in place on a qkv activation ----
+     * qkv[N, (NH + 2 NKV) HS] of type dt (LOOM_DTYPE_F32 or LOOM_DTYPE_BF16, on the CPU too,
+     * whose bf16 serves as the reference of another backend's; cuda: HS up to 256) in the QKV
+     * layout above. Its head vectors of HS values, dense index v: the N NH query heads first
+     * (v = n NH + h, token n, query head h of group h / (NH/NKV)), then the N NKV key heads
+     * (v = N NH + n NKV + g); the value heads are neither read nor written. rms nonzero: RMSNorm,
+     * else LayerNorm; (wq, bq) normalise every query head, (wk, bk) every key head (HS fp32 each,
+     * shared by the heads; b NULL: no bias, and always for RMSNorm).
+     * Forward, per head vector x of HS values read from qkv:
+     *   LayerNorm: mean = sum(x) / HS, rstd = 1/sqrt(sum((x - mean)^2) / HS + eps),
+     *              x <- (x - mean) * rstd * w + b
+     *   RMSNorm:   rstd = 1/sqrt(sum(x^2) / HS + eps), x <- x * rstd * w
+     * with the sums in double, mean and rstd rounded to fp32, each element's product and sum
+     * rounded in fp32 in that order (no fused multiply-add; the layernorm and rmsnorm ops' own
+     * arithmetic) and the result rounded to dt. keep[v HS + i] = x[i] as read (type dt, exact),
+     * mean[v] (LayerNorm) and rstd[v] (fp32): each skipped if NULL. */
+    void (*head_norm_forward)(struct loom_backend *be, int rms, void *qkv, enum loom_dtype dt,
+                              void *keep, float *mean, float *rstd, const float *wq,
+                              const float *bq, const float *wk, const float *bk, int64_t N,
+                              int64_t NH, int64_t NKV, int64_t HS, float eps);
+    /* Its backward, in place on dqkv (type dt, the layout of qkv): the query and key parts hold
+     * the gradient d of the normalised vectors and are overwritten with that of their inputs,
+     * from keep, mean (LayerNorm) and rstd of the forward: with xhat = (x - mean) * rstd
+     * (RMSNorm: x * rstd), g = d * w,
+     *   LayerNorm: dx = rstd * ((g - sum(g) / HS) - xhat * sum(g * xhat) / HS)
+     *   RMSNorm:   dx = rstd * (g - xhat * sum(g * xhat) / HS)
+     * (sums in double, rounded to fp32; dx rounded to dt; value heads untouched). dwq += the sum
+     * of d * xhat over every query head vector, dbq += that of d (skipped if NULL); dwk, dbk
+     * likewise over the key heads. Sums in a fixed order: two runs give the same bits. */
+    void (*head_norm_backward)(struct loom_backend *be, int rms, void *dqkv, enum loom_dtype dt,
+                               float *dwq, float *dbq, float *dwk, float *dbk, const void *keep,
+                               const float *mean, const float *rstd, const float *wq,
+                               const float *wk, int64_t N, int64_t NH, int64_t NKV, int64_t HS);
+
     /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + b[OC] (b may be NULL) ---- */
     void (*linear_forward)(struct loom_backend *be, float *out, const float *inp, const float *w,
                            const float *b, int64_t N, int64_t C, int64_t OC);

@@ -217,7 +217,7 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
         la->qkv = carve(cv, (size_t)(d.N * d.QKVl) * elem);
         if (c->qk_layernorm) {
             const int64_t rows = d.N * (d.NHl + d.NKVl);
-            la->qk_in = CF(cv, rows * d.HS);
+            la->qk_in = carve(cv, (size_t)(rows * d.HS) * elem);
             la->qk_mean = ln ? CF(cv, rows) : NULL;
             la->qk_rstd = CF(cv, rows);
         }
@@ -290,10 +290,6 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
                 if (!m->acts[s].layers[l].act) m->acts[s].layers[l].act = a->act;
     a->dwide2 =
         (float *)carve(cv, (size_t)(d.N * max64(d.NHl * d.HS, m->cfg.swiglu ? d.Fl : 0)) * elem);
-    if (m->cfg.qk_layernorm) {
-        a->qk_out = CF(cv, d.N * (d.NHl + d.NKVl) * d.HS);
-        a->qk_din = CF(cv, d.N * (d.NHl + d.NKVl) * d.HS);
-    }
     if (m->last_stage && d.tp == 1) { /* for the logits' type now (set before the model) */
         const int64_t elem = xent_elem(m);
         a->xent_bytes = xent_chunk_rows(&d, elem) * d.Vl * elem;
@@ -384,8 +380,6 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
         m->acts[s].act = m->acts[0].act;
         m->acts[s].full = m->acts[0].full;
         m->acts[s].sp_scratch = m->acts[0].sp_scratch;
-        m->acts[s].qk_out = m->acts[0].qk_out;
-        m->acts[s].qk_din = m->acts[0].qk_din;
     }
     struct dims d = dims_of(m);
     for (int s = 0; s < nslots; s++) {
@@ -523,39 +517,20 @@ static void norm_rows_backward(struct loom_gpt *m, float *dinp, void *dcopy, flo
 }
 
 /* ---- query-key normalisation (qk_layernorm) ----
- * A qkv row holds NKVl groups of [R = NHl/NKVl query heads | key | value] of HS each. The query
- * heads of a group are one contiguous run of R HS, the key one of HS: gathered as N NKVl strided
- * runs into dense rows of HS, [N NHl query rows | N NKVl key rows], normalised there by the
- * model's norm over HS with the layer's q or k weights, and written back. The backward gathers
- * the gradient of the normalised vectors from dqkv the same way, runs the norms' backward (the
- * weight gradients summing over every row of the rank's heads) and writes the input gradients
- * back into dqkv. */
-static void qk_gather(struct loom_gpt *m, float *dense, const void *qkv, enum loom_dtype dt,
-                      int64_t N, int64_t NHl, int64_t NKVl) {
-    const int64_t HS = loom_gpt_head_size(&m->cfg), R = NHl / NKVl, G = (R + 2) * HS;
-    const char *k = (const char *)qkv + (size_t)(R * HS) * loom_dtype_size(dt);
-    loom_op(m->be, copy_strided, dense, LOOM_DTYPE_F32, R * HS, qkv, dt, G, N * NKVl, R * HS);
-    loom_op(m->be, copy_strided, dense + N * NHl * HS, LOOM_DTYPE_F32, HS, k, dt, G, N * NKVl, HS);
-}
-static void qk_scatter(struct loom_gpt *m, void *qkv, enum loom_dtype dt, const float *dense,
-                       int64_t N, int64_t NHl, int64_t NKVl) {
-    const int64_t HS = loom_gpt_head_size(&m->cfg), R = NHl / NKVl, G = (R + 2) * HS;
-    char *k = (char *)qkv + (size_t)(R * HS) * loom_dtype_size(dt);
-    loom_op(m->be, copy_strided, qkv, dt, G, dense, LOOM_DTYPE_F32, R * HS, N * NKVl, R * HS);
-    loom_op(m->be, copy_strided, k, dt, G, dense + N * NHl * HS, LOOM_DTYPE_F32, HS, N * NKVl, HS);
-}
-
+ * A qkv row holds NKVl groups of [R = NHl/NKVl query heads | key | value] of HS each. The backend's
+ * head norms normalise every query and key head vector in place there by the model's norm over HS
+ * with the layer's q or k weights, keeping the vectors as they were (of qkv's type) and their
+ * statistics for the backward; the backward turns the gradient of the normalised vectors in dqkv
+ * into that of their inputs in place, the weight gradients summing over every vector of the
+ * rank's heads. */
 void loom_gpt_qk_norm_forward(struct loom_gpt *m, int64_t l, void *qkv, enum loom_dtype dt,
-                              float *in, float *out, float *mean, float *rstd, int64_t N,
-                              int64_t NHl, int64_t NKVl) {
-    const int64_t HS = loom_gpt_head_size(&m->cfg), nq = N * NHl;
-    const int ln = m->cfg.norm == LOOM_NORM_LAYERNORM;
+                              void *keep, float *mean, float *rstd, int64_t N, int64_t NHl,
+                              int64_t NKVl) {
+    const int rms = m->cfg.norm != LOOM_NORM_LAYERNORM;
     const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];
-    qk_gather(m, in, qkv, dt, N, NHl, NKVl);
-    norm_rows_forward(m, out, LOOM_DTYPE_F32, mean, rstd, in, wn->q_ln_w, w->q_ln_b, nq, HS);
-    norm_rows_forward(m, out + nq * HS, LOOM_DTYPE_F32, ln ? mean + nq : NULL, rstd + nq,
-                      in + nq * HS, wn->k_ln_w, w->k_ln_b, N * NKVl, HS);
-    qk_scatter(m, qkv, dt, out, N, NHl, NKVl);
+    loom_op(m->be, head_norm_forward, rms, qkv, dt, keep, rms ? NULL : mean, rstd, wn->q_ln_w,
+            w->q_ln_b, wn->k_ln_w, w->k_ln_b, N, NHl, NKVl, loom_gpt_head_size(&m->cfg),
+            (float)m->cfg.norm_eps);
 }
 
 /* dqkv (of type dt, the gradient of the normalised q and k) becomes that of their inputs; the
@@ -566,19 +541,13 @@ static void qk_norm_backward(struct loom_gpt *m, struct loom_gpt_acts *a, int64_
     struct loom_backend *be = m->be;
     const struct loom_gpt_layer_acts *la = &a->layers[l];
     const struct loom_gpt_layer_ptrs *g = &m->g.layers[l], *wn = &m->wn.layers[l];
-    const int64_t nq = d.N * d.NHl, nk = d.N * d.NKVl, HS = d.HS;
-    qk_gather(m, a->qk_out, dqkv, dt, d.N, d.NHl, d.NKVl);
-    be->ops->zero(be, a->qk_din, (size_t)((nq + nk) * HS) * sizeof(float)); /* += below */
-    norm_rows_backward(m, a->qk_din, NULL, NULL, g->q_ln_w, g->q_ln_b, a->qk_out, LOOM_DTYPE_F32,
-                       la->qk_in, wn->q_ln_w, la->qk_mean, la->qk_rstd, nq, HS);
-    norm_rows_backward(m, a->qk_din + nq * HS, NULL, NULL, g->k_ln_w, g->k_ln_b,
-                       a->qk_out + nq * HS, LOOM_DTYPE_F32, la->qk_in + nq * HS, wn->k_ln_w,
-                       la->qk_mean ? la->qk_mean + nq : NULL, la->qk_rstd + nq, nk, HS);
+    const int rms = m->cfg.norm != LOOM_NORM_LAYERNORM;
+    loom_op(be, head_norm_backward, rms, dqkv, dt, g->q_ln_w, g->q_ln_b, g->k_ln_w, g->k_ln_b,
+            la->qk_in, la->qk_mean, la->qk_rstd, wn->q_ln_w, wn->k_ln_w, d.N, d.NHl, d.NKVl, d.HS);
     /* the key norm's bias adds q.b to every score of a query's row, which the softmax ignores:
      * its gradient is exactly zero (as the key bias's without the norm), kept so rather than as
      * rounding noise */
-    if (g->k_ln_b) be->ops->zero(be, g->k_ln_b, (size_t)HS * sizeof(float));
-    qk_scatter(m, dqkv, dt, a->qk_din, d.N, d.NHl, d.NKVl);
+    if (g->k_ln_b) be->ops->zero(be, g->k_ln_b, (size_t)d.HS * sizeof(float));
 }
 
 /* dx (the residual gradient a->dres) += the norm's input gradient. With next_b (a product's bias
@@ -741,8 +710,8 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     loom_op(be, linear_forward_typed, la->qkv, ap.dt, la->ln1_full, ln_dt, w->qkv_w, w->qkv_b, d.N,
             d.C, d.QKVl);
     if (c->qk_layernorm)
-        loom_gpt_qk_norm_forward(m, l, la->qkv, ap.dt, la->qk_in, a->qk_out, la->qk_mean,
-                                 la->qk_rstd, d.N, d.NHl, d.NKVl);
+        loom_gpt_qk_norm_forward(m, l, la->qkv, ap.dt, la->qk_in, la->qk_mean, la->qk_rstd, d.N,
+                                 d.NHl, d.NKVl);
     if (c->posemb == LOOM_POSEMB_ROPE) {
         const struct loom_rope rot = loom_gpt_rope(c);
         loom_op(be, rope, la->qkv, ap.dt, a->doc_pos, d.B, d.T, d.NHl, d.NKVl, d.HS, 0, &rot, 0);

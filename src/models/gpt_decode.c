@@ -11,7 +11,7 @@ struct loom_gpt_decoder {
     int64_t max_len, pos;
     float **kcache, **vcache; /* [L] -> [max_len, NKV, HS] on the device */
     float *x, *h, *qkv, *q, *att, *tmp, *fc1, *act, *logits; /* device rows */
-    float *qk_in, *qk_out, *qk_stats; /* qk_layernorm: (NH + NKV) HS, as many, 2 (NH + NKV) */
+    float *qk_stats; /* qk_layernorm: 2 (NH + NKV), the statistics of one row's heads */
     int32_t *tok;                                            /* device [1] */
     void *mem;
 };
@@ -33,12 +33,10 @@ enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct l
     int64_t C = c->hidden, HS = loom_gpt_head_size(c), NH = c->heads, NKV = c->query_groups;
     int64_t QKV = (NH + 2 * NKV) * HS, F = c->ffn_hidden, F1 = c->swiglu ? 2 * F : F;
     int64_t L = c->num_layers, cache = max_len * NKV * HS;
-    const size_t qk = c->qk_layernorm ? (size_t)((NH + NKV) * HS) : 1;
     const size_t qk_stats = c->qk_layernorm ? (size_t)(2 * (NH + NKV)) : 1;
     size_t floats[] = {
         (size_t)C, (size_t)C,  (size_t)QKV, (size_t)(NH * HS),       (size_t)(NH * HS),
-        (size_t)C, (size_t)F1, (size_t)F,   (size_t)c->padded_vocab, qk,
-        qk,        qk_stats};
+        (size_t)C, (size_t)F1, (size_t)F,   (size_t)c->padded_vocab, qk_stats};
     size_t total = 64 + 2 * (size_t)L * loom_arena_round((size_t)cache * sizeof(float));
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
         total += loom_arena_round(floats[i] * sizeof(float));
@@ -56,8 +54,8 @@ enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct l
         d->kcache[l] = loom_arena_alloc(&a, (size_t)cache * sizeof(float));
         d->vcache[l] = loom_arena_alloc(&a, (size_t)cache * sizeof(float));
     }
-    float **rows[] = {&d->x,   &d->h,   &d->qkv,    &d->q,     &d->att,    &d->tmp,
-                      &d->fc1, &d->act, &d->logits, &d->qk_in, &d->qk_out, &d->qk_stats};
+    float **rows[] = {&d->x,   &d->h,   &d->qkv, &d->q,      &d->att,
+                      &d->tmp, &d->fc1, &d->act, &d->logits, &d->qk_stats};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         *rows[i] = loom_arena_alloc(&a, floats[i] * sizeof(float));
     d->tok = loom_arena_alloc(&a, 64);
@@ -110,7 +108,7 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
         norm(m, d->h, d->x, m->wn.layers[l].ln1_w, w->ln1_b, scratch);
         loom_op(be, linear_forward, d->qkv, d->h, w->qkv_w, w->qkv_b, 1, C, QKV);
         if (c->qk_layernorm) /* the statistics: mean (LayerNorm), then rstd */
-            loom_gpt_qk_norm_forward(m, l, d->qkv, LOOM_DTYPE_F32, d->qk_in, d->qk_out, d->qk_stats,
+            loom_gpt_qk_norm_forward(m, l, d->qkv, LOOM_DTYPE_F32, NULL, d->qk_stats,
                                      d->qk_stats + NH + NKV, 1, NH, NKV);
         if (c->posemb == LOOM_POSEMB_ROPE) {
             const struct loom_rope rot = loom_gpt_rope(c);

@@ -15,9 +15,11 @@ struct loom_gpt_layer_acts {
     void *ln1_full;           /* [N,C] ln1 gathered over the sequence (= ln1 without SP) */
     void *qkv;                /* [N, (NHl + 2 NKVl) HS], after rotary, of the attention's type */
     /* qk_layernorm: the query then the key head vectors before their norm, [(NHl + NKVl) N, HS]
-     * fp32 (rows: the N x NHl query heads in qkv's order, then the N x NKVl keys), and their
-     * statistics [(NHl + NKVl) N] (mean with LayerNorm only); NULL without it */
-    float *qk_in, *qk_mean, *qk_rstd;
+     * of the attention's type (rows: the N x NHl query heads in qkv's order, then the N x NKVl
+     * keys: head_norm_forward's keep), and their statistics [(NHl + NKVl) N] fp32 (mean with
+     * LayerNorm only); NULL without it */
+    void *qk_in;
+    float *qk_mean, *qk_rstd;
     void *att;                /* [N, NHl HS], of the attention's type */
     float *lse;               /* [B, NHl, T] */
     float *xmid;              /* [N,C] residual after attention */
@@ -72,8 +74,6 @@ struct loom_gpt_acts {
                                  backward: shared by them and the slots */
     float *dwide2;            /* [N, max(NHl HS, Fl)]: d(att), or SwiGLU's d(act) (act_elem bytes
                                  an element) */
-    float *qk_out, *qk_din;   /* qk_layernorm: [(NHl + NKVl) N, HS] fp32 each, the norms' outputs
-                                 (forward) or output gradients (backward), and input gradients */
     size_t act_elem;          /* bytes an element the typed activations got (gpt.c act_dtype) */
     void *mem;                /* the one allocation everything above lives in */
 };
@@ -81,13 +81,13 @@ struct loom_gpt_acts {
 enum loom_status loom_gpt_build_table(struct loom_gpt *m);
 
 /* qk_layernorm's forward, in place on qkv [N, (NHl + 2 NKVl) HS] of type dt (Megatron's grouped
- * rows): layer l's query and key head vectors gathered into in (fp32 [(NHl + NKVl) N, HS]: the
- * queries then the keys, kept for the backward), normalised into out (fp32, as large) with the
- * layer's q and k norms (statistics mean, LayerNorm only, and rstd [(NHl + NKVl) N]) and written
- * back into qkv. */
+ * rows): layer l's query and key head vectors normalised with the layer's q and k norms
+ * (head_norm_forward), their inputs kept in keep (type dt, [(NHl + NKVl) N, HS]: the queries then
+ * the keys; NULL: not kept) and their statistics in mean (LayerNorm only) and rstd
+ * [(NHl + NKVl) N] (each NULL: not kept). */
 void loom_gpt_qk_norm_forward(struct loom_gpt *m, int64_t l, void *qkv, enum loom_dtype dt,
-                              float *in, float *out, float *mean, float *rstd, int64_t N,
-                              int64_t NHl, int64_t NKVl);
+                              void *keep, float *mean, float *rstd, int64_t N, int64_t NHl,
+                              int64_t NKVl);
 int loom_gpt_layer_is_local(const struct loom_gpt_config *c, const struct loom_parallel *par,
                             int64_t layer);
 

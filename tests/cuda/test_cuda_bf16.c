@@ -17,7 +17,9 @@
  * run_typed_f32), and SwiGLU and rotary embeddings on bf16 arrays against their fp32 kernels on
  * the same values (see run_swiglu_bf16, run_rope_bf16). copy_strided (the query and key heads of
  * --qk-layernorm gathered from qkv rows and written back) with each pair of fp32 and bf16 types
- * against the host's copy and rounding, bit for bit (see run_copy_strided).
+ * against the host's copy and rounding, bit for bit (see run_copy_strided). The query and key
+ * head norms (head_norm_forward / _backward) on fp32 and bf16 qkv against the CPU backend's ops
+ * on the same values, and two runs for the same bits (see run_head_norm).
  *
  * Exit status: 0 passed, 1 failed, 77 skipped (no CUDA build or no device; with
  * LOOM_REQUIRE_CUDA=1 a missing device fails).
@@ -827,6 +829,150 @@ static void run_linear_bf16_arrays(int64_t N, int64_t C, int64_t OC, uint64_t se
     free(sum);
 }
 
+/* ---- head_norm_forward / head_norm_backward: the CUDA ops against the CPU's ---- */
+
+/* A typed array of n values (rounded to bf16 with bf) on be, shift elements past an allocation's
+ * start (shift 1: not 16-byte aligned, the kernels' scalar path); *base is what to free. */
+static void *hn_dput(struct loom_backend *be, const float *h, int64_t n, int bf, int shift,
+                     void **base) {
+    float *pad = ct_alloc((size_t)(n + shift) * sizeof(float));
+    for (int64_t i = 0; i < shift; i++)
+        pad[i] = 0.0f;
+    memcpy(pad + shift, h, (size_t)n * sizeof(float));
+    *base = bf ? ct_dput16(be, pad, n + shift, 0) : (void *)ct_dputf(be, pad, n + shift);
+    free(pad);
+    return (char *)*base + (size_t)shift * (bf ? 2 : 4);
+}
+static float *hn_dget(struct loom_backend *be, const void *d, int64_t n, int bf) {
+    return bf ? ct_dget16(be, d, n, 0) : ct_dgetf(be, d, n);
+}
+
+/* Whether two bf16 values (held as floats) are at most one bf16 step apart, or within 1e-6 of
+ * the array's largest value `scale` (values that cancel to about zero may round to either side
+ * of it from fp32 results that differ in their last bit) */
+static int hn_bf16_near(float a, float b, double scale) {
+    const uint16_t ua = ct_to16(a, 0), ub = ct_to16(b, 0);
+    const int ia = ua & 0x8000 ? -(int)(ua & 0x7fff) : (int)ua;
+    const int ib = ub & 0x8000 ? -(int)(ub & 0x7fff) : (int)ub;
+    return abs(ia - ib) <= 1 || fabs((double)a - (double)b) <= 1e-6 * scale;
+}
+static void hn_check_bf16(const char *what, const float *got, const float *want, int64_t n) {
+    int64_t far = 0, same = 0;
+    const double scale = ct_ref_max(got, want, n);
+    for (int64_t i = 0; i < n; i++) {
+        far += scale < 0.0 || !hn_bf16_near(got[i], want[i], scale);
+        same += !memcmp(&got[i], &want[i], 4);
+    }
+    printf("%s %s: %lld of %lld more than one bf16 step from the cpu's (%lld the same bits)\n",
+           far ? "FAIL" : "ok  ", what, (long long)far, (long long)n, (long long)same);
+    ct_tally(!far);
+}
+
+/* The results of one backend: qkv after the forward, keep, mean, rstd; dqkv after the backward,
+ * the four weight gradients (accumulated onto dw0) */
+struct hn_out {
+    float *qkv, *keep, *mean, *rstd, *dqkv, *dw;
+};
+static void hn_free_out(struct hn_out *o) {
+    free(o->qkv), free(o->keep), free(o->mean), free(o->rstd), free(o->dqkv), free(o->dw);
+}
+
+static struct hn_out hn_run(struct loom_backend *be, int rms, int has_b, int bf, int shift,
+                            const float *qkv, const float *dqkv, const float *w4, const float *dw0,
+                            int64_t N, int64_t NH, int64_t NKV, int64_t HS) {
+    const int64_t total = N * (NH + 2 * NKV) * HS, nv = N * (NH + NKV);
+    const enum loom_dtype dt = bf ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F32;
+    void *bq_, *bk_, *bd_;
+    void *q = hn_dput(be, qkv, total, bf, shift, &bq_);
+    void *keep = hn_dput(be, qkv, nv * HS, bf, shift, &bk_); /* overwritten */
+    void *dq = hn_dput(be, dqkv, total, bf, shift, &bd_);
+    float *mean = ct_dputf(be, NULL, nv), *rstd = ct_dputf(be, NULL, nv);
+    float *w = ct_dputf(be, w4, 4 * HS), *dw = ct_dputf(be, dw0, 4 * HS);
+    const int b = has_b && !rms;
+    loom_op(be, head_norm_forward, rms, q, dt, keep, rms ? NULL : mean, rstd, w, b ? w + HS : NULL,
+            w + 2 * HS, b ? w + 3 * HS : NULL, N, NH, NKV, HS, 1e-5f);
+    loom_op(be, head_norm_backward, rms, dq, dt, dw, b ? dw + HS : NULL, dw + 2 * HS,
+            b ? dw + 3 * HS : NULL, keep, rms ? NULL : mean, rstd, w, w + 2 * HS, N, NH, NKV, HS);
+    struct hn_out o = {hn_dget(be, q, total, bf),  hn_dget(be, keep, nv * HS, bf),
+                       ct_dgetf(be, mean, nv),     ct_dgetf(be, rstd, nv),
+                       hn_dget(be, dq, total, bf), ct_dgetf(be, dw, 4 * HS)};
+    void *bufs[] = {bq_, bk_, bd_, mean, rstd, w, dw};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        be->ops->free(be, bufs[i]);
+    return o;
+}
+
+/* The CUDA head norms against the CPU backend's on the same values (fp32 and bf16 arrays): fp32
+ * outputs and input gradients within 1e-6 of the largest, mean and rstd within 1e-6 each, bf16
+ * ones within one bf16 step elementwise, the kept inputs the same bits, the weight gradients
+ * (accumulated onto nonzero values) within 1e-5 of the largest; the value heads untouched; a
+ * second CUDA run the same bits. */
+static void run_head_norm(int rms, int has_b, int64_t N, int64_t NH, int64_t NKV, int64_t HS,
+                          int shift, uint64_t seed) {
+    const int64_t R = NH / NKV, row = (NH + 2 * NKV) * HS, total = N * row, nv = N * (NH + NKV);
+    float *qkv = ct_randn(total, seed, 1.0f, 0.5f), *dqkv = ct_randn(total, seed + 1, 1.0f, 0.0f);
+    float *w4 = ct_randn(4 * HS, seed + 2, 0.2f, 1.0f),
+          *dw0 = ct_randn(4 * HS, seed + 3, 1.0f, 0.0f);
+    for (int64_t c = 0; c < HS; c++) /* biases about zero */
+        w4[HS + c] -= 1.0f, w4[3 * HS + c] -= 1.0f;
+    for (int bf = 0; bf < 2; bf++) {
+        char tag[128], what[200];
+        snprintf(tag, sizeof tag, "%s%s %s NH %lld NKV %lld HS %lld N %lld%s",
+                 rms ? "rmsnorm" : "layernorm", !rms && !has_b ? " (no bias)" : "",
+                 bf ? "bf16" : "f32", (long long)NH, (long long)NKV, (long long)HS, (long long)N,
+                 shift ? " unaligned" : "");
+        struct hn_out g = hn_run(g_gpu, rms, has_b, bf, shift, qkv, dqkv, w4, dw0, N, NH, NKV, HS);
+        struct hn_out g2 = hn_run(g_gpu, rms, has_b, bf, shift, qkv, dqkv, w4, dw0, N, NH, NKV, HS);
+        struct hn_out c = hn_run(g_cpu, rms, has_b, bf, 0, qkv, dqkv, w4, dw0, N, NH, NKV, HS);
+        snprintf(what, sizeof what, "head_norm fwd qkv, %s", tag);
+        if (bf)
+            hn_check_bf16(what, g.qkv, c.qkv, total);
+        else
+            ct_check(what, ct_norm_err(g.qkv, c.qkv, total), 1e-6);
+        snprintf(what, sizeof what, "head_norm fwd keep, %s", tag);
+        ct_exact(what, g.keep, c.keep, nv * HS);
+        snprintf(what, sizeof what, "head_norm fwd rstd, %s", tag);
+        ct_check(what, ct_elem_err(g.rstd, c.rstd, nv, 0.0), 1e-6);
+        if (!rms) {
+            snprintf(what, sizeof what, "head_norm fwd mean, %s", tag);
+            ct_check(what, ct_elem_err(g.mean, c.mean, nv, 1e-3), 1e-6);
+        }
+        snprintf(what, sizeof what, "head_norm bwd dqkv, %s", tag);
+        if (bf)
+            hn_check_bf16(what, g.dqkv, c.dqkv, total);
+        else
+            ct_check(what, ct_norm_err(g.dqkv, c.dqkv, total), 1e-6);
+        const char *wname[4] = {"dwq", "dbq", "dwk", "dbk"};
+        for (int j = 0; j < 4; j++) {
+            snprintf(what, sizeof what, "head_norm bwd %s +=, %s", wname[j], tag);
+            ct_check(what, ct_norm_err(g.dw + j * HS, c.dw + j * HS, HS), 1e-5);
+        }
+        /* the value heads as they were (rounded to the type) */
+        int64_t bad = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < NKV; k++)
+                for (int64_t i = 0; i < HS; i++) {
+                    const int64_t at = n * row + (k * (R + 2) + R + 1) * HS + i;
+                    const float q0 = bf ? ct_from16(ct_to16(qkv[at], 0), 0) : qkv[at];
+                    const float d0 = bf ? ct_from16(ct_to16(dqkv[at], 0), 0) : dqkv[at];
+                    bad += memcmp(&g.qkv[at], &q0, 4) != 0 || memcmp(&g.dqkv[at], &d0, 4) != 0;
+                }
+        printf("%s head_norm value heads untouched, %s: %lld differ\n", bad ? "FAIL" : "ok  ", tag,
+               (long long)bad);
+        ct_tally(!bad);
+        snprintf(what, sizeof what, "head_norm two cuda runs the same bits, %s", tag);
+        ct_check_true(what, !memcmp(g.qkv, g2.qkv, (size_t)total * 4) &&
+                                !memcmp(g.mean, g2.mean, (size_t)nv * 4) &&
+                                !memcmp(g.rstd, g2.rstd, (size_t)nv * 4) &&
+                                !memcmp(g.dqkv, g2.dqkv, (size_t)total * 4) &&
+                                !memcmp(g.dw, g2.dw, (size_t)(4 * HS) * 4));
+        hn_free_out(&g);
+        hn_free_out(&g2);
+        hn_free_out(&c);
+    }
+    free(qkv), free(dqkv), free(w4), free(dw0);
+}
+
 /* adamw_ranges over registered parameters writes their 16-bit copy in the same pass: a product
  * after it reads the new values rounded, bit for bit (w^T through an identity input: out[n][oc]
  * = w[oc][n] as the product sees it), also where the copy was fresh before the step (made by an
@@ -941,6 +1087,19 @@ int main(void) {
     run_copy_strided(2 * 64 * 2, 4 * 64, 4 * 64, 6 * 64, 4900);
     run_copy_strided(37, 13, 29, 17, 5000);
     run_copy_strided(1, 5, 5, 5, 5100);
+    /* the query and key head norms: grouped and plain heads, HS 64 and 128 (16-byte accesses),
+     * 24 (16-byte accesses with lanes left idle), 12, 7 and 64 unaligned (one value at a time),
+     * 256 (the largest), GPT-2 124M's 12 heads of 64 */
+    run_head_norm(0, 1, 300, 4, 2, 64, 0, 5200);
+    run_head_norm(1, 0, 300, 4, 2, 128, 0, 5300);
+    run_head_norm(0, 1, 300, 3, 3, 24, 0, 5400);
+    run_head_norm(1, 0, 100, 4, 1, 24, 0, 5450);
+    run_head_norm(0, 0, 2048, 12, 12, 64, 0, 5500);
+    run_head_norm(1, 0, 64, 2, 2, 256, 0, 5600);
+    run_head_norm(0, 1, 50, 4, 2, 7, 0, 5700);
+    run_head_norm(0, 1, 50, 4, 2, 12, 0, 5750);
+    run_head_norm(0, 1, 100, 4, 2, 64, 1, 5800);
+    run_head_norm(1, 0, 100, 4, 2, 64, 1, 5850);
     run_adamw_copy(0, 3900);
     run_adamw_copy(1, 4000);
     /* the same kernels in fp16 (fp16 products) */

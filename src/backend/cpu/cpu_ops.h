@@ -47,6 +47,15 @@ void loom_cpu_residual_rmsnorm_forward(struct loom_backend *be, float *xs, void 
                                        enum loom_dtype out_dt, float *rstd, const float *x,
                                        const void *r, enum loom_dtype r_dt, const float *w,
                                        int64_t N, int64_t C, float eps);
+/* head_norm.c (fp32 or bf16 qkv) */
+void loom_cpu_head_norm_forward(struct loom_backend *be, int rms, void *qkv, enum loom_dtype dt,
+                                void *keep, float *mean, float *rstd, const float *wq,
+                                const float *bq, const float *wk, const float *bk, int64_t N,
+                                int64_t NH, int64_t NKV, int64_t HS, float eps);
+void loom_cpu_head_norm_backward(struct loom_backend *be, int rms, void *dqkv, enum loom_dtype dt,
+                                 float *dwq, float *dbq, float *dwk, float *dbk, const void *keep,
+                                 const float *mean, const float *rstd, const float *wq,
+                                 const float *wk, int64_t N, int64_t NH, int64_t NKV, int64_t HS);
 /* The CPU keeps every activation in fp32: a typed activation of another type is a misuse
  * (aborts, naming the op). */
 void loom_cpu_need_f32(enum loom_dtype dt, const char *op);

@@ -203,6 +203,16 @@ void loom_cuda_rmsnorm_backward_typed(struct loom_backend *be, float *dinp, void
                                       enum loom_dtype dout_dt, const float *inp, const float *w,
                                       const float *rstd, int64_t N, int64_t C);
 
+/* head_norm.cu: the query and key head norms (fp32 or bf16 qkv; HS up to 256) */
+void loom_cuda_head_norm_forward(struct loom_backend *be, int rms, void *qkv, enum loom_dtype dt,
+                                 void *keep, float *mean, float *rstd, const float *wq,
+                                 const float *bq, const float *wk, const float *bk, int64_t N,
+                                 int64_t NH, int64_t NKV, int64_t HS, float eps);
+void loom_cuda_head_norm_backward(struct loom_backend *be, int rms, void *dqkv, enum loom_dtype dt,
+                                  float *dwq, float *dbq, float *dwk, float *dbk, const void *keep,
+                                  const float *mean, const float *rstd, const float *wq,
+                                  const float *wk, int64_t N, int64_t NH, int64_t NKV, int64_t HS);
+
 /* matmul_bf16.cu: the bf16 path of the linear ops (inputs rounded to bf16, fp32 accumulation
  * and outputs, cuBLASLt), and the backend op that selects it. */
 enum loom_status loom_cuda_set_matmul_dtype(struct loom_backend *be, enum loom_dtype dt,

@@ -151,6 +151,8 @@ const struct loom_backend_ops *loom_cuda_profile_ops(const struct loom_backend_o
     PROF(30, adamw_ranges);
     PROF(32, residual_layernorm_forward);
     PROF(33, residual_rmsnorm_forward);
+    PROF(36, head_norm_forward);
+    PROF(37, head_norm_backward);
     PROF(34, linear_gelu_forward);
     PROF(35, linear_gelu_backward);
     PROF(46, linear_forward_typed);
