@@ -277,7 +277,7 @@ void loom_cuda_linear_backward_typed(struct loom_backend *be, void *dinp, enum l
 /* attention.cu */
 void loom_cuda_rope(struct loom_backend *be, void *qkv, enum loom_dtype dt, const int32_t *pos,
                     int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
-                    float theta, int inverse);
+                    const struct loom_rope *rope, int inverse);
 void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
                                  const struct loom_attn *a);
 void loom_cuda_attention_backward(struct loom_backend *be, void *dqkv, const void *dout,
