@@ -185,8 +185,9 @@ int main(int argc, char **argv) {
                 int64_t m, ld;
             } v[] = {{"plain", C, C},
                      {"rows of C + 8", C, C + 8},
-                     {"C + 1 (ones column)", C + 1, C + 8}};
-            for (int j = 0; j < 3; j++) {
+                     {"C + 1 (ones column)", C + 1, C + 8},
+                     {"C + 8 (ones, 7 zeros)", C + 8, C + 8}};
+            for (int j = 0; j < 4; j++) {
                 double us;
                 BENCH_US(be, g_calls, us,
                          LOOM_CUBLAS_CHECK(cublasGemmEx(cu->cublas, CUBLAS_OP_N, CUBLAS_OP_T,
@@ -197,6 +198,19 @@ int main(int argc, char **argv) {
                 printf("  dw %4lld -> %4lld, %-22s %9.1f us %7.0f TFLOP/s\n", (long long)C,
                        (long long)OC, v[j].what, us, 2.0 * (double)N * C * OC / (us * 1e6));
             }
+        }
+        /* the bias gradient alone as a product with ones: db[OC] = dout^T . 1 (m = OC, n = 8
+         * columns of ones, k = N), against the column-sum pass above */
+        for (int i = 0; i < 4; i++) {
+            const int64_t OC = shapes[i][1];
+            double us;
+            BENCH_US(be, g_calls, us,
+                     LOOM_CUBLAS_CHECK(cublasGemmEx(
+                         cu->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)OC, 8, (int)N, &one, da,
+                         CUDA_R_16BF, (int)OC, xa, CUDA_R_16BF, (int)N, &one, wa, CUDA_R_32F,
+                         (int)OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)));
+            printf("  db [%4lld] as dout^T . ones[N, 8]          %9.1f us %7.0f GB/s\n",
+                   (long long)OC, us, (double)(N * OC) * 2 / (us * 1e3));
         }
         be->ops->free(be, xa);
         be->ops->free(be, da);

@@ -66,6 +66,9 @@ struct loom_cuda {
     int deterministic;    /* set_deterministic: no timed GEMM algorithms, no cuDNN attention */
     void *attn_ws;        /* 16-bit q, k, v, dout of the attention_bf16.cu kernels */
     size_t attn_ws_bytes;
+    void *ones16; /* a column of ones in the products' 16-bit type (matmul_bf16.cu) */
+    size_t ones16_bytes;
+    int ones16_f16;       /* its type: fp16 (1) or bf16 (0) */
     void *cudnn;          /* cuDNN handle and attention plans (attention_cudnn.cu), made on use */
     enum loom_attn_backend attn_backend; /* set_attention_backend */
 };

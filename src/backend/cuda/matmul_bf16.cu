@@ -7,9 +7,11 @@
  *   forward:  out[N,OC] = bf16(inp) . bf16(w)^T + b          (bias through cuBLASLt's epilogue)
  *   backward: dinp[N,C] = bf16(dout) . bf16(w)               (assigned)
  *             dw[OC,C] += bf16(dout)^T . bf16(inp)           db[OC] += sum over rows of dout
- *   The bias gradient is summed by a column-sum kernel in the same pass that converts dout to
- *   bf16 (in double over fixed row chunks, as loom_cuda_colsum_accumulate, so it equals the fp32
- *   op's sum bit for bit). cuBLASLt's bias-gradient epilogues (BGRADB, DGELU_BGRAD) and its GELU
+ *   The bias gradient of an fp32 dout is summed by a column-sum kernel in the same pass that
+ *   converts dout to bf16 (in double over fixed row chunks, as loom_cuda_colsum_accumulate, so it
+ *   equals the fp32 op's sum bit for bit); that of a bf16 dout (the typed activations) by one
+ *   more product, dout^T . 1, accumulating in fp32 (colsum_convert). cuBLASLt's bias-gradient
+ *   epilogues (BGRADB, DGELU_BGRAD) and its GELU
  *   forward epilogue (GELU_AUX_BIAS) measured 2-3x slower than the plain product plus a pass on
  *   an H200 at GPT-2's shapes (bench/bench_cuda_linear), so they are not used.
  *
@@ -431,10 +433,36 @@ static int lt_gemm(struct loom_backend *be, int ta, int tb, int64_t m, int64_t n
 
 /* ---- column sums (bias gradients), fused with the conversion of an operand ---- */
 
+template <typename T16> __global__ void ones16_kernel(T16 *p, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = loom_from_f32<T16>(1.0f);
+}
+
+/* N ones in the products' 16-bit type: c->ones16, made (grown) at the first call that needs
+ * them, or when the type changes */
+static const void *ones16(struct loom_backend *be, int64_t N) {
+    struct loom_cuda *c = loom_cuda_impl(be);
+    const size_t bytes = (size_t)N * 2;
+    if (c->ones16_bytes >= bytes && c->ones16_f16 == c->matmul_f16) return c->ones16;
+    loom_cuda_grow(be, &c->ones16, &c->ones16_bytes, bytes, "column of ones");
+    const int64_t n = (int64_t)(c->ones16_bytes / 2);
+    if (c->matmul_f16)
+        ones16_kernel<<<loom_cuda_grid(n, 256), 256, 0, c->stream>>>((__half *)c->ones16, n);
+    else
+        ones16_kernel<<<loom_cuda_grid(n, 256), 256, 0, c->stream>>>((__nv_bfloat16 *)c->ones16, n);
+    LOOM_CUDA_LAUNCHED();
+    c->ones16_f16 = c->matmul_f16;
+    return c->ones16;
+}
+
 /* out[C] += the column sums of in[N,C], in fp32 (in16 = 0) or in the products' 16-bit type
- * (in16 = 1), summed as loom_cuda_colsum_accumulate does. With dst (fp32 in only), the same pass
- * also converts in into dst in the 16-bit type, as loom_cuda_to16. out NULL: only that
- * conversion. */
+ * (in16 = 1). A 16-bit in is summed by the tensor cores, as the product in^T . 1 with a column of
+ * ones, accumulated in fp32 onto out (cuBLASLt reads in at 3.2-3.8 TB/s on an H200 where the
+ * column-sum kernel reaches 2.2-2.6: bench_cuda_linear colsum / aug); an fp32 in by the
+ * column-sum kernel (in double over fixed row chunks, as loom_cuda_colsum_accumulate, so it
+ * equals the fp32 op's sum bit for bit). With dst (fp32 in only), that kernel's pass also
+ * converts in into dst in the 16-bit type, as loom_cuda_to16. out NULL: only that conversion. */
 static void colsum_convert(struct loom_backend *be, float *out, void *dst, const void *in,
                            int in16, int64_t N, int64_t C) {
     if (N <= 0 || C <= 0) return;
@@ -442,6 +470,7 @@ static void colsum_convert(struct loom_backend *be, float *out, void *dst, const
         if (dst) loom_cuda_to16(be, dst, (const float *)in, N * C);
         return;
     }
+    if (in16 && lt_gemm(be, 0, 0, C, 1, N, in, C, ones16(be, N), N, 1.0f, out, C, NULL)) return;
     const enum loom_dtype t16 = loom_cuda_impl(be)->matmul_f16 ? LOOM_DTYPE_F16 : LOOM_DTYPE_BF16;
     loom_cuda_colsum_convert(be, out, dst, t16, in, in16 ? t16 : LOOM_DTYPE_F32, N, C);
 }
