@@ -52,6 +52,9 @@ struct loom_gpt_config {
      * Megatron-LM's --use-rope-scaling takes --rope-scaling-factor (8) with low 1, high 4 and an
      * original context of 8192, Hugging Face's rope_scaling gives all four */
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_positions;
+    /* Megatron-LM's --rotary-seq-len-interpolation-factor: rotary positions divided by it (every
+     * frequency, after the scaling above); 0 = none */
+    double rope_interpolation;
     int bias;                /* biases on linear layers */
     int qkv_bias;            /* the qkv product's bias even without the others (--add-qkv-bias,
                                 Qwen2's attention) */
@@ -83,7 +86,8 @@ static inline struct loom_rope loom_gpt_rope(const struct loom_gpt_config *c) {
                           c->rope_factor,
                           c->rope_low_freq_factor,
                           c->rope_high_freq_factor,
-                          c->rope_original_max_positions};
+                          c->rope_original_max_positions,
+                          c->rope_interpolation};
     return r;
 }
 /* Parameter count N (tied embedding counted once, padded vocabulary rows included). */

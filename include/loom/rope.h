@@ -12,6 +12,10 @@
  * by factor where w > L / low_freq_factor (low ones), and between the two becomes
  * (1 - s) f / factor + s f with s = (L / w - low_freq_factor) / (high_freq_factor -
  * low_freq_factor).
+ *
+ * With interpolation > 0 every frequency is then divided by it: positions interpolated linearly,
+ * p / interpolation taking p's place (Megatron-LM's --rotary-seq-len-interpolation-factor, Hugging
+ * Face's rope_scaling of rope_type "linear").
  */
 #ifndef LOOM_ROPE_H
 #define LOOM_ROPE_H
@@ -32,6 +36,7 @@ struct loom_rope {
     int64_t dims;  /* values of a head that rotate: even, at most HS; 0 = all HS */
     double factor; /* Llama 3.1's rescaling: 0 = none */
     double low_freq_factor, high_freq_factor, original_max_positions;
+    double interpolation; /* positions divided by it: 0 = none */
 };
 
 /* The rotated values of a head of HS */
@@ -39,8 +44,8 @@ LOOM_HD int64_t loom_rope_dims(const struct loom_rope *r, int64_t HS) {
     return r->dims > 0 ? r->dims : HS;
 }
 
-/* f_i, in double, for a head of HS */
-LOOM_HD double loom_rope_freq(const struct loom_rope *r, int64_t HS, int64_t i) {
+/* f_i before the interpolation, in double, for a head of HS */
+LOOM_HD double loom_rope_freq_scaled(const struct loom_rope *r, int64_t HS, int64_t i) {
     const double dims = (double)loom_rope_dims(r, HS);
     const double f = pow(r->theta, -2.0 * (double)i / dims);
     if (!(r->factor > 0)) return f;
@@ -49,6 +54,12 @@ LOOM_HD double loom_rope_freq(const struct loom_rope *r, int64_t HS, int64_t i) 
     if (w > L / r->low_freq_factor) return f / r->factor;
     const double s = (L / w - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
     return (1.0 - s) * f / r->factor + s * f;
+}
+
+/* f_i, in double, for a head of HS: after the scaling, the interpolation */
+LOOM_HD double loom_rope_freq(const struct loom_rope *r, int64_t HS, int64_t i) {
+    const double f = loom_rope_freq_scaled(r, HS, i);
+    return r->interpolation > 0 ? f / r->interpolation : f;
 }
 
 #endif

@@ -99,6 +99,9 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
                                                                     : "learned_absolute"));
     json_object_set_new(mc, "rotary_base", json_real(c->rope_theta));
     json_object_set_new(mc, "rotary_percent", json_real(c->rotary_percent));
+    if (c->rope_interpolation > 0)
+        json_object_set_new(mc, "rotary_seq_len_interpolation_factor",
+                            json_real(c->rope_interpolation));
     if (c->rope_factor > 0) { /* Llama 3.1's scaling, under Hugging Face's names */
         json_t *rs = json_object();
         json_object_set_new(rs, "factor", json_real(c->rope_factor));
@@ -383,6 +386,9 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
      * the frequencies unscaled. Checked with the rest of the configuration when it is used. */
     if (json_object_get(mc, "rotary_percent"))
         LOOM_CHECK(get_num(mc, "rotary_percent", file, &c->rotary_percent));
+    if (json_object_get(mc, "rotary_seq_len_interpolation_factor"))
+        LOOM_CHECK(
+            get_num(mc, "rotary_seq_len_interpolation_factor", file, &c->rope_interpolation));
     json_t *rs = json_object_get(mc, "rope_scaling");
     if (rs) {
         if (!json_is_object(rs))

@@ -214,17 +214,29 @@ static int json_flag(json_t *o, const char *key, int dflt) {
     return json_is_boolean(v) ? json_is_true(v) : dflt;
 }
 
-/* Llama 3.1's rope_scaling (rope_type, or the older key type, "llama3") into c; absent, null or
- * rope_type "default": none. Other kinds (linear, dynamic, yarn, longrope) are refused. */
+/* rope_scaling (rope_type, or the older key type) into c: "llama3" (Llama 3.1's rescaling) or
+ * "linear" (positions divided by factor: the interpolation); absent, null or "default": none.
+ * Other kinds (dynamic, yarn, longrope) are refused. */
 static enum loom_status rope_scaling_of(json_t *o, const char *path, struct loom_gpt_config *c) {
     json_t *rs = json_object_get(o, "rope_scaling");
     if (!rs || json_is_null(rs)) return LOOM_OK;
     const char *kind = json_string_value(json_object_get(rs, "rope_type"));
     if (!kind) kind = json_string_value(json_object_get(rs, "type"));
     if (kind && !strcmp(kind, "default")) return LOOM_OK;
+    if (kind && !strcmp(kind, "linear")) {
+        json_t *v = json_object_get(rs, "factor");
+        if (!json_is_number(v) || !(json_number_value(v) > 0))
+            return loom_fail(LOOM_ERR_FORMAT,
+                             "%s: rope_scaling \"factor\" of rope_type linear must be a positive "
+                             "number",
+                             path);
+        c->rope_interpolation = json_number_value(v);
+        return LOOM_OK;
+    }
     if (!json_is_object(rs) || !kind || strcmp(kind, "llama3"))
         return loom_fail(LOOM_ERR_UNSUPPORTED,
-                         "%s: rope_scaling of rope_type \"%s\" is not supported (llama3 only)",
+                         "%s: rope_scaling of rope_type \"%s\" is not supported (llama3 or "
+                         "linear)",
                          path, kind ? kind : "(missing)");
     const char *keys[] = {"factor", "low_freq_factor", "high_freq_factor",
                           "original_max_position_embeddings"};
@@ -382,6 +394,11 @@ static enum loom_status arch_of(const struct loom_gpt_config *c, enum arch *arch
                          "this model has no Hugging Face equivalent: a qkv bias alone "
                          "(--add-qkv-bias) exports only as Qwen2, which needs RMSNorm, SwiGLU, "
                          "rope and no query-key norms");
+    if (llama && c->rope_factor > 0 && c->rope_interpolation > 0)
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "this model has no Hugging Face equivalent: its rope_scaling is one kind, "
+                         "Llama 3.1's (--use-rope-scaling) or linear "
+                         "(--rotary-seq-len-interpolation-factor), not both");
     if (llama && c->rotary_percent != 1)
         return loom_fail(LOOM_ERR_UNSUPPORTED,
                          "this model has no Hugging Face equivalent: its Llama rotates whole heads "
@@ -446,6 +463,10 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
             json_object_set_new(rs, "original_max_position_embeddings",
                                 json_integer((json_int_t)c->rope_original_max_positions));
             json_object_set_new(o, "rope_scaling", rs);
+        } else if (c->rope_interpolation > 0) { /* positions interpolated */
+            json_object_set_new(
+                o, "rope_scaling",
+                json_pack("{s:s, s:f}", "rope_type", "linear", "factor", c->rope_interpolation));
         } else {
             json_object_set_new(o, "rope_scaling", json_null());
         }

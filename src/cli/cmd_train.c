@@ -24,6 +24,7 @@ struct train_flags {
         *rampup, *tb_dir;
     double start_wd, end_wd, decoupled_lr, decoupled_min_lr;
     double rope_factor, rope_low, rope_high, rope_orig; /* Llama 3.1's rope scaling */
+    double rope_interp; /* --rotary-seq-len-interpolation-factor */
     double norm_eps, rope_base, rope_percent, hidden_dropout, attention_dropout, lr, min_lr, warmup_init,
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
         min_loss_scale, exit_mins;
@@ -128,6 +129,8 @@ static enum loom_status apply_checkpoint_arch(struct loom_flag *flags, int nflag
     if (!loom_flags_find(flags, nflags, "--rotary-base")->given) f->rope_base = saved.rope_theta;
     if (!loom_flags_find(flags, nflags, "--rotary-percent")->given)
         f->rope_percent = saved.rotary_percent;
+    if (!loom_flags_find(flags, nflags, "--rotary-seq-len-interpolation-factor")->given)
+        f->rope_interp = saved.rope_interpolation;
     if (!loom_flags_find(flags, nflags, "--use-rope-scaling")->given && saved.rope_factor > 0) {
         f->rope_scaling = 1;
         if (!loom_flags_find(flags, nflags, "--rope-scaling-factor")->given)
@@ -295,8 +298,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--mmap-bin-files", 0, "indexed datasets are always memory-mapped", NULL, NULL},
     {"--no-mmap-bin-files", 0, "indexed datasets are always memory-mapped (the samples read are "
      "the same)", NULL, NULL},
-    {"--rotary-seq-len-interpolation-factor", 1, NULL, "rotary positions are not interpolated",
-     NULL},
     {"--squared-relu", 0, NULL, "the MLP's activation is GELU, or SwiGLU with --swiglu", NULL},
     {"--profile-step-start", 1, NULL, NO_PROFILER, NULL},
     {"--profile-step-end", 1, NULL, NO_PROFILER, NULL},
@@ -411,6 +412,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--rotary-base", LOOM_FLAG_FLOAT, &f.rope_base, "rotary base theta", NULL, 0},
         {"--rotary-percent", LOOM_FLAG_FLOAT, &f.rope_percent, "share of each head's values that rotate: the first head size x this (an even count), the rest pass through", NULL, 0},
         {"--use-rope-scaling", LOOM_FLAG_BOOL, &f.rope_scaling, "rescale the rotary frequencies as Llama 3.1 does (by --rope-scaling-factor; low/high frequency factors 1 and 4, original context 8192)", NULL, 0},
+        {"--rotary-seq-len-interpolation-factor", LOOM_FLAG_FLOAT, &f.rope_interp, "divide the rotary positions by this (linear interpolation to a longer context; 0 = none)", NULL, 0},
         {"--rope-scaling-factor", LOOM_FLAG_FLOAT, &f.rope_factor, "Llama 3.1's rotary scaling factor (with --use-rope-scaling)", NULL, 0},
         {"--use-rotary-position-embeddings", LOOM_FLAG_BOOL, &f.use_rope, "as --position-embedding-type rope (older Megatron-LM)", NULL, 0},
         {"--no-position-embedding", LOOM_FLAG_BOOL, &f.no_posemb, "no learned absolute position embedding (older Megatron-LM)", NULL, 0},
@@ -762,6 +764,7 @@ int loom_cmd_train(int argc, char **argv) {
                                                      : LOOM_POSEMB_LEARNED;
     c.model.rope_theta = f.rope_base;
     c.model.rotary_percent = f.rope_percent;
+    c.model.rope_interpolation = f.rope_interp;
     if (f.rope_scaling) {
         c.model.rope_factor = f.rope_factor;
         c.model.rope_low_freq_factor = f.rope_low;

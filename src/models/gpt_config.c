@@ -73,6 +73,11 @@ enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int
     }
     if (c->rope_factor < 0 || c->rope_factor != c->rope_factor)
         BAD("--rope-scaling-factor must be positive (got %g)", c->rope_factor);
+    if (c->rope_interpolation < 0 || c->rope_interpolation != c->rope_interpolation)
+        BAD("--rotary-seq-len-interpolation-factor must be positive (got %g)",
+            c->rope_interpolation);
+    if (c->rope_interpolation > 0 && c->posemb != LOOM_POSEMB_ROPE)
+        BAD("--rotary-seq-len-interpolation-factor needs --position-embedding-type rope");
     if (c->rope_factor > 0) {
         if (c->posemb != LOOM_POSEMB_ROPE)
             BAD("--use-rope-scaling needs --position-embedding-type rope");

@@ -901,6 +901,9 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", rotary on %lld of %lld values",
                  (long long)loom_gpt_rope(&c->model).dims,
                  (long long)loom_gpt_head_size(&c->model));
+    if (c->model.rope_interpolation > 0) /* --rotary-seq-len-interpolation-factor */
+        snprintf(docs + strlen(docs), sizeof docs - strlen(docs),
+                 ", rotary positions divided by %g", c->model.rope_interpolation);
     if (c->model.rope_factor > 0) /* --use-rope-scaling */
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs),
                  ", rotary frequencies scaled (Llama 3.1: factor %g, low %g, high %g, context %g)",

@@ -89,6 +89,8 @@ expect_error "optimizer instances" "--num-distributed-optimizer-instances 2: onl
 expect_error "rope scaling factor alone" "--rope-scaling-factor 4 needs --use-rope-scaling" "$LOOM" "${T[@]}" --position-embedding-type rope --rope-scaling-factor 4
 expect_error "rope scaling factor" "--rope-scaling-factor must be positive (got -2)" "$LOOM" "${T[@]}" --position-embedding-type rope --use-rope-scaling --rope-scaling-factor -2
 expect_error "rope scaling without rope" "--use-rope-scaling needs --position-embedding-type rope" "$LOOM" "${T[@]}" --use-rope-scaling
+expect_error "rope interpolation" "--rotary-seq-len-interpolation-factor must be positive (got -1)" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-seq-len-interpolation-factor -1
+expect_error "rope interpolation without rope" "--rotary-seq-len-interpolation-factor needs --position-embedding-type rope" "$LOOM" "${T[@]}" --rotary-seq-len-interpolation-factor 2
 expect_error "tensorboard interval" "--tensorboard-log-interval must be >= 1 (got 0)" "$LOOM" "${T[@]}" --tensorboard-log-interval 0
 expect_error "context parallel" "--context-parallel-size 2: context parallelism is not implemented" "$LOOM" "${T[@]}" --context-parallel-size 2
 expect_error "partial rotary, odd" "--rotary-percent 0.1 rotates 0 of each head's 8 values: that must be an even count of at least 2" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-percent 0.1
@@ -178,7 +180,7 @@ expect_error "qkv bias against the checkpoint" "--add-qkv-bias contradicts the c
 # Llama 3.1's rope scaling is taken; other kinds and partial rotary are not Hugging Face's Llama
 llama='"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10'
 echo "{$llama, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}" > "$tmp/bad/config.json"
-expect_error "rope scaling kind" "rope_scaling of rope_type \"yarn\" is not supported (llama3 only)" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
+expect_error "rope scaling kind" "rope_scaling of rope_type \"yarn\" is not supported (llama3 or linear)" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
 echo "{$llama, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1}}" > "$tmp/bad/config.json"
 expect_error "rope scaling fields" "rope_scaling \"high_freq_factor\" missing or not a number" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
 echo "{$llama, \"partial_rotary_factor\": 0.5}" > "$tmp/bad/config.json"
@@ -186,6 +188,8 @@ expect_error "partial rotary import" "partial_rotary_factor 0.5: llama rotates w
 "$LOOM" "${T[@]}" --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights --rotary-percent 0.5 --save "$tmp/rpck" > /dev/null 2>&1
 expect_error "partial rotary export" "its Llama rotates whole heads (--rotary-percent 0.5)" "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/rpck" --save-dir "$tmp/rphf"
 [ ! -e "$tmp/rphf/model.safetensors" ] || { fail=$((fail + 1)); echo "FAIL: a refused export left a file"; }
+"$LOOM" "${T[@]}" --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights --use-rope-scaling --rotary-seq-len-interpolation-factor 2 --save "$tmp/rsck" > /dev/null 2>&1
+expect_error "two rope scalings export" "its rope_scaling is one kind, Llama 3.1's (--use-rope-scaling) or linear (--rotary-seq-len-interpolation-factor), not both" "$LOOM" convert --loader loom --saver hf --load-dir "$tmp/rsck" --save-dir "$tmp/rphf"
 echo '{"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "head_dim": 3, "vocab_size": 10}' > "$tmp/bad/config.json"
 expect_error "GPT-2 import of another head size" "head_dim 3: GPT-2's heads are n_embd / n_head wide (8 / 2)" "$LOOM" convert --loader hf --saver loom --load-dir "$tmp/bad" --save-dir "$tmp/out"
 echo '{"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8, "num_attention_heads": 2, "head_dim": -2, "intermediate_size": 16, "vocab_size": 10}' > "$tmp/bad/config.json"

@@ -22,7 +22,9 @@
 # with that head_dim; and the Llama-style model with Qwen2's q/k/v biases (Megatron-LM's
 # --add-qkv-bias), in from and back out to Qwen2's form (a reference whose init has those biases
 # zeroed fails 63 checks); and the Llama-style model with Llama 3.1's rescaled rotary frequencies
-# (rope_scaling of rope_type llama3: Megatron-LM's --use-rope-scaling), which must come back out.
+# (rope_scaling of rope_type llama3: Megatron-LM's --use-rope-scaling), and with its rotary
+# positions divided by 4 (rope_type linear: --rotary-seq-len-interpolation-factor), each of which
+# must come back out.
 set -euo pipefail
 LOOM=${LOOM:-build/loom}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -36,7 +38,7 @@ common=(--mock-data --train-iters 5 --micro-batch-size 2 --global-batch-size 4 -
 # --vocab-size 99: the model's vocabulary of 100), which the mock sequences hit now and then
 for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "llama docs" \
     "gpt2 docs-mask" "llama docs-positions" "llama decoupled" "llama qknorm" \
-    "llama headdim" "llama qkvbias" "llama ropescale"; do
+    "llama headdim" "llama qkvbias" "llama ropescale" "llama ropelinear"; do
   set -- $case
   arch=$1 d="$tmp/${case// /-}" extra=() ref_extra=()
   # what the log must say and the exported config.json hold, for the cases that have one
@@ -63,6 +65,10 @@ for case in gpt2 llama "gpt2 eod" "gpt2 eod-per-token" "gpt2 erf" "gpt2 docs" "l
     ref_extra=(--rope-scaling 8)
     what="Llama 3.1's rotary scaling" logged='rotary frequencies scaled (Llama 3.1: factor 8, low 1, high 4, context 32)'
     exported='"rope_type": "llama3"'
+  elif [ "${2:-}" = ropelinear ]; then # rope_scaling linear: --rotary-seq-len-interpolation-factor
+    ref_extra=(--rope-linear 4)
+    what="rotary positions interpolated" logged='rotary positions divided by 4'
+    exported='"rope_type": "linear"'
   elif [ "${2:-}" = decoupled ]; then # the embedding and output layer at 4x the others' rate
     extra=(--decoupled-lr 4e-3)
     ref_extra=(--decoupled-lr 4e-3)

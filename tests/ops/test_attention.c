@@ -480,14 +480,18 @@ static void test_dropout_layout(void) {
  * _compute_llama3_parameters: wavelengths above original / low_freq_factor divided by factor,
  * below original / high_freq_factor kept, the band between interpolated */
 static double ref_rope_freq(const struct loom_rope *r, int64_t D, int64_t ii) {
-    const double f = 1.0 / pow(r->theta, (double)(2 * ii) / (double)D);
-    if (r->factor <= 0) return f;
-    const double wavelen = 2.0 * 3.14159265358979323846 / f, old = r->original_max_positions;
-    if (wavelen > old / r->low_freq_factor) return f / r->factor;
-    if (wavelen < old / r->high_freq_factor) return f;
-    const double smooth =
-        (old / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
-    return (1.0 - smooth) * f / r->factor + smooth * f;
+    double f = 1.0 / pow(r->theta, (double)(2 * ii) / (double)D);
+    if (r->factor > 0) {
+        const double wavelen = 2.0 * 3.14159265358979323846 / f, old = r->original_max_positions;
+        const double smooth =
+            (old / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+        if (wavelen > old / r->low_freq_factor)
+            f = f / r->factor;
+        else if (!(wavelen < old / r->high_freq_factor))
+            f = (1.0 - smooth) * f / r->factor + smooth * f;
+    }
+    /* then Megatron-LM's positions p / interpolation (rope_type "linear") */
+    return r->interpolation > 0 ? f / r->interpolation : f;
 }
 
 /* position of token bt: pos0 + pos[bt], or pos0 + bt % T without pos; the first D values of a
@@ -526,7 +530,7 @@ static void test_rope_pos(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     memcpy(y, x, (size_t)N * sizeof(float));
     loom_op(g_be, rope, y, LOOM_DTYPE_F32, pos, B, T, NH, NKV, HS, pos0, r, 0);
     ref_rope(ry, x, B, T, NH, NKV, HS, pos0, r, pos);
-    if (r->dims || r->factor > 0) { /* the reference differs from whole-head, unscaled rope */
+    if (r->dims || r->factor > 0 || r->interpolation > 0) { /* not whole-head, plain rope */
         double *plain = ALLOCD(N);
         ref_rope(plain, x, B, T, NH, NKV, HS, pos0, &(struct loom_rope){.theta = r->theta}, pos);
         int64_t differ = 0;
@@ -585,7 +589,9 @@ static void test_rope_pos(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     printf("%-4s rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld rotated %lld%s%s\n",
            expect_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
            (long long)NKV, (long long)HS, (long long)pos0, (long long)(r->dims ? r->dims : HS),
-           r->factor > 0 ? " llama3 scaling" : "",
+           r->factor > 0          ? " llama3 scaling"
+           : r->interpolation > 0 ? " interpolated"
+                                  : "",
            pos ? " per-token positions (restarting at documents)" : "");
     free(x), free(y), free(ry), free(W), free(fd), free(gp), free(xp);
 }
@@ -839,6 +845,11 @@ int main(int argc, char **argv) {
         test_rope_pos(1, 40, 4, 2, 64, 100, NULL, &llama3);
         struct loom_rope both = llama3;
         both.dims = 32;
+        test_rope_pos(1, 40, 2, 1, 64, 0, NULL, &both);
+        /* positions interpolated (--rotary-seq-len-interpolation-factor) */
+        test_rope_pos(2, 33, 4, 2, 16, 0, NULL,
+                      &(struct loom_rope){.theta = 10000.0, .interpolation = 4.0});
+        both.interpolation = 2.0;
         test_rope_pos(1, 40, 2, 1, 64, 0, NULL, &both);
         {
             static const int lens[2][8] = {{1, 5, 12, 1}, {30}};

@@ -23,6 +23,8 @@
       --rope-scaling F (llama only, make and check): Llama 3.1's rescaled rotary frequencies
       (config rope_scaling of rope_type llama3, factor F, low and high frequency factors 1 and 4,
       an original context of 32 so that the head's 8 frequencies fall in all three of its bands).
+      --rope-linear F (llama only, make and check): rotary positions divided by F (config
+      rope_scaling of rope_type linear: Megatron-LM's --rotary-seq-len-interpolation-factor).
 
 Nothing here is derived from loom's code paths except the documented mock-data recipe and the
 Philox4x32-10 generator, re-implemented from their definitions.
@@ -241,7 +243,9 @@ def forward(arch, cfg, w, tokens, targets, docs=None):
         rms = lambda x, wt: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * wt
         inv = theta ** (-torch.arange(0, HS, 2) / HS)
         rs = cfg.get("rope_scaling")
-        if rs:  # Llama 3.1's rule, from its published definition (rope_type "llama3")
+        if rs and rs["rope_type"] == "linear":  # positions p / factor
+            inv = inv / rs["factor"]
+        elif rs:  # Llama 3.1's rule, from its published definition (rope_type "llama3")
             L, lo, hi, fac = (rs["original_max_position_embeddings"], rs["low_freq_factor"],
                               rs["high_freq_factor"], rs["factor"])
             wavelen = 2 * math.pi / inv
@@ -331,6 +335,8 @@ def main():
                     help="llama: Qwen2's biases on q, k and v (config model_type qwen2)")
     ap.add_argument("--rope-scaling", type=float, default=0.0,
                     help="llama: Llama 3.1's rotary scaling by this factor (config rope_scaling)")
+    ap.add_argument("--rope-linear", type=float, default=0.0,
+                    help="llama: rotary positions divided by this (config rope_scaling linear)")
     a = ap.parse_args()
     cfg = dict(CONFIGS[a.arch])
     if a.vocab:
@@ -356,6 +362,9 @@ def main():
         assert a.arch == "llama", "--rope-scaling is for --arch llama"
         cfg["rope_scaling"] = dict(rope_type="llama3", factor=a.rope_scaling, low_freq_factor=1.0,
                                    high_freq_factor=4.0, original_max_position_embeddings=32)
+    if a.rope_linear:
+        assert a.arch == "llama" and not a.rope_scaling, "--rope-linear is for --arch llama"
+        cfg["rope_scaling"] = dict(rope_type="linear", factor=a.rope_linear)
     if a.cmd == "make":
         import os
         os.makedirs(a.out, exist_ok=True)
