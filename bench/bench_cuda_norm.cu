@@ -7,7 +7,7 @@
  * once: forward x and out; residual x, r, xs and out; backward x, dout, dinp read and written; the
  * per-row statistics and the weights are counted, the weight gradients' partial sums are not).
  * Then the query and key head norms (head_norm.cu) of bf16 qkv rows at GPT-2 124M's and 350M's
- * heads (12 and 16 of 64), against the gathers, norms and scatters they replace.
+ * heads (12 and 16 of 64).
  *
  *   bench_cuda_norm [calls [N]]      (default 50 calls, N = 16384)
  */
@@ -119,12 +119,11 @@ int main(int argc, char **argv) {
     /* the query and key head norms (--qk-layernorm) of bf16 qkv rows, NH heads of 64 (GPT-2
      * 124M: 12, 350M: 16): the bytes they must move are the query and key vectors read and
      * written, the kept copy written (forward), or dqkv's query and key part read and written and
-     * the kept copy read (backward), and the statistics. Against them, the way the model took
-     * before: the vectors gathered into fp32 rows (copy_strided), the norms over rows of 64, and
-     * the results written back (the backward: gathers, norm backward, scatters). */
+     * the kept copy read (backward), and the statistics. (The gathers into fp32 rows, norms over
+     * rows of 64 and scatters they replaced took 330 / 613 us at 12 heads: docs/benchmarks.md.) */
     const int64_t HS = 64;
     for (int64_t NH = 12; NH <= 16; NH += 4) {
-        const int64_t NKV = NH, R = NH / NKV, G = (R + 2) * HS, nv = N * (NH + NKV);
+        const int64_t NKV = NH, nv = N * (NH + NKV);
         /* bytes of the query and key vectors, of their statistics, of one weight row */
         const double qk = 2.0 * (double)(nv * HS), hstats = 8.0 * (double)nv, hw = 4.0 * HS;
         void *qkv16 = bench_alloc(be, (size_t)(N * (NH + 2 * NKV) * HS) * 2);
@@ -148,29 +147,6 @@ int main(int argc, char **argv) {
         TIME("head_norm_backward, rmsnorm", 3.0 * qk + hstats / 2 + 2.0 * hw,
              loom_cuda_head_norm_backward(be, 1, dqkv16, bf, dw, NULL, dw, NULL, keep16, NULL,
                                           hrstd, w, w, N, NH, NKV, HS));
-        if (nv * HS <= nmax) { /* the fp32 rows fit the buffers above */
-            const int64_t nq = N * NH;
-            char *k16 = (char *)qkv16 + R * HS * 2, *dk16 = (char *)dqkv16 + R * HS * 2;
-            TIME("before: gathers, layernorm_forward, scatters", 3.0 * qk + hstats, {
-                loom_cuda_copy_strided(be, x, f32, R * HS, qkv16, bf, G, N * NKV, R * HS);
-                loom_cuda_copy_strided(be, x + nq * HS, f32, HS, k16, bf, G, N * NKV, HS);
-                loom_cuda_layernorm_forward_typed(be, out, f32, hmean, hrstd, x, w, b, nv, HS, eps);
-                loom_cuda_copy_strided(be, qkv16, bf, G, out, f32, R * HS, N * NKV, R * HS);
-                loom_cuda_copy_strided(be, k16, bf, G, out + nq * HS, f32, HS, N * NKV, HS);
-            });
-            TIME("before: gathers, layernorm_backward, scatters", 3.0 * qk + hstats, {
-                loom_cuda_copy_strided(be, dout, f32, R * HS, dqkv16, bf, G, N * NKV, R * HS);
-                loom_cuda_copy_strided(be, dout + nq * HS, f32, HS, dk16, bf, G, N * NKV, HS);
-                be->ops->zero(be, dinp, (size_t)(nv * HS) * 4);
-                loom_cuda_layernorm_backward_typed(be, dinp, NULL, NULL, dw, db, dout, f32, x, w,
-                                                   hmean, hrstd, nq, HS);
-                loom_cuda_layernorm_backward_typed(be, dinp + nq * HS, NULL, NULL, dw, db,
-                                                   dout + nq * HS, f32, x + nq * HS, w, hmean + nq,
-                                                   hrstd + nq, N * NKV, HS);
-                loom_cuda_copy_strided(be, dqkv16, bf, G, dinp, f32, R * HS, N * NKV, R * HS);
-                loom_cuda_copy_strided(be, dk16, bf, G, dinp + nq * HS, f32, HS, N * NKV, HS);
-            });
-        }
         void *hb[] = {qkv16, dqkv16, keep16, hmean, hrstd};
         for (int i = 0; i < 5; i++)
             be->ops->free(be, hb[i]);

@@ -84,14 +84,6 @@ struct loom_backend_ops {
     /* p[k * stride + i] = 0 for k < count, i < len: count runs of len floats, stride apart */
     void (*zero_strided)(struct loom_backend *be, float *p, int64_t count, int64_t len,
                          int64_t stride);
-    /* A block of rows x len elements copied between strided rows, with a change of type:
-     * dst[r * dst_stride + i] = src[r * src_stride + i] for r < rows, i < len, read as src_dt and
-     * written as dst_dt (rounded to nearest even where it narrows). The types: LOOM_DTYPE_F32, or
-     * activation_dtype's 16-bit type where the backend has one. dst and src do not overlap. (The
-     * per-head query and key vectors of a qkv row gathered into rows of their own and back.) */
-    void (*copy_strided)(struct loom_backend *be, void *dst, enum loom_dtype dst_dt,
-                         int64_t dst_stride, const void *src, enum loom_dtype src_dt,
-                         int64_t src_stride, int64_t rows, int64_t len);
     void (*synchronize)(struct loom_backend *be);
     /* [p, p + bytes) was written other than through these ops (by a collective of a
      * communication backend): whatever the backend derived from it is stale. NULL: nothing. */

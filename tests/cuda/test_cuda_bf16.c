@@ -15,9 +15,7 @@
  * rounded inputs (see run_linear_gelu), the GELU MLP with its activations in bf16 likewise (see
  * run_mlp_act16), the typed linear ops with fp32 operands against the CPU (see
  * run_typed_f32), and SwiGLU and rotary embeddings on bf16 arrays against their fp32 kernels on
- * the same values (see run_swiglu_bf16, run_rope_bf16). copy_strided (the query and key heads of
- * --qk-layernorm gathered from qkv rows and written back) with each pair of fp32 and bf16 types
- * against the host's copy and rounding, bit for bit (see run_copy_strided). The query and key
+ * the same values (see run_swiglu_bf16, run_rope_bf16). The query and key
  * head norms (head_norm_forward / _backward) on fp32 and bf16 qkv against the CPU backend's ops
  * on the same values, and two runs for the same bits (see run_head_norm).
  *
@@ -727,59 +725,6 @@ static void run_rope_bf16(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t
     free(x);
 }
 
-/* copy_strided from rows of src_stride to rows of dst_stride (len of each, rows of them), each pair
- * of fp32 and bf16 types: every copied element the host's value (widened exactly, or rounded to
- * nearest even), bit for bit; the elements between the runs keep what they held. The fp32 pair
- * also against the CPU backend's op. */
-static void run_copy_strided(int64_t rows, int64_t len, int64_t src_stride, int64_t dst_stride,
-                             uint64_t seed) {
-    const int64_t ns = rows * src_stride, nd = rows * dst_stride;
-    float *src = ct_randn(ns, seed, 1.0f, 0.0f), *src_r = ct_rounded(src, ns, 0);
-    float *fill = ct_randn(nd, seed + 1, 1.0f, 3.0f), *fill_r = ct_rounded(fill, nd, 0);
-    for (int s16 = 0; s16 < 2; s16++)
-        for (int d16 = 0; d16 < 2; d16++) {
-            const enum loom_dtype st = s16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F32,
-                                  dt = d16 ? LOOM_DTYPE_BF16 : LOOM_DTYPE_F32;
-            const float *sv = s16 ? src_r : src; /* the source's values as stored */
-            void *ds = s16 ? ct_dput16(g_gpu, src, ns, 0) : (void *)ct_dputf(g_gpu, src, ns);
-            void *dd = d16 ? ct_dput16(g_gpu, fill, nd, 0) : (void *)ct_dputf(g_gpu, fill, nd);
-            loom_op(g_gpu, copy_strided, dd, dt, dst_stride, ds, st, src_stride, rows, len);
-            float *got = d16 ? ct_dget16(g_gpu, dd, nd, 0) : ct_dgetf(g_gpu, dd, nd);
-            float *want = ct_alloc((size_t)nd * sizeof(float));
-            memcpy(want, d16 ? fill_r : fill, (size_t)nd * sizeof(float));
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t i = 0; i < len; i++) {
-                    const float v = sv[r * src_stride + i];
-                    want[r * dst_stride + i] = d16 ? ct_from16(ct_to16(v, 0), 0) : v;
-                }
-            char what[160];
-            snprintf(what, sizeof what,
-                     "copy_strided %s -> %s rows %lld len %lld strides %lld -> %lld",
-                     s16 ? "bf16" : "f32", d16 ? "bf16" : "f32", (long long)rows, (long long)len,
-                     (long long)src_stride, (long long)dst_stride);
-            ct_exact(what, got, want, nd);
-            if (!s16 && !d16) { /* the CPU backend's op on the same arrays */
-                float *cs = ct_dputf(g_cpu, src, ns), *cd = ct_dputf(g_cpu, fill, nd);
-                loom_op(g_cpu, copy_strided, cd, dt, dst_stride, cs, st, src_stride, rows, len);
-                float *cpu = ct_dgetf(g_cpu, cd, nd);
-                snprintf(what, sizeof what, "copy_strided f32 rows %lld len %lld against the cpu",
-                         (long long)rows, (long long)len);
-                ct_exact(what, got, cpu, nd);
-                g_cpu->ops->free(g_cpu, cs);
-                g_cpu->ops->free(g_cpu, cd);
-                free(cpu);
-            }
-            g_gpu->ops->free(g_gpu, ds);
-            g_gpu->ops->free(g_gpu, dd);
-            free(got);
-            free(want);
-        }
-    free(src);
-    free(src_r);
-    free(fill);
-    free(fill_r);
-}
-
 /* linear_forward_typed writing bf16 (with the bias) and linear_backward_typed writing a bf16 dinp
  * from a bf16 input, against the CPU's fp32 ops on the rounded inputs (normwise 1e-2: the output
  * and the bias rounded to bf16); db sums the bf16 dout as stored. */
@@ -1082,11 +1027,6 @@ int main(void) {
     run_linear_bf16_arrays(37, 72, 50, 3600);      /* unaligned rows */
     /* the query heads (R = 4 of HS 64 in groups of 6 heads) and the keys of qkv rows, gathered
      * and written back; odd sizes */
-    run_copy_strided(2 * 64 * 2, 4 * 64, 6 * 64, 4 * 64, 4700);
-    run_copy_strided(2 * 64 * 2, 64, 6 * 64, 64, 4800);
-    run_copy_strided(2 * 64 * 2, 4 * 64, 4 * 64, 6 * 64, 4900);
-    run_copy_strided(37, 13, 29, 17, 5000);
-    run_copy_strided(1, 5, 5, 5, 5100);
     /* the query and key head norms: grouped and plain heads, HS 64 and 128 (16-byte accesses),
      * 24 (16-byte accesses with lanes left idle), 12, 7 and 64 unaligned (one value at a time),
      * 256 (the largest), GPT-2 124M's 12 heads of 64 */

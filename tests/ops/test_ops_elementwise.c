@@ -1,5 +1,4 @@
-/* CPU elementwise ops (add, axpy, scale, sumsq) against double-precision loops; copy_strided
- * against a plain loop (the copied runs equal, the elements between them untouched). */
+/* CPU elementwise ops (add, axpy, scale, sumsq) against double-precision loops. */
 #include <omp.h>
 #include <string.h>
 
@@ -54,35 +53,8 @@ static void test_size(int64_t n) {
     free(ref);
 }
 
-/* rows runs of len floats, src_stride apart, to dst_stride apart */
-static void test_copy_strided(int64_t rows, int64_t len, int64_t src_stride, int64_t dst_stride) {
-    const int64_t ns = rows * src_stride, nd = rows * dst_stride;
-    float *src = ops_alloc((size_t)ns * sizeof *src), *dst = ops_alloc((size_t)nd * sizeof *dst);
-    float *want = ops_alloc((size_t)nd * sizeof *want);
-    ops_fill(src, ns, 4, -1.0f, 1.0f);
-    ops_fill(dst, nd, 5, 2.0f, 3.0f);
-    memcpy(want, dst, (size_t)nd * sizeof *want);
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t i = 0; i < len; i++)
-            want[r * dst_stride + i] = src[r * src_stride + i];
-    loom_op(be, copy_strided, dst, LOOM_DTYPE_F32, dst_stride, src, LOOM_DTYPE_F32, src_stride,
-            rows, len);
-    char name[96];
-    snprintf(name, sizeof name, "copy_strided rows=%lld len=%lld strides %lld -> %lld",
-             (long long)rows, (long long)len, (long long)src_stride, (long long)dst_stride);
-    ops_check_true(name, memcmp(dst, want, (size_t)nd * sizeof *dst) == 0);
-    free(src);
-    free(dst);
-    free(want);
-}
-
 int main(void) {
     if (loom_backend_cpu_create(&be) != LOOM_OK) return 2;
-    test_copy_strided(3, 4, 6, 4);       /* query heads of a qkv row: gathered */
-    test_copy_strided(3, 4, 4, 6);       /* and written back */
-    test_copy_strided(4096, 16, 48, 16); /* past the one-thread size */
-    test_copy_strided(1, 5, 5, 5);
-
     const int64_t sizes[] = {1, 37, 100003};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) test_size(sizes[k]);
 

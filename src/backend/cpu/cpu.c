@@ -99,7 +99,6 @@ static const struct loom_backend_ops g_cpu_ops = {
     .copy = cpu_copy,
     .zero = cpu_zero,
     .zero_strided = cpu_zero_strided,
-    .copy_strided = loom_cpu_copy_strided,
     .synchronize = cpu_synchronize,
     .add = loom_cpu_add,
     .axpy = loom_cpu_axpy,

@@ -56,18 +56,3 @@ double loom_cpu_sumsq(struct loom_backend *be, const float *x, int64_t n) {
     for (int64_t k = 0; k < nb; k++) total += part[k];
     return total;
 }
-
-/* fp32 only, as every CPU activation: a plain copy of rows */
-void loom_cpu_copy_strided(struct loom_backend *be, void *dst, enum loom_dtype dst_dt,
-                           int64_t dst_stride, const void *src, enum loom_dtype src_dt,
-                           int64_t src_stride, int64_t rows, int64_t len) {
-    (void)be;
-    loom_cpu_need_f32(dst_dt, "copy_strided");
-    loom_cpu_need_f32(src_dt, "copy_strided");
-    float *d = dst;
-    const float *s = src;
-#pragma omp parallel for schedule(static) if (rows * len >= CPU_EW_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t i = 0; i < len; i++)
-            d[r * dst_stride + i] = s[r * src_stride + i];
-}

@@ -164,9 +164,6 @@ void loom_cuda_add(struct loom_backend *be, float *y, const float *a, const floa
 void loom_cuda_axpy(struct loom_backend *be, float *y, float alpha, const float *x, int64_t n);
 void loom_cuda_scale(struct loom_backend *be, float *x, float alpha, int64_t n);
 double loom_cuda_sumsq(struct loom_backend *be, const float *x, int64_t n);
-void loom_cuda_copy_strided(struct loom_backend *be, void *dst, enum loom_dtype dst_dt,
-                            int64_t dst_stride, const void *src, enum loom_dtype src_dt,
-                            int64_t src_stride, int64_t rows, int64_t len);
 
 /* embed.cu */
 void loom_cuda_embedding_forward(struct loom_backend *be, float *out, const int32_t *tokens,

@@ -197,7 +197,6 @@ static const struct loom_backend_ops g_cuda_ops = {
     .copy = cuda_copy,
     .zero = cuda_zero,
     .zero_strided = cuda_zero_strided,
-    .copy_strided = loom_cuda_copy_strided,
     .synchronize = cuda_synchronize,
     .written = cuda_written,
     .add = loom_cuda_add,

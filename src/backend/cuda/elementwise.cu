@@ -2,7 +2,6 @@
  *
  * add:   y[n] = a + b          axpy: y[n] += alpha * x          scale: x[n] *= alpha
  * sumsq: sum of x^2 in double, returned on the host (waits for the stream).
- * copy_strided: rows of len elements between strided rows, fp32 or bf16 either side.
  * Column sums over rows (bias and norm-weight gradients) run in fixed row chunks summed in
  * double, the chunk sums added in chunk order: no atomics, the same bits every run.
  */
@@ -50,54 +49,6 @@ void loom_cuda_scale(struct loom_backend *be, float *x, float alpha, int64_t n) 
     scale_kernel<<<loom_cuda_grid(n, LOOM_EW_THREADS), LOOM_EW_THREADS, 0,
                    loom_cuda_stream(be)>>>(x, alpha, n);
     LOOM_CUDA_LAUNCHED();
-}
-
-/* ---- strided copies with a change of type ---- */
-
-/* A warp a row, its lanes along the row (no division per element) */
-template <typename DT, typename ST>
-__global__ void copy_strided_kernel(DT *dst, int64_t dst_stride, const ST *src, int64_t src_stride,
-                                    int64_t rows, int64_t len) {
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-    for (int64_t r = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
-         r += warps) {
-        const ST *s = src + r * src_stride;
-        DT *d = dst + r * dst_stride;
-        for (int64_t i = lane; i < len; i += 32)
-            d[i] = loom_from_f32<DT>(loom_to_f32(s[i]));
-    }
-}
-
-template <typename DT, typename ST>
-static void copy_strided_launch(struct loom_backend *be, void *dst, int64_t dst_stride,
-                                const void *src, int64_t src_stride, int64_t rows, int64_t len) {
-    copy_strided_kernel<DT, ST>
-        <<<loom_cuda_grid(rows, LOOM_EW_THREADS / 32), LOOM_EW_THREADS, 0, loom_cuda_stream(be)>>>(
-            (DT *)dst, dst_stride, (const ST *)src, src_stride, rows, len);
-    LOOM_CUDA_LAUNCHED();
-}
-
-void loom_cuda_copy_strided(struct loom_backend *be, void *dst, enum loom_dtype dst_dt,
-                            int64_t dst_stride, const void *src, enum loom_dtype src_dt,
-                            int64_t src_stride, int64_t rows, int64_t len) {
-    for (enum loom_dtype dt : {dst_dt, src_dt})
-        if (dt != LOOM_DTYPE_F32 && dt != LOOM_DTYPE_BF16)
-            loom_abort(__FILE__, __LINE__,
-                       "cuda copy_strided: element type %s is not supported (f32, bf16)",
-                       loom_dtype_name(dt));
-    if (rows <= 0 || len <= 0) return;
-    loom_cuda_wrote(be, dst, (size_t)((rows - 1) * dst_stride + len) * loom_dtype_size(dst_dt));
-    const bool d16 = dst_dt == LOOM_DTYPE_BF16, s16 = src_dt == LOOM_DTYPE_BF16;
-    if (d16 && s16)
-        copy_strided_launch<__nv_bfloat16, __nv_bfloat16>(be, dst, dst_stride, src, src_stride,
-                                                          rows, len);
-    else if (d16)
-        copy_strided_launch<__nv_bfloat16, float>(be, dst, dst_stride, src, src_stride, rows, len);
-    else if (s16)
-        copy_strided_launch<float, __nv_bfloat16>(be, dst, dst_stride, src, src_stride, rows, len);
-    else
-        copy_strided_launch<float, float>(be, dst, dst_stride, src, src_stride, rows, len);
 }
 
 /* ---- sum of squares ---- */
