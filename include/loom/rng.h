@@ -13,13 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef LOOM_HD /* also defined, the same, by loom/rope.h */
-#ifdef __CUDACC__
-#define LOOM_HD __host__ __device__ __forceinline__
-#else
-#define LOOM_HD static inline
-#endif
-#endif
+#include "loom/hd.h"
 
 /* Philox4x32-10: counter (c0..c3), key (k0,k1) -> 4 random 32-bit words. */
 LOOM_HD void loom_philox(uint32_t c[4], uint32_t k0, uint32_t k1) {

@@ -23,13 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#ifndef LOOM_HD
-#ifdef __CUDACC__
-#define LOOM_HD __host__ __device__ __forceinline__
-#else
-#define LOOM_HD static inline
-#endif
-#endif
+#include "loom/hd.h"
 
 struct loom_rope {
     double theta;  /* the base */
