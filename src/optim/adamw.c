@@ -169,18 +169,9 @@ enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf
         len[nr] = p->local_shape[0] * p->local_shape[1];
         nr++;
     }
-    double ss = 0;
     int64_t z = 0;
-    if (be->ops->sumsq_ranges) {
-        ss = be->ops->sumsq_ranges(be, buf, off, len, nr, zeros ? &z : NULL);
-    } else if (!zeros) {
-        for (int k = 0; k < nr; k++)
-            ss += loom_op(be, sumsq, buf + off[k], len[k]);
-    }
+    double ss = loom_op(be, sumsq_ranges, buf, off, len, nr, zeros ? &z : NULL);
     free(off);
-    if (zeros && !be->ops->sumsq_ranges)
-        return loom_fail(LOOM_ERR_UNSUPPORTED, "--log-num-zeros-in-grad: this backend does not "
-                                               "count zeros");
     for (int g = 0; g < 2; g++) { /* over the tensor-, then the pipeline-parallel group */
         struct loom_comm *c = par->group[g ? LOOM_PDIM_PP : LOOM_PDIM_TP];
         if (loom_comm_size(c) <= 1) continue;
