@@ -67,6 +67,10 @@ struct loom_gpt_config {
      * activation for the backward instead of remaking it from the pre-activation
      * (--kept-activation-layers; 0: remade in every layer) */
     int64_t kept_act_layers;
+    /* layout, not architecture: the layers of the first and of the last pipeline stage
+     * (Megatron-LM's --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers),
+     * the other stages sharing the rest equally; 0: an equal share */
+    int64_t first_stage_layers, last_stage_layers;
 };
 
 /* Fill GPT-2-like defaults (12 layers, 768 hidden, ...). */
@@ -90,6 +94,12 @@ static inline struct loom_rope loom_gpt_rope(const struct loom_gpt_config *c) {
                           c->rope_interpolation};
     return r;
 }
+/* The layers [*l0, *l1) of pipeline stage `stage`'s virtual chunk `chunk` (pp stages of vpp
+ * chunks; an equal share each, or the first and last stages' own counts without chunks) */
+void loom_gpt_chunk_layers(const struct loom_gpt_config *c, int pp, int vpp, int stage, int chunk,
+                           int64_t *l0, int64_t *l1);
+/* The pipeline stage that holds layer l */
+int loom_gpt_layer_stage(const struct loom_gpt_config *c, int pp, int vpp, int64_t l);
 /* Parameter count N (tied embedding counted once, padded vocabulary rows included). */
 int64_t loom_gpt_num_params(const struct loom_gpt_config *c);
 

@@ -30,11 +30,8 @@
 /* ---- which ranks hold a parameter ---- */
 static int param_stage(const struct loom_gpt *m, const struct loom_param *p) {
     int pp = loom_pp_size(m->par);
-    if (p->layer >= 0) {
-        int vpp = m->par->vpp > 0 ? m->par->vpp : 1;
-        int64_t chunk_layers = m->cfg.num_layers / ((int64_t)pp * vpp);
-        return (int)((p->layer / chunk_layers) % pp);
-    }
+    if (p->layer >= 0)
+        return loom_gpt_layer_stage(&m->cfg, pp, m->par->vpp > 0 ? m->par->vpp : 1, p->layer);
     return strncmp(p->name, "embedding.", 10) == 0 ? 0 : pp - 1;
 }
 

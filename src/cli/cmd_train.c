@@ -32,6 +32,7 @@ struct train_flags {
         eval_iters, log_interval, tb_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
     int64_t ramp[3]; /* --rampup-batch-size, parsed */
     int64_t kv_channels, encoder_seq;
+    int64_t first_stage_layers, last_stage_layers; /* --decoder-first/last-pipeline-num-layers */
     int64_t ckpt_step;
     char ckpt_dir[4200]; /* --load's iteration --ckpt-step */
 };
@@ -287,8 +288,6 @@ static const struct megatron_flag megatron_flags[] = {
      "(--use-distributed-optimizer shards the optimizer's moments)", NULL},
     {"--tp-comm-overlap", 0, NULL, "tensor-parallel communication is not overlapped with the "
      "products", NULL},
-    {"--decoder-first-pipeline-num-layers", 1, NULL, EQUAL_STAGES, NULL},
-    {"--decoder-last-pipeline-num-layers", 1, NULL, EQUAL_STAGES, NULL},
     {"--account-for-embedding-in-pipeline-split", 0, NULL, EQUAL_STAGES, NULL},
     {"--tokenizer-model", 1, NULL, "SentencePiece and Hugging Face tokenizers are not "
      "implemented (--tokenizer-type GPT2BPETokenizer, BertWordPieceLowerCase/Case or "
@@ -497,6 +496,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--context-parallel-size", LOOM_FLAG_INT, &f.cp, "context-parallel ranks (1 only)", NULL, 0},
         {"--expert-model-parallel-size", LOOM_FLAG_INT, &f.ep, "expert-parallel ranks (1 only)", NULL, 0},
         {"--num-layers-per-virtual-pipeline-stage", LOOM_FLAG_INT, &f.vpp_layers, "interleaved schedule (0 = off)", NULL, 0},
+        {"--decoder-first-pipeline-num-layers", LOOM_FLAG_INT, &f.first_stage_layers, "layers of the first pipeline stage (0 = an equal share; the stages between the first and last share the rest equally)", NULL, 0},
+        {"--decoder-last-pipeline-num-layers", LOOM_FLAG_INT, &f.last_stage_layers, "layers of the last pipeline stage (0 = an equal share)", NULL, 0},
         {"--sequence-parallel", LOOM_FLAG_BOOL, &f.sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
         {"--save-grads", LOOM_FLAG_STR, &f.save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
         {"--ddp-bucket-size-mb", LOOM_FLAG_INT, &f.bucket_mb, "data-parallel gradient bucket (MiB), reduced while the backward runs", NULL, 0},
@@ -781,6 +782,8 @@ int loom_cmd_train(int argc, char **argv) {
     c.tp = f.tp;
     c.pp = f.pp;
     c.vpp_layers = f.vpp_layers;
+    c.model.first_stage_layers = f.first_stage_layers;
+    c.model.last_stage_layers = f.last_stage_layers;
     c.sequence_parallel = f.sequence_parallel;
     c.dp_bucket_mb = f.bucket_mb;
     c.micro_batch = f.micro;

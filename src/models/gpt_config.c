@@ -108,9 +108,28 @@ enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int
         BAD("--tensor-model-parallel-size %d does not divide --ffn-hidden-size %lld", tp,
             (long long)c->ffn_hidden);
     if (pp < 1) BAD("--pipeline-model-parallel-size must be at least 1");
-    if (c->num_layers % pp)
-        BAD("--pipeline-model-parallel-size %d does not divide --num-layers %lld", pp,
-            (long long)c->num_layers);
+    if (c->first_stage_layers < 0 || c->last_stage_layers < 0)
+        BAD("--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers must be "
+            "positive (got %lld, %lld)",
+            (long long)c->first_stage_layers, (long long)c->last_stage_layers);
+    if (c->first_stage_layers || c->last_stage_layers) {
+        const int lo = c->first_stage_layers > 0, hi = c->last_stage_layers > 0,
+                  nmid = pp - lo - hi;
+        const int64_t rest = c->num_layers - c->first_stage_layers - c->last_stage_layers;
+        if (pp < 2)
+            BAD("--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+        if (nmid < 0 || rest < 0 || (nmid == 0 && rest != 0) ||
+            (nmid > 0 && (rest < nmid || rest % nmid)))
+            BAD("--decoder-first-pipeline-num-layers %lld and --decoder-last-pipeline-num-layers "
+                "%lld leave %lld of --num-layers %lld to %d middle stages: each must get the same "
+                "number, at least 1",
+                (long long)c->first_stage_layers, (long long)c->last_stage_layers, (long long)rest,
+                (long long)c->num_layers, nmid > 0 ? nmid : 0);
+    } else if (c->num_layers % pp) {
+        BAD("--pipeline-model-parallel-size %d does not divide --num-layers %lld (or give the "
+            "first and last stages' layers: --decoder-first/last-pipeline-num-layers)",
+            pp, (long long)c->num_layers);
+    }
     /* Megatron pads the vocabulary to a multiple of divisible_by * tp */
     int64_t m = c->divisible_by * tp;
     c->padded_vocab = (c->vocab_size + m - 1) / m * m;

@@ -68,12 +68,45 @@ static struct loom_param *add(struct table_builder *tb, const char *name, int nd
     return q;
 }
 
+void loom_gpt_chunk_layers(const struct loom_gpt_config *c, int pp, int vpp, int stage, int chunk,
+                           int64_t *l0, int64_t *l1) {
+    const int64_t L = c->num_layers, first = pp > 1 ? c->first_stage_layers : 0,
+                  last = pp > 1 ? c->last_stage_layers : 0;
+    if (!first && !last) { /* chunk `chunk` of every stage, then the next: Megatron's order */
+        const int64_t n = L / ((int64_t)pp * vpp), k = (int64_t)chunk * pp + stage;
+        *l0 = k * n;
+        *l1 = *l0 + n;
+        return;
+    }
+    /* without virtual chunks: the first and last stages' counts, the others equal shares */
+    const int lo = first > 0, hi = last > 0;
+    const int64_t mid = pp - lo - hi > 0 ? (L - first - last) / (pp - lo - hi) : 0;
+    if (lo && stage == 0) {
+        *l0 = 0;
+        *l1 = first;
+    } else if (hi && stage == pp - 1) {
+        *l0 = L - last;
+        *l1 = L;
+    } else {
+        *l0 = first + (int64_t)(stage - lo) * mid;
+        *l1 = *l0 + mid;
+    }
+}
+
+int loom_gpt_layer_stage(const struct loom_gpt_config *c, int pp, int vpp, int64_t l) {
+    for (int chunk = 0; chunk < vpp; chunk++)
+        for (int s = 0; s < pp; s++) {
+            int64_t l0, l1;
+            loom_gpt_chunk_layers(c, pp, vpp, s, chunk, &l0, &l1);
+            if (l >= l0 && l < l1) return s;
+        }
+    return -1;
+}
+
 int loom_gpt_layer_is_local(const struct loom_gpt_config *c, const struct loom_parallel *par,
                             int64_t layer) {
-    int pp = loom_pp_size(par), vpp = par->vpp > 0 ? par->vpp : 1;
-    int64_t chunk_layers = c->num_layers / (pp * vpp);
-    int64_t chunk = layer / chunk_layers;
-    return (int)(chunk % pp) == loom_pp_rank(par);
+    const int vpp = par->vpp > 0 ? par->vpp : 1;
+    return loom_gpt_layer_stage(c, loom_pp_size(par), vpp, layer) == loom_pp_rank(par);
 }
 
 enum loom_status loom_gpt_build_table(struct loom_gpt *m) {

@@ -85,12 +85,11 @@ struct exec {
     struct loom_gpt *m;
     struct loom_comm *pp;
     int p, r, v;
-    int64_t chunk_layers, N, C;
+    int64_t N, C;
     int *slot_of;      /* micro-batch -> slot (-1 none) */
     int *slot_free;
 };
 
-static int64_t chunk_first_layer(const struct exec *e, int c) { return ((int64_t)c * e->p + e->r) * e->chunk_layers; }
 static int is_first(const struct exec *e, int c) { return e->r == 0 && c == 0; }
 static int is_last(const struct exec *e, int c) { return e->r == e->p - 1 && c == e->v - 1; }
 static int tag_of(const struct exec *e, int64_t k, int c, int backward) {
@@ -197,7 +196,6 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     e.p = loom_pp_size(par);
     e.r = loom_pp_rank(par);
     e.v = par->vpp > 0 ? par->vpp : 1;
-    e.chunk_layers = m->cfg.num_layers / ((int64_t)e.p * e.v);
     e.N = loom_gpt_residual_rows(m);
     e.C = m->cfg.hidden;
     struct loom_pipe_op *ops;
@@ -222,7 +220,8 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
         int c = op->chunk;
         int slot = take_slot(&e, k);
         struct loom_step_ctx mc = *ctx;
-        int64_t l0 = chunk_first_layer(&e, c), l1 = l0 + e.chunk_layers;
+        int64_t l0, l1;
+        loom_gpt_chunk_layers(&m->cfg, e.p, e.v, e.r, c, &l0, &l1);
         double t0 = loom_time_s();
         if (!op->backward) {
             int64_t sample0 = 0;

@@ -686,6 +686,10 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         if (c->pp < 2)
             return loom_fail(LOOM_ERR_INVALID_ARG, "--num-layers-per-virtual-pipeline-stage needs "
                              "--pipeline-model-parallel-size > 1");
+        if (c->model.first_stage_layers || c->model.last_stage_layers)
+            return loom_fail(LOOM_ERR_INVALID_ARG,
+                             "--num-layers-per-virtual-pipeline-stage takes "
+                             "equal stages (leave out --decoder-first/last-pipeline-num-layers)");
         if (c->model.num_layers % (c->pp * c->vpp_layers))
             return loom_fail(LOOM_ERR_INVALID_ARG, "--num-layers-per-virtual-pipeline-stage %lld x "
                              "--pipeline-model-parallel-size %lld does not divide --num-layers %lld",
@@ -901,6 +905,16 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", rotary on %lld of %lld values",
                  (long long)loom_gpt_rope(&c->model).dims,
                  (long long)loom_gpt_head_size(&c->model));
+    if (c->model.first_stage_layers || c->model.last_stage_layers) { /* uneven stages */
+        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", pipeline stages of ");
+        for (int s = 0; s < (int)c->pp; s++) {
+            int64_t l0, l1;
+            loom_gpt_chunk_layers(&c->model, (int)c->pp, 1, s, 0, &l0, &l1);
+            snprintf(docs + strlen(docs), sizeof docs - strlen(docs), "%s%lld", s ? " + " : "",
+                     (long long)(l1 - l0));
+        }
+        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), " layers");
+    }
     if (c->model.rope_interpolation > 0) /* --rotary-seq-len-interpolation-factor */
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs),
                  ", rotary positions divided by %g", c->model.rope_interpolation);

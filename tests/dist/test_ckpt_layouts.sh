@@ -9,6 +9,8 @@
 #   (1,1,2) -> (1,1,1)             a data-parallel change
 #   (1,1,2) -> (2,1,1)+SP          data parallel to tensor + sequence parallel
 #   (1,2,1) interleaved -> (2,1,1) two virtual stages per rank to tensor parallel
+#   (1,2,1) of 3 + 1 layers -> (1,3,1) of 1 + 2 + 1   uneven pipeline stages
+#                                  (--decoder-first/last-pipeline-num-layers)
 # for a GPT-2-style model (tied embedding: its two pipeline copies are saved as one tensor) and a
 # Llama-style one (RMSNorm, SwiGLU, rotary, grouped-query attention, no biases, untied), with
 # dropout on. The vocabulary (97) keeps the default --make-vocab-size-divisible-by 128, so TP=1
@@ -35,7 +37,8 @@ pairs=("4:$TP2PP2|1:"
        "1:|4:$TP2PP2"
        "2:|1:"
        "2:|2:--tensor-model-parallel-size 2 --sequence-parallel"
-       "2:--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1|2:--tensor-model-parallel-size 2")
+       "2:--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1|2:--tensor-model-parallel-size 2"
+       "2:--pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1|3:--pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1 --decoder-last-pipeline-num-layers 1")
 # layout N FLAGS...: "TP=t PP=p DP=d" (+ SP, VPP) of N ranks with these flags
 layout() {
   local n=$1 tp=1 pp=1 extra=""
@@ -46,6 +49,8 @@ layout() {
       --pipeline-model-parallel-size) pp=$2; shift ;;
       --sequence-parallel) extra+=" SP" ;;
       --num-layers-per-virtual-pipeline-stage) extra+=" interleaved"; shift ;;
+      --decoder-first-pipeline-num-layers) extra+=" first stage $2 layers"; shift ;;
+      --decoder-last-pipeline-num-layers) extra+=" last stage $2 layers"; shift ;;
     esac
     shift
   done

@@ -62,6 +62,15 @@ refused 2 "--num-layers-per-virtual-pipeline-stage 3 x --pipeline-model-parallel
   "${M[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3
 refused 2 "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1" "${M[@]}" \
   --num-layers-per-virtual-pipeline-stage 1
+# uneven stages: the rest must split equally over the middle stages, without virtual stages
+refused 3 "--decoder-first-pipeline-num-layers 1 and --decoder-last-pipeline-num-layers 0 leave 3 of --num-layers 4 to 2 middle stages" \
+  "${M[@]}" --pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1
+refused 2 "--decoder-first-pipeline-num-layers 5 and --decoder-last-pipeline-num-layers 0 leave -1" \
+  "${M[@]}" --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 5
+refused 2 "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1" "${M[@]}" \
+  --decoder-last-pipeline-num-layers 1
+refused 2 "--num-layers-per-virtual-pipeline-stage takes equal stages" "${M[@]}" \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --decoder-first-pipeline-num-layers 1
 # batch sizes
 refused 2 "--global-batch-size 6 is not a multiple of --micro-batch-size 2 x data-parallel size 2" "${M[@]}" \
   --global-batch-size 6
