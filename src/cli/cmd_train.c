@@ -18,7 +18,7 @@ struct train_flags {
     int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, qkv_bias, xavier, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, log_num_zeros, sequence_parallel, bf16, fp16,
         deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
-        tb_no_lr, reset_pos, reset_mask, rope_scaling;
+        tb_no_lr, reset_pos, reset_mask, rope_scaling, embed_in_split;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file, *merge_file,
         *rampup, *tb_dir;
@@ -182,7 +182,6 @@ struct megatron_flag {
 #define FP32_STATE_ONLY "only fp32: " FP32_STATE
 #define SAFETENSORS_CKPT "checkpoints are safetensors with meta.json"
 #define SYNC_SAVE "checkpoints are saved synchronously"
-#define EQUAL_STAGES "pipeline stages hold equal numbers of layers"
 #define NO_PROFILER "no profiler ranges: LOOM_CUDA_PROFILE=1 prints the device time of each op"
 
 static const struct megatron_flag megatron_flags[] = {
@@ -288,7 +287,6 @@ static const struct megatron_flag megatron_flags[] = {
      "(--use-distributed-optimizer shards the optimizer's moments)", NULL},
     {"--tp-comm-overlap", 0, NULL, "tensor-parallel communication is not overlapped with the "
      "products", NULL},
-    {"--account-for-embedding-in-pipeline-split", 0, NULL, EQUAL_STAGES, NULL},
     {"--tokenizer-model", 1, NULL, "SentencePiece and Hugging Face tokenizers are not "
      "implemented (--tokenizer-type GPT2BPETokenizer, BertWordPieceLowerCase/Case or "
      "NullTokenizer)", NULL},
@@ -497,6 +495,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--expert-model-parallel-size", LOOM_FLAG_INT, &f.ep, "expert-parallel ranks (1 only)", NULL, 0},
         {"--num-layers-per-virtual-pipeline-stage", LOOM_FLAG_INT, &f.vpp_layers, "interleaved schedule (0 = off)", NULL, 0},
         {"--decoder-first-pipeline-num-layers", LOOM_FLAG_INT, &f.first_stage_layers, "layers of the first pipeline stage (0 = an equal share; the stages between the first and last share the rest equally)", NULL, 0},
+        {"--account-for-embedding-in-pipeline-split", LOOM_FLAG_BOOL, &f.embed_in_split, "split the layers over the pipeline stages as if the embedding were one more layer on the first stage (it then holds one layer fewer)", NULL, 0},
         {"--decoder-last-pipeline-num-layers", LOOM_FLAG_INT, &f.last_stage_layers, "layers of the last pipeline stage (0 = an equal share)", NULL, 0},
         {"--sequence-parallel", LOOM_FLAG_BOOL, &f.sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
         {"--save-grads", LOOM_FLAG_STR, &f.save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
@@ -782,6 +781,18 @@ int loom_cmd_train(int argc, char **argv) {
     c.tp = f.tp;
     c.pp = f.pp;
     c.vpp_layers = f.vpp_layers;
+    if (f.embed_in_split) { /* the embedding counted as a layer of the first stage */
+        if (f.first_stage_layers || f.last_stage_layers || f.vpp_layers)
+            FAIL("--account-for-embedding-in-pipeline-split excludes "
+                 "--decoder-first/last-pipeline-num-layers and "
+                 "--num-layers-per-virtual-pipeline-stage");
+        if (f.pp < 2 || (f.num_layers + 1) % f.pp || (f.num_layers + 1) / f.pp < 2)
+            FAIL("--account-for-embedding-in-pipeline-split: --num-layers %lld + 1 (the "
+                 "embedding) must split into --pipeline-model-parallel-size %lld equal shares of "
+                 "at least 2",
+                 (long long)f.num_layers, (long long)f.pp);
+        f.first_stage_layers = (f.num_layers + 1) / f.pp - 1;
+    }
     c.model.first_stage_layers = f.first_stage_layers;
     c.model.last_stage_layers = f.last_stage_layers;
     c.sequence_parallel = f.sequence_parallel;

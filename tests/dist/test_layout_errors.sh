@@ -69,6 +69,10 @@ refused 2 "--decoder-first-pipeline-num-layers 5 and --decoder-last-pipeline-num
   "${M[@]}" --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 5
 refused 2 "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1" "${M[@]}" \
   --decoder-last-pipeline-num-layers 1
+refused 2 "--num-layers 4 + 1 (the embedding) must split into --pipeline-model-parallel-size 2 equal shares" \
+  "${M[@]}" --pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split
+refused 2 "--account-for-embedding-in-pipeline-split excludes" "${M[@]}" \
+  --pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split --decoder-last-pipeline-num-layers 1
 refused 2 "--num-layers-per-virtual-pipeline-stage takes equal stages" "${M[@]}" \
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --decoder-first-pipeline-num-layers 1
 # batch sizes
@@ -85,6 +89,12 @@ launch 2 "${M[@]}" --tensor-model-parallel-size 2 --make-vocab-size-divisible-by
 ok=0
 [ $rc -eq 0 ] && grep -q 'vocab 97 (padded 98)' <<< "$out" && ok=1
 verdict $ok "TP=2 with a vocabulary of 97 and --make-vocab-size-divisible-by 1 should train"
+
+# the embedding counted as a layer of the first stage: 5 layers on 2 stages as 2 + 3
+launch 2 "${M[@]}" --num-layers 5 --pipeline-model-parallel-size 2 --account-for-embedding-in-pipeline-split
+ok=0
+[ $rc -eq 0 ] && grep -q 'pipeline stages of 2 + 3 layers' <<< "$out" && ok=1
+verdict $ok "--account-for-embedding-in-pipeline-split with 5 layers on 2 stages should train as 2 + 3"
 
 # failed_alone N "needle" args...: non-zero exit within 60 s, an error line containing needle
 failed_alone() {
