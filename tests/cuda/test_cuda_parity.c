@@ -372,7 +372,7 @@ static void test_rope_with(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_
     snprintf(name, sizeof name, "rope B=%lld T=%lld NH=%lld NKV=%lld HS=%lld pos0=%lld%s%s%s",
              (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS,
              (long long)pos0, docs ? " doc positions" : "", rot->dims ? " partial" : "",
-             rot->factor > 0 ? " llama3 scaling" : "");
+             rot->factor > 0 ? " llama3 scaling" : rot->interpolation > 0 ? " interpolated" : "");
     compare(name, res[1][0], res[0][0], res[2][0], n, GATE_NORM, 1e-5);
     compare("rope inverse", res[1][1], res[0][1], res[2][1], n, GATE_NORM, 1e-5);
     double back = 0.0;
@@ -1112,6 +1112,8 @@ static int run(int argc, char **argv) {
                                            .low_freq_factor = 1.0,
                                            .high_freq_factor = 4.0,
                                            .original_max_positions = 64});
+        test_rope_with(2, 64, 4, 2, 16, 3, 0,
+                       &(struct loom_rope){.theta = 10000.0, .interpolation = 4.0});
         test_attention(2, 64, 6, 2, 16, 1, 0.0f);
         test_attention(2, 64, 6, 2, 16, 0, 0.0f);
         test_attention(2, 64, 6, 2, 16, 1, 0.1f);
