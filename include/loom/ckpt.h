@@ -34,6 +34,10 @@ struct loom_train_state {
  * save between steps). */
 enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, struct loom_adamw *opt,
                                 const struct loom_train_state *st);
+/* Megatron-LM's --save-retain-interval: rank 0 deletes root's checkpoints iter_N of iterations
+ * N < latest that are not multiples of every (the latest, which the pointer file names, stays).
+ * Nothing else in root is touched. */
+enum loom_status loom_ckpt_prune(const char *root, int64_t every, int64_t latest, int rank);
 /* Read the model configuration and state stored under ROOT (latest, or ROOT itself if it holds
  * meta.json). */
 enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,

@@ -76,6 +76,7 @@ struct loom_train_config {
     /* checkpoints */
     const char *save, *load;
     int64_t save_interval;
+    int64_t save_retain_interval; /* keep only multiples of it and the latest (0 = keep all) */
     int finetune, no_load_optim, no_save_optim;
     /* on resume, a schedule that differs from the checkpoint's: an error, unless one of these
      * (Megatron-LM's --override-opt_param-scheduler, --use-checkpoint-opt_param-scheduler) */

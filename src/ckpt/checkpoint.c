@@ -11,6 +11,7 @@
  * Loading: every rank reads the files and keeps its own slice, so a checkpoint saved under one
  * (TP, PP, DP) loads under any other.
  */
+#include <dirent.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -590,6 +591,28 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loo
         opt->step = step;
     }
     return LOOM_OK;
+}
+
+enum loom_status loom_ckpt_prune(const char *root, int64_t every, int64_t latest, int rank) {
+    if (rank != 0 || every <= 0) return LOOM_OK;
+    DIR *d = opendir(root);
+    if (!d) return loom_fail(LOOM_ERR_IO, "--save-retain-interval: cannot list %s", root);
+    enum loom_status s = LOOM_OK;
+    struct dirent *e;
+    while (s == LOOM_OK && (e = readdir(d)) != NULL) {
+        long long n;
+        char tail;
+        /* exactly iter_ and digits (not a temporary iter_N.tmp.PID being written) */
+        if (strncmp(e->d_name, "iter_", 5) || e->d_name[5] < '0' || e->d_name[5] > '9' ||
+            sscanf(e->d_name, "iter_%lld%c", &n, &tail) != 1)
+            continue;
+        if (n >= latest || n % every == 0) continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        s = loom_rm_rf(path);
+    }
+    closedir(d);
+    return s;
 }
 
 enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_gpt *m, const float *buf) {

@@ -1112,12 +1112,14 @@ static enum loom_status train_loop(struct trainer *t) {
             LOOM_CHECK(
                 loom_ckpt_save(c->save, t->model, c->no_save_optim ? NULL : &t->opt, &t->st));
             loom_log_info("saved checkpoint at iteration %lld to %s", (long long)it, c->save);
+            LOOM_CHECK(loom_ckpt_prune(c->save, c->save_retain_interval, it, t->par.rank));
             t_last = loom_time_s();
         }
     }
     if (c->save) {
         LOOM_CHECK(loom_ckpt_save(c->save, t->model, c->no_save_optim ? NULL : &t->opt, &t->st));
         loom_log_info("saved checkpoint at iteration %lld to %s", (long long)t->st.iteration, c->save);
+        LOOM_CHECK(loom_ckpt_prune(c->save, c->save_retain_interval, t->st.iteration, t->par.rank));
     }
     /* a finished run is evaluated once more (after its last checkpoint, as Megatron-LM's); one
      * stopped early (--exit-interval, its duration, a signal) is not */

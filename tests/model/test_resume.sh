@@ -5,7 +5,8 @@
 # and --skip-train evaluates a checkpoint without training. Evaluations take successive validation
 # batches, and a checkpoint records how far they got. --no-save-optim leaves the optimizer state out. A resume's
 # learning-rate schedule must be the checkpoint's, or --override-opt_param-scheduler /
-# --use-checkpoint-opt_param-scheduler says which one wins.
+# --use-checkpoint-opt_param-scheduler says which one wins. --save-retain-interval keeps the
+# checkpoints of its multiples and the latest.
 set -euo pipefail
 LOOM=${LOOM:-build/loom}
 tmp=$(mktemp -d)
@@ -159,5 +160,17 @@ if [ -n "$(lr_at "$tmp/override.jsonl" 11)" ] && [ "$(lr_at "$tmp/override.jsonl
   echo "ok   --override-opt_param-scheduler takes the flags' schedule"
 else
   echo "FAIL: --override-opt_param-scheduler: $(lr_at "$tmp/override.jsonl" 11) vs $(lr_at "$tmp/new-lr.jsonl" 11)"; fail=1
+fi
+# --save-retain-interval 4 with --save-interval 2 over 10 iterations: iterations 4 and 8 kept, 10
+# (the latest) kept, 2 and 6 deleted; a retained one still loads (iteration 4 -> 6)
+"$LOOM" train "${args[@]}" --train-iters 10 --save-interval 2 --save-retain-interval 4 \
+  --save "$tmp/keep" > /dev/null
+kept=$(cd "$tmp/keep" && ls -d iter_* | tr '\n' ' ')
+if [ "$kept" = "iter_0000004 iter_0000008 iter_0000010 " ] &&
+   "$LOOM" train "${args[@]}" --train-iters 10 --load "$tmp/keep" --ckpt-step 4 --exit-interval 6 \
+     --metrics-file "$tmp/keep.jsonl" > /dev/null && grep -q '"iteration": 5,' "$tmp/keep.jsonl"; then
+  echo "ok   --save-retain-interval keeps $kept"
+else
+  echo "FAIL: --save-retain-interval kept $kept (want iter_0000004 iter_0000008 iter_0000010)"; fail=1
 fi
 exit $fail
