@@ -42,6 +42,8 @@ struct loom_train_config {
     int64_t lr_wsd_decay_iters, lr_wsd_decay_samples; /* WSD's final decay (one of them) */
     double lr_warmup_fraction; /* warmup as a fraction of the decay (< 0: not given) */
     int64_t exit_interval; /* stop (after saving) when the iteration is a multiple; 0 = off */
+    /* compare the data-parallel replicas' weights (a hash) every this many iterations; 0 = off */
+    int64_t weight_hash_interval;
     double exit_duration_mins; /* stop (after saving) once training has run this long; 0 = off */
     int exit_signal_handler;   /* stop (after saving) at the end of the iteration that SIGTERM
                                   reached, on every rank alike */

@@ -31,7 +31,7 @@ struct train_flags {
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, wsd_iters, wsd_samples, seed, save_interval, eval_interval,
         eval_iters, log_interval, tb_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
     int64_t ramp[3]; /* --rampup-batch-size, parsed */
-    int64_t kv_channels, encoder_seq, save_retain;
+    int64_t kv_channels, encoder_seq, save_retain, hash_interval;
     int64_t first_stage_layers, last_stage_layers; /* --decoder-first/last-pipeline-num-layers */
     int64_t ckpt_step;
     char ckpt_dir[4200]; /* --load's iteration --ckpt-step */
@@ -324,8 +324,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--train-sync-interval", 1, "the host waits for the device at the end of every iteration",
      NULL, NULL},
     {"--log-energy", 0, NULL, "energy use is not measured", NULL},
-    {"--check-weight-hash-across-dp-replicas-interval", 1, NULL, "the data-parallel replicas' "
-     "weights are not hashed (they are the same bits by construction: tests/dist)", NULL},
     {"--pipeline-model-parallel-split-rank", 1, NULL, "encoder-decoder models are not implemented",
      NULL},
     {"--full-validation", 0, NULL, "validation takes --eval-iters batches each time", NULL},
@@ -468,6 +466,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--load", LOOM_FLAG_STR, &f.load, "checkpoint directory to resume from", NULL, 0},
         {"--ckpt-step", LOOM_FLAG_INT, &f.ckpt_step, "the iteration of --load to resume from (-1 = its latest)", NULL, 0},
         {"--save-interval", LOOM_FLAG_INT, &f.save_interval, "save every N iterations (0 = at the end only)", NULL, 0},
+        {"--check-weight-hash-across-dp-replicas-interval", LOOM_FLAG_INT, &f.hash_interval, "every N iterations, compare a hash of the weights of the data-parallel replicas; a difference ends the run (0 = never)", NULL, 0},
         {"--save-retain-interval", LOOM_FLAG_INT, &f.save_retain, "keep only the checkpoints of iterations that are multiples of N, and the latest; delete the others of --save after each save (0 = keep all)", NULL, 0},
         {"--finetune", LOOM_FLAG_BOOL, &f.finetune, "load weights only; reset iteration and optimizer", NULL, 0},
         {"--no-load-optim", LOOM_FLAG_BOOL, &f.no_load_optim, "do not load the optimizer state", NULL, 0},
@@ -624,6 +623,7 @@ int loom_cmd_train(int argc, char **argv) {
     if (f.exit_interval < 0) FAIL("--exit-interval must be >= 0");
     if (!(f.exit_mins >= 0)) FAIL("--exit-duration-in-mins must be >= 0 (got %g)", f.exit_mins);
     if (f.save_interval < 0) FAIL("--save-interval must be >= 0");
+    if (f.hash_interval < 0) FAIL("--check-weight-hash-across-dp-replicas-interval must be >= 0 (got %lld)", (long long)f.hash_interval);
     if (f.save_retain < 0) FAIL("--save-retain-interval must be >= 0 (got %lld)", (long long)f.save_retain);
     if (!(f.lr >= 0) || !(f.min_lr >= 0) || f.min_lr > f.lr) FAIL("need 0 <= --min-lr <= --lr");
     if (f.decoupled_lr != -1 && !(f.decoupled_lr >= 0))
@@ -864,6 +864,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.load = f.load;
     c.save_interval = f.save_interval;
     c.save_retain_interval = f.save_retain;
+    c.weight_hash_interval = f.hash_interval;
     c.finetune = f.finetune;
     c.no_load_optim = f.no_load_optim;
     c.no_save_optim = f.no_save_optim;

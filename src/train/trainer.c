@@ -975,6 +975,35 @@ static enum loom_status evaluate_only(struct trainer *t) {
     return evaluate_after(t);
 }
 
+/* Megatron-LM's --check-weight-hash-across-dp-replicas-interval: a hash (FNV-1a 64) of this
+ * rank's parameter bytes, the smallest and largest over its data-parallel group compared; a
+ * difference on any group is an error on every rank. Collective over the world. */
+static enum loom_status check_dp_weight_hashes(struct trainer *t, int64_t it) {
+    const int64_t n = t->model->num_local;
+    float *host = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!host) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    t->be->ops->to_host(t->be, host, t->model->param_mem, (size_t)n * sizeof(float));
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)host;
+    for (size_t i = 0; i < (size_t)n * sizeof(float); i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    free(host);
+    int64_t lo = (int64_t)h, hi = (int64_t)h, differ;
+    struct loom_comm *dp = t->par.group[LOOM_PDIM_DP];
+    LOOM_CHECK(loom_comm_allreduce(dp, &lo, 1, LOOM_DTYPE_I64, LOOM_REDOP_MIN));
+    LOOM_CHECK(loom_comm_allreduce(dp, &hi, 1, LOOM_DTYPE_I64, LOOM_REDOP_MAX));
+    differ = lo != hi;
+    LOOM_CHECK(loom_comm_allreduce(t->par.world, &differ, 1, LOOM_DTYPE_I64, LOOM_REDOP_MAX));
+    if (differ)
+        return loom_fail(LOOM_ERR_INTERNAL,
+                         "iteration %lld: the weights of the data-parallel "
+                         "replicas differ (--check-weight-hash-across-dp-replicas-interval)",
+                         (long long)it);
+    loom_log_info("iteration %lld: the weights of the %d data-parallel replicas are the same",
+                  (long long)it, loom_dp_size(&t->par));
+    return LOOM_OK;
+}
+
 static enum loom_status train_loop(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     struct loom_backend *be = t->be;
@@ -1085,6 +1114,8 @@ static enum loom_status train_loop(struct trainer *t) {
             t_last = loom_time_s();
             iters_since_log = 0;
         }
+        if (c->weight_hash_interval > 0 && it % c->weight_hash_interval == 0)
+            LOOM_CHECK(check_dp_weight_hashes(t, it));
         if ((c->exit_signal_handler || c->exit_duration_mins > 0) && it < c->train_iters) {
             /* every rank stops at the same iteration: the reasons are combined over the world */
             const double mins = (loom_time_s() - t->start_s) / 60.0;

@@ -6,7 +6,9 @@
 # learning rate (--decoupled-lr: their ranges cut by the shares), every iteration's loss,
 # gradient norm and learning rate and the final checkpoint (model.safetensors and
 # optim.safetensors, byte for byte) equal those of the same layout without the flag. A run stopped and resumed with the flag, and one resumed without
-# it, equal the straight run the same way (the checkpoint holds whole moments either way).
+# it, equal the straight run the same way (the checkpoint holds whole moments either way). The
+# distributed runs compare their replicas' weight hashes every 4 iterations
+# (--check-weight-hash-across-dp-replicas-interval), which must find them the same.
 set -uo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -57,9 +59,13 @@ for layout in "gpt 2 dp2" "gpt 3 dp3" "gpt 4 tp2 --tensor-model-parallel-size 2"
   shift 3
   declare -n margs=$model
   train "$model-$name" "$n" "${margs[@]}" "$@" || continue
-  train "$model-$name-dist" "$n" "${margs[@]}" "$@" --use-distributed-optimizer || continue
+  train "$model-$name-dist" "$n" "${margs[@]}" "$@" --use-distributed-optimizer \
+    --check-weight-hash-across-dp-replicas-interval 4 || continue
   grep -q "distributed optimizer: each of the" "$tmp/$model-$name-dist.log" ||
     { echo "FAIL $model $name: the log does not say the optimizer is distributed"; fail=$((fail + 1)); }
+  # the replicas' weights compared at iterations 4 and 8
+  [ "$(grep -c 'data-parallel replicas are the same' "$tmp/$model-$name-dist.log")" = 2 ] ||
+    { echo "FAIL $model $name: the replicas' weight hashes were not compared twice"; fail=$((fail + 1)); }
   same "$model $name ($n ranks): --use-distributed-optimizer gives the same bits" \
     "$model-$name" "$model-$name-dist"
 done

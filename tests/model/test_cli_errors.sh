@@ -91,6 +91,7 @@ expect_error "rope scaling factor" "--rope-scaling-factor must be positive (got 
 expect_error "rope scaling without rope" "--use-rope-scaling needs --position-embedding-type rope" "$LOOM" "${T[@]}" --use-rope-scaling
 expect_error "rope interpolation" "--rotary-seq-len-interpolation-factor must be positive (got -1)" "$LOOM" "${T[@]}" --position-embedding-type rope --rotary-seq-len-interpolation-factor -1
 expect_error "rope interpolation without rope" "--rotary-seq-len-interpolation-factor needs --position-embedding-type rope" "$LOOM" "${T[@]}" --rotary-seq-len-interpolation-factor 2
+expect_error "weight hash interval" "--check-weight-hash-across-dp-replicas-interval must be >= 0 (got -2)" "$LOOM" "${T[@]}" --check-weight-hash-across-dp-replicas-interval -2
 expect_error "retain interval" "--save-retain-interval must be >= 0 (got -1)" "$LOOM" "${T[@]}" --save-retain-interval -1
 expect_error "tensorboard interval" "--tensorboard-log-interval must be >= 1 (got 0)" "$LOOM" "${T[@]}" --tensorboard-log-interval 0
 expect_error "context parallel" "--context-parallel-size 2: context parallelism is not implemented" "$LOOM" "${T[@]}" --context-parallel-size 2
