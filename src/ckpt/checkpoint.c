@@ -347,6 +347,11 @@ static enum loom_status get_bool(json_t *o, const char *key, const char *file, i
     *out = json_is_true(v);
     return LOOM_OK;
 }
+/* A number recorded only since it exists: absent (every older checkpoint), *out keeps its
+ * default */
+static enum loom_status get_num_since(json_t *o, const char *key, const char *file, double *out) {
+    return json_object_get(o, key) ? get_num(o, key, file, out) : LOOM_OK;
+}
 /* A setting recorded only since it exists: absent (every older checkpoint), off */
 static enum loom_status get_switch(json_t *o, const char *key, const char *file, int *out) {
     *out = 0;
@@ -382,11 +387,9 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     LOOM_CHECK(get_num(mc, "rotary_base", file, &c->rope_theta));
     /* partial rotary and Llama 3.1's scaling; absent (older checkpoints): all values rotate, at
      * the frequencies unscaled. Checked with the rest of the configuration when it is used. */
-    if (json_object_get(mc, "rotary_percent"))
-        LOOM_CHECK(get_num(mc, "rotary_percent", file, &c->rotary_percent));
-    if (json_object_get(mc, "rotary_seq_len_interpolation_factor"))
-        LOOM_CHECK(
-            get_num(mc, "rotary_seq_len_interpolation_factor", file, &c->rope_interpolation));
+    LOOM_CHECK(get_num_since(mc, "rotary_percent", file, &c->rotary_percent));
+    LOOM_CHECK(
+        get_num_since(mc, "rotary_seq_len_interpolation_factor", file, &c->rope_interpolation));
     json_t *rs = json_object_get(mc, "rope_scaling");
     if (rs) {
         if (!json_is_object(rs))

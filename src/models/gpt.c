@@ -487,33 +487,16 @@ void loom_gpt_norm_weights(struct loom_gpt *m) {
 }
 
 /* ---- pieces ---- */
-/* The model's norm over N rows of C */
-static void norm_rows_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, float *mean,
-                              float *rstd, const float *x, const float *w, const float *b,
-                              int64_t N, int64_t C) {
+/* The model's norm over N rows of the hidden size */
+static void norm_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, float *mean,
+                         float *rstd, const float *x, const float *w, const float *b, int64_t N) {
     struct loom_backend *be = m->be;
+    const int64_t C = m->cfg.hidden;
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
         loom_op(be, layernorm_forward, out, out_dt, mean, rstd, x, w, b, N, C,
                 (float)m->cfg.norm_eps);
     else
         loom_op(be, rmsnorm_forward, out, out_dt, rstd, x, w, N, C, (float)m->cfg.norm_eps);
-}
-static void norm_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, float *mean,
-                         float *rstd, const float *x, const float *w, const float *b, int64_t N) {
-    norm_rows_forward(m, out, out_dt, mean, rstd, x, w, b, N, m->cfg.hidden);
-}
-/* Its backward over N rows of C: dinp += the input gradient (and, when asked, dcopy and dsum as
- * the ops' dinp_copy and dinp_sum); dw and db accumulate (db: LayerNorm only) */
-static void norm_rows_backward(struct loom_gpt *m, float *dinp, void *dcopy, float *dsum, float *dw,
-                               float *db, const void *dout, enum loom_dtype dout_dt, const float *x,
-                               const float *w, const float *mean, const float *rstd, int64_t N,
-                               int64_t C) {
-    struct loom_backend *be = m->be;
-    if (m->cfg.norm == LOOM_NORM_LAYERNORM)
-        loom_op(be, layernorm_backward, dinp, dcopy, dsum, dw, db, dout, dout_dt, x, w, mean, rstd,
-                N, C);
-    else
-        loom_op(be, rmsnorm_backward, dinp, dcopy, dsum, dw, dout, dout_dt, x, w, rstd, N, C);
 }
 
 /* ---- query-key normalisation (qk_layernorm) ----
@@ -558,9 +541,16 @@ static void norm_backward(struct loom_gpt *m, struct loom_gpt_acts *a, float *dw
                           const void *dout, enum loom_dtype dout_dt, const float *x, const float *w,
                           const float *mean, const float *rstd, int64_t N, int next_ok,
                           float *next_b) {
+    struct loom_backend *be = m->be;
+    const int64_t C = m->cfg.hidden;
     a->dres16 = next_ok ? (void *)a->dc : NULL;
-    norm_rows_backward(m, a->dres, a->dres16, next_ok ? next_b : NULL, dw, db, dout, dout_dt, x, w,
-                       mean, rstd, N, m->cfg.hidden);
+    float *dsum = next_ok ? next_b : NULL;
+    if (m->cfg.norm == LOOM_NORM_LAYERNORM)
+        loom_op(be, layernorm_backward, a->dres, a->dres16, dsum, dw, db, dout, dout_dt, x, w, mean,
+                rstd, N, C);
+    else
+        loom_op(be, rmsnorm_backward, a->dres, a->dres16, dsum, dw, dout, dout_dt, x, w, rstd, N,
+                C);
 }
 
 static struct loom_dropout hidden_dropout(const struct loom_gpt *m, const struct loom_step_ctx *ctx,
