@@ -17,7 +17,7 @@
 #              --apply-layernorm-1p against one GPU, 10 iterations:
 #              loss, grad norm and every parameter within 1e-5 relative (tests/ref/compare_runs.py);
 #              TP=2, PP=2 and DP=2 of a GPT in --bf16 against one GPU within 2e-2; DP=2 with
-#              --use-distributed-optimizer the same bits as without
+#              --use-distributed-optimizer the same losses as without
 #     staged   comm_device_check mpi-staged with 2 ranks sharing GPU 0, then the layouts of
 #              multi with --comm mpi (device buffers through host memory, no NCCL): the 2 ranks
 #              may share one GPU, so the layouts' GPU code runs on one GPU
@@ -137,8 +137,8 @@ layouts() {
       "$PY" tests/ref/compare_runs.py "$ref.jsonl" "$ref" "$out.jsonl" "$out" 2e-2 "$label" | sed 's/^/  /'
       result "${PIPESTATUS[0]}" "$label"
     done
-    # the distributed optimizer: DP=2 with it trains as without, bit for bit (--deterministic-mode:
-    # the same product algorithms in both runs), with less device memory
+    # the distributed optimizer: DP=2 with it trains as without, the same losses bit for bit
+    # (--deterministic-mode: the same product algorithms in both runs), with less device memory
     for d in whole dist; do
       flag=()
       [ $d = dist ] && flag=(--use-distributed-optimizer)
@@ -148,7 +148,11 @@ layouts() {
     "$PY" - "$tmp/bf16-dp2-whole.jsonl" "$tmp/bf16-dp2-dist.jsonl" <<'EOF2'
 import json, sys
 a, b = ([r for r in map(json.loads, open(f)) if "loss" in r] for f in sys.argv[1:])
-same = len(a) == len(b) == 10 and all((x["loss"], x["grad_norm"]) == (y["loss"], y["grad_norm"]) for x, y in zip(a, b))
+# the losses bit for bit; the grad norms to 1e-13 (the distributed one adds the ranks' sums of
+# squares over their pieces of the buckets: another order of the same additions)
+same = len(a) == len(b) == 10 and all(x["loss"] == y["loss"] and
+                                      abs(x["grad_norm"] - y["grad_norm"]) <= 1e-13 * x["grad_norm"]
+                                      for x, y in zip(a, b))
 print(f"  peak device memory per rank {a[-1].get('peak_mem_bytes', 0) / 2**20:.1f} MiB whole, "
       f"{b[-1].get('peak_mem_bytes', 0) / 2**20:.1f} MiB distributed; same bits: {same}")
 sys.exit(0 if same else 1)

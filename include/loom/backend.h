@@ -320,15 +320,16 @@ struct loom_backend_ops {
     void (*adamw)(struct loom_backend *be, float *param, const float *grad, float *m, float *v,
                   int64_t n, float lr, float beta1, float beta2, float eps, float wd,
                   int64_t step, float grad_scale);
-    /* adamw on nranges ranges [off[k], off[k] + len[k]) of the flat buffers param, grad, m and v
-     * (host arrays off, len, decay; the ranges do not overlap; an empty range is skipped), with
-     * weight decay wd where decay[k] is nonzero and 0 elsewhere: a whole optimizer step in one
-     * call. Element by element the same bits as adamw called on each range with the same
+    /* adamw on nranges ranges [off[k], off[k] + len[k]) of the flat buffers param and grad, whose
+     * moments lie at [soff[k], soff[k] + len[k]) of m and v (soff NULL: at off[k], the same layout;
+     * host arrays off, soff, len, decay; the ranges do not overlap; an empty range is skipped),
+     * with weight decay wd where decay[k] is nonzero and 0 elsewhere: a whole optimizer step in
+     * one call. Element by element the same bits as adamw called on each range with the same
      * arguments; elements outside the ranges are left as they are. */
     void (*adamw_ranges)(struct loom_backend *be, float *param, const float *grad, float *m,
-                         float *v, const int64_t *off, const int64_t *len, const uint8_t *decay,
-                         int nranges, float lr, float beta1, float beta2, float eps, float wd,
-                         int64_t step, float grad_scale);
+                         float *v, const int64_t *off, const int64_t *soff, const int64_t *len,
+                         const uint8_t *decay, int nranges, float lr, float beta1, float beta2,
+                         float eps, float wd, int64_t step, float grad_scale);
     /* Sum of squares over nranges ranges x[off[k], off[k] + len[k]) (host arrays), accumulated
      * in double in a fixed order and returned on the host: the gradient norm of many parameters
      * with one wait for the device. Equal to adding up sumsq over the ranges, up to rounding.

@@ -119,6 +119,12 @@ enum loom_status loom_comm_barrier(struct loom_comm *c);
 enum loom_status loom_comm_iallreduce(struct loom_comm *c, void *buf, int64_t count,
                                       enum loom_dtype dt, enum loom_redop op,
                                       struct loom_comm_req **req);
+/* In place: buf holds count * size elements; when the request completes, block `rank` of it,
+ * buf[rank * count, + count), holds the reduction of that block over the group (what the other
+ * blocks then hold is unspecified). Counted as reduce_scatter. */
+enum loom_status loom_comm_ireduce_scatter(struct loom_comm *c, void *buf, int64_t count,
+                                           enum loom_dtype dt, enum loom_redop op,
+                                           struct loom_comm_req **req);
 enum loom_status loom_comm_isend(struct loom_comm *c, const void *buf, int64_t count,
                                  enum loom_dtype dt, int peer, int tag,
                                  struct loom_comm_req **req);

@@ -82,44 +82,49 @@ int loom_wsd_style_parse(const char *name);
 const char *loom_wd_style_name(enum loom_wd_incr style);
 int loom_wd_style_parse(const char *name);
 
+struct loom_grad_sync;
 struct loom_adamw {
     double beta1, beta2, eps, weight_decay;
     int64_t step;  /* completed optimizer steps */
-    /* device: the moments of the parameters [shard_lo, shard_lo + shard_len) of the model's flat
-     * buffers: all of them (shard_lo 0, shard_len num_local), or with the distributed optimizer
-     * this data-parallel rank's equal share of num_alloc (Megatron-LM's
-     * --use-distributed-optimizer: each rank updates its share, then the shares are gathered) */
+    /* device: the moments of the parameters this rank updates, packed: all the local ones
+     * (shard_len num_local, in the flat buffers' layout), or with the distributed optimizer
+     * (Megatron-LM's --use-distributed-optimizer) this data-parallel rank's pieces of the gradient
+     * buckets (loom_grad_sync_shard), one after the other: each rank updates its pieces, then
+     * every rank's are gathered to all */
     float *m, *v;
-    int64_t shard_lo, shard_len;
-    int distributed; /* the shares above are split over the data-parallel group */
+    int64_t shard_len;
+    int distributed;               /* the pieces above are split over the data-parallel group */
+    struct loom_grad_sync *shards; /* distributed: the buckets, their reduction and gathering */
     /* the ranges of the flat buffers one step updates (host; made by loom_adamw_init from the
-     * parameter table): runs of neighbouring parameters with the same weight decay, within the
-     * share and relative to shard_lo; the first nruns_main at the learning rate, the others (the
-     * word embedding and the output layer, when they have a decoupled one) at theirs */
-    int64_t *run_off, *run_len;
+     * parameter table): runs of neighbouring parameters with the same weight decay within a
+     * piece, at run_off of the parameters and run_soff of the moments; the first nruns_main at
+     * the learning rate, the others (the word embedding and the output layer, when they have a
+     * decoupled one) at theirs */
+    int64_t *run_off, *run_soff, *run_len;
     uint8_t *run_decay;
     int nruns, nruns_main;
 };
 
-/* distributed: shard the moments and the update over the model's data-parallel group (no effect
- * with one data-parallel rank). decoupled: the word embedding and the output layer take their own
+/* shards: the data-parallel gradient reduction; when it reduce-scatters (the distributed
+ * optimizer) the moments and the update are this rank's pieces of its buckets, else (or NULL)
+ * every local parameter's. decoupled: the word embedding and the output layer take their own
  * learning rate (loom_adamw_step's lr_decoupled). */
-enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, int distributed,
-                                 int decoupled);
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model,
+                                 struct loom_grad_sync *shards, int decoupled);
 void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model);
 /* One step on every local parameter; weight decay only on parameters with weight_decay set.
  * grad_scale multiplies the gradients first (clipping). The distributed optimizer updates this
- * rank's share and gathers the others' (collective over the data-parallel group); the values are
- * those of the whole update, bit for bit. */
+ * rank's pieces from their reduced gradients and gathers the others' (collective over the
+ * data-parallel group); the values are those of the whole update, bit for bit. */
 enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr,
                                  double lr_decoupled, double grad_scale);
 /* The moment `which` (0: m, 1: v) over all the local parameters, in the model's layout: o->m or
- * o->v, or with the distributed optimizer every rank's share gathered into the model's gradient
- * buffer (which it overwrites: for checkpoints, between steps). Collective then. */
+ * o->v, or with the distributed optimizer every rank's pieces gathered into the model's
+ * gradient buffer (which it overwrites: for checkpoints, between steps). Collective then. */
 enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
                                    const float **out);
-/* Set the moment `which` from full, laid out as the model's parameters (this rank's share of it
- * with the distributed optimizer). */
+/* Set the moment `which` from full, laid out as the model's parameters (this rank's pieces of
+ * it with the distributed optimizer). */
 void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
                            const float *full);
 
@@ -132,9 +137,11 @@ void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int whi
 enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm,
                                         int64_t *zeros);
 /* loom_param_buffer_norm of the (reduced) gradients; zeros (may be NULL): the number of gradient
- * elements equal to zero over the same parameters (--log-num-zeros-in-grad) */
-enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm, int64_t *zeros);
-
+ * elements equal to zero over the same parameters (--log-num-zeros-in-grad). With the
+ * distributed optimizer each rank holds the reduced gradients of its pieces only: it sums
+ * those, and the data-parallel group adds the ranks' sums (collective over it too). */
+enum loom_status loom_grad_norm(const struct loom_adamw *o, struct loom_gpt *model, double *norm,
+                                int64_t *zeros);
 /* Dynamic loss scaling for fp16 (Megatron's DynamicGradScaler rules): the loss is multiplied
  * by `scale` before backward; a step whose gradients hold an inf/nan is skipped, and after
  * `hysteresis` such steps in a row (counted since the last growth) the scale is halved, never

@@ -18,7 +18,7 @@ struct loom_train_config {
     double loss_scale;          /* --loss-scale: static scale; 0 = dynamic */
     double initial_loss_scale, min_loss_scale;
     int64_t loss_scale_window, hysteresis;
-    int64_t dp_bucket_mb; /* data-parallel gradient bucket size (MiB) */
+    int64_t dp_bucket_bytes;   /* data-parallel gradient bucket size (bytes of fp32 gradients) */
     int distributed_optimizer; /* --use-distributed-optimizer: the optimizer's moments and update
                                   sharded over the data-parallel ranks */
     int64_t eod_mask_id; /* --eod-mask-loss: no loss where the input is this token (-1: off) */

@@ -29,7 +29,7 @@ struct train_flags {
         warmup_fraction, wd, b1, b2, eps, clip, init_std, peak, loss_scale, initial_loss_scale,
         min_loss_scale, exit_mins;
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples, wsd_iters, wsd_samples, seed, save_interval, eval_interval,
-        eval_iters, log_interval, tb_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, loss_scale_window, hysteresis;
+        eval_iters, log_interval, tb_interval, tp, pp, cp, ep, vpp_layers, kept_act, exit_interval, bucket_mb, bucket_size, loss_scale_window, hysteresis;
     int64_t ramp[3]; /* --rampup-batch-size, parsed */
     int64_t kv_channels, encoder_seq, save_retain, hash_interval;
     int64_t first_stage_layers, last_stage_layers; /* --decoder-first/last-pipeline-num-layers */
@@ -305,8 +305,6 @@ static const struct megatron_flag megatron_flags[] = {
      "overlapping the compute", NULL, NULL},
     {"--no-overlap-grad-reduce", 0, "data-parallel gradients are always reduced in buckets while "
      "the backward runs (the same sums)", NULL, NULL},
-    {"--ddp-bucket-size", 1, "data-parallel buckets are sized by --ddp-bucket-size-mb (MiB; the "
-     "same sums whatever the size)", NULL, NULL},
     {"--bias-gelu-fusion", 0, NO_FUSION_SWITCHES, NULL, NULL},
     {"--no-check-for-nan-in-loss-and-grad", 0, "the loss and gradient norm are always checked: a "
      "non-finite one ends the run (or, with --fp16, skips the step)", NULL, NULL},
@@ -498,6 +496,7 @@ int loom_cmd_train(int argc, char **argv) {
         {"--sequence-parallel", LOOM_FLAG_BOOL, &f.sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
         {"--save-grads", LOOM_FLAG_STR, &f.save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
         {"--ddp-bucket-size-mb", LOOM_FLAG_INT, &f.bucket_mb, "data-parallel gradient bucket (MiB), reduced while the backward runs", NULL, 0},
+        {"--ddp-bucket-size", LOOM_FLAG_INT, &f.bucket_size, "data-parallel gradient bucket in parameters (0: --ddp-bucket-size-mb's)", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &f.device, "compute device", "cpu|cuda", 0},
         {"--comm", LOOM_FLAG_CHOICE, &f.comm, "communication backend (auto: mpi under mpirun, nccl with --device cuda; mpi with --device cuda moves device buffers through host memory)", "auto|self|mpi|nccl", 0},
         {"--fp16", LOOM_FLAG_BOOL, &f.fp16, "matrix products with fp16 inputs and fp32 accumulation, with loss scaling (cuda)", NULL, 0},
@@ -706,6 +705,7 @@ int loom_cmd_train(int argc, char **argv) {
         FAIL("--rope-scaling-factor must be positive (got %g)", f.rope_factor);
 
     if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
+    if (f.bucket_size < 0) FAIL("--ddp-bucket-size %lld: give a number of parameters, at least 1 (0: --ddp-bucket-size-mb's size)", (long long)f.bucket_size);
     if (f.fp16 && f.bf16) FAIL("--fp16 and --bf16 exclude each other");
     if (f.override_sched && f.use_ckpt_sched)
         FAIL("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude "
@@ -796,7 +796,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.model.first_stage_layers = f.first_stage_layers;
     c.model.last_stage_layers = f.last_stage_layers;
     c.sequence_parallel = f.sequence_parallel;
-    c.dp_bucket_mb = f.bucket_mb;
+    c.dp_bucket_bytes = f.bucket_size > 0 ? f.bucket_size * (int64_t)sizeof(float) : f.bucket_mb << 20;
     c.micro_batch = f.micro;
     c.global_batch = f.global;
     c.train_iters = f.iters;

@@ -418,6 +418,19 @@ enum loom_status loom_comm_iallreduce(struct loom_comm *c, void *buf, int64_t co
     return LOOM_OK;
 }
 
+enum loom_status loom_comm_ireduce_scatter(struct loom_comm *c, void *buf, int64_t count,
+                                           enum loom_dtype dt, enum loom_redop op,
+                                           struct loom_comm_req **req) {
+    static const char w[] = "ireduce_scatter";
+    LOOM_CHECK(check_req(w, req));
+    LOOM_CHECK(check_common(w, c, count, dt));
+    LOOM_CHECK(check_buf(w, buf, count, "buf"));
+    LOOM_CHECK(check_redop(w, c, dt, op));
+    LOOM_CHECK(c->ops->ireduce_scatter(c, buf, count, dt, op, req));
+    c->bytes[LOOM_COLL_REDUCE_SCATTER] += (c->size - 1) * nbytes(count, dt);
+    return LOOM_OK;
+}
+
 enum loom_status loom_comm_isend(struct loom_comm *c, const void *buf, int64_t count,
                                  enum loom_dtype dt, int peer, int tag,
                                  struct loom_comm_req **req) {

@@ -48,6 +48,10 @@ struct loom_comm_ops {
     enum loom_status (*iallreduce)(struct loom_comm *c, void *buf, int64_t count,
                                    enum loom_dtype dt, enum loom_redop op,
                                    struct loom_comm_req **req);
+    /* in place, as loom_comm_ireduce_scatter */
+    enum loom_status (*ireduce_scatter)(struct loom_comm *c, void *buf, int64_t count,
+                                        enum loom_dtype dt, enum loom_redop op,
+                                        struct loom_comm_req **req);
     enum loom_status (*isend)(struct loom_comm *c, const void *buf, int64_t count,
                               enum loom_dtype dt, int peer, int tag, struct loom_comm_req **req);
     enum loom_status (*irecv)(struct loom_comm *c, void *buf, int64_t count, enum loom_dtype dt,

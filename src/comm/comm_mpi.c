@@ -30,6 +30,9 @@ struct mpi_state {
 
 struct mpi_req {
     struct loom_comm_req base;
+    /* ireduce_scatter: the result lands in tmp (malloc), copied to dst at completion */
+    void *tmp, *dst;
+    size_t bytes;
     int n;
     MPI_Request reqs[];
 };
@@ -293,6 +296,8 @@ static enum loom_status new_req(int64_t count, struct mpi_req **out) {
     *out = malloc(sizeof **out + (size_t)n * sizeof(MPI_Request));
     if (!*out) return loom_fail(LOOM_ERR_OOM, "mpi comm: out of memory");
     (*out)->base.ops = &g_mpi_ops;
+    (*out)->tmp = (*out)->dst = NULL;
+    (*out)->bytes = 0;
     (*out)->n = (int)n;
     for (int64_t i = 0; i < n; i++) (*out)->reqs[i] = MPI_REQUEST_NULL;
     return LOOM_OK;
@@ -301,6 +306,7 @@ static enum loom_status new_req(int64_t count, struct mpi_req **out) {
 /* Error after some pieces started: wait for those (they cannot be cancelled portably). */
 static enum loom_status req_fail(struct mpi_req *r, const char *what, int rc) {
     MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE);
+    free(r->tmp);
     free(r);
     return mpi_err(what, rc);
 }
@@ -317,6 +323,35 @@ static enum loom_status mpi_iallreduce(struct loom_comm *c, void *buf, int64_t c
     }
     *req = &r->base;
     return LOOM_OK;
+}
+
+/* MPI forbids the receive block inside the send buffer: the result goes to a buffer of its own
+ * and is copied into its block when the request completes (req_done) */
+static enum loom_status mpi_ireduce_scatter(struct loom_comm *c, void *buf, int64_t count,
+                                            enum loom_dtype dt, enum loom_redop op,
+                                            struct loom_comm_req **req) {
+    LOOM_CHECK(fits_int("ireduce_scatter", count));
+    struct mpi_req *r;
+    LOOM_CHECK(new_req(1, &r));
+    r->bytes = (size_t)count * loom_dtype_size(dt);
+    r->dst = (char *)buf + (size_t)c->rank * r->bytes;
+    r->tmp = malloc(r->bytes ? r->bytes : 1);
+    if (!r->tmp) {
+        free(r);
+        return loom_fail(LOOM_ERR_OOM, "mpi comm: out of memory");
+    }
+    int rc = MPI_Ireduce_scatter_block(buf, r->tmp, (int)count, mpi_dtype(dt), mpi_op(op),
+                                       comm_of(c), &r->reqs[0]);
+    if (rc != MPI_SUCCESS) return req_fail(r, "ireduce_scatter", rc);
+    *req = &r->base;
+    return LOOM_OK;
+}
+
+/* a request that has completed: an ireduce_scatter's block put in place; freed */
+static void req_done(struct mpi_req *r) {
+    if (r->tmp) memcpy(r->dst, r->tmp, r->bytes);
+    free(r->tmp);
+    free(r);
 }
 
 static enum loom_status mpi_isend(struct loom_comm *c, const void *buf, int64_t count,
@@ -350,8 +385,12 @@ static enum loom_status mpi_irecv(struct loom_comm *c, void *buf, int64_t count,
 static enum loom_status mpi_wait(struct loom_comm_req *req) {
     struct mpi_req *r = (struct mpi_req *)req;
     int rc = MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE);
-    free(r);
-    if (rc != MPI_SUCCESS) return mpi_err("wait", rc);
+    if (rc != MPI_SUCCESS) {
+        free(r->tmp);
+        free(r);
+        return mpi_err("wait", rc);
+    }
+    req_done(r);
     return LOOM_OK;
 }
 
@@ -361,7 +400,7 @@ static enum loom_status mpi_test(struct loom_comm_req *req, int *done) {
     int rc = MPI_Testall(r->n, r->reqs, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_err("test", rc);
     *done = flag;
-    if (flag) free(r);
+    if (flag) req_done(r);
     return LOOM_OK;
 }
 
@@ -379,6 +418,7 @@ static const struct loom_comm_ops g_mpi_ops = {
     .recv = mpi_recv,
     .barrier = mpi_barrier,
     .iallreduce = mpi_iallreduce,
+    .ireduce_scatter = mpi_ireduce_scatter,
     .isend = mpi_isend,
     .irecv = mpi_irecv,
     .wait = mpi_wait,

@@ -574,22 +574,24 @@ static enum loom_status nccl_irecv(struct loom_comm *c, void *buf, int64_t count
     return post(c, buf, count, dt, peer, tag, 1, req);
 }
 
-static enum loom_status nccl_iallreduce(struct loom_comm *c, void *buf, int64_t count,
-                                        enum loom_dtype dt, enum loom_redop op,
-                                        struct loom_comm_req **req) {
-    int dev;
-    LOOM_CHECK(where("iallreduce", buf, NULL, count, &dev));
-    LOOM_CHECK(flush_pending());
-    if (!dev) return loom_comm_iallreduce(host_of(c), buf, count, dt, op, req);
+/* A non-blocking reduction over device buffers, in place (scatter: NCCL's in-place reduce-scatter,
+ * the receive block at the rank's place; else an all-reduce), as a request whose event follows it
+ * on the communication stream. */
+static enum loom_status reduce_req(struct loom_comm *c, const char *what, int scatter, void *buf,
+                                   int64_t count, enum loom_dtype dt, enum loom_redop op,
+                                   struct loom_comm_req **req) {
     ncclDataType_t t = ncclFloat32;
-    LOOM_CHECK(reduce_type("iallreduce", dt, &t));
+    LOOM_CHECK(reduce_type(what, dt, &t));
     struct nccl_req *r;
     LOOM_CHECK(new_req(&r));
     enum loom_status s = enter();
     if (s == LOOM_OK) {
+        void *own = (char *)buf + nbytes(count, dt) * (size_t)c->rank;
         ncclResult_t nr =
-            ncclAllReduce(buf, buf, (size_t)count, t, nccl_op(op), nccl_of(c, 0), g.comm);
-        if (nr != ncclSuccess) s = nccl_err("iallreduce", nr, nccl_of(c, 0));
+            scatter
+                ? ncclReduceScatter(buf, own, (size_t)count, t, nccl_op(op), nccl_of(c, 0), g.comm)
+                : ncclAllReduce(buf, buf, (size_t)count, t, nccl_op(op), nccl_of(c, 0), g.comm);
+        if (nr != ncclSuccess) s = nccl_err(what, nr, nccl_of(c, 0));
     }
     if (s == LOOM_OK) {
         cudaError_t e = cudaEventRecord(r->done, g.comm);
@@ -601,6 +603,26 @@ static enum loom_status nccl_iallreduce(struct loom_comm *c, void *buf, int64_t 
     }
     *req = &r->base;
     return LOOM_OK;
+}
+
+static enum loom_status nccl_iallreduce(struct loom_comm *c, void *buf, int64_t count,
+                                        enum loom_dtype dt, enum loom_redop op,
+                                        struct loom_comm_req **req) {
+    int dev;
+    LOOM_CHECK(where("iallreduce", buf, NULL, count, &dev));
+    LOOM_CHECK(flush_pending());
+    if (!dev) return loom_comm_iallreduce(host_of(c), buf, count, dt, op, req);
+    return reduce_req(c, "iallreduce", 0, buf, count, dt, op, req);
+}
+
+static enum loom_status nccl_ireduce_scatter(struct loom_comm *c, void *buf, int64_t count,
+                                             enum loom_dtype dt, enum loom_redop op,
+                                             struct loom_comm_req **req) {
+    int dev;
+    LOOM_CHECK(where("ireduce_scatter", buf, NULL, count, &dev));
+    LOOM_CHECK(flush_pending());
+    if (!dev) return loom_comm_ireduce_scatter(host_of(c), buf, count, dt, op, req);
+    return reduce_req(c, "ireduce_scatter", 1, buf, count, dt, op, req);
 }
 
 static enum loom_status nccl_wait(struct loom_comm_req *req) {
@@ -659,6 +681,7 @@ static const struct loom_comm_ops g_nccl_ops = {
     .recv = nccl_recv,
     .barrier = nccl_barrier,
     .iallreduce = nccl_iallreduce,
+    .ireduce_scatter = nccl_ireduce_scatter,
     .isend = nccl_isend,
     .irecv = nccl_irecv,
     .wait = nccl_wait,

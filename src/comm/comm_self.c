@@ -216,6 +216,13 @@ static enum loom_status self_iallreduce(struct loom_comm *c, void *buf, int64_t 
     return LOOM_OK;
 }
 
+/* one rank: its block is the whole buffer, already reduced */
+static enum loom_status self_ireduce_scatter(struct loom_comm *c, void *buf, int64_t count,
+                                             enum loom_dtype dt, enum loom_redop op,
+                                             struct loom_comm_req **req) {
+    return self_iallreduce(c, buf, count, dt, op, req);
+}
+
 static enum loom_status self_isend(struct loom_comm *c, const void *buf, int64_t count,
                                    enum loom_dtype dt, int peer, int tag,
                                    struct loom_comm_req **req) {
@@ -293,6 +300,7 @@ static const struct loom_comm_ops g_self_ops = {
     .recv = self_recv,
     .barrier = self_barrier,
     .iallreduce = self_iallreduce,
+    .ireduce_scatter = self_ireduce_scatter,
     .isend = self_isend,
     .irecv = self_irecv,
     .wait = self_wait,

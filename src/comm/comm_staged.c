@@ -319,6 +319,29 @@ static enum loom_status staged_iallreduce(struct loom_comm *c, void *buf, int64_
     return LOOM_OK;
 }
 
+/* completes before it returns: the buffer through host memory, the twin's in-place form, this
+ * rank's block back */
+static enum loom_status staged_ireduce_scatter(struct loom_comm *c, void *buf, int64_t count,
+                                               enum loom_dtype dt, enum loom_redop op,
+                                               struct loom_comm_req **req) {
+    int dev;
+    LOOM_CHECK(loom_comm_where(BACKEND, "ireduce_scatter", buf, NULL, count, &dev));
+    if (!dev) return loom_comm_ireduce_scatter(host_of(c), buf, count, dt, op, req);
+    const size_t b = nbytes(count, dt);
+    char *h = NULL;
+    LOOM_CHECK(room(b * (size_t)c->size, &h));
+    LOOM_CHECK(copy(h, buf, b * (size_t)c->size, cudaMemcpyDeviceToHost));
+    struct loom_comm_req *inner = NULL;
+    LOOM_CHECK(loom_comm_ireduce_scatter(host_of(c), h, count, dt, op, &inner));
+    LOOM_CHECK(loom_comm_wait(inner));
+    const size_t own = b * (size_t)c->rank;
+    LOOM_CHECK(copy((char *)buf + own, h + own, b, cudaMemcpyHostToDevice));
+    struct staged_req *r = NULL;
+    LOOM_CHECK(new_req(&r, 0));
+    *req = &r->base;
+    return LOOM_OK;
+}
+
 static enum loom_status staged_isend(struct loom_comm *c, const void *buf, int64_t count,
                                      enum loom_dtype dt, int peer, int tag,
                                      struct loom_comm_req **req) {
@@ -405,6 +428,7 @@ static const struct loom_comm_ops g_staged_ops = {
     .recv = staged_recv,
     .barrier = staged_barrier,
     .iallreduce = staged_iallreduce,
+    .ireduce_scatter = staged_ireduce_scatter,
     .isend = staged_isend,
     .irecv = staged_irecv,
     .wait = staged_wait,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "loom/comm.h"
+#include "loom/grad_sync.h"
 #include "loom/optim.h"
 
 /* The parameters that take the decoupled learning rate (Megatron-LM's embedding-or-output
@@ -52,33 +53,48 @@ static int adamw_runs(const struct loom_gpt *model, int64_t lo, int64_t hi, int 
     return nruns;
 }
 
-enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model, int distributed,
-                                 int decoupled) {
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model,
+                                 struct loom_grad_sync *shards, int decoupled) {
     struct loom_backend *be = model->be;
-    const int dp = loom_dp_size(model->par);
     o->step = 0;
-    o->distributed = distributed && dp > 1;
-    o->shard_lo = 0;
-    o->shard_len = model->num_local;
-    if (o->distributed) { /* equal shares of num_alloc, a multiple of 16 x dp */
-        o->shard_len = model->num_alloc / dp;
-        o->shard_lo = (int64_t)loom_dp_rank(model->par) * o->shard_len;
-    }
-    const int64_t hi = o->shard_lo + o->shard_len;
+    o->shards = shards && loom_grad_sync_scatters(shards) ? shards : NULL;
+    o->distributed = o->shards != NULL;
+    /* the pieces this rank updates: its shard of the buckets, or every local parameter */
+    static const int64_t zero = 0;
+    const int64_t *plo = &zero, *plen = &model->num_local;
+    const int np = o->distributed ? loom_grad_sync_shard(o->shards, &plo, &plen) : 1;
+    o->shard_len = 0;
+    for (int i = 0; i < np; i++)
+        o->shard_len += plen[i];
     size_t bytes = (size_t)o->shard_len * sizeof(float);
     o->m = be->ops->malloc(be, bytes ? bytes : sizeof(float));
     o->v = be->ops->malloc(be, bytes ? bytes : sizeof(float));
-    o->nruns_main = adamw_runs(model, o->shard_lo, hi, decoupled, 0, NULL, NULL, NULL);
-    o->nruns = o->nruns_main + adamw_runs(model, o->shard_lo, hi, decoupled, 1, NULL, NULL, NULL);
+    /* the runs of each group over the pieces in order, the moments packed in that order */
+    o->nruns = 0;
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < np; i++)
+            o->nruns += adamw_runs(model, plo[i], plo[i] + plen[i], decoupled, g, NULL, NULL, NULL);
     size_t nr = (size_t)(o->nruns > 0 ? o->nruns : 1);
-    o->run_off = malloc(nr * 2 * sizeof(int64_t));
-    o->run_len = o->run_off ? o->run_off + nr : NULL;
+    o->run_off = malloc(nr * 3 * sizeof(int64_t));
+    o->run_soff = o->run_off ? o->run_off + nr : NULL;
+    o->run_len = o->run_off ? o->run_off + 2 * nr : NULL;
     o->run_decay = malloc(nr);
     if (!o->run_off || !o->run_decay) return loom_fail(LOOM_ERR_OOM, "out of memory");
-    const int k = o->nruns_main;
-    adamw_runs(model, o->shard_lo, hi, decoupled, 0, o->run_off, o->run_len, o->run_decay);
-    adamw_runs(model, o->shard_lo, hi, decoupled, 1, o->run_off + k, o->run_len + k,
-               o->run_decay + k);
+    int k = 0;
+    for (int g = 0; g < 2; g++) {
+        if (g == 1) o->nruns_main = k;
+        int64_t soff = 0;
+        for (int i = 0; i < np; i++) {
+            const int n = adamw_runs(model, plo[i], plo[i] + plen[i], decoupled, g, o->run_off + k,
+                                     o->run_len + k, o->run_decay + k);
+            for (int r = k; r < k + n; r++) { /* relative to the piece: to the buffers */
+                o->run_soff[r] = soff + o->run_off[r];
+                o->run_off[r] += plo[i];
+            }
+            k += n;
+            soff += plen[i];
+        }
+    }
     if (!o->m || !o->v)
         return loom_fail(LOOM_ERR_OOM,
                          "out of memory for the optimizer state (%zu MiB; "
@@ -95,21 +111,9 @@ void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model) {
     o->m = o->v = NULL;
     free(o->run_off);
     free(o->run_decay);
-    o->run_off = o->run_len = NULL;
+    o->run_off = o->run_soff = o->run_len = NULL;
     o->run_decay = NULL;
     o->nruns = 0;
-}
-
-/* The shares of buf (floats of the model's layout), each rank's [shard_lo, + shard_len), gathered
- * into full (every rank's; full may be buf, the share then in place), then the backend told that
- * full was written. */
-static enum loom_status gather_shares(struct loom_adamw *o, struct loom_gpt *model, float *full,
-                                      const float *share) {
-    struct loom_backend *be = model->be;
-    LOOM_CHECK(loom_comm_allgather(model->par->group[LOOM_PDIM_DP], full, share, o->shard_len,
-                                   LOOM_DTYPE_F32));
-    if (be->ops->written) be->ops->written(be, full, (size_t)model->num_alloc * sizeof(float));
-    return LOOM_OK;
 }
 
 /* The runs of each learning rate in one call (on cuda one launch each). */
@@ -120,13 +124,30 @@ enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, d
     for (int g = 0; g < 2; g++) {
         const int r0 = g ? o->nruns_main : 0, n = g ? o->nruns - o->nruns_main : o->nruns_main;
         if (n == 0) continue;
-        loom_op(be, adamw_ranges, model->param_mem + o->shard_lo, model->grad_mem + o->shard_lo,
-                o->m, o->v, o->run_off + r0, o->run_len + r0, o->run_decay + r0, n,
+        loom_op(be, adamw_ranges, model->param_mem, model->grad_mem, o->m, o->v, o->run_off + r0,
+                o->run_soff + r0, o->run_len + r0, o->run_decay + r0, n,
                 (float)(g ? lr_decoupled : lr), (float)o->beta1, (float)o->beta2, (float)o->eps,
                 (float)o->weight_decay, o->step, (float)grad_scale);
     }
     if (!o->distributed) return LOOM_OK;
-    return gather_shares(o, model, model->param_mem, model->param_mem + o->shard_lo);
+    return loom_grad_sync_gather(o->shards, model->param_mem);
+}
+
+/* dir 0: the moment's pieces (packed) to their places in full; 1: back */
+static void move_pieces(struct loom_adamw *o, struct loom_gpt *model, float *mine, float *full,
+                        int dir) {
+    struct loom_backend *be = model->be;
+    const int64_t *plo, *plen;
+    const int np = loom_grad_sync_shard(o->shards, &plo, &plen);
+    int64_t soff = 0;
+    for (int i = 0; i < np; i++) {
+        const size_t b = (size_t)plen[i] * sizeof(float);
+        if (dir == 0)
+            be->ops->copy(be, full + plo[i], mine + soff, b);
+        else
+            be->ops->copy(be, mine + soff, full + plo[i], b);
+        soff += plen[i];
+    }
 }
 
 enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
@@ -134,29 +155,27 @@ enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_gpt *model,
     float *mine = which ? o->v : o->m;
     *out = mine;
     if (!o->distributed) return LOOM_OK;
-    LOOM_CHECK(gather_shares(o, model, model->grad_mem, mine));
+    move_pieces(o, model, mine, model->grad_mem, 0);
+    LOOM_CHECK(loom_grad_sync_gather(o->shards, model->grad_mem));
     *out = model->grad_mem;
     return LOOM_OK;
 }
 
 void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
                            const float *full) {
-    struct loom_backend *be = model->be;
-    be->ops->copy(be, which ? o->v : o->m, full + o->shard_lo,
-                  (size_t)o->shard_len * sizeof(float));
+    float *mine = which ? o->v : o->m;
+    if (!o->distributed) {
+        model->be->ops->copy(model->be, mine, full, (size_t)o->shard_len * sizeof(float));
+        return;
+    }
+    move_pieces(o, model, mine, (float *)full, 1);
 }
 
-/* The squared norm counts each parameter once: tensor-parallel copies (tp_dim < 0) on TP rank 0
- * only, the tied output layer on the first stage only; the zeros (when asked) over the same
- * elements. */
-enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm,
-                                        int64_t *zeros) {
-    struct loom_parallel *par = model->par;
-    struct loom_backend *be = model->be;
-    int tpr = loom_tp_rank(par);
-    int64_t *off = malloc((size_t)(model->nparams + 1) * 2 * sizeof(int64_t));
-    if (!off) return loom_fail(LOOM_ERR_OOM, "out of memory");
-    int64_t *len = off + model->nparams + 1;
+/* The ranges of the parameters a norm counts, each once: tensor-parallel copies (tp_dim < 0) on
+ * TP rank 0 only, the tied output layer on the first stage only. off and len: room for
+ * nparams. Returns how many. */
+static int counted_ranges(const struct loom_gpt *model, int64_t *off, int64_t *len) {
+    const int tpr = loom_tp_rank(model->par);
     int nr = 0;
     for (int i = 0; i < model->nparams; i++) {
         const struct loom_param *p = &model->params[i];
@@ -169,12 +188,21 @@ enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf
         len[nr] = p->local_shape[0] * p->local_shape[1];
         nr++;
     }
+    return nr;
+}
+
+/* The sum of squares (and zeros) over the ranges, then over the groups whose ranks hold
+ * different elements: dp (when not NULL), then tensor- and pipeline-parallel. */
+static enum loom_status norm_of_ranges(struct loom_gpt *model, const float *buf, const int64_t *off,
+                                       const int64_t *len, int nr, struct loom_comm *dp,
+                                       double *norm, int64_t *zeros) {
+    struct loom_parallel *par = model->par;
     int64_t z = 0;
-    double ss = loom_op(be, sumsq_ranges, buf, off, len, nr, zeros ? &z : NULL);
-    free(off);
-    for (int g = 0; g < 2; g++) { /* over the tensor-, then the pipeline-parallel group */
-        struct loom_comm *c = par->group[g ? LOOM_PDIM_PP : LOOM_PDIM_TP];
-        if (loom_comm_size(c) <= 1) continue;
+    double ss = loom_op(model->be, sumsq_ranges, buf, off, len, nr, zeros ? &z : NULL);
+    struct loom_comm *groups[3] = {dp, par->group[LOOM_PDIM_TP], par->group[LOOM_PDIM_PP]};
+    for (int g = 0; g < 3; g++) {
+        struct loom_comm *c = groups[g];
+        if (!c || loom_comm_size(c) <= 1) continue;
         LOOM_CHECK(loom_comm_allreduce(c, &ss, 1, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
         if (zeros) LOOM_CHECK(loom_comm_allreduce(c, &z, 1, LOOM_DTYPE_I64, LOOM_REDOP_SUM));
     }
@@ -183,6 +211,42 @@ enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf
     return LOOM_OK;
 }
 
-enum loom_status loom_grad_norm(struct loom_gpt *model, double *norm, int64_t *zeros) {
-    return loom_param_buffer_norm(model, model->grad_mem, norm, zeros);
+enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm,
+                                        int64_t *zeros) {
+    int64_t *off = malloc((size_t)(model->nparams + 1) * 2 * sizeof(int64_t));
+    if (!off) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    int64_t *len = off + model->nparams + 1;
+    const int nr = counted_ranges(model, off, len);
+    enum loom_status s = norm_of_ranges(model, buf, off, len, nr, NULL, norm, zeros);
+    free(off);
+    return s;
+}
+
+/* Distributed: the counted ranges cut to this rank's pieces, whose gradients are the reduced
+ * ones; the data-parallel ranks' sums added. */
+enum loom_status loom_grad_norm(const struct loom_adamw *o, struct loom_gpt *model, double *norm,
+                                int64_t *zeros) {
+    if (!o->distributed) return loom_param_buffer_norm(model, model->grad_mem, norm, zeros);
+    const int64_t *plo, *plen;
+    const int np = loom_grad_sync_shard(o->shards, &plo, &plen);
+    const size_t cap = (size_t)(model->nparams + 1) + (size_t)(model->nparams + np);
+    int64_t *off =
+        malloc((size_t)(model->nparams + 1) * 2 * sizeof(int64_t) + cap * 2 * sizeof(int64_t));
+    if (!off) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    int64_t *len = off + model->nparams + 1, *coff = len + model->nparams + 1, *clen = coff + cap;
+    const int nr = counted_ranges(model, off, len);
+    int nc = 0;
+    for (int r = 0; r < nr; r++)
+        for (int i = 0; i < np; i++) {
+            const int64_t a = off[r] > plo[i] ? off[r] : plo[i];
+            const int64_t b =
+                off[r] + len[r] < plo[i] + plen[i] ? off[r] + len[r] : plo[i] + plen[i];
+            if (b <= a) continue;
+            coff[nc] = a;
+            clen[nc++] = b - a;
+        }
+    enum loom_status s = norm_of_ranges(model, model->grad_mem, coff, clen, nc,
+                                        model->par->group[LOOM_PDIM_DP], norm, zeros);
+    free(off);
+    return s;
 }

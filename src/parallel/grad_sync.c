@@ -9,44 +9,146 @@ struct range {
     int64_t lo, hi; /* floats of the flat gradient buffer */
 };
 
+struct bucket {
+    int64_t lo, hi;
+    int layers;      /* local layers that overlap it */
+    int finish_only; /* it holds floats of no layer: reduced by finish */
+    int pending;     /* this step: its layers not reported yet */
+    int launched;
+};
+
 struct loom_grad_sync {
     struct loom_gpt *m;
     struct loom_comm *dp;
-    int64_t bucket_floats;
-    struct range *layer;     /* [L] range of each local layer (empty when not local) */
-    char *layer_done;        /* [L] */
-    struct range open;       /* the bucket being filled (lo == hi: empty) */
+    int scatter, dp_size, dp_rank;
+    struct range *layer; /* [L] range of each local layer (empty when not local) */
+    char *layer_done;    /* [L] */
+    struct bucket *b;    /* [nb] from the top of the buffer down: the order a backward frees them */
+    int nb;
+    int64_t *piece_lo, *piece_len; /* [npieces] this rank's shard, increasing offsets */
+    int npieces;
     struct loom_comm_req **reqs;
     int nreqs, cap, overlapped;
 };
 
+static int64_t round_up(int64_t x, int64_t a) {
+    return (x + a - 1) / a * a;
+}
+static int64_t overlap(struct range r, int64_t lo, int64_t hi) {
+    const int64_t a = r.lo > lo ? r.lo : lo, b = r.hi < hi ? r.hi : hi;
+    return b > a ? b - a : 0;
+}
+
+static enum loom_status add_bucket(struct loom_grad_sync *gs, int64_t lo, int64_t hi) {
+    if (hi <= lo) return LOOM_OK;
+    struct bucket *nb = realloc(gs->b, (size_t)(gs->nb + 1) * sizeof *nb);
+    if (!nb) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    gs->b = nb;
+    struct bucket *b = &gs->b[gs->nb++];
+    memset(b, 0, sizeof *b);
+    b->lo = lo;
+    b->hi = hi;
+    int64_t covered = 0;
+    for (int64_t l = 0; l < gs->m->cfg.num_layers; l++) {
+        const int64_t o = overlap(gs->layer[l], lo, hi);
+        covered += o;
+        b->layers += o > 0;
+    }
+    b->finish_only = covered < hi - lo;
+    return LOOM_OK;
+}
+
+/* The cuts: see loom/grad_sync.h. Every cut is a multiple of 16 dp, and so is num_alloc. */
+static enum loom_status make_buckets(struct loom_grad_sync *gs, int64_t bucket_floats) {
+    const struct loom_gpt *m = gs->m;
+    const int64_t L = m->cfg.num_layers, grain = 16 * (int64_t)gs->dp_size;
+    int64_t top = m->num_alloc, minlo = -1, maxhi = -1;
+    for (int64_t l = 0; l < L; l++) {
+        const struct range r = gs->layer[l];
+        if (r.hi <= r.lo) continue;
+        if (minlo < 0 || r.lo < minlo) minlo = r.lo;
+        if (r.hi > maxhi) maxhi = r.hi;
+    }
+    if (minlo < 0) return add_bucket(gs, 0, top); /* no local layer */
+    int64_t cur = maxhi / grain * grain;
+    LOOM_CHECK(add_bucket(gs, cur, top));
+    /* the layers from the highest offset down */
+    char *taken = calloc((size_t)L + 1, 1);
+    if (!taken) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    for (;;) {
+        int64_t best = -1;
+        for (int64_t l = 0; l < L; l++)
+            if (!taken[l] && gs->layer[l].hi > gs->layer[l].lo &&
+                (best < 0 || gs->layer[l].lo > gs->layer[best].lo))
+                best = l;
+        if (best < 0) break;
+        taken[best] = 1;
+        const int64_t cut = round_up(gs->layer[best].lo, grain);
+        if (cut < cur && cur - cut >= bucket_floats) {
+            enum loom_status s = add_bucket(gs, cut, cur);
+            if (s != LOOM_OK) {
+                free(taken);
+                return s;
+            }
+            cur = cut;
+        }
+    }
+    free(taken);
+    const int64_t cut = round_up(minlo, grain);
+    if (cut < cur) {
+        LOOM_CHECK(add_bucket(gs, cut, cur));
+        cur = cut;
+    }
+    return add_bucket(gs, 0, cur);
+}
+
+static enum loom_status make_shard(struct loom_grad_sync *gs) {
+    const int n = gs->scatter ? gs->nb : 1;
+    gs->piece_lo = malloc((size_t)n * 2 * sizeof(int64_t));
+    if (!gs->piece_lo) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    gs->piece_len = gs->piece_lo + n;
+    gs->npieces = n;
+    if (!gs->scatter) {
+        gs->piece_lo[0] = 0;
+        gs->piece_len[0] = gs->m->num_local;
+        return LOOM_OK;
+    }
+    for (int i = 0; i < n; i++) { /* the buckets run downwards */
+        const struct bucket *b = &gs->b[n - 1 - i];
+        const int64_t s = (b->hi - b->lo) / gs->dp_size;
+        gs->piece_lo[i] = b->lo + (int64_t)gs->dp_rank * s;
+        gs->piece_len[i] = s;
+    }
+    return LOOM_OK;
+}
+
 enum loom_status loom_grad_sync_create(struct loom_grad_sync **out, struct loom_gpt *m,
-                                       int64_t bucket_bytes) {
+                                       int64_t bucket_bytes, int scatter) {
     struct loom_grad_sync *gs = calloc(1, sizeof *gs);
     if (!gs) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    *out = gs;
     int64_t L = m->cfg.num_layers;
     gs->m = m;
     gs->dp = m->par->group[LOOM_PDIM_DP];
-    gs->bucket_floats = bucket_bytes / (int64_t)sizeof(float);
+    gs->dp_size = loom_comm_size(gs->dp);
+    gs->dp_rank = loom_comm_rank(gs->dp);
+    gs->scatter = scatter && gs->dp_size > 1;
     gs->layer = calloc((size_t)L, sizeof *gs->layer);
     gs->layer_done = calloc((size_t)L, 1);
     gs->cap = (int)L + 8;
     gs->reqs = calloc((size_t)gs->cap, sizeof *gs->reqs);
-    if (!gs->layer || !gs->layer_done || !gs->reqs) {
-        loom_grad_sync_free(gs);
-        return loom_fail(LOOM_ERR_OOM, "out of memory");
-    }
+    if (!gs->layer || !gs->layer_done || !gs->reqs) return loom_fail(LOOM_ERR_OOM, "out of memory");
     for (int64_t l = 0; l < L; l++) gs->layer[l].lo = gs->layer[l].hi = -1;
     for (int i = 0; i < m->nparams; i++) {
         const struct loom_param *p = &m->params[i];
         if (!p->local || p->layer < 0) continue;
-        int64_t end = p->offset + (p->local_shape[0] * p->local_shape[1] + 15) / 16 * 16;
+        int64_t end = p->offset + round_up(p->local_shape[0] * p->local_shape[1], 16);
         struct range *r = &gs->layer[p->layer];
         if (r->lo < 0 || p->offset < r->lo) r->lo = p->offset;
         if (end > r->hi) r->hi = end;
     }
-    *out = gs;
-    return LOOM_OK;
+    LOOM_CHECK(make_buckets(gs, bucket_bytes / (int64_t)sizeof(float)));
+    return make_shard(gs);
 }
 
 void loom_grad_sync_free(struct loom_grad_sync *gs) {
@@ -54,20 +156,27 @@ void loom_grad_sync_free(struct loom_grad_sync *gs) {
     for (int i = 0; i < gs->nreqs; i++) loom_comm_wait(gs->reqs[i]);
     free(gs->layer);
     free(gs->layer_done);
+    free(gs->b);
+    free(gs->piece_lo);
     free(gs->reqs);
     free(gs);
 }
 
 void loom_grad_sync_begin(struct loom_grad_sync *gs) {
     memset(gs->layer_done, 0, (size_t)gs->m->cfg.num_layers);
-    gs->open.lo = gs->open.hi = 0;
+    for (int i = 0; i < gs->nb; i++) {
+        gs->b[i].pending = gs->b[i].layers;
+        gs->b[i].launched = 0;
+    }
     gs->overlapped = 0;
 }
 
-static int active(const struct loom_grad_sync *gs) { return loom_comm_size(gs->dp) > 1; }
+static int active(const struct loom_grad_sync *gs) {
+    return gs->dp_size > 1;
+}
 
-static enum loom_status launch(struct loom_grad_sync *gs, struct range r) {
-    if (r.hi <= r.lo) return LOOM_OK;
+static enum loom_status launch(struct loom_grad_sync *gs, struct bucket *b) {
+    b->launched = 1;
     if (gs->nreqs == gs->cap) {
         int cap = gs->cap * 2;
         struct loom_comm_req **n = realloc(gs->reqs, (size_t)cap * sizeof *n);
@@ -77,27 +186,24 @@ static enum loom_status launch(struct loom_grad_sync *gs, struct range r) {
     }
     /* a host backend reads the gradients now: the backward kernels that write them must be done */
     if (!loom_comm_stream_ordered(gs->dp)) gs->m->be->ops->synchronize(gs->m->be);
-    return loom_comm_iallreduce(gs->dp, gs->m->grad_mem + r.lo, r.hi - r.lo, LOOM_DTYPE_F32,
-                                LOOM_REDOP_SUM, &gs->reqs[gs->nreqs++]);
+    float *g = gs->m->grad_mem + b->lo;
+    struct loom_comm_req **rq = &gs->reqs[gs->nreqs++];
+    if (gs->scatter)
+        return loom_comm_ireduce_scatter(gs->dp, g, (b->hi - b->lo) / gs->dp_size, LOOM_DTYPE_F32,
+                                         LOOM_REDOP_SUM, rq);
+    return loom_comm_iallreduce(gs->dp, g, b->hi - b->lo, LOOM_DTYPE_F32, LOOM_REDOP_SUM, rq);
 }
 
 enum loom_status loom_grad_sync_layer_ready(struct loom_grad_sync *gs, int64_t layer) {
     if (!active(gs) || gs->layer_done[layer]) return LOOM_OK;
     gs->layer_done[layer] = 1;
-    struct range r = gs->layer[layer];
-    if (gs->open.hi > gs->open.lo && r.hi == gs->open.lo) {
-        gs->open.lo = r.lo; /* layers finish last-to-first: the bucket grows downwards */
-    } else {
-        if (gs->open.hi > gs->open.lo) {
-            LOOM_CHECK(launch(gs, gs->open));
+    for (int i = 0; i < gs->nb; i++) {
+        struct bucket *b = &gs->b[i];
+        if (!overlap(gs->layer[layer], b->lo, b->hi)) continue;
+        if (--b->pending == 0 && !b->finish_only) {
+            LOOM_CHECK(launch(gs, b));
             gs->overlapped++;
         }
-        gs->open = r;
-    }
-    if (gs->open.hi - gs->open.lo >= gs->bucket_floats) {
-        LOOM_CHECK(launch(gs, gs->open));
-        gs->overlapped++;
-        gs->open.lo = gs->open.hi = 0;
     }
     /* let earlier buckets progress */
     for (int i = 0; i < gs->nreqs; i++) {
@@ -110,18 +216,8 @@ enum loom_status loom_grad_sync_layer_ready(struct loom_grad_sync *gs, int64_t l
 
 enum loom_status loom_grad_sync_finish(struct loom_grad_sync *gs) {
     if (!active(gs)) return LOOM_OK;
-    struct loom_gpt *m = gs->m;
-    if (gs->open.hi > gs->open.lo) LOOM_CHECK(launch(gs, gs->open));
-    gs->open.lo = gs->open.hi = 0;
-    /* layers never reported (e.g. forward-only misuse) and the non-layer parameters */
-    for (int64_t l = 0; l < m->cfg.num_layers; l++)
-        if (!gs->layer_done[l] && gs->layer[l].hi > gs->layer[l].lo) LOOM_CHECK(launch(gs, gs->layer[l]));
-    for (int i = 0; i < m->nparams; i++) {
-        const struct loom_param *p = &m->params[i];
-        if (!p->local || p->layer >= 0) continue;
-        struct range r = {p->offset, p->offset + p->local_shape[0] * p->local_shape[1]};
-        LOOM_CHECK(launch(gs, r));
-    }
+    for (int i = 0; i < gs->nb; i++)
+        if (!gs->b[i].launched) LOOM_CHECK(launch(gs, &gs->b[i]));
     enum loom_status s = LOOM_OK;
     for (int i = 0; i < gs->nreqs; i++) {
         enum loom_status s2 = loom_comm_wait(gs->reqs[i]);
@@ -132,3 +228,30 @@ enum loom_status loom_grad_sync_finish(struct loom_grad_sync *gs) {
 }
 
 int loom_grad_sync_overlapped(const struct loom_grad_sync *gs) { return gs->overlapped; }
+
+int loom_grad_sync_buckets(const struct loom_grad_sync *gs) {
+    return gs->nb;
+}
+
+int loom_grad_sync_scatters(const struct loom_grad_sync *gs) {
+    return gs->scatter;
+}
+
+int loom_grad_sync_shard(const struct loom_grad_sync *gs, const int64_t **lo, const int64_t **len) {
+    *lo = gs->piece_lo;
+    *len = gs->piece_len;
+    return gs->npieces;
+}
+
+enum loom_status loom_grad_sync_gather(struct loom_grad_sync *gs, float *buf) {
+    if (!gs->scatter) return LOOM_OK;
+    struct loom_backend *be = gs->m->be;
+    for (int i = 0; i < gs->nb; i++) {
+        const struct bucket *b = &gs->b[i];
+        const int64_t s = (b->hi - b->lo) / gs->dp_size;
+        LOOM_CHECK(loom_comm_allgather(gs->dp, buf + b->lo, buf + b->lo + (int64_t)gs->dp_rank * s,
+                                       s, LOOM_DTYPE_F32));
+    }
+    if (be->ops->written) be->ops->written(be, buf, (size_t)gs->m->num_alloc * sizeof(float));
+    return LOOM_OK;
+}

@@ -180,10 +180,13 @@ static enum loom_status sync_tied_embedding(struct trainer *t) {
                                p->local_shape[0] * p->local_shape[1], LOOM_DTYPE_F32, LOOM_REDOP_SUM);
 }
 
-/* Finish the data-parallel reduction the backward pass started (the final norm's sequence-
- * parallel sum first: it is not part of any layer). */
+/* Finish the data-parallel reduction the backward pass started: the final norm's sequence-
+ * parallel sum and the tied embedding's sum over the stages first (neither is part of a layer,
+ * so neither is reduced yet: with the distributed optimizer the reduction leaves a rank only its
+ * pieces' sums). */
 static enum loom_status sync_grads(struct trainer *t) {
     LOOM_CHECK(loom_gpt_sync_replicated_grads(t->model, -1));
+    LOOM_CHECK(sync_tied_embedding(t));
     return loom_grad_sync_finish(t->gsync);
 }
 
@@ -780,19 +783,20 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         if (c->bf16 || c->fp16)
             LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, mm, t->model->param_mem, t->model->num_local));
         LOOM_CHECK(loom_pipeline_create(&t->pipe));
-        LOOM_CHECK(loom_grad_sync_create(&t->gsync, t->model, (int64_t)c->dp_bucket_mb << 20));
+        LOOM_CHECK(loom_grad_sync_create(&t->gsync, t->model, c->dp_bucket_bytes,
+                                         c->distributed_optimizer));
     }
     t->opt.beta1 = c->beta1;
     t->opt.beta2 = c->beta2;
     t->opt.eps = c->adam_eps;
     t->opt.weight_decay = c->weight_decay;
-    LOOM_CHECK(
-        loom_adamw_init(&t->opt, t->model, c->distributed_optimizer, c->lr.decoupled_max_lr >= 0));
+    LOOM_CHECK(loom_adamw_init(&t->opt, t->model, t->gsync, c->lr.decoupled_max_lr >= 0));
     if (t->opt.distributed)
         loom_log_info("loom: distributed optimizer: each of the %d data-parallel ranks keeps the "
-                      "moments of %lld of the %lld local parameters and updates them",
+                      "moments of %lld of the %lld local parameters and updates them (its pieces "
+                      "of %d gradient buckets, reduce-scattered)",
                       loom_dp_size(&t->par), (long long)t->opt.shard_len,
-                      (long long)t->model->num_local);
+                      (long long)t->model->num_local, loom_grad_sync_buckets(t->gsync));
     t->st.seed = c->seed;
     if (c->fp16) {
         /* --loss-scale gives a static scale (window 0); otherwise Megatron's dynamic scaler */
@@ -1020,11 +1024,15 @@ static enum loom_status train_loop(struct trainer *t) {
         LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, t->batch, it, 1, sums));
         const double loss = per_token(sums);
         LOOM_CHECK(sync_grads(t));
-        LOOM_CHECK(sync_tied_embedding(t));
-        if (c->save_grads && it == 1) LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
+        if (c->save_grads && it == 1) {
+            /* every rank's reduced pieces (the distributed optimizer), then the whole buffer */
+            LOOM_CHECK(loom_grad_sync_gather(t->gsync, t->model->grad_mem));
+            LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));
+        }
         double gnorm;
         t->num_zeros = -1;
-        LOOM_CHECK(loom_grad_norm(t->model, &gnorm, c->log_num_zeros ? &t->num_zeros : NULL));
+        LOOM_CHECK(
+            loom_grad_norm(&t->opt, t->model, &gnorm, c->log_num_zeros ? &t->num_zeros : NULL));
         double unscale = 1.0;
         int skip = 0;
         if (c->fp16) {
@@ -1042,10 +1050,6 @@ static enum loom_status train_loop(struct trainer *t) {
             double coeff = c->clip_grad / (gnorm + 1e-6);
             if (coeff < 1.0) scale = coeff;
         }
-        t->step_bytes[0] = group_bytes(t->par.group[LOOM_PDIM_TP]);
-        t->step_bytes[1] = group_bytes(t->par.group[LOOM_PDIM_PP]);
-        t->step_bytes[2] = group_bytes(t->par.group[LOOM_PDIM_DP]);
-        t->step_bytes[3] = loom_pp_size(&t->par) > 1 ? group_bytes(t->par.embedding) : 0;
         /* the schedules advance by the samples of the optimizer steps (skipped iterations do not
          * count) */
         const int64_t sched_steps = t->st.scheduler_samples;
@@ -1061,6 +1065,11 @@ static enum loom_status train_loop(struct trainer *t) {
             t->loss_since_log += loss;
             t->stepped_since_log++;
         }
+        /* the step's traffic, the distributed optimizer's gathering of the parameters included */
+        t->step_bytes[0] = group_bytes(t->par.group[LOOM_PDIM_TP]);
+        t->step_bytes[1] = group_bytes(t->par.group[LOOM_PDIM_PP]);
+        t->step_bytes[2] = group_bytes(t->par.group[LOOM_PDIM_DP]);
+        t->step_bytes[3] = loom_pp_size(&t->par) > 1 ? group_bytes(t->par.embedding) : 0;
         if (c->fp16) {
             t->st.loss_scale = t->scaler.scale;
             t->st.growth_tracker = t->scaler.growth_tracker;

@@ -451,6 +451,37 @@ static void test_iallreduce(struct loom_comm *w) {
     free(h);
 }
 
+/* The in-place reduce-scatter started with work queued before its wait; this rank's block
+ * consumed on the compute stream after it (the other blocks are not looked at) */
+static void test_ireduce_scatter(struct loom_comm *w) {
+    int64_t n = 1 << 20, all = n * g_size;
+    float *h = malloc((size_t)all * sizeof(float));
+    float *a = dev((size_t)all * sizeof(float)), *b = dev((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < all; i++)
+        h[i] = val(g_rank, i);
+    put(a, h, (size_t)all * sizeof(float));
+    put(b, h, (size_t)n * sizeof(float));
+    struct loom_comm_req *q;
+    CK(loom_comm_ireduce_scatter(w, a, n, LOOM_DTYPE_F32, LOOM_REDOP_SUM, &q));
+    for (int i = 0; i < 20; i++)
+        g_be->ops->scale(g_be, b, 1.0f, n);
+    CK(loom_comm_wait(q));
+    g_be->ops->axpy(g_be, b, 1.0f, a + (size_t)g_rank * (size_t)n, n);
+    get(h, b, (size_t)n * sizeof(float));
+    int ok = 1;
+    for (int64_t i = 0; i < n && ok; i++) {
+        float want = val(g_rank, i);
+        for (int r = 0; r < g_size; r++)
+            want += val(r, g_rank * n + i);
+        ok = h[i] == want;
+    }
+    check(ok, "ireduce_scatter in place with compute queued before its wait, its block consumed "
+              "on the compute stream");
+    g_be->ops->free(g_be, a);
+    g_be->ops->free(g_be, b);
+    free(h);
+}
+
 /* The device of each rank, as rank 0 prints it: "0 0 (of 1 visible)" */
 static void report_devices(struct loom_comm *w) {
     int d = -1, n = 0;
@@ -496,6 +527,7 @@ static int run(const char *backend, int *argc, char ***argv) {
     test_split(w);
     test_p2p(w);
     test_iallreduce(w);
+    test_ireduce_scatter(w);
     double res[2] = {(double)g_pass, (double)g_fail};
     CK(loom_comm_allreduce(w, res, 2, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
     if (g_rank == 0)

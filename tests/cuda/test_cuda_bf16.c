@@ -943,8 +943,8 @@ static void run_adamw_copy(int f16, uint64_t seed) {
     const int64_t off[2] = {0, 1000}, len[2] = {900, OC * C - 1000};
     const uint8_t decay[2] = {1, 0};
     for (int step = 1; step <= 2; step++)
-        g_gpu->ops->adamw_ranges(g_gpu, p, g, m, v, off, len, decay, 2, 1e-2f, 0.9f, 0.95f, 1e-8f,
-                                 0.1f, step, 1.0f);
+        g_gpu->ops->adamw_ranges(g_gpu, p, g, m, v, off, NULL, len, decay, 2, 1e-2f, 0.9f, 0.95f,
+                                 1e-8f, 0.1f, step, 1.0f);
     g_gpu->ops->linear_forward(g_gpu, out, x, p, NULL, C, C, OC);
     float *np = ct_dgetf(g_gpu, p, n), *ho = ct_dgetf(g_gpu, out, C * OC);
     int same = 1, moved = 0;

@@ -660,16 +660,31 @@ static void test_adamw_ranges(void) {
     float *v = ct_randn(n, 116, 0.1f, 0.0f), *g[3];
     for (int64_t i = 0; i < n; i++) v[i] = v[i] * v[i];
     for (int k = 0; k < 3; k++) g[k] = ct_randn(n, 117 + (uint64_t)k, 1.0f, 0.0f);
-    float *res[4][3]; /* CPU, cuda, cuda again, cuda's adamw per range */
-    for (int r = 0; r < 4; r++) {
-        struct loom_backend *be = backend_of(r < 3 ? r : 1);
-        float *dp = ct_dputf(be, p, n), *dm = ct_dputf(be, m, n), *dv = ct_dputf(be, v, n);
+    /* the moments packed, the ranges' in reverse order from element 3 (as the distributed
+     * optimizer keeps its shard's) */
+    int64_t soff[7], at = 3;
+    for (int k = nr - 1; k >= 0; k--)
+        soff[k] = at, at += len[k];
+    float *pm = malloc((size_t)n * sizeof(float)), *pv = malloc((size_t)n * sizeof(float));
+    memcpy(pm, m, (size_t)n * sizeof(float));
+    memcpy(pv, v, (size_t)n * sizeof(float));
+    for (int k = 0; k < nr; k++) { /* the same moments at their packed places */
+        memcpy(pm + soff[k], m + off[k], (size_t)len[k] * sizeof(float));
+        memcpy(pv + soff[k], v + off[k], (size_t)len[k] * sizeof(float));
+    }
+    /* CPU, cuda, cuda again, cuda's adamw per range; cuda and CPU with packed moments */
+    float *res[6][3];
+    static const int which[6] = {0, 1, 2, 1, 1, 0};
+    for (int r = 0; r < 6; r++) {
+        struct loom_backend *be = backend_of(which[r]);
+        float *dp = ct_dputf(be, p, n), *dm = ct_dputf(be, r >= 4 ? pm : m, n),
+              *dv = ct_dputf(be, r >= 4 ? pv : v, n);
         float *dg = ct_dputf(be, NULL, n);
         for (int64_t step = 1; step <= 3; step++) {
             be->ops->to_device(be, dg, g[step - 1], (size_t)n * sizeof(float));
-            if (r < 3) {
-                loom_op(be, adamw_ranges, dp, dg, dm, dv, off, len, dec, nr, 1e-3f, 0.9f, 0.95f,
-                        1e-8f, 0.1f, step, 0.5f);
+            if (r != 3) {
+                loom_op(be, adamw_ranges, dp, dg, dm, dv, off, r >= 4 ? soff : NULL, len, dec, nr,
+                        1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
                 continue;
             }
             for (int k = 0; k < nr; k++)
@@ -692,7 +707,17 @@ static void test_adamw_ranges(void) {
         snprintf(name, sizeof name, "adamw_ranges %s, cuda == cuda adamw per range (bits)",
                  what[k]);
         ct_exact(name, res[1][k], res[3][k], n);
+        snprintf(name, sizeof name, "adamw_ranges %s, packed moments: cuda == cpu (bits)", what[k]);
+        ct_exact(name, res[4][k], res[5][k], n);
     }
+    snprintf(name, sizeof name, "adamw_ranges, packed moments: param as with one layout (bits)");
+    ct_exact(name, res[4][0], res[1][0], n);
+    int packed_ok = 1;
+    for (int k = 0; k < nr; k++)
+        packed_ok &= !memcmp(res[4][1] + soff[k], res[1][1] + off[k], (size_t)len[k] * 4) &&
+                     !memcmp(res[4][2] + soff[k], res[1][2] + off[k], (size_t)len[k] * 4);
+    ct_check_true("adamw_ranges, packed moments: m, v of each range as with one layout (bits)",
+                  packed_ok);
     int64_t gaps = 0, kept = 0;
     for (int64_t i = 0; i < n; i++) {
         int inside = 0;
@@ -704,8 +729,10 @@ static void test_adamw_ranges(void) {
     snprintf(name, sizeof name, "adamw_ranges cuda: the %lld gap elements keep p, m, v",
              (long long)gaps);
     ct_check_true(name, gaps > 0 && kept == 3 * gaps);
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < 6; r++)
         for (int k = 0; k < 3; k++) free(res[r][k]);
+    free(pm);
+    free(pv);
 
     /* the bf16 copy: weights w[OC, C] at params + 16, registered */
     const int64_t N = 64, C = 96, OC = 80, np = OC * C + 32;
@@ -722,8 +749,8 @@ static void test_adamw_ranges(void) {
     loom_op(be, linear_forward, out, x, params + 16, NULL, N, C, OC); /* makes the copy */
     const int64_t woff[] = {16, 16 + OC * C / 2}, wlen[] = {OC * C / 2, OC * C - OC * C / 2};
     const uint8_t wdec[] = {1, 0};
-    loom_op(be, adamw_ranges, params, dg, dm, dv, woff, wlen, wdec, 2, 1e-2f, 0.9f, 0.95f, 1e-8f,
-            0.1f, 1, 1.0f);
+    loom_op(be, adamw_ranges, params, dg, dm, dv, woff, NULL, wlen, wdec, 2, 1e-2f, 0.9f, 0.95f,
+            1e-8f, 0.1f, 1, 1.0f);
     loom_op(be, linear_forward, out, x, params + 16, NULL, N, C, OC);
     be->ops->copy(be, w_copy, params + 16, (size_t)(OC * C) * sizeof(float));
     loom_op(be, linear_forward, out_ref, x, w_copy, NULL, N, C, OC);

@@ -159,6 +159,34 @@ static void test_reduce_scatter(void) {
         }
 }
 
+/* The in-place non-blocking form: every dtype and op; this rank's block gets its reduction and
+ * the request completes through test (polled) or wait */
+static void test_ireduce_scatter(void) {
+    const int64_t n = 7;
+    for (size_t d = 0; d < sizeof k_dtypes / sizeof k_dtypes[0]; d++)
+        for (size_t o = 0; o < 2; o++) {
+            enum loom_dtype dt = k_dtypes[d];
+            int sg = is_signed(dt);
+            unsigned char *buf = malloc((size_t)(n * N) * 8);
+            for (int64_t j = 0; j < n * N; j++)
+                store(buf, dt, j, val(R, j, sg));
+            struct loom_comm_req *rq;
+            EXPECT_OK(loom_comm_ireduce_scatter(W, buf, n, dt, k_ops[o], &rq));
+            if (o) {
+                int done = 0;
+                while (!done)
+                    EXPECT_OK(loom_comm_test(rq, &done));
+            } else {
+                EXPECT_OK(loom_comm_wait(rq));
+            }
+            int bad = 0;
+            for (int64_t i = 0; i < n; i++)
+                bad += load(buf, dt, R * n + i) != reduce_vals(k_ops[o], R * n + i, sg);
+            EXPECT(bad == 0);
+            free(buf);
+        }
+}
+
 static void test_allgather(void) {
     const int64_t n = 6;
     int64_t *all = malloc((size_t)(n * N) * sizeof *all), mine[6];
@@ -333,6 +361,9 @@ static void test_counters(void) {
     double *d = calloc((size_t)10 * N, sizeof *d), dr[10];
     EXPECT_OK(loom_comm_reduce_scatter(c, dr, d, 10, LOOM_DTYPE_F64, LOOM_REDOP_SUM));
     want[LOOM_COLL_REDUCE_SCATTER] += (N - 1) * 80;
+    EXPECT_OK(loom_comm_ireduce_scatter(c, d, 10, LOOM_DTYPE_F64, LOOM_REDOP_SUM, &rq));
+    EXPECT_OK(loom_comm_wait(rq));
+    want[LOOM_COLL_REDUCE_SCATTER] += (N - 1) * 80;
 
     int32_t *ig = calloc((size_t)5 * N, sizeof *ig), im[5] = {0};
     EXPECT_OK(loom_comm_allgather(c, ig, im, 5, LOOM_DTYPE_I32));
@@ -460,6 +491,7 @@ int main(int argc, char **argv) {
     test_allreduce_bitwise();
     test_half_types();
     test_reduce_scatter();
+    test_ireduce_scatter();
     test_allgather();
     test_alltoall();
     test_alltoallv();

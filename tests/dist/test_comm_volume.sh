@@ -3,8 +3,9 @@
 # the metrics file: tp, pp, dp and embedding groups), equals the analytic value derived from the
 # model's structure (tests/ref/comm_volume.py, which also holds the models and the layouts) for
 # tensor, sequence, pipeline (1F1B and interleaved) and data parallelism and three combinations,
-# on a GPT-2-style and a Llama-style model whose hidden size (40) makes the gradient buckets carry
-# alignment padding.
+# and data parallelism with the distributed optimizer (the gradients reduce-scattered and the
+# parameters all-gathered: half an all-reduce's traffic each), on a GPT-2-style and a Llama-style
+# model whose hidden size (40) makes the gradient buckets carry alignment padding.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -15,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 for model in gpt llama; do
-  for case in tp sp pp vpp dp tp+dp tp+pp+sp; do
+  for case in tp sp pp vpp dp tp+dp tp+pp+sp dp-dist tp+dp-dist; do
     read -r n flags < <("$PYTHON" "$REF" flags "$model" "$case")
     out="$tmp/$model-$case"
     # shellcheck disable=SC2086

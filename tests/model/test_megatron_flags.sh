@@ -24,7 +24,7 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --optimizer adam --main-grads-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32
       --DDP-impl local --timing-log-level 2 --timing-log-option minmax --vocab-extra-ids 0
       --defer-embedding-wgrad-compute --log-loss-scale-to-tensorboard --kv-channels 8
-      --overlap-p2p-communication --no-overlap-grad-reduce --ddp-bucket-size 1000
+      --overlap-p2p-communication --no-overlap-grad-reduce
       --bias-gelu-fusion --no-check-for-nan-in-loss-and-grad --log-straggler
       --disable-straggler-on-startup --num-distributed-optimizer-instances 1
       --num-dataset-builder-threads 2 --local-rank 0 --no-initialization --train-sync-interval 1

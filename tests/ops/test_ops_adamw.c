@@ -62,8 +62,9 @@ static void run(int64_t n, float lr, float wd, float gscale) {
  * element, unaligned, longer than a vector, empty, one out of address order, weight decay on
  * some, gaps between them, whose elements must keep their values. big: more elements in all than
  * the threaded path's threshold, so that with `threads` threads the slices begin and end inside
- * ranges. */
-static void run_ranges(int big, int threads) {
+ * ranges. packed: the moments laid out apart from the parameters (soff: the ranges' one after the
+ * other in reverse order, from element 5), as the distributed optimizer keeps its shard's. */
+static void run_ranges(int big, int threads, int packed) {
     static const int64_t off_s[] = {3, 8, 50, 64, 2000, 1100};
     static const int64_t len_s[] = {1, 37, 0, 1000, 500, 700};
     static const int64_t off_b[] = {3, 8, 50, 64, 60000, 40100, 60100};
@@ -73,9 +74,12 @@ static void run_ranges(int big, int threads) {
     const int64_t *off = big ? off_b : off_s, *len = big ? len_b : len_s;
     const uint8_t *dec = big ? dec_b : dec_s;
     const int nr = big ? 7 : 6;
-    int64_t n = 0;
+    int64_t n = 0, soff[7], at = 5;
+    for (int r = nr - 1; r >= 0; r--)
+        soff[r] = packed ? at : off[r], at += len[r];
     for (int r = 0; r < nr; r++)
         if (off[r] + len[r] + 16 > n) n = off[r] + len[r] + 16;
+    if (at + 16 > n) n = at + 16;
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gscale = 0.5f;
     const size_t bytes = (size_t)n * sizeof(float);
     float *p0 = ops_alloc(bytes), *m0 = ops_alloc(bytes), *v0 = ops_alloc(bytes);
@@ -90,40 +94,41 @@ static void run_ranges(int big, int threads) {
     omp_set_num_threads(threads);
     for (int64_t step = 1; step <= 3; step++) {
         ops_fill(g, n, 93 + (uint64_t)step, -2.0f, 2.0f);
-        loom_op(be, adamw_ranges, p, g, m, v, off, len, dec, nr, lr, b1, b2, eps, wd, step,
-                gscale);
+        loom_op(be, adamw_ranges, p, g, m, v, off, packed ? soff : NULL, len, dec, nr, lr, b1, b2,
+                eps, wd, step, gscale);
         for (int r = 0; r < nr; r++)
             if (len[r] > 0)
-                loom_op(be, adamw, rp + off[r], g + off[r], rm + off[r], rv + off[r], len[r], lr,
+                loom_op(be, adamw, rp + off[r], g + off[r], rm + soff[r], rv + soff[r], len[r], lr,
                         b1, b2, eps, dec[r] ? wd : 0.0f, step, gscale);
     }
     /* every element is in a range (and then changed by the reference: its p, m or v) or in a
-     * gap */
-    char *in = calloc((size_t)n, 1);
+     * gap (of p; of m and v) */
+    char *in = calloc((size_t)n * 2, 1), *ins = in + n;
     if (!in) exit(2);
-    for (int r = 0; r < nr; r++)
-        for (int64_t i = off[r]; i < off[r] + len[r]; i++) in[i] = 1;
     int64_t gaps_kept = 0, gaps = 0, moved = 0, inside = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (in[i]) {
+    for (int r = 0; r < nr; r++)
+        for (int64_t i = 0; i < len[r]; i++) {
+            const int64_t a = off[r] + i, b = soff[r] + i;
+            in[a] = ins[b] = 1;
             inside++;
-            moved += rp[i] != p0[i] || rm[i] != m0[i] || rv[i] != v0[i];
-        } else {
-            gaps++;
-            gaps_kept += memcmp(&p[i], &p0[i], 4) == 0 && memcmp(&m[i], &m0[i], 4) == 0 &&
-                         memcmp(&v[i], &v0[i], 4) == 0;
+            moved += rp[a] != p0[a] || rm[b] != m0[b] || rv[b] != v0[b];
         }
+    for (int64_t i = 0; i < n; i++) {
+        gaps += !in[i] + !ins[i];
+        gaps_kept += (!in[i] && memcmp(&p[i], &p0[i], 4) == 0) +
+                     (!ins[i] && memcmp(&m[i], &m0[i], 4) == 0 && memcmp(&v[i], &v0[i], 4) == 0);
     }
     char name[128];
-    snprintf(name, sizeof name, "adamw_ranges %s, %d threads: reference moved every element",
-             big ? "big" : "small", threads);
+    const char *kind = big ? packed ? "big, packed moments" : "big" : "small";
+    snprintf(name, sizeof name, "adamw_ranges %s, %d threads: reference moved every element", kind,
+             threads);
     ops_check_true(name, moved == inside);
     snprintf(name, sizeof name, "adamw_ranges %s, %d threads: p, m, v == adamw per range (bits)",
-             big ? "big" : "small", threads);
+             kind, threads);
     ops_check_true(name, memcmp(p, rp, bytes) == 0 && memcmp(m, rm, bytes) == 0 &&
                              memcmp(v, rv, bytes) == 0);
-    snprintf(name, sizeof name, "adamw_ranges %s, %d threads: %lld gap elements kept",
-             big ? "big" : "small", threads, (long long)gaps);
+    snprintf(name, sizeof name, "adamw_ranges %s, %d threads: %lld gap elements kept", kind,
+             threads, (long long)gaps);
     ops_check_true(name, gaps > 0 && gaps_kept == gaps);
     free(in);
     free(p0), free(m0), free(v0), free(g), free(p), free(m), free(v), free(rp), free(rm), free(rv);
@@ -135,9 +140,12 @@ int main(void) {
     run(37, 3e-3f, 0.0f, 1.0f);
     run(100003, 1e-2f, 0.1f, 0.25f); /* threaded path */
     const int threads = omp_get_max_threads();
-    run_ranges(0, 1);
+    run_ranges(0, 1, 0);
     static const int nthreads[] = {1, 2, 3, 7};
-    for (int k = 0; k < 4; k++) run_ranges(1, nthreads[k]);
+    for (int k = 0; k < 4; k++)
+        run_ranges(1, nthreads[k], 0);
+    for (int k = 0; k < 4; k++)
+        run_ranges(1, nthreads[k], 1);
     omp_set_num_threads(threads);
     loom_backend_destroy(be);
     return ops_finish();

@@ -29,10 +29,12 @@ PP group (p ranks, v virtual stages): stage 0 sends each micro-batch's activatio
   loss (sum, count: 2 doubles) and the grad norm's partial sum (1 double) are all-reduced.
 Embedding group (first and last stage, tied embedding, p > 1): the word embedding's gradient
   (this rank's vocabulary shard, Vp / t rows of C floats) is all-reduced.
-DP group (d ranks): every local gradient is all-reduced once: each local layer as one range
-  of its tensors laid out back to back, every tensor padded to a multiple of 16 floats (the
-  parameter table's alignment), the non-layer tensors (embeddings, final norm, output layer) one
-  by one at their exact size; and the loss (2 doubles).
+DP group (d ranks): the flat gradient buffer is all-reduced once, in buckets: every tensor
+  padded to a multiple of 16 floats (the parameter table's alignment), the whole rounded up to a
+  multiple of 16 d floats; and the loss (2 doubles). With the distributed optimizer ("-dist"
+  cases) the buckets are reduce-scattered instead (each rank receives 1 / d of the buffer), the
+  updated parameters all-gathered the same way, and the grad norm's partial sum (1 double)
+  all-reduced.
 Collective volumes (S bytes, n ranks): all-reduce 2 (n-1) S / n; reduce-scatter (n-1) S with S the
 received block; all-gather (n-1) S with S this rank's block; a send S.
 """
@@ -49,7 +51,7 @@ MODELS = {
                   layernorm=False, swiglu=True, bias=False, untie=True, learned_pos=False),
 }
 
-# case -> (tp, pp, virtual stages, dp, sequence parallel)
+# case -> (tp, pp, virtual stages, dp, sequence parallel); "-dist": with the distributed optimizer
 CASES = {
     "tp": (2, 1, 1, 1, False),
     "sp": (2, 1, 1, 1, True),
@@ -58,6 +60,8 @@ CASES = {
     "dp": (1, 1, 1, 2, False),
     "tp+dp": (2, 1, 1, 2, False),
     "tp+pp+sp": (2, 2, 1, 1, True),
+    "dp-dist": (1, 1, 1, 2, False),
+    "tp+dp-dist": (2, 1, 1, 2, False),
 }
 
 F32, F64 = 4, 8
@@ -99,6 +103,8 @@ def flags(model, case):
         f += ["--num-layers-per-virtual-pipeline-stage", c["L"] // (pp * v)]
     if sp:
         f += ["--sequence-parallel"]
+    if case.endswith("-dist"):
+        f += ["--use-distributed-optimizer"]
     return tp * pp * dp, " ".join(str(x) for x in f)
 
 
@@ -166,9 +172,13 @@ def expected(model, case):
     out["embedding"] = ar(2, Vp // tp * C * F32) if pp > 1 and not c["untie"] else 0
     # DP
     assert dp <= 2, "bucketed all-reduces add up to one only for 2 ranks (integer division)"
-    layer_floats = sum((n + 15) // 16 * 16 for n, l in params if l >= 0)
-    other = sum(ar(dp, n * F32) for n, l in params if l < 0)
-    out["dp"] = ar(dp, layer_floats * F32) + other + ar(dp, 2 * F64)
+    floats = sum((n + 15) // 16 * 16 for n, l in params)
+    floats = (floats + 16 * dp - 1) // (16 * dp) * (16 * dp)
+    if case.endswith("-dist"):
+        piece = floats // dp * F32
+        out["dp"] = rs(dp, piece) + ag(dp, piece) + ar(dp, 2 * F64) + ar(dp, F64)
+    else:
+        out["dp"] = ar(dp, floats * F32) + ar(dp, 2 * F64)
     return out
 
 

@@ -100,9 +100,9 @@ void loom_cpu_adamw(struct loom_backend *be, float *param, const float *grad, fl
  * the ranges its slice covers. Every element gets the arithmetic of loom_cpu_adamw with its
  * range's constants, whichever thread and code path (vector or scalar) takes it: the same bits. */
 void loom_cpu_adamw_ranges(struct loom_backend *be, float *param, const float *grad, float *m,
-                           float *v, const int64_t *off, const int64_t *len, const uint8_t *decay,
-                           int nranges, float lr, float beta1, float beta2, float eps, float wd,
-                           int64_t step, float grad_scale) {
+                           float *v, const int64_t *off, const int64_t *soff, const int64_t *len,
+                           const uint8_t *decay, int nranges, float lr, float beta1, float beta2,
+                           float eps, float wd, int64_t step, float grad_scale) {
     (void)be;
     const struct adamw_consts k[2] = {
         adamw_consts_of(lr, beta1, beta2, eps, 0.0f, step, grad_scale),
@@ -114,8 +114,8 @@ void loom_cpu_adamw_ranges(struct loom_backend *be, float *param, const float *g
     if (total < 32768) {
         for (int r = 0; r < nranges; r++)
             if (len[r] > 0)
-                adamw_range(param + off[r], grad + off[r], m + off[r], v + off[r], 0, len[r],
-                            &k[decay[r] != 0]);
+                adamw_range(param + off[r], grad + off[r], m + (soff ? soff : off)[r],
+                            v + (soff ? soff : off)[r], 0, len[r], &k[decay[r] != 0]);
         return;
     }
 #pragma omp parallel
@@ -130,8 +130,8 @@ void loom_cpu_adamw_ranges(struct loom_backend *be, float *param, const float *g
             const int64_t a = lo > start ? lo - start : 0;
             const int64_t b = hi - start < len[r] ? hi - start : len[r];
             if (a < b)
-                adamw_range(param + off[r], grad + off[r], m + off[r], v + off[r], a, b,
-                            &k[decay[r] != 0]);
+                adamw_range(param + off[r], grad + off[r], m + (soff ? soff : off)[r],
+                            v + (soff ? soff : off)[r], a, b, &k[decay[r] != 0]);
             start += len[r];
         }
     }

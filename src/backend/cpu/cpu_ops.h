@@ -133,9 +133,9 @@ void loom_cpu_adamw(struct loom_backend *be, float *param, const float *grad, fl
                     int64_t n, float lr, float beta1, float beta2, float eps, float wd,
                     int64_t step, float grad_scale);
 void loom_cpu_adamw_ranges(struct loom_backend *be, float *param, const float *grad, float *m,
-                           float *v, const int64_t *off, const int64_t *len, const uint8_t *decay,
-                           int nranges, float lr, float beta1, float beta2, float eps, float wd,
-                           int64_t step, float grad_scale);
+                           float *v, const int64_t *off, const int64_t *soff, const int64_t *len,
+                           const uint8_t *decay, int nranges, float lr, float beta1, float beta2,
+                           float eps, float wd, int64_t step, float grad_scale);
 double loom_cpu_sumsq_ranges(struct loom_backend *be, const float *x, const int64_t *off,
                              const int64_t *len, int nranges, int64_t *zeros);
 

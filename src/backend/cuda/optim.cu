@@ -110,10 +110,11 @@ __device__ __forceinline__ int range_of_piece(const int64_t *desc, int width, in
     return lo;
 }
 
-/* desc holds, per range, (offset, length, first piece, decay flag); block p updates piece p with
- * decay_on or decay_off as its range's flag says. Where the piece's elements are 16-byte aligned in
- * every array (its 16-bit copy's 4 elements aligned to theirs) and come in fours, a thread moves
- * four of each at a time; else one (the same arithmetic per element either way). */
+/* desc holds, per range, (offset, length, first piece, decay flag, the moments' offset); block p
+ * updates piece p with decay_on or decay_off as its range's flag says. Where the piece's elements
+ * are 16-byte aligned in every array (its 16-bit copy's 4 elements aligned to theirs) and come in
+ * fours, a thread moves four of each at a time; else one (the same arithmetic per element either
+ * way). */
 /* copy (T16 = float: none) gets each new parameter rounded to nearest even, at its index */
 template <typename T16>
 __global__ void adamw_ranges_kernel(float *__restrict__ param, const float *__restrict__ grad,
@@ -122,18 +123,21 @@ __global__ void adamw_ranges_kernel(float *__restrict__ param, const float *__re
                                     struct adamw_consts k, float decay_on, float decay_off) {
     constexpr bool has_copy = !std::is_same_v<T16, float>;
     const int64_t p = blockIdx.x;
-    const int64_t *d = desc + 4 * range_of_piece(desc, 4, nranges, p);
+    const int64_t *d = desc + 5 * range_of_piece(desc, 5, nranges, p);
     const int64_t start = (p - d[2]) * LOOM_ADAMW_PIECE;
     const int64_t n = d[1] - start < LOOM_ADAMW_PIECE ? d[1] - start : LOOM_ADAMW_PIECE;
-    const int64_t base = d[0] + start;
+    const int64_t base = d[0] + start, sbase = d[4] + start; /* the piece's, its moments' */
     const float decay = d[3] ? decay_on : decay_off;
-    const bool vec = n % 4 == 0 &&
-                     loom_aligned(16, param + base, grad + base, m + base, v + base) &&
-                     (!has_copy || loom_aligned(4 * sizeof(T16), copy + base));
+    param += base;
+    grad += base;
+    m += sbase;
+    v += sbase;
+    if constexpr (has_copy) copy += base;
+    const bool vec = n % 4 == 0 && loom_aligned(16, param, grad, m, v) &&
+                     (!has_copy || loom_aligned(4 * sizeof(T16), copy));
     if (vec) {
-        float4 *p4 = (float4 *)(param + base), *m4 = (float4 *)(m + base),
-               *v4 = (float4 *)(v + base);
-        const float4 *g4 = (const float4 *)(grad + base);
+        float4 *p4 = (float4 *)param, *m4 = (float4 *)m, *v4 = (float4 *)v;
+        const float4 *g4 = (const float4 *)grad;
         for (int64_t i = threadIdx.x; i < n / 4; i += blockDim.x) {
             float4 pp = p4[i], mm = m4[i], vv = v4[i];
             const float4 gg = g4[i];
@@ -150,19 +154,19 @@ __global__ void adamw_ranges_kernel(float *__restrict__ param, const float *__re
                 c.v[1] = loom_from_f32<T16>(pp.y);
                 c.v[2] = loom_from_f32<T16>(pp.z);
                 c.v[3] = loom_from_f32<T16>(pp.w);
-                reinterpret_cast<loom_vec<T16, 4> *>(copy + base)[i] = c;
+                reinterpret_cast<loom_vec<T16, 4> *>(copy)[i] = c;
             }
         }
         return;
     }
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float np = adamw_element(param, grad, m, v, base + i, k, decay);
-        if constexpr (has_copy) copy[base + i] = loom_from_f32<T16>(np);
+        const float np = adamw_element(param, grad, m, v, i, k, decay);
+        if constexpr (has_copy) copy[i] = loom_from_f32<T16>(np);
     }
 }
 
 void loom_cuda_adamw_ranges(struct loom_backend *be, float *param, const float *grad, float *m,
-                            float *v, const int64_t *off, const int64_t *len,
+                            float *v, const int64_t *off, const int64_t *soff, const int64_t *len,
                             const uint8_t *decay, int nranges, float lr, float beta1, float beta2,
                             float eps, float wd, int64_t step, float grad_scale) {
     const struct adamw_consts k = adamw_consts_of(lr, beta1, beta2, eps, step, grad_scale);
@@ -177,15 +181,16 @@ void loom_cuda_adamw_ranges(struct loom_backend *be, float *param, const float *
             in_copy = 0;
     int64_t pieces = 0;
     int used = 0;
-    int64_t *desc = (int64_t *)malloc((size_t)(nranges > 0 ? nranges : 1) * 4 * sizeof(int64_t));
+    int64_t *desc = (int64_t *)malloc((size_t)(nranges > 0 ? nranges : 1) * 5 * sizeof(int64_t));
     LOOM_ASSERT(desc);
     for (int r = 0; r < nranges; r++) {
         if (len[r] <= 0) continue;
         if (!in_copy) loom_cuda_wrote(be, param + off[r], (size_t)len[r] * sizeof(float));
-        desc[4 * used] = off[r];
-        desc[4 * used + 1] = len[r];
-        desc[4 * used + 2] = pieces;
-        desc[4 * used + 3] = decay[r] != 0;
+        desc[5 * used] = off[r];
+        desc[5 * used + 1] = len[r];
+        desc[5 * used + 2] = pieces;
+        desc[5 * used + 3] = decay[r] != 0;
+        desc[5 * used + 4] = soff ? soff[r] : off[r];
         pieces += (len[r] + LOOM_ADAMW_PIECE - 1) / LOOM_ADAMW_PIECE;
         used++;
     }
@@ -195,7 +200,7 @@ void loom_cuda_adamw_ranges(struct loom_backend *be, float *param, const float *
     }
     LOOM_ASSERT(pieces < (int64_t)1 << 31);
     cudaStream_t s = loom_cuda_stream(be);
-    const size_t bytes = (size_t)used * 4 * sizeof(int64_t);
+    const size_t bytes = (size_t)used * 5 * sizeof(int64_t);
     int64_t *ddesc = (int64_t *)loom_cuda_scratch(be, bytes);
     /* from pageable memory: the table is staged before the call returns, so it may be freed */
     LOOM_CUDA_CHECK(cudaMemcpyAsync(ddesc, desc, bytes, cudaMemcpyHostToDevice, s));
