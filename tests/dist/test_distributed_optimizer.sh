@@ -2,16 +2,16 @@
 # --use-distributed-optimizer (the gradient buckets reduce-scattered over the data-parallel ranks,
 # each rank's pieces of them updated by it, the parameters gathered after each step) trains
 # exactly as the whole optimizer on every rank: for DP=2, DP=3 (pieces that end in the padding),
-# TP=2 x DP=2 and PP=2 x DP=2 of a GPT, DP=2 of a Llama-style model and DP=3 of one whose
-# embedding and output layer have their own learning rate (--decoupled-lr: their ranges cut by the
-# pieces), with buckets of 2000 parameters (--ddp-bucket-size: several buckets a stage, cut inside
-# layers), every iteration's loss and learning rate and the final checkpoint (model.safetensors
-# and optim.safetensors, byte for byte) equal those of the same layout without the flag, and the
-# gradient norms to 1e-13. A run stopped and resumed with the flag, and one resumed without it,
-# equal the straight run the same way (the checkpoint holds whole moments either way). The
-# distributed runs compare their replicas' weight hashes every 4 iterations
-# (--check-weight-hash-across-dp-replicas-interval), which must find them the same; their log
-# names the buckets.
+# TP=2 x DP=2, PP=2 x DP=2 and interleaved PP=2 x DP=2 of a GPT, DP=2 of a Llama-style model and
+# DP=3 of one whose embedding and output layer have their own learning rate (--decoupled-lr: their
+# ranges cut by the pieces), with buckets of 2000 parameters (--ddp-bucket-size: several buckets a
+# stage, cut inside layers), every iteration's loss, learning rate and count of zero gradients
+# and the final checkpoint (model.safetensors and optim.safetensors, byte for byte) equal those
+# of the same layout without the flag, and the gradient norms to 1e-13. A run stopped and resumed
+# with the flag, and one resumed without it, equal the straight run the same way (the checkpoint
+# holds whole moments either way). The distributed runs compare their replicas' weight hashes
+# every 4 iterations (--check-weight-hash-across-dp-replicas-interval), which must find them the
+# same; their log names the buckets.
 set -uo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -22,7 +22,8 @@ fail=0 pass=0
 common=(train --mock-data --num-layers 4 --seq-length 16 --vocab-size 97
         --make-vocab-size-divisible-by 32 --micro-batch-size 2 --global-batch-size 12
         --train-iters 8 --lr 3e-3 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1
-        --clip-grad 1.0 --log-interval 1 --eval-iters 0 --seed 11 --ddp-bucket-size 2000)
+        --clip-grad 1.0 --log-interval 1 --eval-iters 0 --seed 11 --ddp-bucket-size 2000
+        --log-num-zeros-in-grad)
 gpt=(--hidden-size 32 --num-attention-heads 4)
 llama=(--hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 4
        --ffn-hidden-size 96 --normalization RMSNorm --swiglu --position-embedding-type rope
@@ -38,13 +39,15 @@ train() {
   fi
 }
 # metrics: loss, grad norm and lr of each iteration
-metrics() { sed -E 's/.*"lr": ([^,]*), "loss": ([^,]*), "grad_norm": ([^,]*),.*/\1 \2 \3/' "$1"; }
-# the same lr and loss digits, grad norms within 1e-13 of each other (relative): the distributed
-# optimizer's norm adds the ranks' sums of squares over their pieces, another order of the same
-# double additions
+metrics() {
+  sed -E 's/.*"lr": ([^,]*), "loss": ([^,]*), "grad_norm": ([^,]*),.*"num_zeros": ([0-9]*).*/\1 \2 \3 \4/' "$1"
+}
+# the same lr, loss and zero count, grad norms within 1e-13 of each other (relative): the
+# distributed optimizer's norm adds the ranks' sums of squares over their pieces, another order of
+# the same double additions
 close() {
-  paste -d' ' "$1" "$2" | awk '{ d = $3 - $6; if (d < 0) d = -d;
-    if ($1 != $4 || $2 != $5 || d > 1e-13 * $3) bad = 1 } END { exit bad }'
+  paste -d' ' "$1" "$2" | awk '{ d = $3 - $7; if (d < 0) d = -d;
+    if (NF != 8 || $1 != $5 || $2 != $6 || $4 != $8 || d > 1e-13 * $3) bad = 1 } END { exit bad }'
 }
 # same LABEL A B [ITERS]: A's and B's metrics (B's last ITERS against A's) and final checkpoints
 same() {
@@ -62,7 +65,9 @@ same() {
 }
 
 for layout in "gpt 2 dp2" "gpt 3 dp3" "gpt 4 tp2 --tensor-model-parallel-size 2" \
-              "gpt 4 pp2 --pipeline-model-parallel-size 2" "llama 2 dp2" \
+              "gpt 4 pp2 --pipeline-model-parallel-size 2" \
+              "gpt 4 vpp --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 16" \
+              "llama 2 dp2" \
               "llama 3 dp3-decoupled --decoupled-lr 6e-3"; do
   set -- $layout
   model=$1 n=$2 name=$3
@@ -77,7 +82,7 @@ for layout in "gpt 2 dp2" "gpt 3 dp3" "gpt 4 tp2 --tensor-model-parallel-size 2"
   # the replicas' weights compared at iterations 4 and 8
   [ "$(grep -c 'data-parallel replicas are the same' "$tmp/$model-$name-dist.log")" = 2 ] ||
     { echo "FAIL $model $name: the replicas' weight hashes were not compared twice"; fail=$((fail + 1)); }
-  same "$model $name ($n ranks): --use-distributed-optimizer gives the same bits" \
+  same "$model $name ($n ranks): --use-distributed-optimizer gives the same losses and checkpoint" \
     "$model-$name" "$model-$name-dist"
 done
 
