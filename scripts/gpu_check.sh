@@ -17,7 +17,8 @@
 #              --apply-layernorm-1p against one GPU, 10 iterations:
 #              loss, grad norm and every parameter within 1e-5 relative (tests/ref/compare_runs.py);
 #              TP=2, PP=2 and DP=2 of a GPT in --bf16 against one GPU within 2e-2; DP=2 with
-#              --use-distributed-optimizer the same losses as without
+#              --use-distributed-optimizer the same losses as without, and
+#              --overlap-param-gather the same bits as without it
 #     staged   comm_device_check mpi-staged with 2 ranks sharing GPU 0, then the layouts of
 #              multi with --comm mpi (device buffers through host memory, no NCCL): the 2 ranks
 #              may share one GPU, so the layouts' GPU code runs on one GPU
@@ -139,9 +140,10 @@ layouts() {
     done
     # the distributed optimizer: DP=2 with it trains as without, the same losses bit for bit
     # (--deterministic-mode: the same product algorithms in both runs), with less device memory
-    for d in whole dist; do
+    for d in whole dist overlap; do
       flag=()
       [ $d = dist ] && flag=(--use-distributed-optimizer)
+      [ $d = overlap ] && flag=(--use-distributed-optimizer --overlap-param-gather)
       mpi2 "$LOOM" train "${bf[@]}" "${comm[@]}" --deterministic-mode "${flag[@]}" \
         --metrics-file "$tmp/bf16-dp2-$d.jsonl" > "$tmp/bf16-dp2-$d.log" 2>&1 || tail -6 "$tmp/bf16-dp2-$d.log"
     done
@@ -158,6 +160,14 @@ print(f"  peak device memory per rank {a[-1].get('peak_mem_bytes', 0) / 2**20:.1
 sys.exit(0 if same else 1)
 EOF2
     result $? "bf16 DP=2 --use-distributed-optimizer: the same losses and gradient norms"
+    "$PY" - "$tmp/bf16-dp2-dist.jsonl" "$tmp/bf16-dp2-overlap.jsonl" <<'EOF2'
+import json, sys
+a, b = ([r for r in map(json.loads, open(f)) if "loss" in r] for f in sys.argv[1:])
+same = len(a) == len(b) == 10 and all((x["loss"], x["grad_norm"]) == (y["loss"], y["grad_norm"]) for x, y in zip(a, b))
+print(f"  --overlap-param-gather: the distributed run's bits: {same}")
+sys.exit(0 if same else 1)
+EOF2
+    result $? "bf16 DP=2 --overlap-param-gather: the distributed run's losses and gradient norms"
   else
     tail -5 "$ref.log"; result 1 "bf16 on 1 GPU"
   fi

@@ -125,6 +125,10 @@ enum loom_status loom_comm_iallreduce(struct loom_comm *c, void *buf, int64_t co
 enum loom_status loom_comm_ireduce_scatter(struct loom_comm *c, void *buf, int64_t count,
                                            enum loom_dtype dt, enum loom_redop op,
                                            struct loom_comm_req **req);
+/* In place: buf holds count * size elements, this rank's block at buf[rank * count]; when the
+ * request completes every block holds its rank's. Counted as allgather. */
+enum loom_status loom_comm_iallgather(struct loom_comm *c, void *buf, int64_t count,
+                                      enum loom_dtype dt, struct loom_comm_req **req);
 enum loom_status loom_comm_isend(struct loom_comm *c, const void *buf, int64_t count,
                                  enum loom_dtype dt, int peer, int tag,
                                  struct loom_comm_req **req);

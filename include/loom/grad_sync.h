@@ -51,5 +51,18 @@ int loom_grad_sync_shard(const struct loom_grad_sync *gs, const int64_t **lo, co
 /* Every rank's pieces of buf (laid out as the flat buffers) gathered to all, in place, bucket by
  * bucket; collective over the data-parallel group. Nothing to do when not scattering. */
 enum loom_status loom_grad_sync_gather(struct loom_grad_sync *gs, float *buf);
+/* The same, started (Megatron-LM's --overlap-param-gather): a non-blocking gather a bucket, from
+ * the lowest offset up, and loom_grad_sync_gather_wait completes them as the buffer's parts are
+ * needed; until then the other ranks' pieces of buf are not to be read. */
+enum loom_status loom_grad_sync_gather_start(struct loom_grad_sync *gs, float *buf);
+/* Complete the started gather's buckets that hold layer `which` (>= 0), those that hold anything
+ * below the layers (LOOM_GATHER_BELOW: the embeddings, a last stage's tied copy of the word
+ * embedding) or above them (LOOM_GATHER_ABOVE: the final norm, the output layer), or all
+ * (LOOM_GATHER_ALL), telling the backend that they were written. Nothing to do for buckets
+ * already complete or when no gather was started. */
+#define LOOM_GATHER_BELOW (-1)
+#define LOOM_GATHER_ABOVE (-2)
+#define LOOM_GATHER_ALL (-3)
+enum loom_status loom_grad_sync_gather_wait(struct loom_grad_sync *gs, int64_t which);
 
 #endif

@@ -95,6 +95,8 @@ struct loom_adamw {
     int64_t shard_len;
     int distributed;               /* the pieces above are split over the data-parallel group */
     struct loom_grad_sync *shards; /* distributed: the buckets, their reduction and gathering */
+    int overlap_gather;            /* distributed: the step starts the gather (the next forward
+                                      waits for each bucket where it reads it) */
     /* the ranges of the flat buffers one step updates (host; made by loom_adamw_init from the
      * parameter table): runs of neighbouring parameters with the same weight decay within a
      * piece, at run_off of the parameters and run_soff of the moments; the first nruns_main at

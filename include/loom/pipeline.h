@@ -51,7 +51,9 @@ void loom_pipeline_free(struct loom_pipeline *pl);
  * forwards only. Gradients accumulate into the model's gradient buffer. When a chunk's last
  * backward of the step has run, each of its layers' sequence-parallel norm gradients are summed
  * and the layer is handed to `gs` (data-parallel bucket reduction; may be NULL). Tied embeddings
- * and the non-layer parameters are left to the caller. */
+ * and the non-layer parameters are left to the caller. The parameters of a gather that `gs` has
+ * started (the overlapped gather of the distributed optimizer) are waited for before the
+ * forward that first reads them. */
 struct loom_grad_sync;
 enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
                                    int64_t num_micro, int training, struct loom_grad_sync *gs,

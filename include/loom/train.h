@@ -21,6 +21,7 @@ struct loom_train_config {
     int64_t dp_bucket_bytes;   /* data-parallel gradient bucket size (bytes of fp32 gradients) */
     int distributed_optimizer; /* --use-distributed-optimizer: the optimizer's moments and update
                                   sharded over the data-parallel ranks */
+    int overlap_param_gather;  /* --overlap-param-gather: its gather overlaps the next forward */
     int64_t eod_mask_id; /* --eod-mask-loss: no loss where the input is this token (-1: off) */
     /* documents packed into samples, split after each input token equal to doc_eod (the
      * tokenizer's end-of-document id): --reset-position-ids (positions restart at each

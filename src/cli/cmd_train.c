@@ -16,7 +16,7 @@
 struct train_flags {
     int64_t num_layers, hidden, heads, query_groups, ffn, seq, max_pos, vocab, divisible;
     int layernorm_1p, qk_layernorm, gqa, swiglu, disable_bias, qkv_bias, xavier, untie, mock, finetune, no_load_optim, no_save_optim, override_sched, use_ckpt_sched, log_params_norm, log_num_zeros, sequence_parallel, bf16, fp16,
-        deterministic, use_rope, no_posemb, dist_opt, eod_mask, exit_signal, skip_train, openai_gelu,
+        deterministic, use_rope, no_posemb, dist_opt, overlap_gather, eod_mask, exit_signal, skip_train, openai_gelu,
         no_gelu_fusion, per_token_loss, tb_ppl, tb_memory, tb_world_size, tb_timers, tb_no_loss_scale,
         tb_no_lr, reset_pos, reset_mask, rope_scaling, embed_in_split;
     const char *normalization, *posemb, *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
@@ -165,9 +165,6 @@ struct megatron_flag {
 #define COUNTER_RNG                                                                              \
     "random numbers are counter-based, from the seed and position, with no generator state to " \
     "save or load"
-#define NO_OVERLAP_GATHER                                                                          \
-    "the distributed optimizer gathers the parameters after the step, not overlapped with the "   \
-    "next forward"
 #define MLP_RECOMPUTE_ONLY                                                                   \
     "activation recomputation is limited to the MLP's activation: --kept-activation-layers " \
     "says which layers keep it"
@@ -214,7 +211,6 @@ static const struct megatron_flag megatron_flags[] = {
      NULL, NULL},
     {"--data-cache-path", 1, "the dataset's sample indices are computed in memory, not cached",
      NULL, NULL},
-    {"--overlap-param-gather", 0, NULL, NO_OVERLAP_GATHER, NULL},
     {"--recompute-activations", 0, SELECTIVE_RECOMPUTE, NULL, NULL},
     {"--recompute-granularity", 1, SELECTIVE_RECOMPUTE, MLP_RECOMPUTE_ONLY, "selective"},
     {"--recompute-modules", 2, NULL, MLP_RECOMPUTE_ONLY, NULL},
@@ -421,7 +417,8 @@ int loom_cmd_train(int argc, char **argv) {
         {"--calculate-per-token-loss", LOOM_FLAG_BOOL, &f.per_token_loss, "with --eod-mask-loss, the loss is the mean over the global batch's tokens that carry one (not over micro-batches of their means)", NULL, 0},
         {"--reset-position-ids", LOOM_FLAG_BOOL, &f.reset_pos, "positions (learned or rotary) restart at 0 after each input token that is the tokenizer's end-of-document one: each document packed into a sample counts from its own start", NULL, 0},
         {"--reset-attention-mask", LOOM_FLAG_BOOL, &f.reset_mask, "attention stays within documents: a token attends only to itself and the earlier tokens of its own document, which ends with the tokenizer's end-of-document token (loom's attention kernels; not with --attention-backend fused)", NULL, 0},
-        {"--use-distributed-optimizer", LOOM_FLAG_BOOL, &f.dist_opt, "shard the optimizer's moments and its update over the data-parallel ranks (ZeRO stage 1); the parameters are gathered after each step", NULL, 0},
+        {"--use-distributed-optimizer", LOOM_FLAG_BOOL, &f.dist_opt, "reduce-scatter the gradient buckets over the data-parallel ranks and shard the optimizer's moments and update with them (ZeRO stage 1); the parameters are gathered after each step", NULL, 0},
+        {"--overlap-param-gather", LOOM_FLAG_BOOL, &f.overlap_gather, "with --use-distributed-optimizer: gather the parameters bucket by bucket while the next forward runs, each waited for where it is first read", NULL, 0},
         {"--rampup-batch-size", LOOM_FLAG_LIST, &f.rampup, "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT over SAMPLES samples to --global-batch-size (with --train-samples)", NULL, 0},
         {"--train-samples", LOOM_FLAG_INT, &f.samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
         {"--exit-interval", LOOM_FLAG_INT, &f.exit_interval, "stop (saving first) at a multiple of this iteration (0 = off)", NULL, 0},
@@ -706,6 +703,9 @@ int loom_cmd_train(int argc, char **argv) {
 
     if (f.bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
     if (f.bucket_size < 0) FAIL("--ddp-bucket-size %lld: give a number of parameters, at least 1 (0: --ddp-bucket-size-mb's size)", (long long)f.bucket_size);
+    if (f.overlap_gather && !f.dist_opt)
+        FAIL("--overlap-param-gather overlaps the distributed optimizer's gather: it needs "
+             "--use-distributed-optimizer");
     if (f.fp16 && f.bf16) FAIL("--fp16 and --bf16 exclude each other");
     if (f.override_sched && f.use_ckpt_sched)
         FAIL("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude "
@@ -803,6 +803,7 @@ int loom_cmd_train(int argc, char **argv) {
     c.train_samples = f.samples;
     memcpy(c.rampup, f.ramp, sizeof c.rampup);
     c.distributed_optimizer = f.dist_opt;
+    c.overlap_param_gather = f.overlap_gather;
     c.eod_mask_id = f.eod_mask ? eod : -1;
     c.reset_position_ids = f.reset_pos;
     c.reset_attention_mask = f.reset_mask;

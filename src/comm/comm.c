@@ -431,6 +431,17 @@ enum loom_status loom_comm_ireduce_scatter(struct loom_comm *c, void *buf, int64
     return LOOM_OK;
 }
 
+enum loom_status loom_comm_iallgather(struct loom_comm *c, void *buf, int64_t count,
+                                      enum loom_dtype dt, struct loom_comm_req **req) {
+    static const char w[] = "iallgather";
+    LOOM_CHECK(check_req(w, req));
+    LOOM_CHECK(check_common(w, c, count, dt));
+    LOOM_CHECK(check_buf(w, buf, count, "buf"));
+    LOOM_CHECK(c->ops->iallgather(c, buf, count, dt, req));
+    c->bytes[LOOM_COLL_ALLGATHER] += (c->size - 1) * nbytes(count, dt);
+    return LOOM_OK;
+}
+
 enum loom_status loom_comm_isend(struct loom_comm *c, const void *buf, int64_t count,
                                  enum loom_dtype dt, int peer, int tag,
                                  struct loom_comm_req **req) {

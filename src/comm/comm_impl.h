@@ -52,6 +52,9 @@ struct loom_comm_ops {
     enum loom_status (*ireduce_scatter)(struct loom_comm *c, void *buf, int64_t count,
                                         enum loom_dtype dt, enum loom_redop op,
                                         struct loom_comm_req **req);
+    /* in place, as loom_comm_iallgather */
+    enum loom_status (*iallgather)(struct loom_comm *c, void *buf, int64_t count,
+                                   enum loom_dtype dt, struct loom_comm_req **req);
     enum loom_status (*isend)(struct loom_comm *c, const void *buf, int64_t count,
                               enum loom_dtype dt, int peer, int tag, struct loom_comm_req **req);
     enum loom_status (*irecv)(struct loom_comm *c, void *buf, int64_t count, enum loom_dtype dt,

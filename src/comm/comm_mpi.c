@@ -347,6 +347,18 @@ static enum loom_status mpi_ireduce_scatter(struct loom_comm *c, void *buf, int6
     return LOOM_OK;
 }
 
+static enum loom_status mpi_iallgather(struct loom_comm *c, void *buf, int64_t count,
+                                       enum loom_dtype dt, struct loom_comm_req **req) {
+    LOOM_CHECK(fits_int("iallgather", count));
+    struct mpi_req *r;
+    LOOM_CHECK(new_req(1, &r));
+    int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, mpi_dtype(dt),
+                            comm_of(c), &r->reqs[0]);
+    if (rc != MPI_SUCCESS) return req_fail(r, "iallgather", rc);
+    *req = &r->base;
+    return LOOM_OK;
+}
+
 /* a request that has completed: an ireduce_scatter's block put in place; freed */
 static void req_done(struct mpi_req *r) {
     if (r->tmp) memcpy(r->dst, r->tmp, r->bytes);
@@ -419,6 +431,7 @@ static const struct loom_comm_ops g_mpi_ops = {
     .barrier = mpi_barrier,
     .iallreduce = mpi_iallreduce,
     .ireduce_scatter = mpi_ireduce_scatter,
+    .iallgather = mpi_iallgather,
     .isend = mpi_isend,
     .irecv = mpi_irecv,
     .wait = mpi_wait,

@@ -574,24 +574,31 @@ static enum loom_status nccl_irecv(struct loom_comm *c, void *buf, int64_t count
     return post(c, buf, count, dt, peer, tag, 1, req);
 }
 
-/* A non-blocking reduction over device buffers, in place (scatter: NCCL's in-place reduce-scatter,
- * the receive block at the rank's place; else an all-reduce), as a request whose event follows it
- * on the communication stream. */
-static enum loom_status reduce_req(struct loom_comm *c, const char *what, int scatter, void *buf,
-                                   int64_t count, enum loom_dtype dt, enum loom_redop op,
-                                   struct loom_comm_req **req) {
-    ncclDataType_t t = ncclFloat32;
-    LOOM_CHECK(reduce_type(what, dt, &t));
+enum inplace_coll { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER };
+
+/* A non-blocking collective over a device buffer, in place (NCCL's in-place reduce-scatter and
+ * all-gather keep this rank's block at its place; the all-gather moves bytes, as nccl_allgather),
+ * as a request whose event follows it on the communication stream. */
+static enum loom_status inplace_req(struct loom_comm *c, const char *what, enum inplace_coll kind,
+                                    void *buf, int64_t count, enum loom_dtype dt,
+                                    enum loom_redop op, struct loom_comm_req **req) {
+    ncclDataType_t t = ncclInt8;
+    if (kind != COLL_ALLGATHER) LOOM_CHECK(reduce_type(what, dt, &t));
     struct nccl_req *r;
     LOOM_CHECK(new_req(&r));
     enum loom_status s = enter();
     if (s == LOOM_OK) {
-        void *own = (char *)buf + nbytes(count, dt) * (size_t)c->rank;
-        ncclResult_t nr =
-            scatter
-                ? ncclReduceScatter(buf, own, (size_t)count, t, nccl_op(op), nccl_of(c, 0), g.comm)
-                : ncclAllReduce(buf, buf, (size_t)count, t, nccl_op(op), nccl_of(c, 0), g.comm);
-        if (nr != ncclSuccess) s = nccl_err(what, nr, nccl_of(c, 0));
+        const size_t n = (size_t)count, b = nbytes(count, dt);
+        void *own = (char *)buf + b * (size_t)c->rank;
+        ncclComm_t nc = nccl_of(c, 0);
+        ncclResult_t nr;
+        if (kind == COLL_ALLGATHER)
+            nr = ncclAllGather(own, buf, b, t, nc, g.comm);
+        else if (kind == COLL_REDUCE_SCATTER)
+            nr = ncclReduceScatter(buf, own, n, t, nccl_op(op), nc, g.comm);
+        else
+            nr = ncclAllReduce(buf, buf, n, t, nccl_op(op), nc, g.comm);
+        if (nr != ncclSuccess) s = nccl_err(what, nr, nc);
     }
     if (s == LOOM_OK) {
         cudaError_t e = cudaEventRecord(r->done, g.comm);
@@ -612,7 +619,7 @@ static enum loom_status nccl_iallreduce(struct loom_comm *c, void *buf, int64_t 
     LOOM_CHECK(where("iallreduce", buf, NULL, count, &dev));
     LOOM_CHECK(flush_pending());
     if (!dev) return loom_comm_iallreduce(host_of(c), buf, count, dt, op, req);
-    return reduce_req(c, "iallreduce", 0, buf, count, dt, op, req);
+    return inplace_req(c, "iallreduce", COLL_ALLREDUCE, buf, count, dt, op, req);
 }
 
 static enum loom_status nccl_ireduce_scatter(struct loom_comm *c, void *buf, int64_t count,
@@ -622,7 +629,16 @@ static enum loom_status nccl_ireduce_scatter(struct loom_comm *c, void *buf, int
     LOOM_CHECK(where("ireduce_scatter", buf, NULL, count, &dev));
     LOOM_CHECK(flush_pending());
     if (!dev) return loom_comm_ireduce_scatter(host_of(c), buf, count, dt, op, req);
-    return reduce_req(c, "ireduce_scatter", 1, buf, count, dt, op, req);
+    return inplace_req(c, "ireduce_scatter", COLL_REDUCE_SCATTER, buf, count, dt, op, req);
+}
+
+static enum loom_status nccl_iallgather(struct loom_comm *c, void *buf, int64_t count,
+                                        enum loom_dtype dt, struct loom_comm_req **req) {
+    int dev;
+    LOOM_CHECK(where("iallgather", buf, NULL, count, &dev));
+    LOOM_CHECK(flush_pending());
+    if (!dev) return loom_comm_iallgather(host_of(c), buf, count, dt, req);
+    return inplace_req(c, "iallgather", COLL_ALLGATHER, buf, count, dt, LOOM_REDOP_SUM, req);
 }
 
 static enum loom_status nccl_wait(struct loom_comm_req *req) {
@@ -682,6 +698,7 @@ static const struct loom_comm_ops g_nccl_ops = {
     .barrier = nccl_barrier,
     .iallreduce = nccl_iallreduce,
     .ireduce_scatter = nccl_ireduce_scatter,
+    .iallgather = nccl_iallgather,
     .isend = nccl_isend,
     .irecv = nccl_irecv,
     .wait = nccl_wait,

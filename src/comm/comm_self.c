@@ -223,6 +223,12 @@ static enum loom_status self_ireduce_scatter(struct loom_comm *c, void *buf, int
     return self_iallreduce(c, buf, count, dt, op, req);
 }
 
+/* one rank: its block is the whole buffer */
+static enum loom_status self_iallgather(struct loom_comm *c, void *buf, int64_t count,
+                                        enum loom_dtype dt, struct loom_comm_req **req) {
+    return self_iallreduce(c, buf, count, dt, LOOM_REDOP_SUM, req);
+}
+
 static enum loom_status self_isend(struct loom_comm *c, const void *buf, int64_t count,
                                    enum loom_dtype dt, int peer, int tag,
                                    struct loom_comm_req **req) {
@@ -301,6 +307,7 @@ static const struct loom_comm_ops g_self_ops = {
     .barrier = self_barrier,
     .iallreduce = self_iallreduce,
     .ireduce_scatter = self_ireduce_scatter,
+    .iallgather = self_iallgather,
     .isend = self_isend,
     .irecv = self_irecv,
     .wait = self_wait,

@@ -342,6 +342,21 @@ static enum loom_status staged_ireduce_scatter(struct loom_comm *c, void *buf, i
     return LOOM_OK;
 }
 
+/* completes before it returns (the blocking form, in place) */
+static enum loom_status staged_iallgather(struct loom_comm *c, void *buf, int64_t count,
+                                          enum loom_dtype dt, struct loom_comm_req **req) {
+    struct staged_req *r = NULL;
+    LOOM_CHECK(new_req(&r, 0));
+    enum loom_status s =
+        staged_allgather(c, buf, (char *)buf + nbytes(count, dt) * (size_t)c->rank, count, dt);
+    if (s != LOOM_OK) {
+        free_req(r);
+        return s;
+    }
+    *req = &r->base;
+    return LOOM_OK;
+}
+
 static enum loom_status staged_isend(struct loom_comm *c, const void *buf, int64_t count,
                                      enum loom_dtype dt, int peer, int tag,
                                      struct loom_comm_req **req) {
@@ -429,6 +444,7 @@ static const struct loom_comm_ops g_staged_ops = {
     .barrier = staged_barrier,
     .iallreduce = staged_iallreduce,
     .ireduce_scatter = staged_ireduce_scatter,
+    .iallgather = staged_iallgather,
     .isend = staged_isend,
     .irecv = staged_irecv,
     .wait = staged_wait,

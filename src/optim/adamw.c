@@ -130,6 +130,7 @@ enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, d
                 (float)o->weight_decay, o->step, (float)grad_scale);
     }
     if (!o->distributed) return LOOM_OK;
+    if (o->overlap_gather) return loom_grad_sync_gather_start(o->shards, model->param_mem);
     return loom_grad_sync_gather(o->shards, model->param_mem);
 }
 

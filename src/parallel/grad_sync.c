@@ -15,6 +15,7 @@ struct bucket {
     int finish_only; /* it holds floats of no layer: reduced by finish */
     int pending;     /* this step: its layers not reported yet */
     int launched;
+    struct loom_comm_req *gather; /* a started gather not completed yet */
 };
 
 struct loom_grad_sync {
@@ -26,6 +27,8 @@ struct loom_grad_sync {
     struct bucket *b;    /* [nb] from the top of the buffer down: the order a backward frees them */
     int nb;
     int64_t *piece_lo, *piece_len; /* [npieces] this rank's shard, increasing offsets */
+    float *gbuf;                   /* the buffer of the started gather */
+    int64_t minlo, maxhi;          /* the local layers' extent (-1: none) */
     int npieces;
     struct loom_comm_req **reqs;
     int nreqs, cap, overlapped;
@@ -69,6 +72,8 @@ static enum loom_status make_buckets(struct loom_grad_sync *gs, int64_t bucket_f
         if (minlo < 0 || r.lo < minlo) minlo = r.lo;
         if (r.hi > maxhi) maxhi = r.hi;
     }
+    gs->minlo = minlo;
+    gs->maxhi = maxhi;
     if (minlo < 0) return add_bucket(gs, 0, top); /* no local layer */
     int64_t cur = maxhi / grain * grain;
     LOOM_CHECK(add_bucket(gs, cur, top));
@@ -154,6 +159,8 @@ enum loom_status loom_grad_sync_create(struct loom_grad_sync **out, struct loom_
 void loom_grad_sync_free(struct loom_grad_sync *gs) {
     if (!gs) return;
     for (int i = 0; i < gs->nreqs; i++) loom_comm_wait(gs->reqs[i]);
+    for (int i = 0; i < gs->nb; i++)
+        if (gs->b[i].gather) loom_comm_wait(gs->b[i].gather);
     free(gs->layer);
     free(gs->layer_done);
     free(gs->b);
@@ -243,8 +250,45 @@ int loom_grad_sync_shard(const struct loom_grad_sync *gs, const int64_t **lo, co
     return gs->npieces;
 }
 
+/* The buckets run downwards: from the last, the lowest offset first (the embeddings, then the
+ * first layers: the order the next forward reads them). */
+enum loom_status loom_grad_sync_gather_start(struct loom_grad_sync *gs, float *buf) {
+    if (!gs->scatter) return LOOM_OK;
+    LOOM_CHECK(loom_grad_sync_gather_wait(gs, LOOM_GATHER_ALL)); /* one gather at a time */
+    /* a host backend's buffer is read now: the optimizer's kernels must be done */
+    if (!loom_comm_stream_ordered(gs->dp)) gs->m->be->ops->synchronize(gs->m->be);
+    gs->gbuf = buf;
+    for (int i = gs->nb - 1; i >= 0; i--) {
+        struct bucket *b = &gs->b[i];
+        LOOM_CHECK(loom_comm_iallgather(gs->dp, buf + b->lo, (b->hi - b->lo) / gs->dp_size,
+                                        LOOM_DTYPE_F32, &b->gather));
+    }
+    return LOOM_OK;
+}
+
+enum loom_status loom_grad_sync_gather_wait(struct loom_grad_sync *gs, int64_t which) {
+    struct loom_backend *be = gs->m->be;
+    for (int i = gs->nb - 1; i >= 0; i--) {
+        struct bucket *b = &gs->b[i];
+        if (!b->gather) continue;
+        /* what `which` names, as a range (no local layer: all of it below) */
+        struct range r = {0, gs->m->num_alloc};
+        if (which >= 0) r = gs->layer[which];
+        if (which == LOOM_GATHER_BELOW && gs->minlo >= 0) r.hi = gs->minlo;
+        if (which == LOOM_GATHER_ABOVE) r.lo = gs->minlo >= 0 ? gs->maxhi : gs->m->num_alloc;
+        if (!overlap(r, b->lo, b->hi)) continue;
+        struct loom_comm_req *rq = b->gather;
+        b->gather = NULL;
+        LOOM_CHECK(loom_comm_wait(rq));
+        if (be->ops->written)
+            be->ops->written(be, gs->gbuf + b->lo, (size_t)(b->hi - b->lo) * sizeof(float));
+    }
+    return LOOM_OK;
+}
+
 enum loom_status loom_grad_sync_gather(struct loom_grad_sync *gs, float *buf) {
     if (!gs->scatter) return LOOM_OK;
+    LOOM_CHECK(loom_grad_sync_gather_wait(gs, LOOM_GATHER_ALL));
     struct loom_backend *be = gs->m->be;
     for (int i = 0; i < gs->nb; i++) {
         const struct bucket *b = &gs->b[i];

@@ -209,7 +209,11 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     for (int64_t k = 0; k < num_micro; k++) e.slot_of[k] = -1;
     for (int s = 0; s < m->nslots; s++) e.slot_free[s] = 1;
     for (int64_t i = 0; i < nops; i++) last_op[ops[i].micro] = i;
-    loom_gpt_norm_weights(m); /* the parameters are fixed for the whole run */
+    /* the parameters are fixed for the whole run; those of an overlapped gather are waited for
+     * where they are first read (all of them first where the norms' effective weights are made
+     * from them) */
+    if (gs && m->cfg.layernorm_1p) LOOM_CHECK(loom_grad_sync_gather_wait(gs, LOOM_GATHER_ALL));
+    loom_gpt_norm_weights(m);
     memset(stats, 0, sizeof *stats);
     enum loom_status st = LOOM_OK;
     int64_t bytes = e.N * e.C; /* elements of one activation or gradient message */
@@ -230,7 +234,8 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             /* the micro-batch's first piece on this rank: its documents */
             if (c == 0 && (st = loom_gpt_micro_begin(m, slot, tokens, &mc)) != LOOM_OK) break;
             if (is_first(&e, c)) {
-                st = loom_gpt_embed_forward(m, slot, tokens, &mc);
+                if (gs) st = loom_grad_sync_gather_wait(gs, LOOM_GATHER_BELOW);
+                if (st == LOOM_OK) st = loom_gpt_embed_forward(m, slot, tokens, &mc);
             } else {
                 int src = (e.r + e.p - 1) % e.p;
                 int src_chunk = e.r == 0 ? c - 1 : c;
@@ -242,7 +247,10 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
                 stats->wait_s += loom_time_s() - w0;
             }
             float *out = loom_gpt_layer_output(m, slot, l1 - 1);
-            for (int64_t l = l0; l < l1 && st == LOOM_OK; l++) st = loom_gpt_layer_forward(m, slot, l, &mc);
+            for (int64_t l = l0; l < l1 && st == LOOM_OK; l++) {
+                if (gs) st = loom_grad_sync_gather_wait(gs, l);
+                if (st == LOOM_OK) st = loom_gpt_layer_forward(m, slot, l, &mc);
+            }
             if (st != LOOM_OK) break;
             if (is_last(&e, c)) {
                 double ls;
@@ -250,7 +258,9 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
                 /* the head's forward applies dloss (its loss pass makes the logits' gradient) */
                 if (ctx->per_micro_mean)
                     mc.dloss = micro_dloss(ctx, targets, m->B * m->cfg.seq_length);
-                st = loom_gpt_head_forward(m, slot, targets, &mc, &ls, &cnt);
+                if (gs) st = loom_grad_sync_gather_wait(gs, LOOM_GATHER_BELOW);
+                if (gs && st == LOOM_OK) st = loom_grad_sync_gather_wait(gs, LOOM_GATHER_ABOVE);
+                if (st == LOOM_OK) st = loom_gpt_head_forward(m, slot, targets, &mc, &ls, &cnt);
                 stats->loss_sum += ls;
                 stats->count += cnt;
             } else {
@@ -278,7 +288,8 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             for (int64_t l = l1 - 1; l >= l0 && st == LOOM_OK; l--) {
                 st = loom_gpt_layer_backward(m, slot, l, &mc);
                 if (st == LOOM_OK && final) st = loom_gpt_sync_replicated_grads(m, l);
-                if (st == LOOM_OK && final && gs) st = loom_grad_sync_layer_ready(gs, l);
+                if (st == LOOM_OK && final && training && gs)
+                    st = loom_grad_sync_layer_ready(gs, l);
             }
             if (st != LOOM_OK) break;
             if (is_first(&e, c)) {

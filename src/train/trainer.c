@@ -150,8 +150,8 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
     struct fetch_ctx fc = {t, src, base};
     struct loom_pipeline_stats ps;
     if (training) loom_grad_sync_begin(t->gsync);
-    LOOM_CHECK(loom_pipeline_run(t->pipe, t->model, num_micro, training, training ? t->gsync : NULL,
-                                 &ctx, fetch_micro, &fc, t->tokens, t->targets, &ps));
+    LOOM_CHECK(loom_pipeline_run(t->pipe, t->model, num_micro, training, t->gsync, &ctx,
+                                 fetch_micro, &fc, t->tokens, t->targets, &ps));
     t->pipe_busy_s += ps.busy_s;
     t->pipe_wait_s += ps.wait_s;
     sums[0] = ps.loss_sum;
@@ -791,12 +791,16 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->opt.eps = c->adam_eps;
     t->opt.weight_decay = c->weight_decay;
     LOOM_CHECK(loom_adamw_init(&t->opt, t->model, t->gsync, c->lr.decoupled_max_lr >= 0));
+    t->opt.overlap_gather = t->opt.distributed && c->overlap_param_gather;
     if (t->opt.distributed)
         loom_log_info("loom: distributed optimizer: each of the %d data-parallel ranks keeps the "
                       "moments of %lld of the %lld local parameters and updates them (its pieces "
-                      "of %d gradient buckets, reduce-scattered)",
+                      "of %d gradient buckets, reduce-scattered)%s",
                       loom_dp_size(&t->par), (long long)t->opt.shard_len,
-                      (long long)t->model->num_local, loom_grad_sync_buckets(t->gsync));
+                      (long long)t->model->num_local, loom_grad_sync_buckets(t->gsync),
+                      t->opt.overlap_gather ? "; the parameters are gathered while the next "
+                                              "forward runs (--overlap-param-gather)"
+                                            : "");
     t->st.seed = c->seed;
     if (c->fp16) {
         /* --loss-scale gives a static scale (window 0); otherwise Megatron's dynamic scaler */
@@ -1008,6 +1012,12 @@ static enum loom_status check_dp_weight_hashes(struct trainer *t, int64_t it) {
     return LOOM_OK;
 }
 
+/* The distributed optimizer's overlapped gather completed (read the parameters outside the
+ * forward only after this). */
+static enum loom_status params_gathered(struct trainer *t) {
+    return t->gsync ? loom_grad_sync_gather_wait(t->gsync, LOOM_GATHER_ALL) : LOOM_OK;
+}
+
 static enum loom_status train_loop(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     struct loom_backend *be = t->be;
@@ -1099,8 +1109,10 @@ static enum loom_status train_loop(struct trainer *t) {
         const int log_now = it % c->log_interval == 0 || it == c->train_iters;
         const int tb_now = c->tensorboard_dir && it % c->tensorboard_log_interval == 0;
         double pnorm = -1.0; /* after the step, as Megatron-LM logs it (collective: every rank) */
-        if (c->log_params_norm && (log_now || tb_now))
+        if (c->log_params_norm && (log_now || tb_now)) {
+            LOOM_CHECK(params_gathered(t));
             LOOM_CHECK(loom_param_buffer_norm(t->model, t->model->param_mem, &pnorm, NULL));
+        }
         /* the mean time of the iterations since the last log line */
         const double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
         if (t->tb) {
@@ -1123,8 +1135,10 @@ static enum loom_status train_loop(struct trainer *t) {
             t_last = loom_time_s();
             iters_since_log = 0;
         }
-        if (c->weight_hash_interval > 0 && it % c->weight_hash_interval == 0)
+        if (c->weight_hash_interval > 0 && it % c->weight_hash_interval == 0) {
+            LOOM_CHECK(params_gathered(t));
             LOOM_CHECK(check_dp_weight_hashes(t, it));
+        }
         if ((c->exit_signal_handler || c->exit_duration_mins > 0) && it < c->train_iters) {
             /* every rank stops at the same iteration: the reasons are combined over the world */
             const double mins = (loom_time_s() - t->start_s) / 60.0;
@@ -1149,6 +1163,7 @@ static enum loom_status train_loop(struct trainer *t) {
             break;
         }
         if (c->save && c->save_interval > 0 && it % c->save_interval == 0 && it < c->train_iters) {
+            LOOM_CHECK(params_gathered(t));
             LOOM_CHECK(
                 loom_ckpt_save(c->save, t->model, c->no_save_optim ? NULL : &t->opt, &t->st));
             loom_log_info("saved checkpoint at iteration %lld to %s", (long long)it, c->save);
@@ -1156,6 +1171,7 @@ static enum loom_status train_loop(struct trainer *t) {
             t_last = loom_time_s();
         }
     }
+    LOOM_CHECK(params_gathered(t)); /* the run ends with whole parameters */
     if (c->save) {
         LOOM_CHECK(loom_ckpt_save(c->save, t->model, c->no_save_optim ? NULL : &t->opt, &t->st));
         loom_log_info("saved checkpoint at iteration %lld to %s", (long long)t->st.iteration, c->save);

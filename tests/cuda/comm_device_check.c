@@ -477,6 +477,20 @@ static void test_ireduce_scatter(struct loom_comm *w) {
     }
     check(ok, "ireduce_scatter in place with compute queued before its wait, its block consumed "
               "on the compute stream");
+    /* then every rank's block gathered back in place: a whole all-reduce */
+    CK(loom_comm_iallgather(w, a, n, LOOM_DTYPE_F32, &q));
+    CK(loom_comm_wait(q));
+    g_be->ops->zero(g_be, b, (size_t)n * sizeof(float));
+    h = realloc(h, (size_t)all * sizeof(float));
+    get(h, a, (size_t)all * sizeof(float));
+    ok = 1;
+    for (int64_t i = 0; i < all && ok; i++) {
+        float want = 0;
+        for (int r = 0; r < g_size; r++)
+            want += val(r, i);
+        ok = h[i] == want;
+    }
+    check(ok, "iallgather in place after it: every block reduced");
     g_be->ops->free(g_be, a);
     g_be->ops->free(g_be, b);
     free(h);

@@ -11,7 +11,10 @@
 # with the flag, and one resumed without it, equal the straight run the same way (the checkpoint
 # holds whole moments either way). The distributed runs compare their replicas' weight hashes
 # every 4 iterations (--check-weight-hash-across-dp-replicas-interval), which must find them the
-# same; their log names the buckets.
+# same; their log names the buckets. With --overlap-param-gather (each bucket's gather waited for
+# where the next forward first reads it) every layout gives the distributed run's bits: metrics,
+# parameter norms, weight hashes and the final weights. (Open MPI completes every outstanding
+# gather at the first wait here, so this checks what the waits deliver, not their places.)
 set -uo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -23,7 +26,7 @@ common=(train --mock-data --num-layers 4 --seq-length 16 --vocab-size 97
         --make-vocab-size-divisible-by 32 --micro-batch-size 2 --global-batch-size 12
         --train-iters 8 --lr 3e-3 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1
         --clip-grad 1.0 --log-interval 1 --eval-iters 0 --seed 11 --ddp-bucket-size 2000
-        --log-num-zeros-in-grad)
+        --log-num-zeros-in-grad --log-params-norm)
 gpt=(--hidden-size 32 --num-attention-heads 4)
 llama=(--hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 4
        --ffn-hidden-size 96 --normalization RMSNorm --swiglu --position-embedding-type rope
@@ -84,6 +87,20 @@ for layout in "gpt 2 dp2" "gpt 3 dp3" "gpt 4 tp2 --tensor-model-parallel-size 2"
     { echo "FAIL $model $name: the replicas' weight hashes were not compared twice"; fail=$((fail + 1)); }
   same "$model $name ($n ranks): --use-distributed-optimizer gives the same losses and checkpoint" \
     "$model-$name" "$model-$name-dist"
+  # the gather overlapped with the next forward: the same reductions, so the same bits throughout
+  train "$model-$name-overlap" "$n" "${margs[@]}" "$@" --use-distributed-optimizer \
+    --overlap-param-gather --check-weight-hash-across-dp-replicas-interval 4 || continue
+  if cmp -s <(metrics "$tmp/$model-$name-dist.jsonl") <(metrics "$tmp/$model-$name-overlap.jsonl") &&
+     cmp -s <(grep -o '"params_norm": [^,}]*' "$tmp/$model-$name-dist.jsonl") \
+            <(grep -o '"params_norm": [^,}]*' "$tmp/$model-$name-overlap.jsonl") &&
+     [ "$(grep -c 'data-parallel replicas are the same' "$tmp/$model-$name-overlap.log")" = 2 ] &&
+     grep -q "gathered while the next forward runs" "$tmp/$model-$name-overlap.log" &&
+     cmp -s "$tmp/$model-$name-dist/iter_0000008/model.safetensors" \
+            "$tmp/$model-$name-overlap/iter_0000008/model.safetensors"; then
+    echo "ok   $model $name: --overlap-param-gather the same bits"; pass=$((pass + 1))
+  else
+    echo "FAIL $model $name: --overlap-param-gather"; fail=$((fail + 1))
+  fi
 done
 
 # stopped at iteration 5 and resumed, with the flag and without it

@@ -58,7 +58,8 @@ struct loom_cuda {
     const float *params;  /* registered weights [params, params + nparams) */
     int64_t nparams;
     void *params_bf16;    /* their bf16 copy */
-    int params_dirty;     /* written since the copy was made */
+    int64_t dirty_lo, dirty_hi; /* the parameters written since the copy was made: their hull
+                                   [dirty_lo, dirty_hi), empty when dirty_lo >= dirty_hi */
     void *act_ws;         /* bf16 copies of the other operands of one product */
     size_t act_ws_bytes;
     struct loom_cuda_lt_plan *plans;
@@ -113,13 +114,23 @@ void loom_cuda_release(struct loom_backend *be, void *p);
 void loom_cuda_grow(struct loom_backend *be, void **buf, size_t *have, size_t bytes,
                     const char *what);
 
-/* Note a write to [p, p + bytes): the bf16 copy of registered weights it touches is stale. */
+/* Note a write to [p, p + bytes): the bf16 copy of the registered weights it touches is stale
+ * (the hull of the stale parameters grows to hold them). */
 static inline void loom_cuda_wrote(struct loom_backend *be, const void *p, size_t bytes) {
     struct loom_cuda *c = (struct loom_cuda *)be->impl;
     if (!c->params_bf16 || !bytes) return;
     const char *lo = (const char *)c->params, *hi = lo + (size_t)c->nparams * sizeof(float);
-    const char *q = (const char *)p;
-    if (q < hi && q + bytes > lo) c->params_dirty = 1;
+    const char *q = (const char *)p, *e = q + bytes;
+    if (q >= hi || e <= lo) return;
+    const int64_t a = q > lo ? (int64_t)((q - lo) / sizeof(float)) : 0;
+    const int64_t z = e < hi ? (int64_t)((e - lo + sizeof(float) - 1) / sizeof(float)) : c->nparams;
+    if (c->dirty_lo >= c->dirty_hi) {
+        c->dirty_lo = a;
+        c->dirty_hi = z;
+        return;
+    }
+    if (a < c->dirty_lo) c->dirty_lo = a;
+    if (z > c->dirty_hi) c->dirty_hi = z;
 }
 
 /* Whether every pointer is a multiple of `bytes` (a power of two): the condition of the vector

@@ -27,11 +27,12 @@
  *             and the separate kernels follow (bias fill, gelu_backward).
  *
  * Weights inside the registered range [params, params + n) (the model's flat parameter buffer)
- * are converted as a whole, once after they change: the backend marks the copy stale when one
- * of its own ops writes there (loom_cuda_wrote) and refreshes it at the next product, which in
- * training is once per step, after the optimizer. Other operands (activations, gradients of
- * activations, weights outside the range) are converted per call into one reusable workspace,
- * grown on demand (its size settles in the first step).
+ * are converted once after they change: the backend notes the hull of what its own ops or the
+ * `written` op touched there (loom_cuda_wrote) and converts that hull at the next product, which
+ * in training is once per step, after the optimizer (AdamW writes the copy of what it updates
+ * itself), or bucket by bucket as the distributed optimizer's overlapped gather completes. Other
+ * operands (activations, gradients of activations, weights outside the range) are converted per
+ * call into one reusable workspace, grown on demand (its size settles in the first step).
  *
  * The products go through cuBLASLt with column-major conventions as in matmul.cu. A plan (the
  * descriptors and the algorithm) is cached per shape, transposition, epilogue and operand
@@ -65,6 +66,10 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gelu.cuh"
 
+#ifndef LT_CANDIDATES /* a build may ask for more (-DLT_CANDIDATES=N) to measure the trade */
+#define LT_CANDIDATES 8
+#endif
+
 struct loom_cuda_lt_plan {
     /* key */
     int64_t m, n, k, lda, ldb, ldc, aux_ld;
@@ -75,11 +80,9 @@ struct loom_cuda_lt_plan {
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
     /* the heuristic's first LT_CANDIDATES algorithms, timed at the first call (plan_tune) */
-    cublasLtMatmulAlgo_t cand[8];
+    cublasLtMatmulAlgo_t cand[LT_CANDIDATES];
     int ncand, tuned;
 };
-
-#define LT_CANDIDATES 8
 
 #define LOOM_LT_CHECK(expr)                                                                   \
     do {                                                                                      \
@@ -183,9 +186,10 @@ static size_t b32(int64_t n) { return (size_t)(n > 0 ? n : 0) * sizeof(float); }
 static const void *weight_copy(struct loom_backend *be, const float *w, int64_t n) {
     struct loom_cuda *c = loom_cuda_impl(be);
     if (!c->params_bf16 || w < c->params || w + n > c->params + c->nparams) return NULL;
-    if (c->params_dirty) {
-        loom_cuda_to16(be, c->params_bf16, c->params, c->nparams);
-        c->params_dirty = 0;
+    if (c->dirty_lo < c->dirty_hi) { /* the stale hull only */
+        loom_cuda_to16(be, (char *)c->params_bf16 + (size_t)c->dirty_lo * 2,
+                       c->params + c->dirty_lo, c->dirty_hi - c->dirty_lo);
+        c->dirty_lo = c->dirty_hi = 0;
     }
     return (const __nv_bfloat16 *)c->params_bf16 + (w - c->params);
 }
@@ -750,7 +754,8 @@ enum loom_status loom_cuda_set_matmul_dtype(struct loom_backend *be, enum loom_d
         }
         c->params = params;
         c->nparams = n;
-        c->params_dirty = 1;
+        c->dirty_lo = 0;
+        c->dirty_hi = n;
     }
     return LOOM_OK;
 }
