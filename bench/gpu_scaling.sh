@@ -6,7 +6,10 @@
 #   data parallel   GPT-2 124M and 350M (sequence 1024, micro-batch 16): one GPU with one
 #                   micro-batch a step against DP=2 with one micro-batch per rank (weak
 #                   scaling: twice the global batch), gradients reduced in buckets while the
-#                   backward runs (--ddp-bucket-size-mb 40).
+#                   backward runs (--ddp-bucket-size-mb 40); then with the distributed
+#                   optimizer (the buckets reduce-scattered, the parameters all-gathered after
+#                   the step) and with that gather overlapped with the next forward
+#                   (--overlap-param-gather).
 #   model parallel  a GPT of 1.3B (24 layers, hidden 2048, 32 heads, sequence 1024): one GPU,
 #                   micro-batch 4 and 8 micro-batches a step (global batch 32), against PP=2
 #                   (1F1B, the same 8 micro-batches) and TP=2 (same batch) on two GPUs.
@@ -72,6 +75,10 @@ dp)
     shape=(--num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --micro-batch-size 16)
     CUDA_VISIBLE_DEVICES=0 run "$name 1 GPU" 1 "${common[@]}" "${shape[@]}" --global-batch-size 16
     run "$name DP=2" 2 "${common[@]}" "${shape[@]}" --global-batch-size 32
+    run "$name DP=2 dist-opt" 2 "${common[@]}" "${shape[@]}" --global-batch-size 32 \
+      --use-distributed-optimizer
+    run "$name DP=2 dist-opt overlap" 2 "${common[@]}" "${shape[@]}" --global-batch-size 32 \
+      --use-distributed-optimizer --overlap-param-gather
     echo "-- data parallel, GPT $name (tokens/s of DP=2 against twice one GPU's):"
     table
   done
