@@ -134,19 +134,17 @@ enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, d
     return loom_grad_sync_gather(o->shards, model->param_mem);
 }
 
-/* dir 0: the moment's pieces (packed) to their places in full; 1: back */
-static void move_pieces(struct loom_adamw *o, struct loom_gpt *model, float *mine, float *full,
-                        int dir) {
+/* Copies between a packed moment and the flat layout, piece by piece: packed_to_flat 1 puts
+ * packed[...] at the pieces' places in flat, 0 takes them from there. */
+static void move_pieces(struct loom_adamw *o, struct loom_gpt *model, float *dst, const float *src,
+                        int packed_to_flat) {
     struct loom_backend *be = model->be;
     const int64_t *plo, *plen;
     const int np = loom_grad_sync_shard(o->shards, &plo, &plen);
     int64_t soff = 0;
     for (int i = 0; i < np; i++) {
-        const size_t b = (size_t)plen[i] * sizeof(float);
-        if (dir == 0)
-            be->ops->copy(be, full + plo[i], mine + soff, b);
-        else
-            be->ops->copy(be, mine + soff, full + plo[i], b);
+        const int64_t at = packed_to_flat ? plo[i] : soff, from = packed_to_flat ? soff : plo[i];
+        be->ops->copy(be, dst + at, src + from, (size_t)plen[i] * sizeof(float));
         soff += plen[i];
     }
 }
@@ -156,7 +154,7 @@ enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_gpt *model,
     float *mine = which ? o->v : o->m;
     *out = mine;
     if (!o->distributed) return LOOM_OK;
-    move_pieces(o, model, mine, model->grad_mem, 0);
+    move_pieces(o, model, model->grad_mem, mine, 1);
     LOOM_CHECK(loom_grad_sync_gather(o->shards, model->grad_mem));
     *out = model->grad_mem;
     return LOOM_OK;
@@ -169,7 +167,7 @@ void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int whi
         model->be->ops->copy(model->be, mine, full, (size_t)o->shard_len * sizeof(float));
         return;
     }
-    move_pieces(o, model, mine, (float *)full, 1);
+    move_pieces(o, model, mine, full, 0);
 }
 
 /* The ranges of the parameters a norm counts, each once: tensor-parallel copies (tp_dim < 0) on
