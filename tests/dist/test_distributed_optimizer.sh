@@ -11,7 +11,7 @@
 # with the flag, and one resumed without it, equal the straight run the same way (the checkpoint
 # holds whole moments either way). The distributed runs compare their replicas' weight hashes
 # every 4 iterations (--check-weight-hash-across-dp-replicas-interval), which must find them the
-# same; their log names the buckets. With --overlap-param-gather (each bucket's gather waited for
+# same; their log names the buckets. --save-grads saves the same gradients with it as without. With --overlap-param-gather (each bucket's gather waited for
 # where the next forward first reads it) every layout gives the distributed run's bits: metrics,
 # parameter norms, weight hashes and the final weights. (Open MPI completes every outstanding
 # gather at the first wait here, so this checks what the waits deliver, not their places.)
@@ -109,6 +109,16 @@ if train stop 2 "${gpt[@]}" --use-distributed-optimizer --exit-interval 5; then
     same "resumed with --use-distributed-optimizer: the straight run's bits" gpt-dp2-dist resumed 3
   train resumed-whole 2 "${gpt[@]}" --load "$tmp/stop" &&
     same "a distributed optimizer's checkpoint resumed without it: the same bits" gpt-dp2-dist resumed-whole 3
+fi
+# --save-grads: the first iteration's reduced gradients, gathered from the ranks' pieces, the same
+# bytes as the whole optimizer's
+if train grads-whole 2 "${gpt[@]}" --save-grads "$tmp/g-whole" &&
+   train grads-dist 2 "${gpt[@]}" --use-distributed-optimizer --save-grads "$tmp/g-dist"; then
+  if cmp -s "$tmp/g-whole/model.safetensors" "$tmp/g-dist/model.safetensors"; then
+    echo "ok   --save-grads with --use-distributed-optimizer: the same gradients"; pass=$((pass + 1))
+  else
+    echo "FAIL --save-grads with --use-distributed-optimizer: the gradients differ"; fail=$((fail + 1))
+  fi
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
