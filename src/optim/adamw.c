@@ -228,11 +228,12 @@ enum loom_status loom_grad_norm(const struct loom_adamw *o, struct loom_gpt *mod
     if (!o->distributed) return loom_param_buffer_norm(model, model->grad_mem, norm, zeros);
     const int64_t *plo, *plen;
     const int np = loom_grad_sync_shard(o->shards, &plo, &plen);
-    const size_t cap = (size_t)(model->nparams + 1) + (size_t)(model->nparams + np);
-    int64_t *off =
-        malloc((size_t)(model->nparams + 1) * 2 * sizeof(int64_t) + cap * 2 * sizeof(int64_t));
+    /* the counted ranges, then their cuts by the pieces: two sets of disjoint intervals meet in
+     * fewer than nr + np places */
+    const size_t nmax = (size_t)model->nparams + 1, cap = (size_t)model->nparams + (size_t)np;
+    int64_t *off = malloc((nmax + cap) * 2 * sizeof(int64_t));
     if (!off) return loom_fail(LOOM_ERR_OOM, "out of memory");
-    int64_t *len = off + model->nparams + 1, *coff = len + model->nparams + 1, *clen = coff + cap;
+    int64_t *len = off + nmax, *coff = len + nmax, *clen = coff + cap;
     const int nr = counted_ranges(model, off, len);
     int nc = 0;
     for (int r = 0; r < nr; r++)

@@ -189,6 +189,10 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
                                    const struct loom_step_ctx *ctx, loom_micro_fetch_fn fetch,
                                    void *fetch_ctx, int32_t *tokens, int32_t *targets,
                                    struct loom_pipeline_stats *stats) {
+    /* the parameters are fixed for the whole run; those of an overlapped gather are waited for
+     * where they are first read (all of them here where the norms' effective weights are made
+     * from them, below) */
+    if (gs && m->cfg.layernorm_1p) LOOM_CHECK(loom_grad_sync_gather_wait(gs, LOOM_GATHER_ALL));
     struct loom_parallel *par = m->par;
     struct exec e = {0};
     e.m = m;
@@ -208,11 +212,8 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     LOOM_ASSERT(e.slot_of && e.slot_free && last_op && backwards_done);
     for (int64_t k = 0; k < num_micro; k++) e.slot_of[k] = -1;
     for (int s = 0; s < m->nslots; s++) e.slot_free[s] = 1;
-    for (int64_t i = 0; i < nops; i++) last_op[ops[i].micro] = i;
-    /* the parameters are fixed for the whole run; those of an overlapped gather are waited for
-     * where they are first read (all of them first where the norms' effective weights are made
-     * from them) */
-    if (gs && m->cfg.layernorm_1p) LOOM_CHECK(loom_grad_sync_gather_wait(gs, LOOM_GATHER_ALL));
+    for (int64_t i = 0; i < nops; i++)
+        last_op[ops[i].micro] = i;
     loom_gpt_norm_weights(m);
     memset(stats, 0, sizeof *stats);
     enum loom_status st = LOOM_OK;
@@ -253,8 +254,8 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             }
             if (st != LOOM_OK) break;
             if (is_last(&e, c)) {
-                double ls;
-                int64_t cnt;
+                double ls = 0.0;
+                int64_t cnt = 0;
                 /* the head's forward applies dloss (its loss pass makes the logits' gradient) */
                 if (ctx->per_micro_mean)
                     mc.dloss = micro_dloss(ctx, targets, m->B * m->cfg.seq_length);
@@ -288,8 +289,7 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
             for (int64_t l = l1 - 1; l >= l0 && st == LOOM_OK; l--) {
                 st = loom_gpt_layer_backward(m, slot, l, &mc);
                 if (st == LOOM_OK && final) st = loom_gpt_sync_replicated_grads(m, l);
-                if (st == LOOM_OK && final && training && gs)
-                    st = loom_grad_sync_layer_ready(gs, l);
+                if (st == LOOM_OK && final && gs) st = loom_grad_sync_layer_ready(gs, l);
             }
             if (st != LOOM_OK) break;
             if (is_first(&e, c)) {
