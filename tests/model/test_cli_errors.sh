@@ -71,6 +71,7 @@ expect_error "sentencepiece" "--tokenizer-model: SentencePiece and Hugging Face 
 expect_error "ckpt-step without load" "--ckpt-step needs --load" "$LOOM" "${T[@]}" --ckpt-step 3
 expect_error "ckpt-step missing" "--ckpt-step 7: --load $tmp has no checkpoint of that iteration (no $tmp/iter_0000007/meta.json)" "$LOOM" "${T[@]}" --load "$tmp" --ckpt-step 7
 expect_error "negative duration" "--exit-duration-in-mins must be >= 0 (got -1)" "$LOOM" "${T[@]}" --exit-duration-in-mins -1
+expect_error "negative bucket" "--ddp-bucket-size -5: give a number of parameters, at least 1 (0: --ddp-bucket-size-mb's size)" "$LOOM" "${T[@]}" --ddp-bucket-size -5
 expect_error "overlapped parameter gather" "--overlap-param-gather overlaps the distributed optimizer's gather: it needs --use-distributed-optimizer" "$LOOM" "${T[@]}" --overlap-param-gather
 expect_error "recompute" "--recompute-granularity full: activation recomputation is limited to the MLP's activation" "$LOOM" "${T[@]}" --recompute-granularity full
 expect_error "recompute modules" "--recompute-modules: activation recomputation is limited" "$LOOM" "${T[@]}" --recompute-modules mlp
