@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "loom/model.h"
+#include "loom/gpt.h"
 #include "loom/optim.h"
 
 struct loom_train_state {
@@ -32,7 +32,7 @@ struct loom_train_state {
  * optimizer's moments are saved whole whether or not they are sharded (the distributed
  * optimizer's shares are gathered through the model's gradient buffer, which this overwrites:
  * save between steps). */
-enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, struct loom_adamw *opt,
+enum loom_status loom_ckpt_save(const char *root, struct loom_model *m, struct loom_adamw *opt,
                                 const struct loom_train_state *st);
 /* Megatron-LM's --save-retain-interval: rank 0 deletes root's checkpoints iter_N of iterations
  * N < latest that are not multiples of every (the latest, which the pointer file names, stays).
@@ -46,12 +46,12 @@ enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *c
  * that ROOT/latest_checkpointed_iteration.txt points at. */
 enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap);
 /* Load parameters (and the optimizer state when opt is non-NULL). Collective over the world. */
-enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loom_adamw *opt);
+enum loom_status loom_ckpt_load(const char *root, struct loom_model *m, struct loom_adamw *opt);
 
 /* Write `buf` (a device buffer laid out like the model's parameters, e.g. the gradients) as a
  * checkpoint-shaped directory DIR/{model.safetensors, meta.json}, so the conversion tools read
  * it like weights. Collective over the world. */
-enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_gpt *m, const float *buf);
+enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_model *m, const float *buf);
 
 /* meta.json for a model (st may be NULL: a converted checkpoint with no training state). */
 enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom_gpt_config *c,

@@ -29,7 +29,7 @@
 struct loom_grad_sync;
 
 /* scatter: reduce-scatter the buckets (the distributed optimizer); else all-reduce them. */
-enum loom_status loom_grad_sync_create(struct loom_grad_sync **out, struct loom_gpt *m,
+enum loom_status loom_grad_sync_create(struct loom_grad_sync **out, struct loom_model *m,
                                        int64_t bucket_bytes, int scatter);
 void loom_grad_sync_free(struct loom_grad_sync *gs);
 /* Start a step (nothing reduced yet). */

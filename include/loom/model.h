@@ -1,109 +1,51 @@
-/* GPT-style decoder models: configuration, the parameter table, forward and backward.
+/* Models: the parameter table, the model object every family shares, and the family interface.
  *
- * One table (struct loom_param) describes every parameter: its name, full logical shape, the
- * dimension tensor parallelism splits, the layer it belongs to and how it is initialised. The
- * table drives allocation, gradient buffers, initialisation, checkpoints and export.
+ * A model family (GPT/Llama-style decoders in src/models/gpt/, ...) builds one table of
+ * parameters (struct loom_param): name, full logical shape, the dimension tensor parallelism
+ * splits, the pipeline unit that owns it, how it is initialised and its roles. The table drives
+ * allocation, gradient buffers, initialisation, the optimizer, data-parallel buckets, checkpoints
+ * and export. Every consumer outside the family reads the roles; none decides from a name.
+ *
+ * The pipeline executor, the trainer and the tools reach a model only through struct
+ * loom_family's operations (the `family` pointer of struct loom_model): its pipeline pieces
+ * (the first stage's embedding, a layer, the last stage's heads and losses, and the backward of
+ * each), the tensors that cross a pipeline stage, and its micro-batch, losses and FLOPs.
  */
 #ifndef LOOM_MODEL_H
 #define LOOM_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "loom/backend.h"
 #include "loom/parallel.h"
 #include "loom/status.h"
 
-enum loom_norm { LOOM_NORM_LAYERNORM = 0, LOOM_NORM_RMSNORM };
-enum loom_posemb { LOOM_POSEMB_LEARNED = 0, LOOM_POSEMB_ROPE, LOOM_POSEMB_NONE };
+enum loom_init { LOOM_INIT_NORMAL = 0, LOOM_INIT_NORMAL_SCALED, LOOM_INIT_ONES, LOOM_INIT_ZEROS };
 
-struct loom_gpt_config {
-    int64_t num_layers;      /* L */
-    int64_t hidden;          /* C */
-    int64_t heads;           /* NH */
-    /* HS, the size of each query/key/value head (Megatron-LM's --kv-channels); 0 = hidden / heads.
-     * The qkv projection is (NH + 2 NKV) HS wide and the output projection takes NH HS inputs,
-     * which need not equal C. */
-    int64_t head_size;
-    int64_t query_groups;    /* NKV (= NH without grouped-query attention) */
-    int64_t ffn_hidden;      /* F */
-    int64_t seq_length;      /* T */
-    int64_t max_positions;   /* rows of the learned position table */
-    int64_t vocab_size;      /* real vocabulary */
-    int64_t padded_vocab;    /* vocab_size rounded up to divisible_by * TP */
-    int64_t divisible_by;    /* --make-vocab-size-divisible-by */
-    enum loom_norm norm;
-    double norm_eps;
-    /* Megatron-LM's --apply-layernorm-1p (zero-centred gamma): each norm's weight parameter w is
-     * initialised to 0 and the norm scales by 1 + w */
-    int layernorm_1p;
-    /* Megatron-LM's --qk-layernorm (Qwen3's q_norm, k_norm): each head's query and key vectors
-     * normalised over the head size by the model's norm (its epsilon, layernorm_1p's weights),
-     * with one weight (and LayerNorm bias) of HS for the queries and one for the keys per layer,
-     * shared by the heads; after the qkv product, before the rotary embedding */
-    int qk_layernorm;
-    int swiglu;
-    enum loom_gelu gelu; /* the GELU MLP's form (not used with swiglu) */
-    enum loom_posemb posemb;
-    double rope_theta;
-    /* Megatron-LM's --rotary-percent: the share of each head's values that rotate (the first
-     * HS * rotary_percent of them, an even count; 1 = all) */
-    double rotary_percent;
-    /* Llama 3.1's rescaling of the rotary frequencies (loom/rope.h): rope_factor 0 = none;
-     * Megatron-LM's --use-rope-scaling takes --rope-scaling-factor (8) with low 1, high 4 and an
-     * original context of 8192, Hugging Face's rope_scaling gives all four */
-    double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_positions;
-    /* Megatron-LM's --rotary-seq-len-interpolation-factor: rotary positions divided by it (every
-     * frequency, after the scaling above); 0 = none */
-    double rope_interpolation;
-    int bias;                /* biases on linear layers */
-    int qkv_bias;            /* the qkv product's bias even without the others (--add-qkv-bias,
-                                Qwen2's attention) */
-    int xavier_init;         /* matrices drawn uniform in +-sqrt(6 / (rows + columns)) instead of
-                                normal (--init-method-xavier-uniform; initialisation only) */
-    int untie;               /* separate output layer */
-    double hidden_dropout, attention_dropout;
-    double init_std;
-    /* memory, not architecture: local layers (the last ones of the stage) that keep the MLP's
-     * activation for the backward instead of remaking it from the pre-activation
-     * (--kept-activation-layers; 0: remade in every layer) */
-    int64_t kept_act_layers;
-    /* layout, not architecture: the layers of the first and of the last pipeline stage
-     * (Megatron-LM's --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers),
-     * the other stages sharing the rest equally; 0: an equal share */
-    int64_t first_stage_layers, last_stage_layers;
+/* What a parameter is, for the code outside the family (flags of struct loom_param.roles). */
+enum loom_param_role {
+    /* weight decay applies (the matrices) */
+    LOOM_ROLE_DECAY = 1u << 0,
+    /* replicated over tensor parallelism, but each rank's gradient is its share only (a norm's
+     * weight under sequence parallelism sees the rank's rows; a query-key norm the rank's heads):
+     * summed over the tensor-parallel group once its unit's backward is final
+     * (loom_model_sync_tp_partial) */
+    LOOM_ROLE_TP_PARTIAL = 1u << 1,
+    /* trained at --decoupled-lr (Megatron-LM's embedding-or-output parameters: the word
+     * embedding and the output layer) */
+    LOOM_ROLE_DECOUPLED_LR = 1u << 2,
+    /* rows are the padded vocabulary (checkpoints of another padding load its first rows) */
+    LOOM_ROLE_VOCAB_ROWS = 1u << 3,
+    /* owned by the first stage and also used by the last (a word embedding tied to the output
+     * layer): with several stages both hold a copy, their gradients summed over the embedding
+     * group; norms count the first stage's copy only */
+    LOOM_ROLE_TIED = 1u << 4,
 };
 
-/* Fill GPT-2-like defaults (12 layers, 768 hidden, ...). */
-void loom_gpt_config_default(struct loom_gpt_config *c);
-/* Check the configuration against itself and the layout; derive padded_vocab. Errors name the
- * flag and what is valid (LOOM_ERR_INVALID_ARG). */
-enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int pp);
-/* Head size HS: head_size, or hidden / heads when it is 0. */
-static inline int64_t loom_gpt_head_size(const struct loom_gpt_config *c) {
-    return c->head_size > 0 ? c->head_size : c->hidden / c->heads;
-}
-/* The rotary embedding's settings for the rope op (loom/rope.h): rotated values HS *
- * rotary_percent (rounded down, as Megatron-LM's int()) */
-static inline struct loom_rope loom_gpt_rope(const struct loom_gpt_config *c) {
-    struct loom_rope r = {c->rope_theta,
-                          (int64_t)((double)loom_gpt_head_size(c) * c->rotary_percent),
-                          c->rope_factor,
-                          c->rope_low_freq_factor,
-                          c->rope_high_freq_factor,
-                          c->rope_original_max_positions,
-                          c->rope_interpolation};
-    return r;
-}
-/* The layers [*l0, *l1) of pipeline stage `stage`'s virtual chunk `chunk` (pp stages of vpp
- * chunks; an equal share each, or the first and last stages' own counts without chunks) */
-void loom_gpt_chunk_layers(const struct loom_gpt_config *c, int pp, int vpp, int stage, int chunk,
-                           int64_t *l0, int64_t *l1);
-/* The pipeline stage that holds layer l */
-int loom_gpt_layer_stage(const struct loom_gpt_config *c, int pp, int vpp, int64_t l);
-/* Parameter count N (tied embedding counted once, padded vocabulary rows included). */
-int64_t loom_gpt_num_params(const struct loom_gpt_config *c);
-
-enum loom_init { LOOM_INIT_NORMAL = 0, LOOM_INIT_NORMAL_SCALED, LOOM_INIT_ONES, LOOM_INIT_ZEROS };
+/* Pipeline units a parameter can belong to: a layer 0 .. num_layers - 1, or one of these. */
+#define LOOM_UNIT_FIRST (-1) /* the first stage's (embeddings) */
+#define LOOM_UNIT_LAST (-2)  /* the last stage's (final norm, heads, output layer) */
 
 struct loom_param {
     char name[96];
@@ -112,9 +54,9 @@ struct loom_param {
     int tp_dim;             /* dimension split by tensor parallelism, -1 = replicated */
     int tp_chunks;          /* the split dimension is this many equal blocks, each split (1 usually;
                                2 for SwiGLU's [gate | up] fc1) */
-    int layer;              /* decoder layer, -1 for embedding/final norm/output */
+    int layer;              /* the owning unit: a layer, LOOM_UNIT_FIRST or LOOM_UNIT_LAST */
     enum loom_init init;
-    int weight_decay;       /* 1 for matrices (ndim >= 2) */
+    unsigned roles;         /* enum loom_param_role flags */
     int local;              /* held by this rank (pipeline stage owns it) */
     int64_t local_shape[2]; /* this rank's slice */
     int64_t offset;         /* in floats, into the flat parameter/gradient buffers (-1 if !local) */
@@ -124,135 +66,150 @@ struct loom_param {
  * tensor. */
 int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_size, int64_t i);
 
-struct loom_gpt_layer_ptrs {
-    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
-    float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
-    float *q_ln_w, *q_ln_b, *k_ln_w, *k_ln_b; /* qk_layernorm only */
-};
-struct loom_gpt_ptrs {
-    float *wte, *wpe, *lnf_w, *lnf_b, *out_w;
-    struct loom_gpt_layer_ptrs *layers; /* [L], NULL entries for layers this rank lacks */
-};
-
-struct loom_gpt_acts; /* private: activation and scratch buffers for one micro-batch */
-
-struct loom_gpt {
-    struct loom_gpt_config cfg;
-    struct loom_parallel *par;
-    struct loom_backend *be;
-    int nparams;
-    struct loom_param *params;
-    int64_t num_local;   /* floats of the parameters in the flat buffers */
-    int64_t num_alloc;   /* floats allocated: num_local rounded up to 16 x the data-parallel
-                            ranks (equal shards of the distributed optimizer), the rest zero */
-    float *param_mem;    /* device: this rank's parameters, fp32 master copy */
-    float *grad_mem;     /* device: gradients, same layout */
-    struct loom_gpt_ptrs w, g;
-    /* the norms' weights as the norms use them: w's, or with layernorm_1p 1 + w's, remade in
-     * norm_eff (device) by loom_gpt_norm_weights; only the ln*_w, q_ln_w and k_ln_w entries are
-     * set */
-    struct loom_gpt_ptrs wn;
-    float *norm_eff;
-    int64_t layer_begin, layer_end; /* decoder layers held by this rank */
-    int first_stage, last_stage;
-    int64_t B;           /* micro-batch size the activations are sized for */
-    int nslots;          /* micro-batches whose activations can be held at once (pipeline) */
-    struct loom_gpt_acts *acts; /* [nslots] */
-};
-
-/* Build the table and allocate parameters, gradients and activations for micro-batch B, with
- * room for `nslots` micro-batches in flight (1 without pipeline parallelism). */
-enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_config *cfg,
-                                 struct loom_parallel *par, struct loom_backend *be, int64_t B,
-                                 int nslots);
-void loom_gpt_free(struct loom_gpt *m);
-/* Initialise every parameter from the counter-based RNG keyed by (seed, name, global index). */
-enum loom_status loom_gpt_init_weights(struct loom_gpt *m, uint64_t seed);
-const struct loom_param *loom_gpt_find_param(const struct loom_gpt *m, const char *name);
-
-/* What a micro-batch step needs besides the tokens. */
+/* What a micro-batch step needs besides the micro-batch. */
 struct loom_step_ctx {
     uint64_t seed;
     int64_t iteration;  /* 1-based; keys dropout masks */
     int64_t sample0;    /* global index of the micro-batch's first sample within the step */
     int training;       /* 0: no dropout */
-    float dloss;        /* d(total loss)/d(loss of one token), e.g. 1/(tokens in global batch) */
-    /* 1: the loss is the mean over the step's micro-batches of each one's mean over its tokens
-     * that carry a loss (Megatron-LM's default with a loss mask): a token's dloss is dloss
-     * (1 / the micro-batches of the step) over its micro-batch's count, set per micro-batch by
-     * the pipeline before the head's forward, the one piece that reads dloss */
+    /* d(total loss)/d(one loss term): with per_micro_mean 1 / the step's micro-batches (over all
+     * data-parallel ranks), else 1 / the global batch's terms (tokens that carry a loss) */
+    float dloss;
+    /* 1: the loss is the mean over the step's micro-batches of each one's mean over its terms
+     * (Megatron-LM's default with a loss mask): the family's last piece divides dloss by the
+     * micro-batch's count */
     int per_micro_mean;
     /* Documents packed into a sample (Megatron-LM's --reset-position-ids and
      * --reset-attention-mask): the token after an input token equal to doc_eod starts a new
-     * document. reset_position_ids: positions (learned or rotary) restart at 0 there;
-     * reset_attention_mask: no query attends to a key of an earlier document. Both 0: a sample
-     * is one sequence, as without documents (doc_eod unused). The model reads them in
-     * loom_gpt_micro_begin. */
+     * document. reset_position_ids: positions restart at 0 there; reset_attention_mask: no
+     * query attends to a key of an earlier document. */
     int32_t doc_eod;
     int reset_position_ids, reset_attention_mask;
 };
 
-/* Stage pieces, for pipeline schedules. A micro-batch's activations live in `slot`.
- * embed: tokens -> input of the first layer (first stage only).
- * layer l: its input buffer (loom_gpt_layer_input) -> its output (loom_gpt_layer_output). When
- *   layer l + 1 is on this rank, layer l also computes its first norm (fused with the residual
- *   add), so the local layers of a micro-batch run forward in order, l + 1 after l.
- * head: output of the last layer -> per-token losses (last stage only).
- * Backward runs in reverse on the shared residual-gradient buffer (loom_gpt_dres): head_backward
- * sets it to d(loss)/d(output of the last layer); layer_backward(l) turns d(output of l) into
- * d(input of l); embed_backward consumes it. */
-enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int32_t *tokens,
-                                        const struct loom_step_ctx *ctx);
-/* What a micro-batch needs before its first forward piece on this rank; every stage calls it:
- * the documents of the micro-batch in `slot`, from its input tokens [B*T] (host), for every
- * piece that runs on the slot until the next call (embedding, rotary embeddings and attention of
- * every stage, forward and backward): with ctx's reset_position_ids or reset_attention_mask, the
- * start of each token's document, from which its position (t - start) and the attention mask
- * (keys from the start on) follow; without them nothing (positions t, causal attention). */
-enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_t *tokens,
+/* One micro-batch of B samples of T positions, on the host. Fields a family does not read may be
+ * left as they are; every array is allocated by the trainer. */
+struct loom_micro {
+    int64_t B, T;
+    int32_t *tokens;       /* [B*T] input ids */
+    int32_t *labels;       /* [B*T] target ids, -1: no loss at the position */
+    int32_t *token_types;  /* [B*T] segment ids (BERT: 0 for A, 1 for B) */
+    int32_t *padding_mask; /* [B*T] 1: a real position, 0: padding */
+    int32_t *sop_labels;   /* [B] sentence-order labels (1: the segments were swapped) */
+    int64_t sample0;       /* global index of its first sample (dropout keys) */
+};
+
+/* The losses of a family, by name (the log line, the metrics file and TensorBoard report them
+ * under these names): sums of terms and their counts; a loss's value is sum / count. */
+#define LOOM_MAX_LOSSES 4
+struct loom_losses {
+    double sum[LOOM_MAX_LOSSES];
+    double count[LOOM_MAX_LOSSES];
+};
+
+/* A tensor that crosses a pipeline stage boundary (fp32, device memory). */
+struct loom_stage_tensor {
+    const char *name;
+    float *data;
+    int64_t count; /* floats */
+};
+
+/* Which side of the boundary before layer l a tensor list is for (loom_family.boundary). */
+enum loom_boundary_side {
+    LOOM_RECV_ACT = 0,  /* the forward's input of layer l, received from the previous stage */
+    LOOM_SEND_ACT,      /* the forward's output of layer l - 1, sent to the next stage */
+    LOOM_RECV_GRAD,     /* the gradient of layer l - 1's output, received from the next stage */
+    LOOM_SEND_GRAD,     /* the gradient of layer l's input, sent to the previous stage */
+};
+#define LOOM_MAX_STAGE_TENSORS 4
+
+struct loom_family;
+
+/* The part of a model every family shares; a family's own model struct begins with it. */
+struct loom_model {
+    const struct loom_family *family;
+    const void *config;  /* the family's configuration struct */
+    struct loom_parallel *par;
+    struct loom_backend *be;
+    int nparams;
+    struct loom_param *params;
+    int64_t num_layers;  /* pipeline units that are layers (the table's layer indices) */
+    int64_t vocab_size;  /* real rows of the LOOM_ROLE_VOCAB_ROWS parameters (0: none) */
+    int64_t num_local;   /* floats of the parameters in the flat buffers */
+    int64_t num_alloc;   /* floats allocated: num_local rounded up to 16 x the data-parallel
+                            ranks (equal shards of the distributed optimizer), the rest zero */
+    float *param_mem;    /* device: this rank's parameters, fp32 master copy */
+    float *grad_mem;     /* device: gradients, same layout */
+    int first_stage, last_stage;
+    int64_t B;           /* micro-batch size the activations are sized for */
+    int nslots;          /* micro-batches whose activations can be held at once (pipeline) */
+    /* the run's first piece reads every parameter (the family's `prepare` derives from all of
+     * them): an overlapped parameter gather is completed before it */
+    int prepare_reads_all;
+};
+
+/* A model family's operations. Every piece returns LOOM_OK or an error recorded with loom_fail.
+ * A micro-batch's activations live in `slot` (0 .. nslots - 1). */
+struct loom_family {
+    const char *name;
+    /* names of the losses the last piece reports, in the order of struct loom_losses */
+    int num_losses;
+    const char *loss_names[LOOM_MAX_LOSSES];
+
+    /* the model of `config` (the family's configuration struct, finalized) for this rank of
+     * `par`: its table, parameters, gradients and activations for micro-batches of B, with room
+     * for `nslots` micro-batches in flight (1 without pipeline parallelism) */
+    enum loom_status (*create)(struct loom_model **out, const void *config,
+                               struct loom_parallel *par, struct loom_backend *be, int64_t B,
+                               int nslots);
+    void (*free)(struct loom_model *m);
+    /* every parameter from the counter-based RNG keyed by (seed, name, global index) */
+    enum loom_status (*init_weights)(struct loom_model *m, uint64_t seed);
+    /* the layers [*l0, *l1) of pipeline stage `stage`'s virtual chunk `chunk` */
+    void (*chunk_layers)(const struct loom_model *m, int stage, int chunk, int64_t *l0,
+                         int64_t *l1);
+    /* the parameters changed: whatever the model derives from them is remade (before a run of
+     * micro-batches) */
+    void (*prepare)(struct loom_model *m);
+    /* before the micro-batch's first piece on this rank, every stage */
+    enum loom_status (*micro_begin)(struct loom_model *m, int slot, const struct loom_micro *mb,
+                                    const struct loom_step_ctx *ctx);
+    /* the first stage's piece (embeddings) */
+    enum loom_status (*first_forward)(struct loom_model *m, int slot, const struct loom_micro *mb,
                                       const struct loom_step_ctx *ctx);
-/* With layernorm_1p, the norms' weights 1 + w (m->wn) from the parameters as they are now: before
- * the model runs on parameters that changed (the pipeline's run of a batch, loom_gpt_forward,
- * decoding). */
-void loom_gpt_norm_weights(struct loom_gpt *m);
-enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
-                                        const struct loom_step_ctx *ctx);
-enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32_t *targets,
-                                       const struct loom_step_ctx *ctx, double *loss_sum,
-                                       int64_t *count);
-enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot, const struct loom_step_ctx *ctx);
-enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l,
-                                         const struct loom_step_ctx *ctx);
-enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot, const struct loom_step_ctx *ctx);
-float *loom_gpt_layer_input(struct loom_gpt *m, int slot, int64_t l);
-float *loom_gpt_layer_output(struct loom_gpt *m, int slot, int64_t l);
-float *loom_gpt_dres(struct loom_gpt *m);
-/* Rows of the residual stream a stage holds for one micro-batch (B*T, or B*T/TP under sequence
- * parallelism): the size, times hidden, of what travels between pipeline stages. */
-int64_t loom_gpt_residual_rows(const struct loom_gpt *m);
+    enum loom_status (*layer_forward)(struct loom_model *m, int slot, int64_t l,
+                                      const struct loom_step_ctx *ctx);
+    /* the last stage's piece: heads and losses, added to *losses; when training it also makes
+     * the gradient the backward starts from (scaled by ctx->dloss, or per_micro_mean) */
+    enum loom_status (*last_forward)(struct loom_model *m, int slot, const struct loom_micro *mb,
+                                     const struct loom_step_ctx *ctx, struct loom_losses *losses);
+    enum loom_status (*last_backward)(struct loom_model *m, int slot, const struct loom_micro *mb,
+                                      const struct loom_step_ctx *ctx);
+    enum loom_status (*layer_backward)(struct loom_model *m, int slot, int64_t l,
+                                       const struct loom_step_ctx *ctx);
+    enum loom_status (*first_backward)(struct loom_model *m, int slot,
+                                       const struct loom_step_ctx *ctx);
+    /* The tensors crossing the boundary before layer l (l in 1 .. num_layers - 1) on the given
+     * side, in an order both sides agree on; returns how many (at most LOOM_MAX_STAGE_TENSORS). */
+    int (*boundary)(struct loom_model *m, int slot, int64_t l, enum loom_boundary_side side,
+                    struct loom_stage_tensor *t);
+    /* model FLOPs of one sample's forward and backward (6 N per token plus attention) */
+    double (*flops_per_sample)(const struct loom_model *m);
+};
 
-/* Sum over the TP group the gradients of the replicated parameters of decoder layer `layer`
- * (-1: the final norm) that each rank saw only a share of: under sequence parallelism the norm
- * weights (its sequence shard), with qk_layernorm the query and key norms (its heads). Call once
- * per step, after the layer's last backward. */
-enum loom_status loom_gpt_sync_replicated_grads(struct loom_gpt *m, int64_t layer);
-
-/* Forward over the whole micro-batch (tokens/targets [B,T] on the host): returns the sum of the
- * per-token losses over non-ignored targets in *loss_sum (and their count in *count). */
-enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
-                                  const int32_t *targets, const struct loom_step_ctx *ctx,
-                                  double *loss_sum, int64_t *count);
-/* Backward of the last forward; gradients accumulate into m->grad_mem. */
-enum loom_status loom_gpt_backward(struct loom_gpt *m, const struct loom_step_ctx *ctx);
-/* Incremental decoding for generation (one rank): each step feeds one token at the next position,
- * appends its keys and values to a per-layer cache and returns the next-token logits, so a new
- * token costs one position's work. */
-struct loom_gpt_decoder;
-enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct loom_gpt *m,
-                                         int64_t max_len);
-void loom_gpt_decoder_free(struct loom_gpt_decoder *d);
-/* Feed `token` at the next position; logits[vocab_size] (host) for the position after it. */
-enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token, float *logits);
-int64_t loom_gpt_decoder_position(const struct loom_gpt_decoder *d);
+/* The family of that name ("gpt"), or NULL. */
+const struct loom_family *loom_family_find(const char *name);
+/* The parameter of that name, or NULL. */
+const struct loom_param *loom_model_find_param(const struct loom_model *m, const char *name);
+void loom_model_free(struct loom_model *m);
+/* Elements of the whole model (every rank's, a tied parameter once, padded rows included) */
+int64_t loom_model_num_params(const struct loom_model *m);
+/* Sum over the tensor-parallel group the gradients of unit `unit`'s LOOM_ROLE_TP_PARTIAL
+ * parameters (a layer, or LOOM_UNIT_LAST / LOOM_UNIT_FIRST). Once per step, after the unit's
+ * last backward. */
+enum loom_status loom_model_sync_tp_partial(struct loom_model *m, int64_t unit);
+/* The pipeline stage that holds parameter p (the first stage for LOOM_UNIT_FIRST, the last for
+ * LOOM_UNIT_LAST). */
+int loom_model_param_stage(const struct loom_model *m, const struct loom_param *p);
 
 #endif

@@ -111,23 +111,23 @@ struct loom_adamw {
  * optimizer) the moments and the update are this rank's pieces of its buckets, else (or NULL)
  * every local parameter's. decoupled: the word embedding and the output layer take their own
  * learning rate (loom_adamw_step's lr_decoupled). */
-enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model,
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_model *model,
                                  struct loom_grad_sync *shards, int decoupled);
-void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model);
+void loom_adamw_free(struct loom_adamw *o, struct loom_model *model);
 /* One step on every local parameter; weight decay only on parameters with weight_decay set.
  * grad_scale multiplies the gradients first (clipping). The distributed optimizer updates this
  * rank's pieces from their reduced gradients and gathers the others' (collective over the
  * data-parallel group); the values are those of the whole update, bit for bit. */
-enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr,
+enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_model *model, double lr,
                                  double lr_decoupled, double grad_scale);
 /* The moment `which` (0: m, 1: v) over all the local parameters, in the model's layout: o->m or
  * o->v, or with the distributed optimizer every rank's pieces gathered into the model's
  * gradient buffer (which it overwrites: for checkpoints, between steps). Collective then. */
-enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
+enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_model *model, int which,
                                    const float **out);
 /* Set the moment `which` from full, laid out as the model's parameters (this rank's pieces of
  * it with the distributed optimizer). */
-void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
+void loom_adamw_set_moment(struct loom_adamw *o, struct loom_model *model, int which,
                            const float *full);
 
 /* Global L2 norm of a device buffer laid out like the model's parameters (the parameters, the
@@ -136,13 +136,13 @@ void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int whi
  * embedding is not counted; data-parallel ranks hold the same values and are not summed).
  * Collective over the TP and PP groups. With zeros set, also the number of elements equal to
  * zero among those counted. */
-enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm,
+enum loom_status loom_param_buffer_norm(struct loom_model *model, const float *buf, double *norm,
                                         int64_t *zeros);
 /* loom_param_buffer_norm of the (reduced) gradients; zeros (may be NULL): the number of gradient
  * elements equal to zero over the same parameters (--log-num-zeros-in-grad). With the
  * distributed optimizer each rank holds the reduced gradients of its pieces only: it sums
  * those, and the data-parallel group adds the ranks' sums (collective over it too). */
-enum loom_status loom_grad_norm(const struct loom_adamw *o, struct loom_gpt *model, double *norm,
+enum loom_status loom_grad_norm(const struct loom_adamw *o, struct loom_model *model, double *norm,
                                 int64_t *zeros);
 /* Dynamic loss scaling for fp16 (Megatron's DynamicGradScaler rules): the loss is multiplied
  * by `scale` before backward; a step whose gradients hold an inf/nan is skipped, and after

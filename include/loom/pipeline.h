@@ -30,14 +30,12 @@ enum loom_status loom_pipeline_schedule(int p, int r, int v, int64_t m, int forw
 /* Most micro-batches whose activations a stage holds at once under its schedule. */
 int loom_pipeline_max_in_flight(const struct loom_pipe_op *ops, int64_t nops, int64_t m);
 
-/* Supplies micro-batch k (0-based within the step): tokens and targets [B*T] on the host, and
- * the global sample index of its first sample (for dropout keys). */
-typedef enum loom_status (*loom_micro_fetch_fn)(void *ctx, int64_t k, int32_t *tokens,
-                                                int32_t *targets, int64_t *sample0);
+/* Supplies micro-batch k (0-based within the step) into *mb (its arrays allocated by the
+ * caller), with the global sample index of its first sample (for dropout keys). */
+typedef enum loom_status (*loom_micro_fetch_fn)(void *ctx, int64_t k, struct loom_micro *mb);
 
 struct loom_pipeline_stats {
-    double loss_sum;   /* summed token losses (last stage; 0 elsewhere) */
-    int64_t count;     /* tokens counted in loss_sum */
+    struct loom_losses losses; /* the family's losses (last stage; 0 elsewhere) */
     double busy_s;     /* time in forward/backward compute */
     double wait_s;     /* time waiting for activations/gradients */
 };
@@ -47,18 +45,19 @@ struct loom_pipeline;
 enum loom_status loom_pipeline_create(struct loom_pipeline **out);
 void loom_pipeline_free(struct loom_pipeline *pl);
 
-/* Run micro-batches [0, m) through the model with the schedule of this rank. training = 0 runs
- * forwards only. Gradients accumulate into the model's gradient buffer. When a chunk's last
- * backward of the step has run, each of its layers' sequence-parallel norm gradients are summed
- * and the layer is handed to `gs` (data-parallel bucket reduction; may be NULL). Tied embeddings
- * and the non-layer parameters are left to the caller. The parameters of a gather that `gs` has
- * started (the overlapped gather of the distributed optimizer) are waited for before the
- * forward that first reads them. */
+/* Run micro-batches [0, m) through the model with the schedule of this rank, through the
+ * model family's pieces (loom/model.h). training = 0 runs forwards only. Gradients accumulate
+ * into the model's gradient buffer. When a chunk's last backward of the step has run, each of
+ * its layers' tensor-parallel partial gradients are summed (LOOM_ROLE_TP_PARTIAL) and the layer
+ * is handed to `gs` (data-parallel bucket reduction; may be NULL). Tied embeddings and the
+ * non-layer parameters are left to the caller. The parameters of a gather that `gs` has started
+ * (the overlapped gather of the distributed optimizer) are waited for before the forward that
+ * first reads them. `mb` is the caller's micro-batch buffer that fetch fills. */
 struct loom_grad_sync;
-enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
+enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_model *m,
                                    int64_t num_micro, int training, struct loom_grad_sync *gs,
                                    const struct loom_step_ctx *ctx, loom_micro_fetch_fn fetch,
-                                   void *fetch_ctx, int32_t *tokens, int32_t *targets,
+                                   void *fetch_ctx, struct loom_micro *mb,
                                    struct loom_pipeline_stats *stats);
 
 #endif

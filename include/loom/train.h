@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "loom/model.h"
+#include "loom/gpt.h"
 #include "loom/optim.h"
 
 struct loom_train_config {
@@ -92,6 +92,7 @@ struct loom_train_config {
     enum loom_attn_backend attention_backend; /* --attention-backend */
     int deterministic;  /* --deterministic-mode */
     const char *notes;  /* logged at the start as "loom: note: ..." (may be NULL) */
+    int samples_only;   /* `loom samples`: print the training samples in consumption order */
 };
 
 struct loom_sample_source {

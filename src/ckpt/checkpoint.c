@@ -23,29 +23,22 @@
 #include "loom/comm.h"
 #include "loom/fileio.h"
 #include "loom/safetensors.h"
-#include "models/gpt_internal.h"
+#include "loom/gpt.h"
 
 #define LATEST_FILE "latest_checkpointed_iteration.txt"
 #define FORMAT_VERSION 1
 
 /* ---- which ranks hold a parameter ---- */
-static int param_stage(const struct loom_gpt *m, const struct loom_param *p) {
-    int pp = loom_pp_size(m->par);
-    if (p->layer >= 0)
-        return loom_gpt_layer_stage(&m->cfg, pp, m->par->vpp > 0 ? m->par->vpp : 1, p->layer);
-    return strncmp(p->name, "embedding.", 10) == 0 ? 0 : pp - 1;
-}
-
-static int holder_rank(const struct loom_gpt *m, const struct loom_param *p, int tp_rank) {
+static int holder_rank(const struct loom_model *m, const struct loom_param *p, int tp_rank) {
     int coords[LOOM_PDIM_COUNT] = {0};
     coords[LOOM_PDIM_TP] = tp_rank;
-    coords[LOOM_PDIM_PP] = param_stage(m, p);
+    coords[LOOM_PDIM_PP] = loom_model_param_stage(m, p);
     return loom_coords_to_rank(coords, m->par->size);
 }
 
 /* Assemble the full tensor of `p` from `src` (a flat device buffer laid out like the parameters)
  * on world rank 0 (into full, which only rank 0 needs). */
-static enum loom_status gather_full(struct loom_gpt *m, const struct loom_param *p,
+static enum loom_status gather_full(struct loom_model *m, const struct loom_param *p,
                                     const float *src, float *full, float *slice) {
     struct loom_parallel *par = m->par;
     int tp = loom_tp_size(par);
@@ -168,7 +161,7 @@ enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom
     return r;
 }
 
-static enum loom_status add_param_tensors(struct loom_gpt *m, struct loom_safetensors_writer *w,
+static enum loom_status add_param_tensors(struct loom_model *m, struct loom_safetensors_writer *w,
                                           const float *src, const char *prefix, float **bufs) {
     float *slice = NULL;
     int64_t max_local = 0;
@@ -208,7 +201,7 @@ static enum loom_status add_param_tensors(struct loom_gpt *m, struct loom_safete
 /* Write the tensors of `m` to `path`: the buffer src laid out as the parameters, or with opt
  * (src NULL) the optimizer's two moments, as exp_avg.* and exp_avg_sq.* (gathered from the
  * data-parallel ranks' shares with the distributed optimizer). */
-static enum loom_status save_tensors(struct loom_gpt *m, const char *path, const float *src,
+static enum loom_status save_tensors(struct loom_model *m, const char *path, const float *src,
                                      struct loom_adamw *opt) {
     struct loom_safetensors_writer *w = NULL;
     float **bufs = calloc((size_t)m->nparams * 2, sizeof(float *));
@@ -235,7 +228,7 @@ static enum loom_status save_tensors(struct loom_gpt *m, const char *path, const
     return s;
 }
 
-enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, struct loom_adamw *opt,
+enum loom_status loom_ckpt_save(const char *root, struct loom_model *m, struct loom_adamw *opt,
                                 const struct loom_train_state *st) {
     int rank0 = m->par->rank == 0;
     char dir[4096], tmp[4200], path[4400];
@@ -260,7 +253,7 @@ enum loom_status loom_ckpt_save(const char *root, struct loom_gpt *m, struct loo
     }
     if (rank0 && s == LOOM_OK) {
         snprintf(path, sizeof path, "%s/meta.json", tmp);
-        s = loom_ckpt_write_config_json(path, &m->cfg, st, opt ? opt->step : 0);
+        s = loom_ckpt_write_config_json(path, m->config, st, opt ? opt->step : 0);
         if (s == LOOM_OK) s = loom_atomic_rename_dir(tmp, dir);
         if (s == LOOM_OK) {
             char latest[4200], text[32];
@@ -507,17 +500,16 @@ enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *c
     return LOOM_OK;
 }
 
-/* Rows of `p` in the checkpoint `st`. The word embedding and the output layer have one row per
- * entry of the padded vocabulary, and the padding depends on the layout (a multiple of
- * --make-vocab-size-divisible-by x TP): a checkpoint saved under another TP may hold more or
- * fewer rows. Any count that covers the real vocabulary is accepted; the rest are padding. */
-static int64_t file_rows(const struct loom_gpt *m, const struct loom_safetensors *st,
+/* Rows of `p` in the checkpoint `st`. A parameter of LOOM_ROLE_VOCAB_ROWS (the word embedding,
+ * the output layer) has one row per entry of the padded vocabulary, and the padding depends on
+ * the layout (a multiple of --make-vocab-size-divisible-by x TP): a checkpoint saved under
+ * another TP may hold more or fewer rows. Any count that covers the real vocabulary is accepted;
+ * the rest are padding. */
+static int64_t file_rows(const struct loom_model *m, const struct loom_safetensors *st,
                          const char *name, const struct loom_param *p) {
-    if (p->ndim != 2 || (strcmp(p->name, "embedding.word_embeddings.weight") != 0 &&
-                         strcmp(p->name, "output_layer.weight") != 0))
-        return p->shape[0];
+    if (p->ndim != 2 || !(p->roles & LOOM_ROLE_VOCAB_ROWS)) return p->shape[0];
     const struct loom_safetensors_entry *e = loom_safetensors_find(st, name);
-    if (e && e->ndim == 2 && e->shape[1] == p->shape[1] && e->shape[0] >= m->cfg.vocab_size)
+    if (e && e->ndim == 2 && e->shape[1] == p->shape[1] && e->shape[0] >= m->vocab_size)
         return e->shape[0];
     return p->shape[0]; /* the shape check below reports the mismatch */
 }
@@ -525,7 +517,7 @@ static int64_t file_rows(const struct loom_gpt *m, const struct loom_safetensors
 /* Keep this rank's slice of every local parameter from `st` (names prefixed) into dst. Padding
  * rows of the vocabulary that the checkpoint lacks start at zero (they are never read by the
  * forward pass and get no gradient, so they stay zero). */
-static enum loom_status load_slices(struct loom_gpt *m, const struct loom_safetensors *st,
+static enum loom_status load_slices(struct loom_model *m, const struct loom_safetensors *st,
                                     const char *prefix, float *dst) {
     int tp = loom_tp_size(m->par), tpr = loom_tp_rank(m->par);
     for (int i = 0; i < m->nparams; i++) {
@@ -558,16 +550,17 @@ static enum loom_status load_slices(struct loom_gpt *m, const struct loom_safete
     return LOOM_OK;
 }
 
-enum loom_status loom_ckpt_load(const char *root, struct loom_gpt *m, struct loom_adamw *opt) {
+enum loom_status loom_ckpt_load(const char *root, struct loom_model *m, struct loom_adamw *opt) {
     char dir[4096], path[4200];
     LOOM_CHECK(loom_ckpt_resolve(root, dir, sizeof dir));
     struct loom_gpt_config saved;
     struct loom_train_state st;
     int64_t step;
     LOOM_CHECK(read_meta_dir(dir, &saved, &st, &step));
-    if (saved.vocab_size != m->cfg.vocab_size || saved.hidden != m->cfg.hidden ||
-        saved.num_layers != m->cfg.num_layers ||
-        loom_gpt_head_size(&saved) != loom_gpt_head_size(&m->cfg))
+    const struct loom_gpt_config *cfg = m->config;
+    if (saved.vocab_size != cfg->vocab_size || saved.hidden != cfg->hidden ||
+        saved.num_layers != cfg->num_layers ||
+        loom_gpt_head_size(&saved) != loom_gpt_head_size(cfg))
         return loom_fail(LOOM_ERR_INVALID_ARG,
                          "--load %s: the checkpoint's model (%lld layers, "
                          "hidden %lld, head size %lld, vocab %lld) differs from the configured one",
@@ -618,7 +611,7 @@ enum loom_status loom_ckpt_prune(const char *root, int64_t every, int64_t latest
     return s;
 }
 
-enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_gpt *m, const float *buf) {
+enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_model *m, const float *buf) {
     char path[4400];
     enum loom_status s = LOOM_OK;
     if (m->par->rank == 0) s = loom_mkdir_p(dir);
@@ -627,7 +620,7 @@ enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_gpt *m, cons
     if (s == LOOM_OK) s = s2;
     if (s == LOOM_OK && m->par->rank == 0) {
         snprintf(path, sizeof path, "%s/meta.json", dir);
-        s = loom_ckpt_write_config_json(path, &m->cfg, NULL, 0);
+        s = loom_ckpt_write_config_json(path, m->config, NULL, 0);
     }
     return s;
 }

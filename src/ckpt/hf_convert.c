@@ -18,7 +18,7 @@
 #include "loom/convert.h"
 #include "loom/fileio.h"
 #include "loom/safetensors.h"
-#include "models/gpt_internal.h"
+#include "models/gpt/gpt_internal.h"
 
 enum arch { ARCH_GPT2, ARCH_LLAMA };
 
@@ -502,7 +502,7 @@ static enum loom_status table_for(const struct loom_gpt_config *cfg, struct loom
                                   struct loom_gpt *m) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->par = par;
+    m->base.par = par;
     LOOM_CHECK(loom_parallel_init_single(par));
     return loom_gpt_build_table(m);
 }
@@ -511,8 +511,8 @@ static enum loom_status table_for(const struct loom_gpt_config *cfg, struct loom
 static enum loom_status map_tensors(const struct hf_ctx *h, const struct loom_gpt *m,
                                     float **loom_data, float ***hf_data, struct src_map *maps,
                                     int to_loom) {
-    for (int i = 0; i < m->nparams; i++) {
-        const struct loom_param *p = &m->params[i];
+    for (int i = 0; i < m->base.nparams; i++) {
+        const struct loom_param *p = &m->base.params[i];
         const char *local;
         LOOM_CHECK(sources(h, p, &local, &maps[i]));
         int64_t rows = p->shape[0], cols = p->ndim > 1 ? p->shape[1] : 1;
@@ -536,9 +536,9 @@ static enum loom_status map_tensors(const struct hf_ctx *h, const struct loom_gp
 }
 
 static float ***alloc_hf(const struct loom_gpt *m, struct src_map *maps) {
-    float ***hf = calloc((size_t)m->nparams, sizeof *hf);
+    float ***hf = calloc((size_t)m->base.nparams, sizeof *hf);
     if (!hf) return NULL;
-    for (int i = 0; i < m->nparams; i++) {
+    for (int i = 0; i < m->base.nparams; i++) {
         hf[i] = calloc(3, sizeof(float *));
         if (!hf[i]) return NULL;
         for (int s = 0; s < maps[i].nsrc; s++) {
@@ -551,7 +551,7 @@ static float ***alloc_hf(const struct loom_gpt *m, struct src_map *maps) {
 }
 
 static void free_all(const struct loom_gpt *m, float **loom_data, float ***hf) {
-    for (int i = 0; i < m->nparams; i++) {
+    for (int i = 0; i < m->base.nparams; i++) {
         if (loom_data) free(loom_data[i]);
         if (hf && hf[i]) {
             for (int s = 0; s < 3; s++) free(hf[i][s]);
@@ -563,10 +563,10 @@ static void free_all(const struct loom_gpt *m, float **loom_data, float ***hf) {
 }
 
 static float **alloc_loom(const struct loom_gpt *m) {
-    float **d = calloc((size_t)m->nparams, sizeof *d);
+    float **d = calloc((size_t)m->base.nparams, sizeof *d);
     if (!d) return NULL;
-    for (int i = 0; i < m->nparams; i++) {
-        d[i] = calloc((size_t)(m->params[i].shape[0] * m->params[i].shape[1]), sizeof(float));
+    for (int i = 0; i < m->base.nparams; i++) {
+        d[i] = calloc((size_t)(m->base.params[i].shape[0] * m->base.params[i].shape[1]), sizeof(float));
         if (!d[i]) return NULL;
     }
     return d;
@@ -587,7 +587,7 @@ struct conversion {
 static void conversion_free(struct conversion *cv) {
     free_all(&cv->m, cv->ld, cv->hd);
     free(cv->maps);
-    free(cv->m.params);
+    free(cv->m.base.params);
     loom_parallel_free(&cv->par);
 }
 
@@ -597,13 +597,13 @@ static enum loom_status conversion_init(struct conversion *cv, const struct loom
     cv->cfg = *cfg;
     LOOM_CHECK(table_for(&cv->cfg, &cv->par, &cv->m));
     cv->h = (struct hf_ctx){arch, &cv->cfg, ""};
-    cv->maps = calloc((size_t)cv->m.nparams, sizeof *cv->maps);
+    cv->maps = calloc((size_t)cv->m.base.nparams, sizeof *cv->maps);
     cv->ld = alloc_loom(&cv->m);
     if (!cv->maps || !cv->ld)
         return loom_fail(LOOM_ERR_OOM, "out of memory converting %s", what);
     const char *local;
-    for (int i = 0; i < cv->m.nparams; i++)
-        LOOM_CHECK(sources(&cv->h, &cv->m.params[i], &local, &cv->maps[i]));
+    for (int i = 0; i < cv->m.base.nparams; i++)
+        LOOM_CHECK(sources(&cv->h, &cv->m.base.params[i], &local, &cv->maps[i]));
     if (!(cv->hd = alloc_hf(&cv->m, cv->maps)))
         return loom_fail(LOOM_ERR_OOM, "out of memory converting %s", what);
     return LOOM_OK;
@@ -618,10 +618,10 @@ static enum loom_status import_hf(struct conversion *cv, const char *hf_dir) {
         loom_safetensors_find(st, "transformer.wte.weight")) {
         cv->h.prefix = "transformer.";
         const char *local;
-        for (int i = 0; i < cv->m.nparams; i++) sources(&cv->h, &cv->m.params[i], &local, &cv->maps[i]);
+        for (int i = 0; i < cv->m.base.nparams; i++) sources(&cv->h, &cv->m.base.params[i], &local, &cv->maps[i]);
     }
     enum loom_status s = LOOM_OK;
-    for (int i = 0; i < cv->m.nparams && s == LOOM_OK; i++)
+    for (int i = 0; i < cv->m.base.nparams && s == LOOM_OK; i++)
         for (int k = 0; k < cv->maps[i].nsrc && s == LOOM_OK; k++) {
             int64_t shp[2] = {cv->maps[i].shape[k][0], cv->maps[i].shape[k][1]};
             int nd = shp[1] ? 2 : 1;
@@ -641,9 +641,9 @@ static enum loom_status save_loom(struct conversion *cv, const char *loom_dir) {
     LOOM_CHECK(loom_mkdir_p(loom_dir));
     LOOM_CHECK(loom_safetensors_writer_init(&w));
     enum loom_status s = LOOM_OK;
-    for (int i = 0; i < cv->m.nparams && s == LOOM_OK; i++)
-        s = loom_safetensors_writer_add(w, cv->m.params[i].name, LOOM_DTYPE_F32, cv->m.params[i].ndim,
-                                        cv->m.params[i].shape, cv->ld[i]);
+    for (int i = 0; i < cv->m.base.nparams && s == LOOM_OK; i++)
+        s = loom_safetensors_writer_add(w, cv->m.base.params[i].name, LOOM_DTYPE_F32, cv->m.base.params[i].ndim,
+                                        cv->m.base.params[i].shape, cv->ld[i]);
     if (s == LOOM_OK) {
         loom_safetensors_writer_set_metadata(w, "format", "loom");
         snprintf(path, sizeof path, "%s/model.safetensors", loom_dir);
@@ -664,8 +664,8 @@ static enum loom_status load_loom(struct conversion *cv, const char *loom_dir) {
     struct loom_safetensors *st;
     LOOM_CHECK(loom_safetensors_open(&st, path));
     enum loom_status s = LOOM_OK;
-    for (int i = 0; i < cv->m.nparams && s == LOOM_OK; i++) {
-        const struct loom_param *p = &cv->m.params[i];
+    for (int i = 0; i < cv->m.base.nparams && s == LOOM_OK; i++) {
+        const struct loom_param *p = &cv->m.base.params[i];
         s = loom_safetensors_expect_shape(st, p->name, p->ndim, p->shape);
         if (s == LOOM_OK) s = loom_safetensors_read_f32(st, p->name, cv->ld[i], p->shape[0] * p->shape[1]);
         /* zero-centred norm weights (--apply-layernorm-1p): Hugging Face's are the scale, 1 + w */
@@ -686,7 +686,7 @@ static enum loom_status save_hf(struct conversion *cv, const char *hf_dir) {
     LOOM_CHECK(loom_mkdir_p(hf_dir));
     LOOM_CHECK(loom_safetensors_writer_init(&w));
     enum loom_status s = LOOM_OK;
-    for (int i = 0; i < cv->m.nparams && s == LOOM_OK; i++)
+    for (int i = 0; i < cv->m.base.nparams && s == LOOM_OK; i++)
         for (int k = 0; k < cv->maps[i].nsrc && s == LOOM_OK; k++) {
             int64_t shp[2] = {cv->maps[i].shape[k][0], cv->maps[i].shape[k][1]};
             s = loom_safetensors_writer_add(w, cv->maps[i].name[k], LOOM_DTYPE_F32, shp[1] ? 2 : 1,

@@ -142,7 +142,7 @@ int loom_cmd_generate(int argc, char **argv) {
     par_ok = 1;
     if ((s = loom_backend_create(&be, device, 0)) != LOOM_OK) goto out;
     if ((s = loom_gpt_create(&m, &cfg, &par, be, 1, 1)) != LOOM_OK) goto out;
-    if ((s = loom_ckpt_load(load, m, NULL)) != LOOM_OK) goto out;
+    if ((s = loom_ckpt_load(load, &m->base, NULL)) != LOOM_OK) goto out;
     if ((s = loom_gpt_decoder_create(&dec, m, total)) != LOOM_OK) goto out;
     logits = malloc((size_t)cfg.vocab_size * sizeof(float));
     cands = malloc((size_t)cfg.vocab_size * sizeof *cands);

@@ -359,7 +359,7 @@ static enum loom_status megatron_flags_check(struct loom_flag *flags, int nflags
     return LOOM_OK;
 }
 
-int loom_cmd_train(int argc, char **argv) {
+static int train_command(int argc, char **argv, int samples_only) {
     struct train_flags f = {
         .num_layers = 12, .hidden = 768, .heads = 12, .query_groups = 0, .ffn = 0, .seq = 1024,
         .max_pos = 0, .vocab = 0, .divisible = 128,
@@ -891,6 +891,7 @@ int loom_cmd_train(int argc, char **argv) {
         struct loom_gpt_config probe = c.model;
         if ((s = loom_gpt_config_finalize(&probe, (int)c.tp, (int)c.pp)) != LOOM_OK) goto out;
     }
+    c.samples_only = samples_only;
     s = loom_train_run(&c, &argc, &argv, &collective);
 out:
     /* flag and layout mistakes are found alike by every rank: rank 0 reports, all exit 1; any
@@ -901,3 +902,9 @@ out:
     return 0;
 #undef FAIL
 }
+
+int loom_cmd_train(int argc, char **argv) { return train_command(argc, argv, 0); }
+
+/* `loom samples`: the flags of `loom train`; prints the training samples the run would consume
+ * instead of training (src/train/trainer.c, print_samples) */
+int loom_cmd_samples(int argc, char **argv) { return train_command(argc, argv, 1); }

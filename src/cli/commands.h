@@ -4,6 +4,7 @@
 #define LOOM_CLI_COMMANDS_H
 
 int loom_cmd_train(int argc, char **argv);
+int loom_cmd_samples(int argc, char **argv);
 int loom_cmd_preprocess(int argc, char **argv);
 int loom_cmd_generate(int argc, char **argv);
 int loom_cmd_convert(int argc, char **argv);

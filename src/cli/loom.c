@@ -16,6 +16,7 @@ static const struct {
     const char *help;
 } g_commands[] = {
     {"train", loom_cmd_train, "train a model (Megatron-LM flags)"},
+    {"samples", loom_cmd_samples, "print the samples `loom train` with the same flags would consume, as JSON lines"},
     {"preprocess", loom_cmd_preprocess, "JSON lines -> Megatron indexed dataset (.bin/.idx)"},
     {"generate", loom_cmd_generate, "sample text from a checkpoint"},
     {"convert", loom_cmd_convert, "convert checkpoints between loom and Hugging Face"},
@@ -78,7 +79,7 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof g_commands / sizeof g_commands[0]; i++)
         if (strcmp(argv[1], g_commands[i].name) == 0) return g_commands[i].run(argc, argv);
-    fprintf(stderr, "loom: error: unknown command '%s'; valid: train, preprocess, generate, convert\n",
+    fprintf(stderr, "loom: error: unknown command '%s'; valid: train, samples, preprocess, generate, convert\n",
             argv[1]);
     return 1;
 }

@@ -7,11 +7,10 @@
 #include "loom/grad_sync.h"
 #include "loom/optim.h"
 
-/* The parameters that take the decoupled learning rate (Megatron-LM's embedding-or-output
- * parameters: the word embedding and the output layer, not the position embedding). */
+/* The parameters that take the decoupled learning rate (LOOM_ROLE_DECOUPLED_LR: Megatron-LM's
+ * embedding-or-output parameters, the word embedding and the output layer). */
 static int is_decoupled(const struct loom_param *p) {
-    return strcmp(p->name, "embedding.word_embeddings.weight") == 0 ||
-           strcmp(p->name, "output_layer.weight") == 0;
+    return (p->roles & LOOM_ROLE_DECOUPLED_LR) != 0;
 }
 
 /* Parameters are laid out one after the other in the flat buffers, each starting on a 16-float
@@ -20,7 +19,7 @@ static int is_decoupled(const struct loom_param *p) {
  * per parameter. Runs are cut to [lo, hi) and given relative to lo. group 0: the parameters at
  * the learning rate (all of them when !decoupled), 1: those at the decoupled one. Returns the
  * number of runs; with off NULL only counts them. */
-static int adamw_runs(const struct loom_gpt *model, int64_t lo, int64_t hi, int decoupled,
+static int adamw_runs(const struct loom_model *model, int64_t lo, int64_t hi, int decoupled,
                       int group, int64_t *off, int64_t *len, uint8_t *decay) {
     int nruns = 0;
     int64_t run_lo = 0, run_hi = -1;
@@ -30,7 +29,7 @@ static int adamw_runs(const struct loom_gpt *model, int64_t lo, int64_t hi, int 
         if (p && !p->local) continue;
         if (p && (decoupled && is_decoupled(p)) != group) continue;
         int64_t n = p ? p->local_shape[0] * p->local_shape[1] : 0;
-        int wd = p ? p->weight_decay != 0 : 0;
+        int wd = p ? (p->roles & LOOM_ROLE_DECAY) != 0 : 0;
         if (p && run_hi >= 0 && wd == run_wd && p->offset == (run_hi + 15) / 16 * 16) {
             run_hi = p->offset + n; /* extends the run */
             continue;
@@ -53,7 +52,7 @@ static int adamw_runs(const struct loom_gpt *model, int64_t lo, int64_t hi, int 
     return nruns;
 }
 
-enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model,
+enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_model *model,
                                  struct loom_grad_sync *shards, int decoupled) {
     struct loom_backend *be = model->be;
     o->step = 0;
@@ -105,7 +104,7 @@ enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_gpt *model,
     return LOOM_OK;
 }
 
-void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model) {
+void loom_adamw_free(struct loom_adamw *o, struct loom_model *model) {
     if (o->m) model->be->ops->free(model->be, o->m);
     if (o->v) model->be->ops->free(model->be, o->v);
     o->m = o->v = NULL;
@@ -117,7 +116,7 @@ void loom_adamw_free(struct loom_adamw *o, struct loom_gpt *model) {
 }
 
 /* The runs of each learning rate in one call (on cuda one launch each). */
-enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, double lr,
+enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_model *model, double lr,
                                  double lr_decoupled, double grad_scale) {
     struct loom_backend *be = model->be;
     o->step++;
@@ -136,7 +135,7 @@ enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_gpt *model, d
 
 /* Copies between a packed moment and the flat layout, piece by piece: packed_to_flat 1 puts
  * packed[...] at the pieces' places in flat, 0 takes them from there. */
-static void move_pieces(struct loom_adamw *o, struct loom_gpt *model, float *dst, const float *src,
+static void move_pieces(struct loom_adamw *o, struct loom_model *model, float *dst, const float *src,
                         int packed_to_flat) {
     struct loom_backend *be = model->be;
     const int64_t *plo, *plen;
@@ -149,7 +148,7 @@ static void move_pieces(struct loom_adamw *o, struct loom_gpt *model, float *dst
     }
 }
 
-enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
+enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_model *model, int which,
                                    const float **out) {
     float *mine = which ? o->v : o->m;
     *out = mine;
@@ -160,7 +159,7 @@ enum loom_status loom_adamw_moment(struct loom_adamw *o, struct loom_gpt *model,
     return LOOM_OK;
 }
 
-void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int which,
+void loom_adamw_set_moment(struct loom_adamw *o, struct loom_model *model, int which,
                            const float *full) {
     float *mine = which ? o->v : o->m;
     if (!o->distributed) {
@@ -171,18 +170,16 @@ void loom_adamw_set_moment(struct loom_adamw *o, struct loom_gpt *model, int whi
 }
 
 /* The ranges of the parameters a norm counts, each once: tensor-parallel copies (tp_dim < 0) on
- * TP rank 0 only, the tied output layer on the first stage only. off and len: room for
+ * TP rank 0 only, a tied parameter (LOOM_ROLE_TIED) on the first stage only. off and len: room for
  * nparams. Returns how many. */
-static int counted_ranges(const struct loom_gpt *model, int64_t *off, int64_t *len) {
+static int counted_ranges(const struct loom_model *model, int64_t *off, int64_t *len) {
     const int tpr = loom_tp_rank(model->par);
     int nr = 0;
     for (int i = 0; i < model->nparams; i++) {
         const struct loom_param *p = &model->params[i];
         if (!p->local) continue;
         if (p->tp_dim < 0 && tpr != 0) continue;
-        if (!model->first_stage && !model->cfg.untie &&
-            strcmp(p->name, "embedding.word_embeddings.weight") == 0)
-            continue;
+        if (!model->first_stage && (p->roles & LOOM_ROLE_TIED)) continue;
         off[nr] = p->offset;
         len[nr] = p->local_shape[0] * p->local_shape[1];
         nr++;
@@ -192,7 +189,7 @@ static int counted_ranges(const struct loom_gpt *model, int64_t *off, int64_t *l
 
 /* The sum of squares (and zeros) over the ranges, then over the groups whose ranks hold
  * different elements: dp (when not NULL), then tensor- and pipeline-parallel. */
-static enum loom_status norm_of_ranges(struct loom_gpt *model, const float *buf, const int64_t *off,
+static enum loom_status norm_of_ranges(struct loom_model *model, const float *buf, const int64_t *off,
                                        const int64_t *len, int nr, struct loom_comm *dp,
                                        double *norm, int64_t *zeros) {
     struct loom_parallel *par = model->par;
@@ -210,7 +207,7 @@ static enum loom_status norm_of_ranges(struct loom_gpt *model, const float *buf,
     return LOOM_OK;
 }
 
-enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf, double *norm,
+enum loom_status loom_param_buffer_norm(struct loom_model *model, const float *buf, double *norm,
                                         int64_t *zeros) {
     int64_t *off = malloc((size_t)(model->nparams + 1) * 2 * sizeof(int64_t));
     if (!off) return loom_fail(LOOM_ERR_OOM, "out of memory");
@@ -223,7 +220,7 @@ enum loom_status loom_param_buffer_norm(struct loom_gpt *model, const float *buf
 
 /* Distributed: the counted ranges cut to this rank's pieces, whose gradients are the reduced
  * ones; the data-parallel ranks' sums added. */
-enum loom_status loom_grad_norm(const struct loom_adamw *o, struct loom_gpt *model, double *norm,
+enum loom_status loom_grad_norm(const struct loom_adamw *o, struct loom_model *model, double *norm,
                                 int64_t *zeros) {
     if (!o->distributed) return loom_param_buffer_norm(model, model->grad_mem, norm, zeros);
     const int64_t *plo, *plen;

@@ -19,7 +19,7 @@ struct bucket {
 };
 
 struct loom_grad_sync {
-    struct loom_gpt *m;
+    struct loom_model *m;
     struct loom_comm *dp;
     int scatter, dp_size, dp_rank;
     struct range *layer; /* [L] range of each local layer (empty when not local) */
@@ -52,7 +52,7 @@ static enum loom_status add_bucket(struct loom_grad_sync *gs, int64_t lo, int64_
     b->lo = lo;
     b->hi = hi;
     int64_t covered = 0;
-    for (int64_t l = 0; l < gs->m->cfg.num_layers; l++) {
+    for (int64_t l = 0; l < gs->m->num_layers; l++) {
         const int64_t o = overlap(gs->layer[l], lo, hi);
         covered += o;
         b->layers += o > 0;
@@ -63,8 +63,8 @@ static enum loom_status add_bucket(struct loom_grad_sync *gs, int64_t lo, int64_
 
 /* The cuts: see loom/grad_sync.h. Every cut is a multiple of 16 dp, and so is num_alloc. */
 static enum loom_status make_buckets(struct loom_grad_sync *gs, int64_t bucket_floats) {
-    const struct loom_gpt *m = gs->m;
-    const int64_t L = m->cfg.num_layers, grain = 16 * (int64_t)gs->dp_size;
+    const struct loom_model *m = gs->m;
+    const int64_t L = m->num_layers, grain = 16 * (int64_t)gs->dp_size;
     int64_t top = m->num_alloc, minlo = -1, maxhi = -1;
     for (int64_t l = 0; l < L; l++) {
         const struct range r = gs->layer[l];
@@ -127,12 +127,12 @@ static enum loom_status make_shard(struct loom_grad_sync *gs) {
     return LOOM_OK;
 }
 
-enum loom_status loom_grad_sync_create(struct loom_grad_sync **out, struct loom_gpt *m,
+enum loom_status loom_grad_sync_create(struct loom_grad_sync **out, struct loom_model *m,
                                        int64_t bucket_bytes, int scatter) {
     struct loom_grad_sync *gs = calloc(1, sizeof *gs);
     if (!gs) return loom_fail(LOOM_ERR_OOM, "out of memory");
     *out = gs;
-    int64_t L = m->cfg.num_layers;
+    int64_t L = m->num_layers;
     gs->m = m;
     gs->dp = m->par->group[LOOM_PDIM_DP];
     gs->dp_size = loom_comm_size(gs->dp);
@@ -170,7 +170,7 @@ void loom_grad_sync_free(struct loom_grad_sync *gs) {
 }
 
 void loom_grad_sync_begin(struct loom_grad_sync *gs) {
-    memset(gs->layer_done, 0, (size_t)gs->m->cfg.num_layers);
+    memset(gs->layer_done, 0, (size_t)gs->m->num_layers);
     for (int i = 0; i < gs->nb; i++) {
         gs->b[i].pending = gs->b[i].layers;
         gs->b[i].launched = 0;

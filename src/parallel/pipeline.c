@@ -7,7 +7,6 @@
 #include "loom/log.h"
 #include "loom/grad_sync.h"
 #include "loom/pipeline.h"
-#include "models/gpt_internal.h"
 
 /* ---- schedules ---- */
 
@@ -82,24 +81,24 @@ struct send_slot {
 };
 
 struct exec {
-    struct loom_gpt *m;
+    struct loom_model *m;
     struct loom_comm *pp;
     int p, r, v;
-    int64_t N, C;
     int *slot_of;      /* micro-batch -> slot (-1 none) */
     int *slot_free;
 };
 
 static int is_first(const struct exec *e, int c) { return e->r == 0 && c == 0; }
 static int is_last(const struct exec *e, int c) { return e->r == e->p - 1 && c == e->v - 1; }
-static int tag_of(const struct exec *e, int64_t k, int c, int backward) {
-    return (int)(((k * e->v + c) * 2 + backward) % 1000000000);
+/* the tag of tensor `i` of micro-batch k's message from chunk c */
+static int tag_of(const struct exec *e, int64_t k, int c, int backward, int i) {
+    return (int)((((k * e->v + c) * 2 + backward) * LOOM_MAX_STAGE_TENSORS + i) % 1000000000);
 }
 
 struct loom_pipeline {
     struct send_slot *pool;
     int n;
-    size_t bytes;
+    size_t *bytes; /* [n] each buffer's size */
     struct loom_backend *be;
 };
 
@@ -128,33 +127,36 @@ void loom_pipeline_free(struct loom_pipeline *pl) {
     reap_sends(pl, 1);
     for (int i = 0; i < pl->n; i++) pl->be->ops->free(pl->be, pl->pool[i].buf);
     free(pl->pool);
+    free(pl->bytes);
     free(pl);
 }
 
-/* Copy `src` into a free staging buffer and send it. */
+/* Copy `src` into a free staging buffer of its size and send it. */
 static enum loom_status staged_send(struct loom_pipeline *pl, struct exec *e, const float *src,
                                     int64_t n, int dst, int tag) {
     struct loom_backend *be = e->m->be;
     size_t bytes = (size_t)n * sizeof(float);
-    if (pl->n && (pl->be != be || pl->bytes != bytes)) {
+    if (pl->n && pl->be != be) {
         LOOM_CHECK(reap_sends(pl, 1));
         for (int i = 0; i < pl->n; i++) pl->be->ops->free(pl->be, pl->pool[i].buf);
         pl->n = 0;
     }
     pl->be = be;
-    pl->bytes = bytes;
     LOOM_CHECK(reap_sends(pl, 0));
     int k = -1;
     for (int i = 0; i < pl->n && k < 0; i++)
-        if (!pl->pool[i].req) k = i;
+        if (!pl->pool[i].req && pl->bytes[i] == bytes) k = i;
     if (k < 0) {
         struct send_slot *np = realloc(pl->pool, (size_t)(pl->n + 1) * sizeof *np);
-        if (!np) return loom_fail(LOOM_ERR_OOM, "out of memory for pipeline send buffers");
-        pl->pool = np;
+        if (np) pl->pool = np;
+        size_t *nb = np ? realloc(pl->bytes, (size_t)(pl->n + 1) * sizeof *nb) : NULL;
+        if (!nb) return loom_fail(LOOM_ERR_OOM, "out of memory for pipeline send buffers");
+        pl->bytes = nb;
         pl->pool[pl->n].req = NULL;
         pl->pool[pl->n].buf = be->ops->malloc(be, bytes);
         if (!pl->pool[pl->n].buf)
             return loom_fail(LOOM_ERR_OOM, "out of memory for pipeline send buffers");
+        pl->bytes[pl->n] = bytes;
         k = pl->n++;
     }
     be->ops->copy(be, pl->pool[k].buf, src, bytes);
@@ -163,13 +165,37 @@ static enum loom_status staged_send(struct loom_pipeline *pl, struct exec *e, co
     return loom_comm_isend(e->pp, pl->pool[k].buf, n, LOOM_DTYPE_F32, dst, tag, &pl->pool[k].req);
 }
 
-/* A token's dloss under per_micro_mean: ctx->dloss over the micro-batch's tokens that carry a
- * loss (targets >= 0 of its n); 0 for a wholly masked micro-batch */
-static float micro_dloss(const struct loom_step_ctx *ctx, const int32_t *targets, int64_t n) {
-    int64_t valid = 0;
-    for (int64_t i = 0; i < n; i++)
-        valid += targets[i] >= 0;
-    return valid > 0 ? (float)((double)ctx->dloss / (double)valid) : 0.0f;
+/* Send the tensors of the boundary before layer l to rank dst, or receive them from src (waiting
+ * for them: the time goes to stats->wait_s). */
+static enum loom_status send_boundary(struct loom_pipeline *pl, struct exec *e, int slot,
+                                      int64_t l, enum loom_boundary_side side, int dst, int64_t k,
+                                      int c, int backward) {
+    struct loom_stage_tensor t[LOOM_MAX_STAGE_TENSORS];
+    const int n = e->m->family->boundary(e->m, slot, l, side, t);
+    for (int i = 0; i < n; i++)
+        LOOM_CHECK(staged_send(pl, e, t[i].data, t[i].count, dst, tag_of(e, k, c, backward, i)));
+    return LOOM_OK;
+}
+
+static enum loom_status recv_boundary(struct exec *e, int slot, int64_t l,
+                                      enum loom_boundary_side side, int src, int64_t k, int c,
+                                      int backward, struct loom_pipeline_stats *stats) {
+    struct loom_stage_tensor t[LOOM_MAX_STAGE_TENSORS];
+    struct loom_comm_req *rq[LOOM_MAX_STAGE_TENSORS];
+    const int n = e->m->family->boundary(e->m, slot, l, side, t);
+    enum loom_status st = LOOM_OK;
+    int posted = 0;
+    for (; posted < n && st == LOOM_OK; posted++)
+        st = loom_comm_irecv(e->pp, t[posted].data, t[posted].count, LOOM_DTYPE_F32, src,
+                             tag_of(e, k, c, backward, posted), &rq[posted]);
+    if (st != LOOM_OK) posted--;
+    double w0 = loom_time_s();
+    for (int i = 0; i < posted; i++) {
+        enum loom_status s = loom_comm_wait(rq[i]);
+        if (st == LOOM_OK) st = s;
+    }
+    stats->wait_s += loom_time_s() - w0;
+    return st;
 }
 
 static int take_slot(struct exec *e, int64_t k) {
@@ -184,15 +210,15 @@ static int take_slot(struct exec *e, int64_t k) {
     return -1;
 }
 
-enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m, int64_t num_micro, int training,
-                                   struct loom_grad_sync *gs,
+enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_model *m,
+                                   int64_t num_micro, int training, struct loom_grad_sync *gs,
                                    const struct loom_step_ctx *ctx, loom_micro_fetch_fn fetch,
-                                   void *fetch_ctx, int32_t *tokens, int32_t *targets,
+                                   void *fetch_ctx, struct loom_micro *mb,
                                    struct loom_pipeline_stats *stats) {
+    const struct loom_family *fam = m->family;
     /* the parameters are fixed for the whole run; those of an overlapped gather are waited for
-     * where they are first read (all of them here where the norms' effective weights are made
-     * from them, below) */
-    if (gs && m->cfg.layernorm_1p) LOOM_CHECK(loom_grad_sync_gather_wait(gs, LOOM_GATHER_ALL));
+     * where they are first read (all of them here when the family's prepare reads them all) */
+    if (gs && m->prepare_reads_all) LOOM_CHECK(loom_grad_sync_gather_wait(gs, LOOM_GATHER_ALL));
     struct loom_parallel *par = m->par;
     struct exec e = {0};
     e.m = m;
@@ -200,8 +226,6 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     e.p = loom_pp_size(par);
     e.r = loom_pp_rank(par);
     e.v = par->vpp > 0 ? par->vpp : 1;
-    e.N = loom_gpt_residual_rows(m);
-    e.C = m->cfg.hidden;
     struct loom_pipe_op *ops;
     int64_t nops;
     LOOM_CHECK(loom_pipeline_schedule(e.p, e.r, e.v, num_micro, !training, &ops, &nops));
@@ -209,15 +233,21 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
     e.slot_free = malloc((size_t)m->nslots * sizeof(int));
     int64_t *last_op = malloc((size_t)num_micro * sizeof *last_op);
     int64_t *backwards_done = calloc((size_t)e.v, sizeof *backwards_done); /* per chunk */
-    LOOM_ASSERT(e.slot_of && e.slot_free && last_op && backwards_done);
+    if (!e.slot_of || !e.slot_free || !last_op || !backwards_done) {
+        free(ops);
+        free(e.slot_of);
+        free(e.slot_free);
+        free(last_op);
+        free(backwards_done);
+        return loom_fail(LOOM_ERR_OOM, "out of memory for the pipeline schedule");
+    }
     for (int64_t k = 0; k < num_micro; k++) e.slot_of[k] = -1;
     for (int s = 0; s < m->nslots; s++) e.slot_free[s] = 1;
     for (int64_t i = 0; i < nops; i++)
         last_op[ops[i].micro] = i;
-    loom_gpt_norm_weights(m);
+    fam->prepare(m);
     memset(stats, 0, sizeof *stats);
     enum loom_status st = LOOM_OK;
-    int64_t bytes = e.N * e.C; /* elements of one activation or gradient message */
 
     for (int64_t i = 0; i < nops && st == LOOM_OK; i++) {
         const struct loom_pipe_op *op = &ops[i];
@@ -226,76 +256,53 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_gpt *m,
         int slot = take_slot(&e, k);
         struct loom_step_ctx mc = *ctx;
         int64_t l0, l1;
-        loom_gpt_chunk_layers(&m->cfg, e.p, e.v, e.r, c, &l0, &l1);
+        fam->chunk_layers(m, e.r, c, &l0, &l1);
         double t0 = loom_time_s();
+        if ((st = fetch(fetch_ctx, k, mb)) != LOOM_OK) break;
+        mc.sample0 = mb->sample0;
         if (!op->backward) {
-            int64_t sample0 = 0;
-            if ((st = fetch(fetch_ctx, k, tokens, targets, &sample0)) != LOOM_OK) break;
-            mc.sample0 = sample0;
-            /* the micro-batch's first piece on this rank: its documents */
-            if (c == 0 && (st = loom_gpt_micro_begin(m, slot, tokens, &mc)) != LOOM_OK) break;
+            /* the micro-batch's first piece on this rank */
+            if (c == 0 && (st = fam->micro_begin(m, slot, mb, &mc)) != LOOM_OK) break;
             if (is_first(&e, c)) {
                 if (gs) st = loom_grad_sync_gather_wait(gs, LOOM_GATHER_BELOW);
-                if (st == LOOM_OK) st = loom_gpt_embed_forward(m, slot, tokens, &mc);
+                if (st == LOOM_OK) st = fam->first_forward(m, slot, mb, &mc);
             } else {
-                int src = (e.r + e.p - 1) % e.p;
-                int src_chunk = e.r == 0 ? c - 1 : c;
-                struct loom_comm_req *rq = NULL;
-                st = loom_comm_irecv(e.pp, loom_gpt_layer_input(m, slot, l0), bytes, LOOM_DTYPE_F32,
-                                     src, tag_of(&e, k, src_chunk, 0), &rq);
-                double w0 = loom_time_s();
-                if (st == LOOM_OK) st = loom_comm_wait(rq);
-                stats->wait_s += loom_time_s() - w0;
+                const int src = (e.r + e.p - 1) % e.p, src_chunk = e.r == 0 ? c - 1 : c;
+                st = recv_boundary(&e, slot, l0, LOOM_RECV_ACT, src, k, src_chunk, 0, stats);
             }
-            float *out = loom_gpt_layer_output(m, slot, l1 - 1);
             for (int64_t l = l0; l < l1 && st == LOOM_OK; l++) {
                 if (gs) st = loom_grad_sync_gather_wait(gs, l);
-                if (st == LOOM_OK) st = loom_gpt_layer_forward(m, slot, l, &mc);
+                if (st == LOOM_OK) st = fam->layer_forward(m, slot, l, &mc);
             }
             if (st != LOOM_OK) break;
             if (is_last(&e, c)) {
-                double ls = 0.0;
-                int64_t cnt = 0;
-                /* the head's forward applies dloss (its loss pass makes the logits' gradient) */
-                if (ctx->per_micro_mean)
-                    mc.dloss = micro_dloss(ctx, targets, m->B * m->cfg.seq_length);
+                /* the last piece applies dloss (its loss pass makes the gradient) */
                 if (gs) st = loom_grad_sync_gather_wait(gs, LOOM_GATHER_BELOW);
                 if (gs && st == LOOM_OK) st = loom_grad_sync_gather_wait(gs, LOOM_GATHER_ABOVE);
-                if (st == LOOM_OK) st = loom_gpt_head_forward(m, slot, targets, &mc, &ls, &cnt);
-                stats->loss_sum += ls;
-                stats->count += cnt;
+                if (st == LOOM_OK) st = fam->last_forward(m, slot, mb, &mc, &stats->losses);
             } else {
-                st = staged_send(pl, &e, out, bytes, (e.r + 1) % e.p, tag_of(&e, k, c, 0));
+                st = send_boundary(pl, &e, slot, l1, LOOM_SEND_ACT, (e.r + 1) % e.p, k, c, 0);
             }
         } else {
-            int64_t sample0 = 0;
-            if ((st = fetch(fetch_ctx, k, tokens, targets, &sample0)) != LOOM_OK) break;
-            mc.sample0 = sample0;
-            float *dres = loom_gpt_dres(m);
             if (is_last(&e, c)) {
-                st = loom_gpt_head_backward(m, slot, &mc);
+                st = fam->last_backward(m, slot, mb, &mc);
             } else {
-                int src = (e.r + 1) % e.p;
-                int src_chunk = e.r == e.p - 1 ? c + 1 : c;
-                struct loom_comm_req *rq = NULL;
-                st = loom_comm_irecv(e.pp, dres, bytes, LOOM_DTYPE_F32, src,
-                                     tag_of(&e, k, src_chunk, 1), &rq);
-                double w0 = loom_time_s();
-                if (st == LOOM_OK) st = loom_comm_wait(rq);
-                stats->wait_s += loom_time_s() - w0;
+                const int src = (e.r + 1) % e.p, src_chunk = e.r == e.p - 1 ? c + 1 : c;
+                st = recv_boundary(&e, slot, l1, LOOM_RECV_GRAD, src, k, src_chunk, 1, stats);
             }
             /* the chunk's last backward of the step finalises its layers' gradients */
             int final = ++backwards_done[c] == num_micro;
             for (int64_t l = l1 - 1; l >= l0 && st == LOOM_OK; l--) {
-                st = loom_gpt_layer_backward(m, slot, l, &mc);
-                if (st == LOOM_OK && final) st = loom_gpt_sync_replicated_grads(m, l);
+                st = fam->layer_backward(m, slot, l, &mc);
+                if (st == LOOM_OK && final) st = loom_model_sync_tp_partial(m, l);
                 if (st == LOOM_OK && final && gs) st = loom_grad_sync_layer_ready(gs, l);
             }
             if (st != LOOM_OK) break;
             if (is_first(&e, c)) {
-                st = loom_gpt_embed_backward(m, slot, &mc);
+                st = fam->first_backward(m, slot, &mc);
             } else {
-                st = staged_send(pl, &e, dres, bytes, (e.r + e.p - 1) % e.p, tag_of(&e, k, c, 1));
+                st = send_boundary(pl, &e, slot, l0, LOOM_SEND_GRAD, (e.r + e.p - 1) % e.p, k, c,
+                                   1);
             }
         }
         stats->busy_s += loom_time_s() - t0;

@@ -34,16 +34,18 @@
 
 struct trainer {
     struct loom_train_config *cfg;
+    const struct loom_family *family; /* the model's (--model, or the checkpoint's) */
     struct loom_parallel par;
     struct loom_backend *be;
-    struct loom_gpt *model;
+    struct loom_model *model;
     struct loom_adamw opt;
     struct loom_sample_source train_src, valid_src, test_src;
     int have_valid, have_test; /* have_test: evaluated after training, as Megatron-LM's do_test */
     struct loom_train_state st;
     int64_t num_micro;           /* micro-batches per rank per iteration at the final batch */
     struct loom_batch_ramp ramp; /* the global batch over training (--rampup-batch-size) */
-    int32_t *tokens, *targets, *sample; /* host [B*T], [B*T], [T+1] */
+    struct loom_micro mb;  /* the micro-batch fetch fills (host) */
+    int32_t *sample;       /* host [T+1] */
     FILE *metrics;
     struct loom_tb *tb; /* --tensorboard-dir (rank 0) */
     double flops_per_token, peak_tflops;
@@ -66,6 +68,31 @@ struct trainer {
     double start_s;                  /* when setup began (--exit-duration-in-mins) */
 };
 
+/* The micro-batch's host arrays, every field a family may read */
+static enum loom_status micro_alloc(struct loom_micro *mb, int64_t B, int64_t T) {
+    const size_t n = (size_t)(B * T) * sizeof(int32_t);
+    mb->B = B;
+    mb->T = T;
+    mb->tokens = malloc(n);
+    mb->labels = malloc(n);
+    mb->token_types = calloc(1, n);
+    mb->padding_mask = malloc(n);
+    mb->sop_labels = calloc((size_t)B, sizeof(int32_t));
+    if (!mb->tokens || !mb->labels || !mb->token_types || !mb->padding_mask || !mb->sop_labels)
+        return loom_fail(LOOM_ERR_OOM, "out of memory for a micro-batch of %lld x %lld",
+                         (long long)B, (long long)T);
+    for (int64_t i = 0; i < B * T; i++) mb->padding_mask[i] = 1;
+    return LOOM_OK;
+}
+
+static void micro_free(struct loom_micro *mb) {
+    free(mb->tokens);
+    free(mb->labels);
+    free(mb->token_types);
+    free(mb->padding_mask);
+    free(mb->sop_labels);
+}
+
 /* --exit-signal-handler: SIGTERM (a scheduler's notice before it ends the job) sets this, and
  * the training loop stops at the end of the iteration. */
 static volatile sig_atomic_t g_sigterm;
@@ -84,22 +111,69 @@ struct fetch_ctx {
     int64_t base;
 };
 
-static enum loom_status fetch_micro(void *vctx, int64_t k, int32_t *tokens, int32_t *targets,
-                                    int64_t *sample0) {
-    struct fetch_ctx *f = vctx;
-    struct trainer *t = f->t;
-    int64_t B = t->cfg->micro_batch, T = t->cfg->model.seq_length;
-    int64_t dp = loom_dp_size(&t->par), dpr = loom_dp_rank(&t->par);
-    *sample0 = (k * dp + dpr) * B;
-    for (int64_t b = 0; b < B; b++) {
-        LOOM_CHECK(f->src->get(f->src->ctx, f->base + *sample0 + b, t->sample));
-        memcpy(tokens + b * T, t->sample, (size_t)T * sizeof(int32_t));
-        memcpy(targets + b * T, t->sample + 1, (size_t)T * sizeof(int32_t));
-        if (t->cfg->eod_mask_id >= 0)
-            for (int64_t i = 0; i < T; i++)
-                if (tokens[b * T + i] == t->cfg->eod_mask_id) targets[b * T + i] = -1;
-    }
+/* Row b of a micro-batch from global sample `index` of src: the input tokens and the next-token
+ * labels (-1 where the input is the end-of-document token, with --eod-mask-loss) */
+static enum loom_status fill_row(struct trainer *t, struct loom_sample_source *src, int64_t index,
+                                 struct loom_micro *mb, int64_t b) {
+    const int64_t T = mb->T;
+    LOOM_CHECK(src->get(src->ctx, index, t->sample));
+    memcpy(mb->tokens + b * T, t->sample, (size_t)T * sizeof(int32_t));
+    memcpy(mb->labels + b * T, t->sample + 1, (size_t)T * sizeof(int32_t));
+    if (t->cfg->eod_mask_id >= 0)
+        for (int64_t i = 0; i < T; i++)
+            if (mb->tokens[b * T + i] == t->cfg->eod_mask_id) mb->labels[b * T + i] = -1;
     return LOOM_OK;
+}
+
+static enum loom_status fetch_micro(void *vctx, int64_t k, struct loom_micro *mb) {
+    struct fetch_ctx *f = vctx;
+    const int64_t dp = loom_dp_size(&f->t->par), dpr = loom_dp_rank(&f->t->par);
+    mb->sample0 = (k * dp + dpr) * mb->B;
+    for (int64_t b = 0; b < mb->B; b++)
+        LOOM_CHECK(fill_row(f->t, f->src, f->base + mb->sample0 + b, mb, b));
+    return LOOM_OK;
+}
+
+static void print_ints(FILE *f, const char *key, const int32_t *v, int64_t n) {
+    fprintf(f, ", \"%s\": [", key);
+    for (int64_t i = 0; i < n; i++) fprintf(f, i ? ",%d" : "%d", v[i]);
+    fputc(']', f);
+}
+
+/* `loom samples`: the training samples the run would consume, in consumption order (iteration by
+ * iteration, each global batch's samples by index: data-parallel rank r's micro-batch k holds
+ * its samples (k x DP + r) x B on), one JSON line each with every field a model reads:
+ * {"iteration", "sample", "tokens", "labels" (-1: no loss), "loss_mask", "token_types",
+ * "padding_mask", "sop_label"}. From the first iteration, also with --load. */
+static enum loom_status print_samples(struct trainer *t, FILE *out) {
+    struct loom_train_config *c = t->cfg;
+    struct loom_micro mb;
+    LOOM_CHECK(micro_alloc(&mb, 1, c->model.seq_length));
+    const int64_t T = mb.T;
+    int32_t *mask = malloc((size_t)T * sizeof(int32_t));
+    enum loom_status s = mask ? LOOM_OK : loom_fail(LOOM_ERR_OOM, "out of memory");
+    int64_t consumed = 0;
+    for (int64_t it = 1; it <= c->train_iters && s == LOOM_OK; it++) {
+        const int64_t batch = loom_batch_at(&t->ramp, consumed);
+        for (int64_t n = 0; n < batch && s == LOOM_OK; n++) {
+            if ((s = fill_row(t, &t->train_src, consumed + n, &mb, 0)) != LOOM_OK) break;
+            for (int64_t i = 0; i < T; i++) mask[i] = mb.labels[i] >= 0;
+            fprintf(out, "{\"iteration\": %lld, \"sample\": %lld", (long long)it,
+                    (long long)(consumed + n));
+            print_ints(out, "tokens", mb.tokens, T);
+            print_ints(out, "labels", mb.labels, T);
+            print_ints(out, "loss_mask", mask, T);
+            print_ints(out, "token_types", mb.token_types, T);
+            print_ints(out, "padding_mask", mb.padding_mask, T);
+            fprintf(out, ", \"sop_label\": %d}\n", mb.sop_labels[0]);
+        }
+        consumed += batch;
+    }
+    if (s == LOOM_OK && (fflush(out) != 0 || ferror(out)))
+        s = loom_fail(LOOM_ERR_IO, "loom samples: writing the samples failed");
+    free(mask);
+    micro_free(&mb);
+    return s;
 }
 
 /* The tokens of the global batch [base, base + batch) that carry a loss: all of them, or with
@@ -125,7 +199,8 @@ static enum loom_status loss_tokens(struct trainer *t, struct loom_sample_source
  * and their tokens, from which the loss is reported per token either way, as Megatron-LM
  * reports it. */
 static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *src, int64_t base,
-                                  int64_t batch, int64_t iteration, int training, double sums[2]) {
+                                  int64_t batch, int64_t iteration, int training,
+                                  struct loom_losses *losses) {
     struct loom_train_config *c = t->cfg;
     const int64_t num_micro = batch / (c->micro_batch * loom_dp_size(&t->par));
     const int per_micro = c->eod_mask_id >= 0 && !c->per_token_loss;
@@ -151,33 +226,56 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
     struct loom_pipeline_stats ps;
     if (training) loom_grad_sync_begin(t->gsync);
     LOOM_CHECK(loom_pipeline_run(t->pipe, t->model, num_micro, training, t->gsync, &ctx,
-                                 fetch_micro, &fc, t->tokens, t->targets, &ps));
+                                 fetch_micro, &fc, &t->mb, &ps));
     t->pipe_busy_s += ps.busy_s;
     t->pipe_wait_s += ps.wait_s;
-    sums[0] = ps.loss_sum;
-    sums[1] = (double)ps.count;
-    /* the loss lives on the last stage; every data-parallel rank holds a share */
+    /* the losses live on the last stage; every data-parallel rank holds a share: sums and
+     * counts of each loss, [sum, count] pairs */
+    const int nl = t->model->family->num_losses;
+    double sums[2 * LOOM_MAX_LOSSES];
+    for (int i = 0; i < nl; i++) {
+        sums[2 * i] = ps.losses.sum[i];
+        sums[2 * i + 1] = ps.losses.count[i];
+    }
     if (loom_pp_size(&t->par) > 1)
-        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_PP], sums, 2, LOOM_DTYPE_F64,
+        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_PP], sums, 2 * nl, LOOM_DTYPE_F64,
                                        LOOM_REDOP_SUM));
     if (loom_dp_size(&t->par) > 1)
-        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_DP], sums, 2, LOOM_DTYPE_F64,
+        LOOM_CHECK(loom_comm_allreduce(t->par.group[LOOM_PDIM_DP], sums, 2 * nl, LOOM_DTYPE_F64,
                                        LOOM_REDOP_SUM));
+    memset(losses, 0, sizeof *losses);
+    for (int i = 0; i < nl; i++) {
+        losses->sum[i] = sums[2 * i];
+        losses->count[i] = sums[2 * i + 1];
+    }
     return LOOM_OK;
 }
 
-/* The loss per token of run_batch's sums (0 when no token carries a loss) */
-static double per_token(const double sums[2]) {
-    return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+/* The value of loss i (its sum over its terms; 0 when no term carries it) */
+static double loss_value(const struct loom_losses *l, int i) {
+    return l->count[i] > 0 ? l->sum[i] / l->count[i] : 0.0;
 }
 
-/* The first and last pipeline stages each hold the tied word embedding: sum their gradients. */
-static enum loom_status sync_tied_embedding(struct trainer *t) {
-    struct loom_gpt *m = t->model;
-    if (loom_pp_size(&t->par) == 1 || m->cfg.untie || !t->par.embedding) return LOOM_OK;
-    const struct loom_param *p = loom_gpt_find_param(m, "embedding.word_embeddings.weight");
-    return loom_comm_allreduce(t->par.embedding, m->grad_mem + p->offset,
-                               p->local_shape[0] * p->local_shape[1], LOOM_DTYPE_F32, LOOM_REDOP_SUM);
+/* The loss the model minimises: the sum of its named losses' values */
+static double total_loss(const struct trainer *t, const struct loom_losses *l) {
+    double v = 0.0;
+    for (int i = 0; i < t->model->family->num_losses; i++) v += loss_value(l, i);
+    return v;
+}
+
+/* The first and last pipeline stages each hold a tied parameter (LOOM_ROLE_TIED: the word
+ * embedding tied to the output layer): sum their gradients. */
+static enum loom_status sync_tied(struct trainer *t) {
+    struct loom_model *m = t->model;
+    if (loom_pp_size(&t->par) == 1 || !t->par.embedding) return LOOM_OK;
+    for (int i = 0; i < m->nparams; i++) {
+        const struct loom_param *p = &m->params[i];
+        if (!p->local || !(p->roles & LOOM_ROLE_TIED)) continue;
+        LOOM_CHECK(loom_comm_allreduce(t->par.embedding, m->grad_mem + p->offset,
+                                       p->local_shape[0] * p->local_shape[1], LOOM_DTYPE_F32,
+                                       LOOM_REDOP_SUM));
+    }
+    return LOOM_OK;
 }
 
 /* Finish the data-parallel reduction the backward pass started: the final norm's sequence-
@@ -185,8 +283,8 @@ static enum loom_status sync_tied_embedding(struct trainer *t) {
  * so neither is reduced yet: with the distributed optimizer the reduction leaves a rank only its
  * pieces' sums). */
 static enum loom_status sync_grads(struct trainer *t) {
-    LOOM_CHECK(loom_gpt_sync_replicated_grads(t->model, -1));
-    LOOM_CHECK(sync_tied_embedding(t));
+    LOOM_CHECK(loom_model_sync_tp_partial(t->model, LOOM_UNIT_LAST));
+    LOOM_CHECK(sync_tied(t));
     return loom_grad_sync_finish(t->gsync);
 }
 
@@ -194,15 +292,17 @@ static enum loom_status sync_grads(struct trainer *t) {
  * summed token losses over their tokens, as Megatron-LM's evaluation adds them up) */
 static enum loom_status evaluate(struct trainer *t, struct loom_sample_source *src, int64_t first,
                                  int64_t iteration, double *loss) {
-    double total[2] = {0, 0};
+    struct loom_losses total = {{0}, {0}};
     for (int64_t i = 0; i < t->cfg->eval_iters; i++) {
-        double sums[2];
+        struct loom_losses l;
         LOOM_CHECK(run_batch(t, src, first + i * t->cfg->global_batch, t->cfg->global_batch,
-                             iteration, 0, sums));
-        total[0] += sums[0];
-        total[1] += sums[1];
+                             iteration, 0, &l));
+        for (int k = 0; k < LOOM_MAX_LOSSES; k++) {
+            total.sum[k] += l.sum[k];
+            total.count[k] += l.count[k];
+        }
     }
-    *loss = per_token(total);
+    *loss = total_loss(t, &total);
     return LOOM_OK;
 }
 
@@ -654,6 +754,7 @@ static enum loom_status open_sources(struct trainer *t) {
 }
 
 static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
+    t->family = loom_family_find("gpt");
     struct loom_train_config *c = t->cfg;
     t->start_s = loom_time_s();
     if (c->exit_signal_handler) {
@@ -738,6 +839,13 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         LOOM_CHECK(schedule_from_checkpoint(t, &st));
     }
 
+    if (c->samples_only) { /* `loom samples`: the data alone */
+        t->errors_collective = 0;
+        LOOM_CHECK(open_sources(t));
+        t->sample = malloc((size_t)(c->model.seq_length + 1) * sizeof(int32_t));
+        if (!t->sample) return loom_fail(LOOM_ERR_OOM, "out of memory");
+        return t->par.rank == 0 ? print_samples(t, stdout) : LOOM_OK;
+    }
     /* everything above fails alike on every rank; what follows (devices, files, memory) may fail
      * on one rank alone */
     t->errors_collective = 0;
@@ -779,7 +887,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                                  c->bf16 ? "--bf16" : "--fp16", t->be->ops->name);
             LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, mm, NULL, 0));
         }
-        LOOM_CHECK(loom_gpt_create(&t->model, &c->model, &t->par, t->be, c->micro_batch, slots));
+        LOOM_CHECK(t->family->create(&t->model, &c->model, &t->par, t->be, c->micro_batch, slots));
         if (c->bf16 || c->fp16)
             LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, mm, t->model->param_mem, t->model->num_local));
         LOOM_CHECK(loom_pipeline_create(&t->pipe));
@@ -842,7 +950,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                       : has_optim  ? " (--no-load-optim: the optimizer starts afresh)"
                                    : " (it holds no optimizer state: the optimizer starts afresh)");
     } else {
-        LOOM_CHECK(loom_gpt_init_weights(t->model, c->seed));
+        LOOM_CHECK(t->model->family->init_weights(t->model, c->seed));
     }
     /* the schedule in force, saved with the optimizer state (as Megatron-LM's, which
      * --no-save-optim leaves out too) */
@@ -850,11 +958,9 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->st.lr = c->lr;
     t->st.wd = c->wd;
     LOOM_CHECK(open_sources(t));
-    int64_t BT = c->micro_batch * c->model.seq_length;
-    t->tokens = malloc((size_t)BT * sizeof(int32_t));
-    t->targets = malloc((size_t)BT * sizeof(int32_t));
+    LOOM_CHECK(micro_alloc(&t->mb, c->micro_batch, c->model.seq_length));
     t->sample = malloc((size_t)(c->model.seq_length + 1) * sizeof(int32_t));
-    if (!t->tokens || !t->targets || !t->sample) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    if (!t->sample) return loom_fail(LOOM_ERR_OOM, "out of memory");
     if (c->tensorboard_dir && t->par.rank == 0 && !c->skip_train) {
         LOOM_CHECK(loom_tb_open(&t->tb, c->tensorboard_dir));
         loom_log_info("loom: TensorBoard events to %s", loom_tb_path(t->tb));
@@ -873,12 +979,9 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
             snprintf(why, sizeof why, "%s", loom_last_error());
             return loom_fail(LOOM_ERR_IO, "%s %s: %s", outdirs[i][0], outdirs[i][1], why);
         }
-    int64_t N = loom_gpt_num_params(&c->model);
-    /* attention's scores and weighted sum: 12 L T x (heads x head size), which is C unless
-     * --kv-channels sets another head size */
+    const int64_t N = loom_model_num_params(t->model);
     t->flops_per_token =
-        6.0 * (double)N + 12.0 * (double)c->model.num_layers * (double)c->model.heads *
-                              (double)loom_gpt_head_size(&c->model) * (double)c->model.seq_length;
+        t->model->family->flops_per_sample(t->model) / (double)c->model.seq_length;
     if (c->peak_tflops > 0) {
         t->peak_tflops = c->peak_tflops;
     } else if (t->be->device == LOOM_DEVICE_CUDA) {
@@ -1029,10 +1132,10 @@ static enum loom_status train_loop(struct trainer *t) {
         be->ops->zero(be, t->model->grad_mem, (size_t)t->model->num_local * sizeof(float));
         reset_comm_counters(t);
         t->pipe_busy_s = t->pipe_wait_s = 0;
-        double sums[2];
+        struct loom_losses losses;
         t->batch = loom_batch_at(&t->ramp, t->st.consumed_samples);
-        LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, t->batch, it, 1, sums));
-        const double loss = per_token(sums);
+        LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, t->batch, it, 1, &losses));
+        const double loss = total_loss(t, &losses);
         LOOM_CHECK(sync_grads(t));
         if (c->save_grads && it == 1) {
             /* every rank's reduced pieces (the distributed optimizer), then the whole buffer */
@@ -1191,20 +1294,19 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
     t.peak_mem = -1;
     t.num_zeros = -1;
     enum loom_status s = setup(&t, argc, argv);
-    if (s == LOOM_OK) s = train_loop(&t);
+    if (s == LOOM_OK && !cfg->samples_only) s = train_loop(&t);
     if (t.metrics) fclose(t.metrics);
     loom_tb_close(t.tb);
     if (t.train_src.free) t.train_src.free(t.train_src.ctx);
     if (t.valid_src.free) t.valid_src.free(t.valid_src.ctx);
     if (t.test_src.free) t.test_src.free(t.test_src.ctx);
-    free(t.tokens);
-    free(t.targets);
+    micro_free(&t.mb);
     free(t.sample);
     loom_pipeline_free(t.pipe);
     loom_grad_sync_free(t.gsync);
     if (t.model) {
         loom_adamw_free(&t.opt, t.model);
-        loom_gpt_free(t.model);
+        loom_model_free(t.model);
     }
     if (t.be) loom_backend_destroy(t.be);
     *collective = t.errors_collective;

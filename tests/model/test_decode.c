@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "loom/backend.h"
-#include "loom/model.h"
-#include "models/gpt_internal.h"
+#include "loom/gpt.h"
+#include "models/gpt/gpt_internal.h"
 
 static int check(const char *what, int llama, int ln1p, int qk, int64_t head_size) {
     struct loom_gpt_config c;
@@ -47,13 +47,13 @@ static int check(const char *what, int llama, int ln1p, int qk, int64_t head_siz
     }
     /* norm weights away from their start (1 + w is not w, nor 1), and with query-key norms every
      * norm's bias away from 0 */
-    for (int i = 0; (ln1p || qk) && i < m->nparams; i++) {
-        const struct loom_param *p = &m->params[i];
+    for (int i = 0; (ln1p || qk) && i < m->base.nparams; i++) {
+        const struct loom_param *p = &m->base.params[i];
         const size_t nl = strlen(p->name);
         const int weight = nl >= 16 && !strcmp(p->name + nl - 16, "layernorm.weight");
         const int bias = qk && nl >= 14 && !strcmp(p->name + nl - 14, "layernorm.bias");
         if (!weight && !bias) continue;
-        float *w = m->param_mem + p->offset;
+        float *w = m->base.param_mem + p->offset;
         for (int64_t k = 0; k < p->shape[0]; k++)
             w[k] =
                 (weight && !ln1p ? 1.0f : 0.0f) + (weight ? 0.3f : 0.1f) * sinf((float)(k + 3 * i));

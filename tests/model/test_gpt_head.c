@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "loom/backend.h"
-#include "loom/model.h"
-#include "models/gpt_internal.h"
+#include "loom/gpt.h"
+#include "models/gpt/gpt_internal.h"
 
 static int g_pass, g_fail;
 
@@ -75,7 +75,7 @@ static void run(const char *arch, int llama) {
         loom_print_error();
         exit(1);
     }
-    const int64_t C = c.hidden, Vp = c.padded_vocab, V = c.vocab_size, P = m->num_local;
+    const int64_t C = c.hidden, Vp = c.padded_vocab, V = c.vocab_size, P = m->base.num_local;
     int32_t tokens[24], targets[24];
     for (int64_t i = 0; i < N; i++) {
         tokens[i] = (int32_t)((i * 31 + 7) % V);
@@ -94,12 +94,12 @@ static void run(const char *arch, int llama) {
     int64_t count1, count5, count_eval;
 
     /* one chunk: forward and backward */
-    be->ops->zero(be, m->grad_mem, (size_t)P * sizeof(float));
+    be->ops->zero(be, m->base.grad_mem, (size_t)P * sizeof(float));
     if (loom_gpt_forward(m, tokens, targets, &ctx, &loss1, &count1) || loom_gpt_backward(m, &ctx)) {
         loom_print_error();
         exit(1);
     }
-    float *grads1 = copy_of(m->grad_mem, P);
+    float *grads1 = copy_of(m->base.grad_mem, P);
     if (c.bias) { /* the key bias only shifts a softmax row: its gradient is set to exactly 0 */
         const int64_t HS = C / c.heads, G = c.heads / c.query_groups;
         double kmax = 0.0, qvmax = 0.0;
@@ -107,8 +107,8 @@ static void run(const char *arch, int llama) {
             char name[96];
             snprintf(name, sizeof name, "decoder.layers.%lld.self_attention.linear_qkv.bias",
                      (long long)l);
-            const struct loom_param *qb = loom_gpt_find_param(m, name);
-            const float *g = m->grad_mem + qb->offset;
+            const struct loom_param *qb = loom_model_find_param(&m->base, name);
+            const float *g = m->base.grad_mem + qb->offset;
             for (int64_t i = 0; i < qb->shape[0]; i++) {
                 const int64_t slot = (i / HS) % (G + 2); /* [G query heads | k | v] per group */
                 if (slot == G)
@@ -123,7 +123,7 @@ static void run(const char *arch, int llama) {
 
     /* chunks of 5 rows (5, 5, 5, 5, 4): the head forward alone, against the unfused ops */
     a->xent_bytes = 5 * Vp * (int64_t)sizeof(float);
-    be->ops->zero(be, m->grad_mem, (size_t)P * sizeof(float));
+    be->ops->zero(be, m->base.grad_mem, (size_t)P * sizeof(float));
     if (loom_gpt_forward(m, tokens, targets, &ctx, &loss5, &count5)) {
         loom_print_error();
         exit(1);
@@ -160,18 +160,18 @@ static void run(const char *arch, int llama) {
     }
     check("chunks of 5 vs one chunk: loss", fabs(loss5 - loss1) / fabs(loss1), 1e-6);
     check("chunks of 5 vs one chunk: token count", (double)llabs(count5 - count1), 0);
-    check("chunks of 5 vs one chunk: every gradient", norm_err(m->grad_mem, grads1, P), 1e-5);
+    check("chunks of 5 vs one chunk: every gradient", norm_err(m->base.grad_mem, grads1, P), 1e-5);
 
     /* evaluation: the loss only */
     ctx.training = 0;
-    be->ops->zero(be, m->grad_mem, (size_t)P * sizeof(float));
+    be->ops->zero(be, m->base.grad_mem, (size_t)P * sizeof(float));
     if (loom_gpt_forward(m, tokens, targets, &ctx, &loss_eval, &count_eval)) {
         loom_print_error();
         exit(1);
     }
     check("evaluation forward: the training forward's loss", fabs(loss_eval - loss5) / fabs(loss5), 0);
     double gmax = 0.0;
-    for (int64_t i = 0; i < P; i++) gmax = fmax(gmax, fabs((double)m->grad_mem[i]));
+    for (int64_t i = 0; i < P; i++) gmax = fmax(gmax, fabs((double)m->base.grad_mem[i]));
     check("evaluation forward: every gradient stays 0 (largest magnitude)", gmax, 0);
 
     free(grads1), free(logits), free(st), free(gs), free(dl), free(dlnf), free(dw);

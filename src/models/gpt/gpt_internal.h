@@ -4,7 +4,7 @@
 
 #include <math.h>
 
-#include "loom/model.h"
+#include "loom/gpt.h"
 #include "loom/rng.h"
 
 /* Saved activations of one decoder layer for one micro-batch (N = B*T rows). */

@@ -17,29 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/gpt_internal.h"
-
-int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_size, int64_t i) {
-    if (p->tp_dim < 0 || tp_size == 1) return i;
-    if (p->ndim == 1) {
-        int64_t per = p->shape[0] / p->tp_chunks, lper = per / tp_size;
-        int64_t c = i / lper, w = i % lper;
-        return c * per + (int64_t)tp_rank * lper + w;
-    }
-    int64_t lrows = p->local_shape[0], lcols = p->local_shape[1];
-    int64_t r = i / lcols, col = i % lcols;
-    if (p->tp_dim == 0) {
-        int64_t per = p->shape[0] / p->tp_chunks, lper = per / tp_size;
-        int64_t c = r / lper, w = r % lper;
-        int64_t gr = c * per + (int64_t)tp_rank * lper + w;
-        return gr * p->shape[1] + col;
-    }
-    (void)lrows;
-    int64_t per = p->shape[1] / p->tp_chunks, lper = per / tp_size;
-    int64_t c = col / lper, w = col % lper;
-    int64_t gc = c * per + (int64_t)tp_rank * lper + w;
-    return r * p->shape[1] + gc;
-}
+#include "models/gpt/gpt_internal.h"
 
 struct table_builder {
     struct loom_param *p;
@@ -63,7 +41,7 @@ static struct loom_param *add(struct table_builder *tb, const char *name, int nd
     q->tp_chunks = 1;
     q->layer = layer;
     q->init = init;
-    q->weight_decay = ndim >= 2;
+    q->roles = ndim >= 2 ? LOOM_ROLE_DECAY : 0;
     q->offset = -1;
     return q;
 }
@@ -117,10 +95,12 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
     int ln = c->norm == LOOM_NORM_LAYERNORM;
     char name[96];
 
-    add(&tb, "embedding.word_embeddings.weight", 2, c->padded_vocab, C, 0, -1, LOOM_INIT_NORMAL);
+    add(&tb, "embedding.word_embeddings.weight", 2, c->padded_vocab, C, 0, LOOM_UNIT_FIRST,
+        LOOM_INIT_NORMAL)->roles |=
+        LOOM_ROLE_VOCAB_ROWS | LOOM_ROLE_DECOUPLED_LR | (c->untie ? 0 : LOOM_ROLE_TIED);
     if (c->posemb == LOOM_POSEMB_LEARNED)
-        add(&tb, "embedding.position_embeddings.weight", 2, c->max_positions, C, -1, -1,
-            LOOM_INIT_NORMAL);
+        add(&tb, "embedding.position_embeddings.weight", 2, c->max_positions, C, -1,
+            LOOM_UNIT_FIRST, LOOM_INIT_NORMAL);
     /* the norms' weights: 1, or with zero-centred weights (--apply-layernorm-1p) 0 */
     const enum loom_init gamma = c->layernorm_1p ? LOOM_INIT_ZEROS : LOOM_INIT_ONES;
     for (int64_t l = 0; l < c->num_layers; l++) {
@@ -159,22 +139,31 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
         if (c->bias) add(&tb, LNAME("mlp.linear_fc2.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
 #undef LNAME
     }
-    add(&tb, "decoder.final_layernorm.weight", 1, C, 0, -1, -1, gamma);
-    if (ln) add(&tb, "decoder.final_layernorm.bias", 1, C, 0, -1, -1, LOOM_INIT_ZEROS);
+    add(&tb, "decoder.final_layernorm.weight", 1, C, 0, -1, LOOM_UNIT_LAST, gamma);
+    if (ln) add(&tb, "decoder.final_layernorm.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
     if (c->untie)
-        add(&tb, "output_layer.weight", 2, c->padded_vocab, C, 0, -1, LOOM_INIT_NORMAL);
+        add(&tb, "output_layer.weight", 2, c->padded_vocab, C, 0, LOOM_UNIT_LAST,
+            LOOM_INIT_NORMAL)->roles |= LOOM_ROLE_VOCAB_ROWS | LOOM_ROLE_DECOUPLED_LR;
 
     /* ownership and local shapes */
-    int tp = loom_tp_size(m->par);
-    int first = loom_pp_rank(m->par) == 0, last = loom_pp_rank(m->par) == loom_pp_size(m->par) - 1;
+    int tp = loom_tp_size(m->base.par);
+    int first = loom_pp_rank(m->base.par) == 0, last = loom_pp_rank(m->base.par) == loom_pp_size(m->base.par) - 1;
     int64_t off = 0;
+    const int sp = m->base.par->sequence_parallel && tp > 1;
     for (int i = 0; i < tb.n; i++) {
         struct loom_param *p = &tb.p[i];
+        /* replicated over TP with a rank's share of the gradient: under sequence parallelism
+         * the norms' weights (the rank's rows), the query and key norms always (its heads); the
+         * row-parallel biases and position embeddings see the gathered gradient */
+        if (tp > 1 && p->tp_dim < 0 && strstr(p->name, "layernorm") &&
+            (sp || strstr(p->name, "self_attention.q_layernorm.") ||
+             strstr(p->name, "self_attention.k_layernorm.")))
+            p->roles |= LOOM_ROLE_TP_PARTIAL;
         if (p->layer >= 0)
-            p->local = loom_gpt_layer_is_local(c, m->par, p->layer);
-        else if (strncmp(p->name, "embedding.", 10) == 0)
+            p->local = loom_gpt_layer_is_local(c, m->base.par, p->layer);
+        else if (p->layer == LOOM_UNIT_FIRST)
             /* the last stage holds its own copy of a tied word embedding for the output layer */
-            p->local = first || (last && !c->untie && strcmp(p->name, "embedding.word_embeddings.weight") == 0);
+            p->local = first || (last && (p->roles & LOOM_ROLE_TIED));
         else
             p->local = last;
         p->local_shape[0] = p->shape[0];
@@ -189,24 +178,18 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
             off += (p->local_shape[0] * p->local_shape[1] + 15) / 16 * 16;
         }
     }
-    m->params = tb.p;
-    m->nparams = tb.n;
-    m->num_local = off;
+    m->base.params = tb.p;
+    m->base.nparams = tb.n;
+    m->base.num_local = off;
     return LOOM_OK;
-}
-
-const struct loom_param *loom_gpt_find_param(const struct loom_gpt *m, const char *name) {
-    for (int i = 0; i < m->nparams; i++)
-        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
-    return NULL;
 }
 
 enum loom_status loom_gpt_init_weights(struct loom_gpt *m, uint64_t seed) {
     const struct loom_gpt_config *c = &m->cfg;
-    int tp = loom_tp_size(m->par), tpr = loom_tp_rank(m->par);
+    int tp = loom_tp_size(m->base.par), tpr = loom_tp_rank(m->base.par);
     double scaled = c->init_std / sqrt(2.0 * (double)c->num_layers);
-    for (int i = 0; i < m->nparams; i++) {
-        const struct loom_param *p = &m->params[i];
+    for (int i = 0; i < m->base.nparams; i++) {
+        const struct loom_param *p = &m->base.params[i];
         if (!p->local) continue;
         int64_t n = p->local_shape[0] * p->local_shape[1];
         float *host = malloc((size_t)n * sizeof(float));
@@ -233,7 +216,7 @@ enum loom_status loom_gpt_init_weights(struct loom_gpt *m, uint64_t seed) {
             }
             }
         }
-        m->be->ops->to_device(m->be, m->param_mem + p->offset, host, (size_t)n * sizeof(float));
+        m->base.be->ops->to_device(m->base.be, m->base.param_mem + p->offset, host, (size_t)n * sizeof(float));
         free(host);
     }
     return LOOM_OK;

@@ -29,7 +29,7 @@
 
 #include "loom/comm.h"
 #include "loom/tp.h"
-#include "models/gpt_internal.h"
+#include "models/gpt/gpt_internal.h"
 
 /* ---- local sizes ---- */
 struct dims {
@@ -41,12 +41,12 @@ struct dims {
 static struct dims dims_of(const struct loom_gpt *m) {
     const struct loom_gpt_config *c = &m->cfg;
     struct dims d;
-    d.tp = loom_tp_size(m->par);
-    d.tpr = loom_tp_rank(m->par);
-    d.B = m->B;
+    d.tp = loom_tp_size(m->base.par);
+    d.tpr = loom_tp_rank(m->base.par);
+    d.B = m->base.B;
     d.T = c->seq_length;
     d.N = d.B * d.T;
-    d.sp = m->par->sequence_parallel && d.tp > 1;
+    d.sp = m->base.par->sequence_parallel && d.tp > 1;
     d.Tl = d.sp ? d.T / d.tp : d.T;
     d.Nr = d.B * d.Tl;
     d.C = c->hidden;
@@ -66,8 +66,8 @@ static struct dims dims_of(const struct loom_gpt *m) {
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static enum loom_status tp_allreduce(struct loom_gpt *m, float *buf, int64_t n) {
-    if (loom_tp_size(m->par) == 1) return LOOM_OK;
-    return loom_comm_allreduce(m->par->group[LOOM_PDIM_TP], buf, n, LOOM_DTYPE_F32, LOOM_REDOP_SUM);
+    if (loom_tp_size(m->base.par) == 1) return LOOM_OK;
+    return loom_comm_allreduce(m->base.par->group[LOOM_PDIM_TP], buf, n, LOOM_DTYPE_F32, LOOM_REDOP_SUM);
 }
 
 /* Megatron's paired regions. Entering a tensor-parallel region (the input of a column-parallel
@@ -77,29 +77,29 @@ static enum loom_status tp_allreduce(struct loom_gpt *m, float *buf, int64_t n) 
 static enum loom_status region_enter(struct loom_gpt *m, float *full, const float *shard) {
     struct dims d = dims_of(m);
     if (!d.sp) return LOOM_OK; /* full == shard */
-    return loom_sp_allgather(m->par, full, shard, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
+    return loom_sp_allgather(m->base.par, full, shard, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 static enum loom_status region_enter_backward(struct loom_gpt *m, float *dshard, float *dfull) {
     struct dims d = dims_of(m);
     if (!d.sp) return tp_allreduce(m, dfull, d.N * d.C); /* dshard == dfull */
-    return loom_sp_reduce_scatter(m->par, dshard, dfull, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
+    return loom_sp_reduce_scatter(m->base.par, dshard, dfull, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 static enum loom_status region_leave(struct loom_gpt *m, float *shard, float *full) {
     struct dims d = dims_of(m);
     if (!d.sp) return tp_allreduce(m, full, d.N * d.C); /* shard == full */
-    return loom_sp_reduce_scatter(m->par, shard, full, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
+    return loom_sp_reduce_scatter(m->base.par, shard, full, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 static enum loom_status region_leave_backward(struct loom_gpt *m, float *dfull, const float *dshard) {
     struct dims d = dims_of(m);
     if (!d.sp) return LOOM_OK;
-    return loom_sp_allgather(m->par, dfull, dshard, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
+    return loom_sp_allgather(m->base.par, dfull, dshard, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 
 static enum loom_status norm_weights_create(struct loom_gpt *m);
 
 /* ---- pointers into the flat buffers ---- */
 static float *ptr_of(struct loom_gpt *m, float *base, const char *name) {
-    const struct loom_param *p = loom_gpt_find_param(m, name);
+    const struct loom_param *p = loom_model_find_param(&m->base, name);
     return (p && p->local) ? base + p->offset : NULL;
 }
 
@@ -142,7 +142,7 @@ static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
  * current matrix-product type (activation_dtype; bf16 with bf16 products on cuda), else fp32.
  * Which arrays take it: see ln_dtype below. */
 static enum loom_dtype act_dtype_now(const struct loom_gpt *m) {
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     return be->ops->activation_dtype ? be->ops->activation_dtype(be) : LOOM_DTYPE_F32;
 }
 
@@ -166,10 +166,10 @@ static enum loom_dtype act_dtype(const struct loom_gpt *m) {
  * (fp32 then). The final norm's output, which the output layer reads, stays fp32. The buffers are
  * sized with act_dtype_now, the ops run with act_dtype. */
 static enum loom_dtype ln_dtype(const struct loom_gpt *m, enum loom_dtype act) {
-    return m->par->sequence_parallel && loom_tp_size(m->par) > 1 ? LOOM_DTYPE_F32 : act;
+    return m->base.par->sequence_parallel && loom_tp_size(m->base.par) > 1 ? LOOM_DTYPE_F32 : act;
 }
 static enum loom_dtype dln_dtype(const struct loom_gpt *m, enum loom_dtype act) {
-    return loom_tp_size(m->par) > 1 ? LOOM_DTYPE_F32 : act;
+    return loom_tp_size(m->base.par) > 1 ? LOOM_DTYPE_F32 : act;
 }
 
 /* ---- activations: two passes over the same layout, first to size, then to carve ---- */
@@ -201,9 +201,9 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
     a->act_elem = elem;
     int64_t nlocal = 0, seen = 0;
     for (int64_t l = 0; l < c->num_layers; l++)
-        nlocal += loom_gpt_layer_is_local(c, m->par, l);
+        nlocal += loom_gpt_layer_is_local(c, m->base.par, l);
     for (int64_t l = 0; l < c->num_layers; l++) {
-        if (!loom_gpt_layer_is_local(c, m->par, l)) continue;
+        if (!loom_gpt_layer_is_local(c, m->base.par, l)) continue;
         struct loom_gpt_layer_acts *la = &a->layers[l];
         /* the last kept_act_layers local layers keep their MLP activation (the rest get the
          * shared one, layout_shared) */
@@ -232,7 +232,7 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
     }
     a->x_out = CF(cv, d.Nr * d.C);
     a->tokens = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
-    if (m->last_stage) {
+    if (m->base.last_stage) {
         a->lnf = CF(cv, d.Nr * d.C);
         a->lnf_full = d.sp ? CF(cv, d.N * d.C) : a->lnf;
         a->lnf_mean = ln ? CF(cv, d.Nr) : NULL;
@@ -259,7 +259,7 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
 
 /* Bytes an element of linear_xent's logits under the backend's current product type */
 static int64_t xent_elem(const struct loom_gpt *m) {
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     const enum loom_dtype dt =
         be->ops->linear_xent_dtype ? be->ops->linear_xent_dtype(be) : LOOM_DTYPE_F32;
     return (int64_t)loom_dtype_size(dt);
@@ -285,12 +285,12 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
     a->dwide = (float *)carve(cv, (size_t)(d.N * max64(d.QKVl, d.F1l)) * elem);
     a->act = carve(cv, (size_t)(d.N * d.Fl) * elem);
     for (int64_t l = 0; l < m->cfg.num_layers; l++)
-        if (loom_gpt_layer_is_local(&m->cfg, m->par, l))
-            for (int s = 0; s < m->nslots; s++)
+        if (loom_gpt_layer_is_local(&m->cfg, m->base.par, l))
+            for (int s = 0; s < m->base.nslots; s++)
                 if (!m->acts[s].layers[l].act) m->acts[s].layers[l].act = a->act;
     a->dwide2 =
         (float *)carve(cv, (size_t)(d.N * max64(d.NHl * d.HS, m->cfg.swiglu ? d.Fl : 0)) * elem);
-    if (m->last_stage && d.tp == 1) { /* for the logits' type now (set before the model) */
+    if (m->base.last_stage && d.tp == 1) { /* for the logits' type now (set before the model) */
         const int64_t elem = xent_elem(m);
         a->xent_bytes = xent_chunk_rows(&d, elem) * d.Vl * elem;
         a->xent_chunk = (float *)carve(cv, (size_t)a->xent_bytes);
@@ -301,7 +301,7 @@ static void layout_shared(struct loom_gpt *m, struct loom_gpt_acts *a, struct ca
  * where they would without them) */
 static void layout_docs(struct loom_gpt *m, struct carver *cv) {
     struct dims d = dims_of(m);
-    for (int s = 0; s < m->nslots; s++) {
+    for (int s = 0; s < m->base.nslots; s++) {
         m->acts[s].doc_start = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
         m->acts[s].doc_positions = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
     }
@@ -311,7 +311,7 @@ float *loom_gpt_layer_input(struct loom_gpt *m, int slot, int64_t l) {
     return m->acts[slot].layers[l].x;
 }
 float *loom_gpt_layer_output(struct loom_gpt *m, int slot, int64_t l) {
-    if (l + 1 < m->cfg.num_layers && loom_gpt_layer_is_local(&m->cfg, m->par, l + 1))
+    if (l + 1 < m->cfg.num_layers && loom_gpt_layer_is_local(&m->cfg, m->base.par, l + 1))
         return m->acts[slot].layers[l + 1].x;
     return m->acts[slot].x_out;
 }
@@ -323,19 +323,24 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
     struct loom_gpt *m = calloc(1, sizeof *m);
     if (!m) return loom_fail(LOOM_ERR_OOM, "out of memory creating the model");
     m->cfg = *cfg;
-    m->par = par;
-    m->be = be;
-    m->B = B;
-    m->nslots = nslots;
-    m->first_stage = loom_pp_rank(par) == 0;
-    m->last_stage = loom_pp_rank(par) == loom_pp_size(par) - 1;
+    m->base.par = par;
+    m->base.be = be;
+    m->base.B = B;
+    m->base.nslots = nslots;
+    m->base.family = &loom_gpt_family;
+    m->base.config = &m->cfg;
+    m->base.num_layers = cfg->num_layers;
+    m->base.vocab_size = cfg->vocab_size;
+    m->base.prepare_reads_all = cfg->layernorm_1p;
+    m->base.first_stage = loom_pp_rank(par) == 0;
+    m->base.last_stage = loom_pp_rank(par) == loom_pp_size(par) - 1;
     LOOM_CHECK(loom_gpt_build_table(m));
     const int64_t grain = 16 * (int64_t)loom_dp_size(par);
-    m->num_alloc = (m->num_local + grain - 1) / grain * grain;
-    size_t pbytes = (size_t)m->num_alloc * sizeof(float);
-    m->param_mem = be->ops->malloc(be, pbytes);
-    m->grad_mem = be->ops->malloc(be, pbytes);
-    if (!m->param_mem || !m->grad_mem)
+    m->base.num_alloc = (m->base.num_local + grain - 1) / grain * grain;
+    size_t pbytes = (size_t)m->base.num_alloc * sizeof(float);
+    m->base.param_mem = be->ops->malloc(be, pbytes);
+    m->base.grad_mem = be->ops->malloc(be, pbytes);
+    if (!m->base.param_mem || !m->base.grad_mem)
         return loom_fail(LOOM_ERR_OOM,
                          "out of memory: %zu MiB of parameters and as much of "
                          "gradients on %s (the model's size: --num-layers, --hidden-size, "
@@ -343,10 +348,10 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
                          "--seq-length); or more "
                          "tensor- or pipeline-parallel ranks)",
                          pbytes >> 20, be->ops->name);
-    be->ops->zero(be, m->param_mem, pbytes);
-    be->ops->zero(be, m->grad_mem, pbytes);
-    set_ptrs(m, m->param_mem, &m->w);
-    set_ptrs(m, m->grad_mem, &m->g);
+    be->ops->zero(be, m->base.param_mem, pbytes);
+    be->ops->zero(be, m->base.grad_mem, pbytes);
+    set_ptrs(m, m->base.param_mem, &m->w);
+    set_ptrs(m, m->base.grad_mem, &m->g);
     LOOM_CHECK(norm_weights_create(m));
 
     m->acts = calloc((size_t)nslots, sizeof *m->acts);
@@ -405,10 +410,10 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
 
 void loom_gpt_free(struct loom_gpt *m) {
     if (!m) return;
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     if (m->acts) {
         if (m->acts[0].mem) be->ops->free(be, m->acts[0].mem);
-        for (int s = 0; s < m->nslots; s++) {
+        for (int s = 0; s < m->base.nslots; s++) {
             free(m->acts[s].layers);
             free(m->acts[s].host_stats);
             free(m->acts[s].host_g);
@@ -419,13 +424,13 @@ void loom_gpt_free(struct loom_gpt *m) {
         }
         free(m->acts);
     }
-    if (m->param_mem) be->ops->free(be, m->param_mem);
-    if (m->grad_mem) be->ops->free(be, m->grad_mem);
+    if (m->base.param_mem) be->ops->free(be, m->base.param_mem);
+    if (m->base.grad_mem) be->ops->free(be, m->base.grad_mem);
     if (m->norm_eff) be->ops->free(be, m->norm_eff);
     free(m->w.layers);
     free(m->g.layers);
     free(m->wn.layers);
-    free(m->params);
+    free(m->base.params);
     free(m);
 }
 
@@ -446,7 +451,7 @@ static enum loom_status norm_weights_create(struct loom_gpt *m) {
         m->wn.layers[l].k_ln_w = m->w.layers[l].k_ln_w;
     }
     if (!m->cfg.layernorm_1p) return LOOM_OK;
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     const size_t n = (size_t)(2 * L + 2) * (size_t)C + (size_t)(2 * L) * (size_t)HS;
     m->norm_eff = be->ops->malloc(be, n * sizeof(float));
     float *ones = malloc((size_t)C * sizeof(float));
@@ -478,19 +483,19 @@ void loom_gpt_norm_weights(struct loom_gpt *m) {
     const float *ones = m->norm_eff + (2 * L + 1) * C; /* C >= HS of them */
     for (int64_t l = 0; l < L; l++) {
         const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];
-        if (w->ln1_w) loom_op(m->be, add, wn->ln1_w, w->ln1_w, ones, C);
-        if (w->ln2_w) loom_op(m->be, add, wn->ln2_w, w->ln2_w, ones, C);
-        if (w->q_ln_w) loom_op(m->be, add, wn->q_ln_w, w->q_ln_w, ones, HS);
-        if (w->k_ln_w) loom_op(m->be, add, wn->k_ln_w, w->k_ln_w, ones, HS);
+        if (w->ln1_w) loom_op(m->base.be, add, wn->ln1_w, w->ln1_w, ones, C);
+        if (w->ln2_w) loom_op(m->base.be, add, wn->ln2_w, w->ln2_w, ones, C);
+        if (w->q_ln_w) loom_op(m->base.be, add, wn->q_ln_w, w->q_ln_w, ones, HS);
+        if (w->k_ln_w) loom_op(m->base.be, add, wn->k_ln_w, w->k_ln_w, ones, HS);
     }
-    if (m->w.lnf_w) loom_op(m->be, add, m->wn.lnf_w, m->w.lnf_w, ones, C);
+    if (m->w.lnf_w) loom_op(m->base.be, add, m->wn.lnf_w, m->w.lnf_w, ones, C);
 }
 
 /* ---- pieces ---- */
 /* The model's norm over N rows of the hidden size */
 static void norm_forward(struct loom_gpt *m, void *out, enum loom_dtype out_dt, float *mean,
                          float *rstd, const float *x, const float *w, const float *b, int64_t N) {
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     const int64_t C = m->cfg.hidden;
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
         loom_op(be, layernorm_forward, out, out_dt, mean, rstd, x, w, b, N, C,
@@ -511,7 +516,7 @@ void loom_gpt_qk_norm_forward(struct loom_gpt *m, int64_t l, void *qkv, enum loo
                               int64_t NKVl) {
     const int rms = m->cfg.norm != LOOM_NORM_LAYERNORM;
     const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];
-    loom_op(m->be, head_norm_forward, rms, qkv, dt, keep, rms ? NULL : mean, rstd, wn->q_ln_w,
+    loom_op(m->base.be, head_norm_forward, rms, qkv, dt, keep, rms ? NULL : mean, rstd, wn->q_ln_w,
             w->q_ln_b, wn->k_ln_w, w->k_ln_b, N, NHl, NKVl, loom_gpt_head_size(&m->cfg),
             (float)m->cfg.norm_eps);
 }
@@ -521,7 +526,7 @@ void loom_gpt_qk_norm_forward(struct loom_gpt *m, int64_t l, void *qkv, enum loo
 static void qk_norm_backward(struct loom_gpt *m, struct loom_gpt_acts *a, int64_t l, void *dqkv,
                              enum loom_dtype dt) {
     struct dims d = dims_of(m);
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     const struct loom_gpt_layer_acts *la = &a->layers[l];
     const struct loom_gpt_layer_ptrs *g = &m->g.layers[l], *wn = &m->wn.layers[l];
     const int rms = m->cfg.norm != LOOM_NORM_LAYERNORM;
@@ -541,7 +546,7 @@ static void norm_backward(struct loom_gpt *m, struct loom_gpt_acts *a, float *dw
                           const void *dout, enum loom_dtype dout_dt, const float *x, const float *w,
                           const float *mean, const float *rstd, int64_t N, int next_ok,
                           float *next_b) {
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     const int64_t C = m->cfg.hidden;
     a->dres16 = next_ok ? (void *)a->dc : NULL;
     float *dsum = next_ok ? next_b : NULL;
@@ -597,7 +602,7 @@ static enum loom_status row_parallel_forward(struct loom_gpt *m, float *out, con
                                              const float *b, int64_t K) {
     struct dims d = dims_of(m);
     float *full = d.sp ? m->acts[0].full : out;
-    loom_op(m->be, linear_forward_typed, full, LOOM_DTYPE_F32, inp, inp_dt, w,
+    loom_op(m->base.be, linear_forward_typed, full, LOOM_DTYPE_F32, inp, inp_dt, w,
             d.tpr == 0 ? b : NULL, d.N, K, d.C);
     return region_leave(m, out, full);
 }
@@ -614,13 +619,13 @@ static enum loom_status branch_forward(struct loom_gpt *m, float *out, const voi
                                        int64_t K) {
     struct dims d = dims_of(m);
     if (act != LOOM_DTYPE_F32 && d.tp == 1 && !d.sp && dr->p <= 0) {
-        loom_op(m->be, linear_forward_typed, m->acts[0].full, act, inp, inp_dt, w, b, d.N, K, d.C);
+        loom_op(m->base.be, linear_forward_typed, m->acts[0].full, act, inp, inp_dt, w, b, d.N, K, d.C);
         *r = m->acts[0].full;
         *r_dt = act;
         return LOOM_OK;
     }
     LOOM_CHECK(row_parallel_forward(m, out, inp, inp_dt, w, b, K));
-    if (dr->p > 0) loom_op(m->be, dropout_forward, out, out, d.B, d.Tl, d.C, dr);
+    if (dr->p > 0) loom_op(m->base.be, dropout_forward, out, out, d.B, d.Tl, d.C, dr);
     *r = out;
     *r_dt = LOOM_DTYPE_F32;
     return LOOM_OK;
@@ -629,7 +634,7 @@ static enum loom_status branch_forward(struct loom_gpt *m, float *out, const voi
 enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int32_t *tokens,
                                         const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     struct loom_gpt_acts *a = &m->acts[slot];
     float *x0 = a->layers[0].x;
     float *full = d.sp ? a->full : x0;
@@ -648,7 +653,7 @@ enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int3
 static void residual_norm_forward(struct loom_gpt *m, float *xs, void *out, enum loom_dtype out_dt,
                                   float *mean, float *rstd, const float *x, const void *r,
                                   enum loom_dtype r_dt, const float *w, const float *b, int64_t N) {
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
         loom_op(be, residual_layernorm_forward, xs, out, out_dt, mean, rstd, x, r, r_dt, w, b, N,
                 m->cfg.hidden, (float)m->cfg.norm_eps);
@@ -663,8 +668,8 @@ static void residual_norm_forward(struct loom_gpt *m, float *xs, void *out, enum
  * add; layer l + 1 finds it made. */
 static int feeds_local_layer(const struct loom_gpt *m, int64_t l) {
     const struct loom_gpt_config *c = &m->cfg;
-    return l >= 0 && l + 1 < c->num_layers && loom_gpt_layer_is_local(c, m->par, l) &&
-           loom_gpt_layer_is_local(c, m->par, l + 1);
+    return l >= 0 && l + 1 < c->num_layers && loom_gpt_layer_is_local(c, m->base.par, l) &&
+           loom_gpt_layer_is_local(c, m->base.par, l + 1);
 }
 
 /* Both residual adds are fused with the norm that follows them: the one after attention with
@@ -683,7 +688,7 @@ static int feeds_local_layer(const struct loom_gpt *m, int64_t l) {
 enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                         const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     const struct loom_gpt_config *c = &m->cfg;
     struct loom_gpt_acts *a = &m->acts[slot];
     struct loom_gpt_layer_acts *la = &a->layers[l];
@@ -763,7 +768,7 @@ static enum loom_status head_forward_fused(struct loom_gpt *m, int slot, const i
                                            const struct loom_step_ctx *ctx, double *loss_sum,
                                            int64_t *count) {
     struct dims d = dims_of(m);
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     struct loom_gpt_acts *a = &m->acts[slot];
     const int64_t rows = xent_rows_now(m, &d);
     const int grad = ctx->training;
@@ -791,7 +796,7 @@ enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32
                                        const struct loom_step_ctx *ctx, double *loss_sum,
                                        int64_t *count) {
     struct dims d = dims_of(m);
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     struct loom_gpt_acts *a = &m->acts[slot];
     float *x = a->x_out;
     norm_forward(m, a->lnf, LOOM_DTYPE_F32, a->lnf_mean, a->lnf_rstd, x, m->wn.lnf_w, m->w.lnf_b,
@@ -811,7 +816,7 @@ enum loom_status loom_gpt_head_forward(struct loom_gpt *m, int slot, const int32
     float *mx = malloc((size_t)d.N * 3 * sizeof(float));
     if (!mx) return loom_fail(LOOM_ERR_OOM, "out of memory in the loss");
     for (int64_t n = 0; n < d.N; n++) mx[n] = hs[3 * n];
-    struct loom_comm *g = m->par->group[LOOM_PDIM_TP];
+    struct loom_comm *g = m->base.par->group[LOOM_PDIM_TP];
     LOOM_CHECK(loom_comm_allreduce(g, mx, d.N, LOOM_DTYPE_F32, LOOM_REDOP_MAX));
     float *se = mx + d.N, *tl = mx + 2 * d.N;
     for (int64_t n = 0; n < d.N; n++) {
@@ -859,7 +864,7 @@ static int dres16_for(const struct loom_gpt *m, const struct loom_step_ctx *ctx,
 enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
                                         const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     struct loom_gpt_acts *a = &m->acts[slot];
     if (d.tp == 1) {
         /* the head forward made d(lnf) already (head_forward_fused) */
@@ -867,7 +872,7 @@ enum loom_status loom_gpt_head_backward(struct loom_gpt *m, int slot,
         a->dlnf_ready = 0;
         be->ops->zero(be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
         const int64_t last = m->cfg.num_layers - 1; /* its fc2 reads dres next, when local */
-        const int next_ok = loom_gpt_layer_is_local(&m->cfg, m->par, last) &&
+        const int next_ok = loom_gpt_layer_is_local(&m->cfg, m->base.par, last) &&
                             dres16_for(m, ctx, last, LOOM_DROP_MLP_OUT);
         norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, a->dlnf, LOOM_DTYPE_F32, a->x_out, m->wn.lnf_w,
                       a->lnf_mean, a->lnf_rstd, d.Nr, next_ok,
@@ -895,7 +900,7 @@ static enum loom_status branch_output_grad(struct loom_gpt *m, struct loom_gpt_a
     float *dy = a->dres;
     struct loom_dropout dr = hidden_dropout(m, ctx, layer, site);
     if (dr.p > 0) {
-        loom_op(m->be, dropout_backward, a->dc, a->dres, d.B, d.Tl, d.C, &dr);
+        loom_op(m->base.be, dropout_backward, a->dc, a->dres, d.B, d.Tl, d.C, &dr);
         dy = a->dc;
     }
     if (d.sp) {
@@ -928,7 +933,7 @@ static enum loom_status next_output_grad(struct loom_gpt *m, struct loom_gpt_act
 enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l,
                                          const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     const struct loom_gpt_config *c = &m->cfg;
     struct loom_gpt_acts *a = &m->acts[slot];
     struct loom_gpt_layer_acts *la = &a->layers[l];
@@ -999,7 +1004,7 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
 enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot,
                                          const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     struct loom_gpt_acts *a = &m->acts[slot];
     float *dx;
     LOOM_CHECK(branch_output_grad(m, a, ctx, -1, LOOM_DROP_EMBED, &dx));
@@ -1026,7 +1031,7 @@ enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_
             if (tokens[b * d.T + t] == ctx->doc_eod) s = t + 1;
         }
     }
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     if (ctx->reset_attention_mask) {
         be->ops->to_device(be, a->doc_start, start, (size_t)d.N * sizeof(int32_t));
         a->doc_mask = a->doc_start;
@@ -1041,7 +1046,7 @@ enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_
 enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
                                   const int32_t *targets, const struct loom_step_ctx *ctx,
                                   double *loss_sum, int64_t *count) {
-    LOOM_ASSERT(loom_pp_size(m->par) == 1);
+    LOOM_ASSERT(loom_pp_size(m->base.par) == 1);
     loom_gpt_norm_weights(m);
     LOOM_CHECK(loom_gpt_micro_begin(m, 0, tokens, ctx));
     LOOM_CHECK(loom_gpt_embed_forward(m, 0, tokens, ctx));
@@ -1050,29 +1055,11 @@ enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
 }
 
 enum loom_status loom_gpt_backward(struct loom_gpt *m, const struct loom_step_ctx *ctx) {
-    LOOM_ASSERT(loom_pp_size(m->par) == 1);
+    LOOM_ASSERT(loom_pp_size(m->base.par) == 1);
     LOOM_CHECK(loom_gpt_head_backward(m, 0, ctx));
     for (int64_t l = m->cfg.num_layers - 1; l >= 0; l--)
         LOOM_CHECK(loom_gpt_layer_backward(m, 0, l, ctx));
     return loom_gpt_embed_backward(m, 0, ctx);
-}
-
-enum loom_status loom_gpt_sync_replicated_grads(struct loom_gpt *m, int64_t layer) {
-    struct dims d = dims_of(m);
-    if (d.tp == 1) return LOOM_OK;
-    /* under sequence parallelism the norm weights see only this rank's sequence shard; the query
-     * and key norms (qk_layernorm) see only this rank's heads, with or without it: sum their
-     * gradients over TP (the row-parallel biases and position embeddings already see the
-     * gathered gradient) */
-    for (int i = 0; i < m->nparams; i++) {
-        const struct loom_param *p = &m->params[i];
-        if (!p->local || p->layer != layer) continue;
-        const int qk = strstr(p->name, "self_attention.q_layernorm.") ||
-                       strstr(p->name, "self_attention.k_layernorm.");
-        if (!qk && !(d.sp && strstr(p->name, "layernorm"))) continue;
-        LOOM_CHECK(tp_allreduce(m, m->grad_mem + p->offset, p->local_shape[0] * p->local_shape[1]));
-    }
-    return LOOM_OK;
 }
 
 int64_t loom_gpt_residual_rows(const struct loom_gpt *m) { return dims_of(m).Nr; }

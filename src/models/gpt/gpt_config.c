@@ -1,7 +1,7 @@
 /* GPT configuration: defaults, validation against the layout, vocabulary padding. */
 #include <string.h>
 
-#include "loom/model.h"
+#include "loom/gpt.h"
 
 void loom_gpt_config_default(struct loom_gpt_config *c) {
     memset(c, 0, sizeof *c);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/gpt_internal.h"
+#include "models/gpt/gpt_internal.h"
 
 struct loom_gpt_decoder {
     struct loom_gpt *m;
@@ -19,7 +19,7 @@ struct loom_gpt_decoder {
 enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct loom_gpt *m,
                                          int64_t max_len) {
     const struct loom_gpt_config *c = &m->cfg;
-    if (loom_tp_size(m->par) != 1 || loom_pp_size(m->par) != 1)
+    if (loom_tp_size(m->base.par) != 1 || loom_pp_size(m->base.par) != 1)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "generation runs on one rank (TP = PP = 1)");
     if (c->posemb == LOOM_POSEMB_LEARNED && max_len > c->max_positions)
         return loom_fail(LOOM_ERR_INVALID_ARG, "prompt + --max-new-tokens = %lld exceeds the "
@@ -40,7 +40,7 @@ enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct l
     size_t total = 64 + 2 * (size_t)L * loom_arena_round((size_t)cache * sizeof(float));
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
         total += loom_arena_round(floats[i] * sizeof(float));
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     d->mem = be->ops->malloc(be, total);
     d->kcache = calloc((size_t)L, sizeof(float *));
     d->vcache = calloc((size_t)L, sizeof(float *));
@@ -65,7 +65,7 @@ enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct l
 
 void loom_gpt_decoder_free(struct loom_gpt_decoder *d) {
     if (!d) return;
-    if (d->mem) d->m->be->ops->free(d->m->be, d->mem);
+    if (d->mem) d->m->base.be->ops->free(d->m->base.be, d->mem);
     free(d->kcache);
     free(d->vcache);
     free(d);
@@ -75,7 +75,7 @@ int64_t loom_gpt_decoder_position(const struct loom_gpt_decoder *d) { return d->
 
 static void norm(struct loom_gpt *m, float *out, const float *x, const float *w, const float *b,
                  float *scratch) {
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     /* mean/rstd of the single row go to scratch (two floats) */
     if (m->cfg.norm == LOOM_NORM_LAYERNORM)
         loom_op(be, layernorm_forward, out, LOOM_DTYPE_F32, scratch, scratch + 1, x, w, b, 1,
@@ -87,7 +87,7 @@ static void norm(struct loom_gpt *m, float *out, const float *x, const float *w,
 
 enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token, float *logits) {
     struct loom_gpt *m = d->m;
-    struct loom_backend *be = m->be;
+    struct loom_backend *be = m->base.be;
     const struct loom_gpt_config *c = &m->cfg;
     if (d->pos >= d->max_len)
         return loom_fail(LOOM_ERR_INVALID_ARG, "generation exceeded %lld positions", (long long)d->max_len);

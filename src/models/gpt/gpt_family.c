@@ -1,0 +1,131 @@
+/* The GPT family's operations (struct loom_family): how the pipeline executor and the trainer
+ * reach a GPT/Llama-style decoder. One layer input/output tensor crosses a stage, a micro-batch is
+ * its tokens and next-token labels, and its one loss is the language model's. */
+#include "models/gpt/gpt_internal.h"
+
+static struct loom_gpt *G(struct loom_model *m) { return loom_gpt_of(m); }
+
+static enum loom_status gpt_create(struct loom_model **out, const void *config,
+                                   struct loom_parallel *par, struct loom_backend *be, int64_t B,
+                                   int nslots) {
+    struct loom_gpt *g = NULL;
+    LOOM_CHECK(loom_gpt_create(&g, config, par, be, B, nslots));
+    *out = &g->base;
+    return LOOM_OK;
+}
+
+static void gpt_free(struct loom_model *m) { loom_gpt_free(G(m)); }
+
+static enum loom_status gpt_init_weights(struct loom_model *m, uint64_t seed) {
+    return loom_gpt_init_weights(G(m), seed);
+}
+
+static void gpt_chunk_layers(const struct loom_model *m, int stage, int chunk, int64_t *l0,
+                             int64_t *l1) {
+    const struct loom_parallel *par = m->par;
+    loom_gpt_chunk_layers((const struct loom_gpt_config *)m->config, loom_pp_size(par),
+                          par->vpp > 0 ? par->vpp : 1, stage, chunk, l0, l1);
+}
+
+static void gpt_prepare(struct loom_model *m) { loom_gpt_norm_weights(G(m)); }
+
+static enum loom_status gpt_micro_begin(struct loom_model *m, int slot,
+                                        const struct loom_micro *mb,
+                                        const struct loom_step_ctx *ctx) {
+    return loom_gpt_micro_begin(G(m), slot, mb->tokens, ctx);
+}
+
+static enum loom_status gpt_first_forward(struct loom_model *m, int slot,
+                                          const struct loom_micro *mb,
+                                          const struct loom_step_ctx *ctx) {
+    return loom_gpt_embed_forward(G(m), slot, mb->tokens, ctx);
+}
+
+static enum loom_status gpt_layer_forward(struct loom_model *m, int slot, int64_t l,
+                                          const struct loom_step_ctx *ctx) {
+    return loom_gpt_layer_forward(G(m), slot, l, ctx);
+}
+
+/* The language-model loss of the micro-batch: its token losses over the labels >= 0. Under
+ * per_micro_mean a token's dloss is ctx->dloss over the micro-batch's tokens that carry a loss
+ * (0 for a wholly masked micro-batch). */
+static enum loom_status gpt_last_forward(struct loom_model *m, int slot,
+                                         const struct loom_micro *mb,
+                                         const struct loom_step_ctx *ctx,
+                                         struct loom_losses *losses) {
+    struct loom_step_ctx mc = *ctx;
+    if (ctx->per_micro_mean) {
+        int64_t valid = 0;
+        for (int64_t i = 0; i < mb->B * mb->T; i++) valid += mb->labels[i] >= 0;
+        mc.dloss = valid > 0 ? (float)((double)ctx->dloss / (double)valid) : 0.0f;
+    }
+    double sum = 0.0;
+    int64_t count = 0;
+    LOOM_CHECK(loom_gpt_head_forward(G(m), slot, mb->labels, &mc, &sum, &count));
+    losses->sum[0] += sum;
+    losses->count[0] += (double)count;
+    return LOOM_OK;
+}
+
+static enum loom_status gpt_last_backward(struct loom_model *m, int slot,
+                                          const struct loom_micro *mb,
+                                          const struct loom_step_ctx *ctx) {
+    (void)mb;
+    return loom_gpt_head_backward(G(m), slot, ctx);
+}
+
+static enum loom_status gpt_layer_backward(struct loom_model *m, int slot, int64_t l,
+                                           const struct loom_step_ctx *ctx) {
+    return loom_gpt_layer_backward(G(m), slot, l, ctx);
+}
+
+static enum loom_status gpt_first_backward(struct loom_model *m, int slot,
+                                           const struct loom_step_ctx *ctx) {
+    return loom_gpt_embed_backward(G(m), slot, ctx);
+}
+
+/* One tensor crosses: the residual stream [rows, hidden] (the sequence shard under sequence
+ * parallelism), forward into the next layer's input, backward through the shared residual
+ * gradient. */
+static int gpt_boundary(struct loom_model *m, int slot, int64_t l, enum loom_boundary_side side,
+                        struct loom_stage_tensor *t) {
+    struct loom_gpt *g = G(m);
+    t->count = loom_gpt_residual_rows(g) * g->cfg.hidden;
+    switch (side) {
+    case LOOM_RECV_ACT: t->name = "hidden"; t->data = loom_gpt_layer_input(g, slot, l); break;
+    case LOOM_SEND_ACT: t->name = "hidden"; t->data = loom_gpt_layer_output(g, slot, l - 1); break;
+    default: t->name = "hidden grad"; t->data = loom_gpt_dres(g); break;
+    }
+    return 1;
+}
+
+/* 6 N per token for the products (N the parameters) and 12 L NH HS T for attention's scores and
+ * mixing, forward and backward (Megatron-LM's count with causal masking ignored) */
+static double gpt_flops_per_sample(const struct loom_model *m) {
+    const struct loom_gpt_config *c = m->config;
+    const double T = (double)c->seq_length;
+    const double per_token = 6.0 * (double)loom_gpt_num_params(c) +
+                             12.0 * (double)c->num_layers * (double)c->heads *
+                                 (double)loom_gpt_head_size(c) * T;
+    return per_token * T;
+}
+
+const struct loom_family loom_gpt_family = {
+    .name = "gpt",
+    .num_losses = 1,
+    .loss_names = {"lm loss"},
+    .create = gpt_create,
+    .free = gpt_free,
+    .init_weights = gpt_init_weights,
+    .chunk_layers = gpt_chunk_layers,
+    .prepare = gpt_prepare,
+    .micro_begin = gpt_micro_begin,
+    .first_forward = gpt_first_forward,
+    .layer_forward = gpt_layer_forward,
+    .last_forward = gpt_last_forward,
+    .last_backward = gpt_last_backward,
+    .layer_backward = gpt_layer_backward,
+    .first_backward = gpt_first_backward,
+    .boundary = gpt_boundary,
+    .flops_per_sample = gpt_flops_per_sample,
+};

@@ -1,0 +1,79 @@
+/* What every model family shares: the parameter table's index map and look-up, the tensor-
+ * parallel sums the roles ask for, and which stage owns a parameter. */
+#include <string.h>
+
+#include "loom/comm.h"
+#include "loom/model.h"
+
+int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_size, int64_t i) {
+    if (p->tp_dim < 0 || tp_size == 1) return i;
+    if (p->ndim == 1) {
+        int64_t per = p->shape[0] / p->tp_chunks, lper = per / tp_size;
+        int64_t c = i / lper, w = i % lper;
+        return c * per + (int64_t)tp_rank * lper + w;
+    }
+    int64_t lcols = p->local_shape[1];
+    int64_t r = i / lcols, col = i % lcols;
+    if (p->tp_dim == 0) {
+        int64_t per = p->shape[0] / p->tp_chunks, lper = per / tp_size;
+        int64_t c = r / lper, w = r % lper;
+        int64_t gr = c * per + (int64_t)tp_rank * lper + w;
+        return gr * p->shape[1] + col;
+    }
+    int64_t per = p->shape[1] / p->tp_chunks, lper = per / tp_size;
+    int64_t c = col / lper, w = col % lper;
+    int64_t gc = c * per + (int64_t)tp_rank * lper + w;
+    return r * p->shape[1] + gc;
+}
+
+/* Every family loom has; a new family is one more entry (its declaration in its header). */
+extern const struct loom_family loom_gpt_family;
+static const struct loom_family *const families[] = {&loom_gpt_family};
+
+const struct loom_family *loom_family_find(const char *name) {
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strcmp(families[i]->name, name) == 0) return families[i];
+    return NULL;
+}
+
+const struct loom_param *loom_model_find_param(const struct loom_model *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+void loom_model_free(struct loom_model *m) {
+    if (m) m->family->free(m);
+}
+
+int64_t loom_model_num_params(const struct loom_model *m) {
+    int64_t n = 0;
+    for (int i = 0; i < m->nparams; i++) n += m->params[i].shape[0] * m->params[i].shape[1];
+    return n;
+}
+
+enum loom_status loom_model_sync_tp_partial(struct loom_model *m, int64_t unit) {
+    struct loom_comm *tp = m->par->group[LOOM_PDIM_TP];
+    if (!tp || loom_comm_size(tp) == 1) return LOOM_OK;
+    for (int i = 0; i < m->nparams; i++) {
+        const struct loom_param *p = &m->params[i];
+        if (!p->local || p->layer != unit || !(p->roles & LOOM_ROLE_TP_PARTIAL)) continue;
+        LOOM_CHECK(loom_comm_allreduce(tp, m->grad_mem + p->offset,
+                                       p->local_shape[0] * p->local_shape[1], LOOM_DTYPE_F32,
+                                       LOOM_REDOP_SUM));
+    }
+    return LOOM_OK;
+}
+
+int loom_model_param_stage(const struct loom_model *m, const struct loom_param *p) {
+    const int pp = loom_pp_size(m->par), vpp = m->par->vpp > 0 ? m->par->vpp : 1;
+    if (p->layer == LOOM_UNIT_FIRST) return 0;
+    if (p->layer == LOOM_UNIT_LAST) return pp - 1;
+    for (int chunk = 0; chunk < vpp; chunk++)
+        for (int s = 0; s < pp; s++) {
+            int64_t l0, l1;
+            m->family->chunk_layers(m, s, chunk, &l0, &l1);
+            if (p->layer >= l0 && p->layer < l1) return s;
+        }
+    return -1;
+}
