@@ -15,7 +15,7 @@
  *    (the token and its "##" pieces) masked; the count equals the stats' and is within the budget;
  *  - determinism: the same samples from a second dataset opened with the same seed, most
  *    samples different with seed + 1, and sample k the same when read first, in reverse order,
- *    or after all others;
+ *    after all others, or by 2 threads at once;
  * and over all N: the masked share of non-special tokens, the [MASK] / random / kept split, the
  * n-gram mix drawn (6:3:2), the swap rate, each against the tolerances of the test (within 0.5
  * point of 15%, 2 points of 80/10/10, 2 points of 6/11, 3/11, 2/11, 0.02 of 0.5).
@@ -267,6 +267,26 @@ int main(int argc, char **argv) {
         EXPECTF(mismatch == 0, "%lld samples differ for the same seed", (long long)mismatch);
         EXPECTF(differ >= M * 9 / 10, "only %lld of %lld samples differ with another seed",
                 (long long)differ, (long long)M);
+        /* read by 2 threads at once, in interleaved order, into their own samples */
+        int64_t thread_mismatch = 0;
+#pragma omp parallel num_threads(2) reduction(+ : thread_mismatch)
+        {
+            struct loom_bert_sample a = {0}, b2 = {0};
+            if (loom_bert_sample_alloc(&a, T) == LOOM_OK && loom_bert_sample_alloc(&b2, T) == LOOM_OK) {
+#pragma omp for schedule(static, 1)
+                for (int64_t k = 0; k < M; k++) {
+                    if (loom_bert_dataset_get(ds, k, &a) != LOOM_OK ||
+                        loom_bert_dataset_get(same, k, &b2) != LOOM_OK || !same_sample(&a, &b2))
+                        thread_mismatch++;
+                }
+            } else {
+                thread_mismatch++;
+            }
+            loom_bert_sample_free(&a);
+            loom_bert_sample_free(&b2);
+        }
+        EXPECTF(thread_mismatch == 0, "%lld samples differ when read by 2 threads",
+                (long long)thread_mismatch);
         struct loom_bert_dataset *fresh = NULL;
         EXPECT_OK(loom_bert_dataset_open(&fresh, &cfg));
         if (fresh) {
