@@ -207,6 +207,26 @@ enum loom_status loom_gpt_dataset_locate(const struct loom_gpt_dataset *ds, int6
 typedef enum loom_status (*loom_encode_fn)(const void *ctx, const char *text, size_t len,
                                            int32_t **ids, size_t *n, size_t *cap);
 
+/* Sentences of one text (loom_split_sentences). Sentence i is the NUL-free bytes
+ * text[i ? end[i-1] : 0, end[i]); text[len] is a NUL. Zero-initialise before the first use; the
+ * buffers are reused by later calls and released by loom_sentences_free. */
+struct loom_sentences {
+    char *text;
+    size_t len, cap_text;
+    size_t *end;
+    size_t n, cap_end;
+};
+
+/* Split text[0, len) into sentences by loom's documented rule (src/data/sentence_split.c: a
+ * sentence ends at '.', '!' or '?' runs, optionally followed by closing quotes or brackets, then
+ * whitespace, except after a listed abbreviation or a single capital initial; a blank line also
+ * ends one; empty sentences are dropped). keep_newlines keeps the line breaks inside a sentence
+ * and those right after it (--keep-newlines); otherwise a whitespace run with a line break
+ * becomes one space. Replaces out's previous contents. Errors: LOOM_ERR_OOM only. */
+enum loom_status loom_split_sentences(const char *text, size_t len, int keep_newlines,
+                                      struct loom_sentences *out);
+void loom_sentences_free(struct loom_sentences *s);
+
 struct loom_preprocess_config {
     const char *input;              /* JSON lines file */
     const char *const *json_keys;   /* keys to extract; one output dataset per key */
@@ -217,6 +237,10 @@ struct loom_preprocess_config {
     int64_t vocab_size;             /* picks the dtype (loom_idx_dtype_for_vocab) */
     int32_t eod;                    /* appended to each non-empty document with append_eod */
     int append_eod;
+    int split_sentences;            /* --split-sentences: each text split by
+                                     * loom_split_sentences, one sequence per sentence, outputs
+                                     * named PREFIX_{key}_sentence.bin/.idx (Megatron's names) */
+    int keep_newlines;              /* --keep-newlines (with split_sentences) */
     int workers;                    /* threads tokenizing in parallel (>= 1) */
     int64_t log_interval;           /* progress line every N documents; 0 = quiet */
 };
@@ -229,7 +253,9 @@ struct loom_preprocess_stats {
 };
 
 /* Each JSON line is an object; its value under each key is a string (one sequence) or a list of
- * strings (one sequence per non-empty string, as Megatron's pre-split sentences). Whitespace-only
+ * strings (one sequence per non-empty string, as Megatron's pre-split sentences); with
+ * split_sentences every string is split further, one sequence per sentence, and the document
+ * index counts the sentences of each line's document. Whitespace-only
  * lines are skipped. Output is identical for any worker count. A malformed line (bad JSON,
  * invalid UTF-8, missing key, wrong type) is a one-line error naming the input file and line
  * number, and no output file is created or changed. */

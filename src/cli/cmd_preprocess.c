@@ -52,9 +52,12 @@ int loom_cmd_preprocess(int argc, char **argv) {
         {"--dataset-impl", LOOM_FLAG_CHOICE, &dataset_impl,
          "output format (older Megatron flag; only mmap exists)", "mmap", 0},
         {"--split-sentences", LOOM_FLAG_BOOL, &split_sentences,
-         "not supported (Megatron uses NLTK punkt for it)", NULL, 0},
+         "one sequence per sentence (loom's rule: ends at . ! ? then whitespace, not after "
+         "listed abbreviations or initials, and at blank lines); outputs "
+         "PREFIX_{key}_sentence.bin/.idx, the document index counting sentences", NULL, 0},
         {"--keep-newlines", LOOM_FLAG_BOOL, &keep_newlines,
-         "only meaningful with --split-sentences (accepted, no effect)", NULL, 0},
+         "with --split-sentences: keep line breaks inside and right after each sentence "
+         "(otherwise a run of whitespace with a line break becomes one space)", NULL, 0},
     };
     const int nflags = (int)(sizeof flags / sizeof flags[0]);
     int help = 0;
@@ -63,8 +66,9 @@ int loom_cmd_preprocess(int argc, char **argv) {
         loom_flags_print_help(
             "usage: loom preprocess --input FILE.jsonl --output-prefix PREFIX --tokenizer-type "
             "TYPE --vocab-file FILE [--merge-file FILE] [--json-keys text ...] [--append-eod] "
-            "[--workers N]\n\nTokenizes JSON lines into Megatron indexed datasets "
-            "PREFIX_{key}_document.bin/.idx (one document per line).",
+            "[--workers N] [--split-sentences [--keep-newlines]]\n\nTokenizes JSON lines into "
+            "Megatron indexed datasets PREFIX_{key}_document.bin/.idx (one document per line; "
+            "PREFIX_{key}_sentence.bin/.idx with --split-sentences).",
             flags, nflags);
         return 0;
     }
@@ -91,11 +95,9 @@ int loom_cmd_preprocess(int argc, char **argv) {
                   "GPT2BPETokenizer (merges.txt)");
         return fail();
     }
-    if (split_sentences) {
-        loom_fail(LOOM_ERR_UNSUPPORTED, "--split-sentences: not supported; preprocess without it "
-                  "(one sequence per document), or give each line's text as a list of sentences");
-        return fail();
-    }
+    if (keep_newlines && !split_sentences) /* Megatron takes it silently there too */
+        loom_log_info("loom: note: flags with no effect: --keep-newlines (without "
+                      "--split-sentences each text is kept whole, newlines included)");
     if (workers < 1 || workers > 1024) {
         loom_fail(LOOM_ERR_INVALID_ARG, "--workers: %lld; must be between 1 and 1024",
                   (long long)workers);
@@ -134,6 +136,8 @@ int loom_cmd_preprocess(int argc, char **argv) {
         .vocab_size = loom_tokenizer_vocab_size(tok),
         .eod = loom_tokenizer_eod(tok),
         .append_eod = append_eod,
+        .split_sentences = split_sentences,
+        .keep_newlines = keep_newlines,
         .workers = (int)workers,
         .log_interval = log_interval,
     };
@@ -144,8 +148,8 @@ int loom_cmd_preprocess(int argc, char **argv) {
     }
     enum loom_idx_dtype dt = loom_idx_dtype_for_vocab(cfg.vocab_size);
     for (int k = 0; k < nkeys; k++)
-        loom_log_info("wrote %s_%s_document.bin/.idx (dtype %s)", output_prefix, keys[k],
-                      loom_idx_dtype_name(dt));
+        loom_log_info("wrote %s_%s_%s.bin/.idx (dtype %s)", output_prefix, keys[k],
+                      split_sentences ? "sentence" : "document", loom_idx_dtype_name(dt));
     loom_log_info("%lld documents, %lld tokens, %.1f MB of input in %.2f s with %d worker%s",
                   (long long)st.documents, (long long)st.tokens, (double)st.bytes / 1e6,
                   st.seconds, (int)workers, workers == 1 ? "" : "s");

@@ -1,11 +1,15 @@
 /* JSON lines -> Megatron indexed datasets (the library part of `loom preprocess`).
  *
- * As Megatron's tools/preprocess_data.py (without --split-sentences): each line is a JSON object;
+ * As Megatron's tools/preprocess_data.py: each line is a JSON object;
  * for every --json-keys key its text is tokenized, the ids form one sequence, and the sequence
  * makes one document of PREFIX_{key}_document.bin/.idx. Also as Megatron: a value may be a list
  * of strings (pre-split sentences: one sequence each), empty texts give no sequence but still a
  * document entry, and --append-eod appends the end-of-document id to the last sequence of each
  * non-empty document. dtype: u16 when the vocabulary is below 65500, else i32.
+ * With --split-sentences each text is cut into sentences by loom_split_sentences (loom's own
+ * deterministic rule, sentence_split.c, where Megatron runs NLTK's punkt), each sentence is one
+ * sequence, the line's sentences make its document, and the outputs are named
+ * PREFIX_{key}_sentence.bin/.idx, as Megatron names them.
  *
  * Parallelism: the main thread reads a batch of lines; the workers (OpenMP threads) parse and
  * tokenize the lines of the batch in any order, each into its own slot; the main thread then
@@ -118,19 +122,34 @@ static int push_len(struct key_out *ko, int64_t len) {
     return 1;
 }
 
-/* Tokenize one sentence into `ko` as a new sequence (nothing when it gives no ids). */
-static enum loom_status encode_sentence(const struct loom_preprocess_config *cfg,
-                                        struct key_out *ko, const json_t *str) {
+/* Tokenize text[0, len) into `ko` as a new sequence (nothing when it gives no ids). */
+static enum loom_status encode_text(const struct loom_preprocess_config *cfg, struct key_out *ko,
+                                    const char *text, size_t len) {
     size_t before = ko->n;
-    LOOM_CHECK(cfg->encode(cfg->encode_ctx, json_string_value(str), json_string_length(str),
-                           &ko->ids, &ko->n, &ko->cap));
+    LOOM_CHECK(cfg->encode(cfg->encode_ctx, text, len, &ko->ids, &ko->n, &ko->cap));
     if (ko->n > before && !push_len(ko, (int64_t)(ko->n - before)))
         return loom_fail(LOOM_ERR_OOM, "out of memory");
     return LOOM_OK;
 }
 
+/* One JSON string: one sequence, or with --split-sentences one per sentence (`sent` is the
+ * calling worker's scratch). */
+static enum loom_status encode_sentence(const struct loom_preprocess_config *cfg,
+                                        struct key_out *ko, const json_t *str,
+                                        struct loom_sentences *sent) {
+    if (!cfg->split_sentences)
+        return encode_text(cfg, ko, json_string_value(str), json_string_length(str));
+    LOOM_CHECK(loom_split_sentences(json_string_value(str), json_string_length(str),
+                                    cfg->keep_newlines, sent));
+    for (size_t i = 0; i < sent->n; i++) {
+        size_t b = i ? sent->end[i - 1] : 0;
+        LOOM_CHECK(encode_text(cfg, ko, sent->text + b, sent->end[i] - b));
+    }
+    return LOOM_OK;
+}
+
 static void process_line(const struct loom_preprocess_config *cfg, const char *buf,
-                         struct slot *sl) {
+                         struct slot *sl, struct loom_sentences *sent) {
     const char *line = buf + sl->off;
     sl->status = LOOM_OK;
     for (int k = 0; k < cfg->num_keys; k++) {
@@ -167,7 +186,7 @@ static void process_line(const struct loom_preprocess_config *cfg, const char *b
             break;
         }
         if (json_is_string(v)) {
-            s = encode_sentence(cfg, ko, v);
+            s = encode_sentence(cfg, ko, v, sent);
         } else if (json_is_array(v)) {
             size_t i;
             json_t *e;
@@ -177,7 +196,7 @@ static void process_line(const struct loom_preprocess_config *cfg, const char *b
                               "%s, expected a string", key, i, json_type_name(e));
                     break;
                 }
-                if ((s = encode_sentence(cfg, ko, e)) != LOOM_OK) break;
+                if ((s = encode_sentence(cfg, ko, e, sent)) != LOOM_OK) break;
             }
             if (sl->status != LOOM_OK) break;
         } else {
@@ -224,11 +243,11 @@ static void slots_free(struct slot *slots, int nkeys) {
     free(slots);
 }
 
-/* Megatron's output name: PREFIX_{key}_document. */
-static char *output_name(const char *prefix, const char *key) {
+/* Megatron's output name: PREFIX_{key}_document, or PREFIX_{key}_sentence when split. */
+static char *output_name(const char *prefix, const char *key, int split_sentences) {
     size_t n = strlen(prefix) + strlen(key) + 16;
     char *s = malloc(n);
-    if (s) snprintf(s, n, "%s_%s_document", prefix, key);
+    if (s) snprintf(s, n, "%s_%s_%s", prefix, key, split_sentences ? "sentence" : "document");
     return s;
 }
 
@@ -270,7 +289,7 @@ enum loom_status loom_preprocess_jsonl(const struct loom_preprocess_config *cfg,
             goto done;
         }
     for (int k = 0; k < cfg->num_keys; k++) {
-        char *name = output_name(cfg->output_prefix, cfg->json_keys[k]);
+        char *name = output_name(cfg->output_prefix, cfg->json_keys[k], cfg->split_sentences);
         if (!name) {
             s = loom_fail(LOOM_ERR_OOM, "out of memory");
             goto done;
@@ -328,10 +347,17 @@ enum loom_status loom_preprocess_jsonl(const struct loom_preprocess_config *cfg,
 
         /* tokenize in parallel */
         if (cfg->workers == 1) {
-            for (int i = 0; i < n; i++) process_line(cfg, buf, &slots[i]);
+            struct loom_sentences sent = {0};
+            for (int i = 0; i < n; i++) process_line(cfg, buf, &slots[i], &sent);
+            loom_sentences_free(&sent);
         } else {
-#pragma omp parallel for num_threads(cfg->workers) schedule(dynamic, 1)
-            for (int i = 0; i < n; i++) process_line(cfg, buf, &slots[i]);
+#pragma omp parallel num_threads(cfg->workers)
+            {
+                struct loom_sentences sent = {0};
+#pragma omp for schedule(dynamic, 1)
+                for (int i = 0; i < n; i++) process_line(cfg, buf, &slots[i], &sent);
+                loom_sentences_free(&sent);
+            }
         }
 
         /* append in input order */
