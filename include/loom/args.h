@@ -21,6 +21,9 @@ enum loom_flag_type {
     LOOM_FLAG_BOOL,   /* int *, takes no value, sets 1 */
     LOOM_FLAG_LIST,   /* const char **, takes every following value up to the next --flag,
                          joined with single spaces (for --data-path W1 P1 W2 P2) */
+    LOOM_FLAG_CLEAR,  /* int *, takes no value, sets 0 (a negative switch such as
+                         --disable-bias-linear; --help shows it on when the int is 0) */
+    LOOM_FLAG_ENUM,   /* int *, value must be one of `choices` ("a|b|c"): sets its index */
 };
 
 struct loom_flag {
@@ -28,7 +31,7 @@ struct loom_flag {
     enum loom_flag_type type;
     void *ptr;
     const char *help;
-    const char *choices; /* LOOM_FLAG_CHOICE only */
+    const char *choices; /* LOOM_FLAG_CHOICE and LOOM_FLAG_ENUM only */
     int given;           /* set by loom_flags_parse */
 };
 

@@ -42,6 +42,15 @@ enum loom_status loom_ckpt_prune(const char *root, int64_t every, int64_t latest
  * meta.json). */
 enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,
                                      struct loom_train_state *st, int *has_optim);
+/* The same for a model of any family: fam must be the checkpoint's family (else an error naming
+ * both); cfg is fam's configuration struct. */
+struct loom_family_config_desc;
+enum loom_status loom_ckpt_read_config(const char *root, const struct loom_family_config_desc *fam,
+                                       void *cfg, struct loom_train_state *st, int *has_optim);
+/* The model family of the checkpoint under ROOT: meta.json's "family", or for checkpoints from
+ * before it was recorded the family whose "format" it names (gpt when none). */
+enum loom_status loom_ckpt_read_family(const char *root,
+                                       const struct loom_family_config_desc **fam);
 /* The checkpoint directory ROOT names: ROOT itself when it holds meta.json, else the iteration
  * that ROOT/latest_checkpointed_iteration.txt points at. */
 enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap);
@@ -53,7 +62,11 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_model *m, struct l
  * it like weights. Collective over the world. */
 enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_model *m, const float *buf);
 
-/* meta.json for a model (st may be NULL: a converted checkpoint with no training state). */
+/* meta.json for a model of family fam, cfg its configuration (st may be NULL: a converted
+ * checkpoint with no training state); loom_ckpt_write_config_json: a GPT model's. */
+enum loom_status loom_ckpt_write_meta(const char *path, const struct loom_family_config_desc *fam,
+                                      const void *cfg, const struct loom_train_state *st,
+                                      int64_t optim_step);
 enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom_gpt_config *c,
                                              const struct loom_train_state *st, int64_t optim_step);
 

@@ -59,6 +59,17 @@ struct loom_gpt_config {
     int untie;               /* separate output layer */
     double hidden_dropout, attention_dropout;
     double init_std;
+    /* Flags that give settings above without being one of their own (rows of GPT's settings
+     * table, src/models/gpt/gpt_settings.c, whose from_flags hook turns them into the settings):
+     * what `loom train` was given; not kept in checkpoints. */
+    struct loom_gpt_flag_inputs {
+        int gqa;                    /* --group-query-attention (query_groups counts only with it) */
+        int64_t encoder_seq;        /* --encoder-seq-length (0: not given) */
+        int use_rope, no_posemb;    /* --use-rotary-position-embeddings, --no-position-embedding */
+        int openai_gelu, no_gelu_fusion; /* the GELU's form by Megatron-LM's rule */
+        int rope_scaling;           /* --use-rope-scaling */
+        double rope_scaling_factor; /* --rope-scaling-factor */
+    } in;
     /* memory, not architecture: local layers (the last ones of the stage) that keep the MLP's
      * activation for the backward instead of remaking it from the pre-activation
      * (--kept-activation-layers; 0: remade in every layer) */
@@ -69,7 +80,8 @@ struct loom_gpt_config {
     int64_t first_stage_layers, last_stage_layers;
 };
 
-/* Fill GPT-2-like defaults (12 layers, 768 hidden, ...). */
+/* Fill GPT-2-like defaults (12 layers, 768 hidden, ...): the settings table's defaults
+ * (src/models/gpt/gpt_settings.c) and a vocabulary of 50257. */
 void loom_gpt_config_default(struct loom_gpt_config *c);
 /* Check the configuration against itself and the layout; derive padded_vocab. Errors name the
  * flag and what is valid (LOOM_ERR_INVALID_ARG). */

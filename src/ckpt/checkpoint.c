@@ -24,6 +24,8 @@
 #include "loom/fileio.h"
 #include "loom/safetensors.h"
 #include "loom/gpt.h"
+#include "loom/settings.h"
+#include "models/gpt/gpt_settings.h"
 
 #define LATEST_FILE "latest_checkpointed_iteration.txt"
 #define FORMAT_VERSION 1
@@ -60,54 +62,14 @@ static enum loom_status gather_full(struct loom_model *m, const struct loom_para
     return LOOM_OK;
 }
 
-static char *config_json(const struct loom_gpt_config *c, const struct loom_train_state *st,
-                         int64_t optim_step) {
+static char *config_json(const struct loom_family_config_desc *fam, const void *cfg,
+                         const struct loom_train_state *st, int64_t optim_step) {
     json_t *o = json_object();
-    json_object_set_new(o, "format", json_string("loom-gpt"));
+    json_object_set_new(o, "format", json_string(fam->ckpt_format));
+    json_object_set_new(o, "family", json_string(fam->name));
     json_object_set_new(o, "format_version", json_integer(FORMAT_VERSION));
     json_t *mc = json_object();
-    json_object_set_new(mc, "num_layers", json_integer(c->num_layers));
-    json_object_set_new(mc, "hidden_size", json_integer(c->hidden));
-    json_object_set_new(mc, "num_attention_heads", json_integer(c->heads));
-    json_object_set_new(mc, "num_query_groups", json_integer(c->query_groups));
-    json_object_set_new(mc, "kv_channels", json_integer(loom_gpt_head_size(c)));
-    json_object_set_new(mc, "ffn_hidden_size", json_integer(c->ffn_hidden));
-    json_object_set_new(mc, "seq_length", json_integer(c->seq_length));
-    json_object_set_new(mc, "max_position_embeddings", json_integer(c->max_positions));
-    json_object_set_new(mc, "vocab_size", json_integer(c->vocab_size));
-    json_object_set_new(mc, "padded_vocab_size", json_integer(c->padded_vocab));
-    json_object_set_new(mc, "make_vocab_size_divisible_by", json_integer(c->divisible_by));
-    json_object_set_new(mc, "normalization",
-                        json_string(c->norm == LOOM_NORM_RMSNORM ? "RMSNorm" : "LayerNorm"));
-    json_object_set_new(mc, "norm_epsilon", json_real(c->norm_eps));
-    json_object_set_new(mc, "swiglu", json_boolean(c->swiglu));
-    if (c->layernorm_1p) json_object_set_new(mc, "apply_layernorm_1p", json_true());
-    if (c->qk_layernorm) json_object_set_new(mc, "qk_layernorm", json_true());
-    json_object_set_new(mc, "gelu", json_string(c->gelu == LOOM_GELU_ERF ? "erf" : "tanh"));
-    json_object_set_new(mc, "position_embedding_type",
-                        json_string(c->posemb == LOOM_POSEMB_ROPE   ? "rope"
-                                    : c->posemb == LOOM_POSEMB_NONE ? "none"
-                                                                    : "learned_absolute"));
-    json_object_set_new(mc, "rotary_base", json_real(c->rope_theta));
-    json_object_set_new(mc, "rotary_percent", json_real(c->rotary_percent));
-    if (c->rope_interpolation > 0)
-        json_object_set_new(mc, "rotary_seq_len_interpolation_factor",
-                            json_real(c->rope_interpolation));
-    if (c->rope_factor > 0) { /* Llama 3.1's scaling, under Hugging Face's names */
-        json_t *rs = json_object();
-        json_object_set_new(rs, "factor", json_real(c->rope_factor));
-        json_object_set_new(rs, "low_freq_factor", json_real(c->rope_low_freq_factor));
-        json_object_set_new(rs, "high_freq_factor", json_real(c->rope_high_freq_factor));
-        json_object_set_new(rs, "original_max_position_embeddings",
-                            json_real(c->rope_original_max_positions));
-        json_object_set_new(mc, "rope_scaling", rs);
-    }
-    json_object_set_new(mc, "add_bias_linear", json_boolean(c->bias));
-    json_object_set_new(mc, "add_qkv_bias", json_boolean(c->qkv_bias));
-    json_object_set_new(mc, "untie_embeddings_and_output_weights", json_boolean(c->untie));
-    json_object_set_new(mc, "hidden_dropout", json_real(c->hidden_dropout));
-    json_object_set_new(mc, "attention_dropout", json_real(c->attention_dropout));
-    json_object_set_new(mc, "init_method_std", json_real(c->init_std));
+    loom_settings_meta_write(fam, cfg, mc);
     json_object_set_new(o, "model", mc);
     if (st) {
         json_object_set_new(o, "iteration", json_integer(st->iteration));
@@ -152,13 +114,19 @@ static char *config_json(const struct loom_gpt_config *c, const struct loom_trai
     return s;
 }
 
-enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom_gpt_config *c,
-                                             const struct loom_train_state *st, int64_t optim_step) {
-    char *s = config_json(c, st, optim_step);
+enum loom_status loom_ckpt_write_meta(const char *path, const struct loom_family_config_desc *fam,
+                                      const void *cfg, const struct loom_train_state *st,
+                                      int64_t optim_step) {
+    char *s = config_json(fam, cfg, st, optim_step);
     if (!s) return loom_fail(LOOM_ERR_OOM, "out of memory writing %s", path);
     enum loom_status r = loom_atomic_write_file(path, s, strlen(s));
     free(s);
     return r;
+}
+
+enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom_gpt_config *c,
+                                             const struct loom_train_state *st, int64_t optim_step) {
+    return loom_ckpt_write_meta(path, &loom_gpt_config_desc, c, st, optim_step);
 }
 
 static enum loom_status add_param_tensors(struct loom_model *m, struct loom_safetensors_writer *w,
@@ -333,95 +301,36 @@ static enum loom_status get_samples(json_t *o, const char *key, const char *file
         return loom_fail(LOOM_ERR_FORMAT, "%s: \"lr_schedule\" \"%s\" must be >= 0", file, key);
     return LOOM_OK;
 }
-static enum loom_status get_bool(json_t *o, const char *key, const char *file, int *out) {
-    json_t *v = json_object_get(o, key);
-    if (!json_is_boolean(v))
-        return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" missing or not a boolean", file, key);
-    *out = json_is_true(v);
+/* The model family of a meta.json: its "family", or for checkpoints from before it was recorded
+ * the family whose format "format" names (absent, or one loom does not know: gpt, which was all
+ * such checkpoints held) */
+static enum loom_status meta_family(json_t *o, const char *file,
+                                    const struct loom_family_config_desc **fam) {
+    json_t *f = json_object_get(o, "family");
+    if (f) {
+        const char *name = json_string_value(f);
+        if (!(*fam = loom_family_config_find(name)))
+            return loom_fail(LOOM_ERR_FORMAT, "%s: \"family\" %s%s%s is not a model family loom knows "
+                             "(%s)", file, name ? "\"" : "", name ? name : "(not a string)",
+                             name ? "\"" : "", loom_family_config_names());
+        return LOOM_OK;
+    }
+    *fam = loom_family_config_by_format(json_string_value(json_object_get(o, "format")));
+    if (!*fam) *fam = &loom_gpt_config_desc;
     return LOOM_OK;
 }
-/* A number recorded only since it exists: absent (every older checkpoint), *out keeps its
- * default */
-static enum loom_status get_num_since(json_t *o, const char *key, const char *file, double *out) {
-    return json_object_get(o, key) ? get_num(o, key, file, out) : LOOM_OK;
-}
-/* A setting recorded only since it exists: absent (every older checkpoint), off */
-static enum loom_status get_switch(json_t *o, const char *key, const char *file, int *out) {
-    *out = 0;
-    return json_object_get(o, key) ? get_bool(o, key, file, out) : LOOM_OK;
-}
 
-static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_config *c,
+static enum loom_status parse_meta(json_t *o, const char *file,
+                                   const struct loom_family_config_desc *want, void *cfg,
                                    struct loom_train_state *st, int64_t *optim_step) {
+    const struct loom_family_config_desc *fam;
+    LOOM_CHECK(meta_family(o, file, &fam));
+    if (fam != want)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "%s: a %s model's checkpoint, not a %s model's", file,
+                         fam->name, want->name);
     json_t *mc = json_object_get(o, "model");
     if (!json_is_object(mc)) return loom_fail(LOOM_ERR_FORMAT, "%s: no \"model\" object", file);
-    loom_gpt_config_default(c);
-    LOOM_CHECK(get_int(mc, "num_layers", file, &c->num_layers));
-    LOOM_CHECK(get_int(mc, "hidden_size", file, &c->hidden));
-    LOOM_CHECK(get_int(mc, "num_attention_heads", file, &c->heads));
-    if (c->heads < 1)
-        return loom_fail(LOOM_ERR_FORMAT, "%s: \"num_attention_heads\" must be positive (got %lld)",
-                         file, (long long)c->heads);
-    LOOM_CHECK(get_int(mc, "num_query_groups", file, &c->query_groups));
-    /* the head size (--kv-channels); absent (every older checkpoint): hidden / heads */
-    c->head_size = 0;
-    if (json_object_get(mc, "kv_channels")) {
-        LOOM_CHECK(get_int(mc, "kv_channels", file, &c->head_size));
-        if (c->head_size < 1)
-            return loom_fail(LOOM_ERR_FORMAT, "%s: \"kv_channels\" must be positive (got %lld)",
-                             file, (long long)c->head_size);
-    }
-    LOOM_CHECK(get_int(mc, "ffn_hidden_size", file, &c->ffn_hidden));
-    LOOM_CHECK(get_int(mc, "seq_length", file, &c->seq_length));
-    LOOM_CHECK(get_int(mc, "max_position_embeddings", file, &c->max_positions));
-    LOOM_CHECK(get_int(mc, "vocab_size", file, &c->vocab_size));
-    LOOM_CHECK(get_int(mc, "make_vocab_size_divisible_by", file, &c->divisible_by));
-    LOOM_CHECK(get_num(mc, "norm_epsilon", file, &c->norm_eps));
-    LOOM_CHECK(get_num(mc, "rotary_base", file, &c->rope_theta));
-    /* partial rotary and Llama 3.1's scaling; absent (older checkpoints): all values rotate, at
-     * the frequencies unscaled. Checked with the rest of the configuration when it is used. */
-    LOOM_CHECK(get_num_since(mc, "rotary_percent", file, &c->rotary_percent));
-    LOOM_CHECK(
-        get_num_since(mc, "rotary_seq_len_interpolation_factor", file, &c->rope_interpolation));
-    json_t *rs = json_object_get(mc, "rope_scaling");
-    if (rs) {
-        if (!json_is_object(rs))
-            return loom_fail(LOOM_ERR_FORMAT, "%s: \"rope_scaling\" must be an object", file);
-        LOOM_CHECK(get_num(rs, "factor", file, &c->rope_factor));
-        LOOM_CHECK(get_num(rs, "low_freq_factor", file, &c->rope_low_freq_factor));
-        LOOM_CHECK(get_num(rs, "high_freq_factor", file, &c->rope_high_freq_factor));
-        LOOM_CHECK(
-            get_num(rs, "original_max_position_embeddings", file, &c->rope_original_max_positions));
-        if (!(c->rope_factor > 0))
-            return loom_fail(LOOM_ERR_FORMAT, "%s: \"rope_scaling\" \"factor\" must be positive",
-                             file);
-    }
-    LOOM_CHECK(get_bool(mc, "swiglu", file, &c->swiglu));
-    /* zero-centred norm weights, query-key normalisation */
-    LOOM_CHECK(get_switch(mc, "apply_layernorm_1p", file, &c->layernorm_1p));
-    LOOM_CHECK(get_switch(mc, "qk_layernorm", file, &c->qk_layernorm));
-    LOOM_CHECK(get_bool(mc, "add_bias_linear", file, &c->bias));
-    LOOM_CHECK(get_switch(mc, "add_qkv_bias", file, &c->qkv_bias)); /* --add-qkv-bias */
-    LOOM_CHECK(get_bool(mc, "untie_embeddings_and_output_weights", file, &c->untie));
-    LOOM_CHECK(get_num(mc, "hidden_dropout", file, &c->hidden_dropout));
-    LOOM_CHECK(get_num(mc, "attention_dropout", file, &c->attention_dropout));
-    LOOM_CHECK(get_num(mc, "init_method_std", file, &c->init_std));
-    const char *norm = json_string_value(json_object_get(mc, "normalization"));
-    const char *pos = json_string_value(json_object_get(mc, "position_embedding_type"));
-    if (!norm || (strcmp(norm, "LayerNorm") && strcmp(norm, "RMSNorm")))
-        return loom_fail(LOOM_ERR_FORMAT, "%s: \"normalization\" must be LayerNorm or RMSNorm", file);
-    if (!pos || (strcmp(pos, "learned_absolute") && strcmp(pos, "rope") && strcmp(pos, "none")))
-        return loom_fail(LOOM_ERR_FORMAT, "%s: bad \"position_embedding_type\"", file);
-    c->norm = strcmp(norm, "RMSNorm") == 0 ? LOOM_NORM_RMSNORM : LOOM_NORM_LAYERNORM;
-    c->posemb = strcmp(pos, "rope") == 0   ? LOOM_POSEMB_ROPE
-                : strcmp(pos, "none") == 0 ? LOOM_POSEMB_NONE
-                                           : LOOM_POSEMB_LEARNED;
-    /* "gelu": the GELU's form; checkpoints from before it was recorded are all tanh */
-    json_t *gelu = json_object_get(mc, "gelu");
-    const char *gf = json_string_value(gelu);
-    if (gelu && (!gf || (strcmp(gf, "tanh") && strcmp(gf, "erf"))))
-        return loom_fail(LOOM_ERR_FORMAT, "%s: \"gelu\" must be \"tanh\" or \"erf\"", file);
-    c->gelu = gf && !strcmp(gf, "erf") ? LOOM_GELU_ERF : LOOM_GELU_TANH;
+    LOOM_CHECK(loom_settings_meta_read(fam, mc, file, cfg));
     memset(st, 0, sizeof *st);
     *optim_step = 0;
     int64_t v = 0;
@@ -436,7 +345,7 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     LOOM_CHECK(get_count(o, "scheduler_samples", file, &st->scheduler_samples));
     LOOM_CHECK(get_count(o, "loss_scale_growth_tracker", file, &st->growth_tracker));
     LOOM_CHECK(get_count(o, "loss_scale_hysteresis_tracker", file, &st->hysteresis_tracker));
-    double ls;
+    double ls = 0;
     if (get_num(o, "loss_scale", file, &ls) == LOOM_OK) st->loss_scale = ls;
     loom_clear_error();
     json_t *lr = json_object_get(o, "lr_schedule");
@@ -475,29 +384,52 @@ static enum loom_status parse_meta(json_t *o, const char *file, struct loom_gpt_
     return LOOM_OK;
 }
 
-static enum loom_status read_meta_dir(const char *dir, struct loom_gpt_config *cfg,
-                                      struct loom_train_state *st, int64_t *optim_step) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/meta.json", dir);
+/* meta.json of the checkpoint directory dir, parsed (with o_out: kept, for the caller to free) */
+static enum loom_status load_meta_json(const char *dir, json_t **o_out, char *path, size_t cap) {
+    snprintf(path, cap, "%s/meta.json", dir);
     json_error_t err;
-    json_t *o = json_load_file(path, 0, &err);
-    if (!o)
+    *o_out = json_load_file(path, 0, &err);
+    if (!*o_out)
         return loom_fail(LOOM_ERR_FORMAT, "%s: cannot read checkpoint metadata (%s, line %d)", path,
                          err.text, err.line);
-    enum loom_status s = parse_meta(o, path, cfg, st, optim_step);
+    return LOOM_OK;
+}
+
+static enum loom_status read_meta_dir(const char *dir, const struct loom_family_config_desc *fam,
+                                      void *cfg, struct loom_train_state *st, int64_t *optim_step) {
+    char path[4200];
+    json_t *o;
+    LOOM_CHECK(load_meta_json(dir, &o, path, sizeof path));
+    enum loom_status s = parse_meta(o, path, fam, cfg, st, optim_step);
     json_decref(o);
     return s;
 }
 
-enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,
-                                     struct loom_train_state *st, int *has_optim) {
+enum loom_status loom_ckpt_read_config(const char *root, const struct loom_family_config_desc *fam,
+                                       void *cfg, struct loom_train_state *st, int *has_optim) {
     char dir[4096], path[4200];
     LOOM_CHECK(loom_ckpt_resolve(root, dir, sizeof dir));
     int64_t step;
-    LOOM_CHECK(read_meta_dir(dir, cfg, st, &step));
+    LOOM_CHECK(read_meta_dir(dir, fam, cfg, st, &step));
     snprintf(path, sizeof path, "%s/optim.safetensors", dir);
     *has_optim = loom_file_exists(path);
     return LOOM_OK;
+}
+
+enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,
+                                     struct loom_train_state *st, int *has_optim) {
+    return loom_ckpt_read_config(root, &loom_gpt_config_desc, cfg, st, has_optim);
+}
+
+enum loom_status loom_ckpt_read_family(const char *root,
+                                       const struct loom_family_config_desc **fam) {
+    char dir[4096], path[4200];
+    LOOM_CHECK(loom_ckpt_resolve(root, dir, sizeof dir));
+    json_t *o;
+    LOOM_CHECK(load_meta_json(dir, &o, path, sizeof path));
+    enum loom_status s = meta_family(o, path, fam);
+    json_decref(o);
+    return s;
 }
 
 /* Rows of `p` in the checkpoint `st`. A parameter of LOOM_ROLE_VOCAB_ROWS (the word embedding,
@@ -556,7 +488,7 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_model *m, struct l
     struct loom_gpt_config saved;
     struct loom_train_state st;
     int64_t step;
-    LOOM_CHECK(read_meta_dir(dir, &saved, &st, &step));
+    LOOM_CHECK(read_meta_dir(dir, &loom_gpt_config_desc, &saved, &st, &step));
     const struct loom_gpt_config *cfg = m->config;
     if (saved.vocab_size != cfg->vocab_size || saved.hidden != cfg->hidden ||
         saved.num_layers != cfg->num_layers ||

@@ -18,7 +18,9 @@
 #include "loom/convert.h"
 #include "loom/fileio.h"
 #include "loom/safetensors.h"
+#include "loom/settings.h"
 #include "models/gpt/gpt_internal.h"
+#include "models/gpt/gpt_settings.h"
 
 enum arch { ARCH_GPT2, ARCH_LLAMA };
 
@@ -268,11 +270,7 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
     if (type && !strcmp(type, "gpt2")) {
         *arch = ARCH_GPT2;
         int64_t inner = 0;
-        if ((s = json_int(o, "n_layer", &c->num_layers, -1, path)) ||
-            (s = json_int(o, "n_embd", &c->hidden, -1, path)) ||
-            (s = json_int(o, "n_head", &c->heads, -1, path)) ||
-            (s = json_int(o, "n_positions", &c->max_positions, 1024, path)) ||
-            (s = json_int(o, "vocab_size", &c->vocab_size, -1, path)) ||
+        if ((s = loom_settings_hf_read(&loom_gpt_config_desc, LOOM_GPT_HF_GPT2, o, path, c)) ||
             (s = json_int(o, "n_inner", &inner, 0, path)))
             goto out;
         c->ffn_hidden = inner ? inner : 4 * c->hidden;
@@ -289,7 +287,6 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
             goto out;
         }
         c->seq_length = c->max_positions;
-        c->norm_eps = json_num(o, "layer_norm_epsilon", 1e-5);
         const char *act = json_string_value(json_object_get(o, "activation_function"));
         /* the tanh GELU (HF's default for GPT-2), or the exact one ("gelu") */
         if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh") &&
@@ -301,9 +298,6 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
             goto out;
         }
         c->gelu = act && !strcmp(act, "gelu") ? LOOM_GELU_ERF : LOOM_GELU_TANH;
-        c->hidden_dropout = json_num(o, "resid_pdrop", 0.0);
-        c->attention_dropout = json_num(o, "attn_pdrop", 0.0);
-        c->init_std = json_num(o, "initializer_range", 0.02);
         c->untie = !json_flag(o, "tie_word_embeddings", 1);
         if (c->untie) {
             s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: untied GPT-2 is not supported", path);
@@ -315,13 +309,8 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
         const int qwen3 = !strcmp(type, "qwen3"), qwen2 = !strcmp(type, "qwen2");
         c->qk_layernorm = qwen3; /* q_norm, k_norm */
         c->qkv_bias = qwen2;     /* q_proj, k_proj and v_proj with biases */
-        if ((s = json_int(o, "num_hidden_layers", &c->num_layers, -1, path)) ||
-            (s = json_int(o, "hidden_size", &c->hidden, -1, path)) ||
-            (s = json_int(o, "num_attention_heads", &c->heads, -1, path)) ||
-            (s = json_int(o, "num_key_value_heads", &c->query_groups, c->heads, path)) ||
-            (s = json_int(o, "intermediate_size", &c->ffn_hidden, -1, path)) ||
-            (s = json_int(o, "max_position_embeddings", &c->max_positions, 2048, path)) ||
-            (s = json_int(o, "vocab_size", &c->vocab_size, -1, path)))
+        /* num_key_value_heads absent: 0, which is num_attention_heads once finalized */
+        if ((s = loom_settings_hf_read(&loom_gpt_config_desc, LOOM_GPT_HF_LLAMA, o, path, c)))
             goto out;
         /* the head size: head_dim where given (0: hidden_size / num_attention_heads, Llama's
          * default; Qwen3's is 128) */
@@ -349,15 +338,10 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
         }
         c->seq_length = c->max_positions;
         c->norm = LOOM_NORM_RMSNORM;
-        c->norm_eps = json_num(o, "rms_norm_eps", 1e-6);
         c->swiglu = 1;
         c->posemb = LOOM_POSEMB_ROPE;
-        c->rope_theta = json_num(o, "rope_theta", 10000.0);
         c->bias = 0;
         c->untie = !json_flag(o, "tie_word_embeddings", 0);
-        c->attention_dropout = json_num(o, "attention_dropout", 0.0);
-        c->hidden_dropout = 0.0;
-        c->init_std = json_num(o, "initializer_range", 0.02);
     } else {
         s = loom_fail(LOOM_ERR_UNSUPPORTED,
                       "%s: model_type \"%s\" is not supported (gpt2, llama, qwen2, qwen3)", path,
@@ -427,19 +411,11 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
     if (arch == ARCH_GPT2) {
         json_object_set_new(o, "model_type", json_string("gpt2"));
         json_object_set_new(o, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
-        json_object_set_new(o, "n_layer", json_integer(c->num_layers));
-        json_object_set_new(o, "n_embd", json_integer(c->hidden));
-        json_object_set_new(o, "n_head", json_integer(c->heads));
-        json_object_set_new(o, "n_positions", json_integer(c->max_positions));
         json_object_set_new(o, "n_ctx", json_integer(c->max_positions));
         json_object_set_new(o, "n_inner", c->ffn_hidden == 4 * c->hidden ? json_null() : json_integer(c->ffn_hidden));
-        json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
-        json_object_set_new(o, "layer_norm_epsilon", json_real(c->norm_eps));
         json_object_set_new(o, "activation_function",
                             json_string(c->gelu == LOOM_GELU_ERF ? "gelu" : "gelu_new"));
-        json_object_set_new(o, "resid_pdrop", json_real(c->hidden_dropout));
         json_object_set_new(o, "embd_pdrop", json_real(c->hidden_dropout));
-        json_object_set_new(o, "attn_pdrop", json_real(c->attention_dropout));
         json_object_set_new(o, "tie_word_embeddings", json_true());
     } else {
         /* Llama with q_norm and k_norm: Qwen3; with q/k/v biases: Qwen2 */
@@ -470,24 +446,17 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
         } else {
             json_object_set_new(o, "rope_scaling", json_null());
         }
-        json_object_set_new(o, "num_hidden_layers", json_integer(c->num_layers));
-        json_object_set_new(o, "hidden_size", json_integer(c->hidden));
-        json_object_set_new(o, "num_attention_heads", json_integer(c->heads));
-        json_object_set_new(o, "num_key_value_heads", json_integer(c->query_groups));
         /* the head size where it is not hidden_size / num_attention_heads (--kv-channels) */
         if (loom_gpt_head_size(c) * c->heads != c->hidden)
             json_object_set_new(o, "head_dim", json_integer(loom_gpt_head_size(c)));
-        json_object_set_new(o, "intermediate_size", json_integer(c->ffn_hidden));
-        json_object_set_new(o, "max_position_embeddings", json_integer(c->max_positions));
-        json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
-        json_object_set_new(o, "rms_norm_eps", json_real(c->norm_eps));
-        json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
         json_object_set_new(o, "hidden_act", json_string("silu"));
         json_object_set_new(o, "attention_bias", json_false());
         json_object_set_new(o, "mlp_bias", json_false());
         json_object_set_new(o, "tie_word_embeddings", json_boolean(!c->untie));
     }
-    json_object_set_new(o, "initializer_range", json_real(c->init_std));
+    /* the settings with a plain key (loom_gpt_settings' hf[]) */
+    loom_settings_hf_write(&loom_gpt_config_desc,
+                           arch == ARCH_GPT2 ? LOOM_GPT_HF_GPT2 : LOOM_GPT_HF_LLAMA, c, o);
     json_object_set_new(o, "torch_dtype", json_string("float32"));
     char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(o);

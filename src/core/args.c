@@ -12,17 +12,33 @@ struct loom_flag *loom_flags_find(struct loom_flag *flags, int nflags, const cha
     return NULL;
 }
 
-static int choice_ok(const char *choices, const char *v) {
+/* The index of v among choices ("a|b|c"), or -1 */
+static int choice_index(const char *choices, const char *v) {
     size_t n = strlen(v);
     const char *p = choices;
-    while (*p) {
+    for (int i = 0; *p; i++) {
         const char *e = strchr(p, '|');
         size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && strncmp(p, v, n) == 0) return 1;
+        if (len == n && strncmp(p, v, n) == 0) return i;
         if (!e) break;
         p = e + 1;
     }
-    return 0;
+    return -1;
+}
+
+/* The name of choice i of choices ("a|b|c") into buf ("?" if there is none) */
+static void choice_name(const char *choices, int i, char *buf, size_t cap) {
+    const char *p = choices;
+    for (int k = 0; k < i && p; k++) {
+        p = strchr(p, '|');
+        if (p) p++;
+    }
+    if (!p || i < 0) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    const char *e = strchr(p, '|');
+    snprintf(buf, cap, "%.*s", (int)(e ? (size_t)(e - p) : strlen(p)), p);
 }
 
 static enum loom_status set_value(struct loom_flag *f, const char *v) {
@@ -43,8 +59,16 @@ static enum loom_status set_value(struct loom_flag *f, const char *v) {
         *(double *)f->ptr = x;
         break;
     }
+    case LOOM_FLAG_ENUM: {
+        const int i = choice_index(f->choices, v);
+        if (i < 0)
+            return loom_fail(LOOM_ERR_INVALID_ARG, "%s: '%s' is not one of %s", f->name, v,
+                             f->choices);
+        *(int *)f->ptr = i;
+        break;
+    }
     case LOOM_FLAG_CHOICE:
-        if (!choice_ok(f->choices, v))
+        if (choice_index(f->choices, v) < 0)
             return loom_fail(LOOM_ERR_INVALID_ARG, "%s: '%s' is not one of %s", f->name, v,
                              f->choices);
         *(const char **)f->ptr = v;
@@ -55,6 +79,9 @@ static enum loom_status set_value(struct loom_flag *f, const char *v) {
         break;
     case LOOM_FLAG_BOOL:
         *(int *)f->ptr = 1;
+        break;
+    case LOOM_FLAG_CLEAR:
+        *(int *)f->ptr = 0;
         break;
     }
     return LOOM_OK;
@@ -86,7 +113,7 @@ enum loom_status loom_flags_parse(struct loom_flag *flags, int nflags, int argc,
         struct loom_flag *f = loom_flags_find(flags, nflags, name);
         if (!f) return loom_fail(LOOM_ERR_INVALID_ARG, "unknown flag %s (see --help)", name);
         f->given = 1; /* given again: the last value wins, as with Megatron's argparse */
-        if (f->type == LOOM_FLAG_BOOL) {
+        if (f->type == LOOM_FLAG_BOOL || f->type == LOOM_FLAG_CLEAR) {
             if (inline_val)
                 return loom_fail(LOOM_ERR_INVALID_ARG, "%s takes no value", name);
             LOOM_CHECK(set_value(f, NULL));
@@ -129,15 +156,17 @@ void loom_flags_print_help(const char *usage, const struct loom_flag *flags, int
         case LOOM_FLAG_INT: snprintf(def, sizeof def, "%lld", (long long)*(int64_t *)f->ptr); break;
         case LOOM_FLAG_FLOAT: snprintf(def, sizeof def, "%g", *(double *)f->ptr); break;
         case LOOM_FLAG_BOOL: snprintf(def, sizeof def, "%s", *(int *)f->ptr ? "on" : "off"); break;
+        case LOOM_FLAG_CLEAR: snprintf(def, sizeof def, "%s", *(int *)f->ptr ? "off" : "on"); break;
+        case LOOM_FLAG_ENUM: choice_name(f->choices, *(int *)f->ptr, def, sizeof def); break;
         default: {
             const char *s = *(const char **)f->ptr;
             snprintf(def, sizeof def, "%s", s ? s : "none");
         }
         }
         char head[160];
-        if (f->type == LOOM_FLAG_CHOICE)
+        if (f->type == LOOM_FLAG_CHOICE || f->type == LOOM_FLAG_ENUM)
             snprintf(head, sizeof head, "%s {%s}", f->name, f->choices);
-        else if (f->type == LOOM_FLAG_BOOL)
+        else if (f->type == LOOM_FLAG_BOOL || f->type == LOOM_FLAG_CLEAR)
             snprintf(head, sizeof head, "%s", f->name);
         else
             snprintf(head, sizeof head, "%s %s", f->name,

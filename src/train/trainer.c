@@ -31,6 +31,8 @@
 #include "loom/pipeline.h"
 #include "loom/tb_events.h"
 #include "loom/train.h"
+#include "loom/settings.h"
+#include "models/gpt/gpt_settings.h"
 
 struct trainer {
     struct loom_train_config *cfg;
@@ -1006,16 +1008,8 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                  (long long)c->doc_eod, c->reset_position_ids ? "positions reset" : "",
                  c->reset_position_ids && c->reset_attention_mask ? ", " : "",
                  c->reset_attention_mask ? "attention masked" : "");
-    if (c->model.layernorm_1p) /* --apply-layernorm-1p */
-        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", norms zero-centred (1 + w)");
-    if (c->model.qk_layernorm) /* --qk-layernorm */
-        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", queries and keys normalised");
-    if (c->model.qkv_bias && !c->model.bias) /* --add-qkv-bias */
-        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", qkv bias");
-    if (c->model.posemb == LOOM_POSEMB_ROPE && c->model.rotary_percent != 1) /* --rotary-percent */
-        snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", rotary on %lld of %lld values",
-                 (long long)loom_gpt_rope(&c->model).dims,
-                 (long long)loom_gpt_head_size(&c->model));
+    /* the model's settings that are not their defaults, as the family's table notes them */
+    loom_settings_describe(&loom_gpt_config_desc, &c->model, docs, sizeof docs);
     if (c->model.first_stage_layers || c->model.last_stage_layers) { /* uneven stages */
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", pipeline stages of ");
         for (int s = 0; s < (int)c->pp; s++) {
@@ -1026,14 +1020,6 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         }
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), " layers");
     }
-    if (c->model.rope_interpolation > 0) /* --rotary-seq-len-interpolation-factor */
-        snprintf(docs + strlen(docs), sizeof docs - strlen(docs),
-                 ", rotary positions divided by %g", c->model.rope_interpolation);
-    if (c->model.rope_factor > 0) /* --use-rope-scaling */
-        snprintf(docs + strlen(docs), sizeof docs - strlen(docs),
-                 ", rotary frequencies scaled (Llama 3.1: factor %g, low %g, high %g, context %g)",
-                 c->model.rope_factor, c->model.rope_low_freq_factor,
-                 c->model.rope_high_freq_factor, c->model.rope_original_max_positions);
     /* the head size where it is not hidden / heads (--kv-channels) */
     char head_size[48] = "";
     const int64_t hs = loom_gpt_head_size(&c->model);

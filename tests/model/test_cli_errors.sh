@@ -117,6 +117,10 @@ mkdir -p "$tmp/badgelu/iter_0000001" && echo 1 > "$tmp/badgelu/latest_checkpoint
 "$LOOM" "${T[@]}" --save "$tmp/gck" > /dev/null 2>&1
 sed 's/"gelu": "tanh"/"gelu": "cubic"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
 expect_error "bad gelu in meta.json" "\"gelu\" must be \"tanh\" or \"erf\"" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
+# the model family: --model names one loom knows; a checkpoint's "family" must be one too
+expect_error "unknown model family" "--model: 'bert' is not one of gpt" "$LOOM" "${T[@]}" --model bert
+sed 's/"family": "gpt"/"family": "t5"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
+expect_error "unknown family in meta.json" "\"family\" \"t5\" is not a model family loom knows (gpt)" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
 # the training state's counts and the schedule's values are >= 0: a negative one is refused
 for bad in 's/"consumed_samples": [0-9]*/"consumed_samples": -8/' 's/"iteration": [0-9]*/"iteration": 1.5/' \
     's/"consumed_valid_samples": [0-9]*/"consumed_valid_samples": -1/' 's/"max_lr": [0-9.e-]*/"max_lr": -1/' \
@@ -149,6 +153,13 @@ cp -r "$tmp/ck" "$tmp/ck-old"
 for m in "$tmp"/ck-old/iter_*/meta.json; do grep -v '"kv_channels"' "$m" > "$m.new" && mv "$m.new" "$m"; done
 if grep -q kv_channels "$tmp"/ck/iter_0000002/meta.json && ! grep -q kv_channels "$tmp"/ck-old/iter_0000002/meta.json; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: kv_channels not in meta.json, or not removed"; fi
 expect_error "contradicting head size, older meta" "--kv-channels 12 contradicts the checkpoint $tmp/ck-old (8)" "$LOOM" train --mock-data --train-iters 4 --load "$tmp/ck-old" --kv-channels 12
+# and one from before meta.json recorded the model family ("format": "loom-gpt" alone) loads as
+# gpt, as does one that names it: with --model gpt, and without (the checkpoint's family)
+for m in "$tmp"/ck-old/iter_*/meta.json; do grep -v '"family"' "$m" > "$m.new" && mv "$m.new" "$m"; done
+if grep -q '"family": "gpt"' "$tmp"/ck/iter_0000002/meta.json && ! grep -q '"family"' "$tmp"/ck-old/iter_0000002/meta.json &&
+   "$LOOM" train --mock-data --train-iters 4 --lr-decay-iters 2 --eval-iters 0 --load "$tmp/ck-old" > /dev/null 2>&1 &&
+   "$LOOM" train --mock-data --train-iters 4 --lr-decay-iters 2 --eval-iters 0 --load "$tmp/ck" --model gpt > /dev/null 2>&1; then
+  pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: resuming a checkpoint without \"family\", or with --model gpt"; fi
 # a checkpoint of another head size (12 on hidden 32 with 4 heads): resuming with a contradicting
 # --kv-channels, and a GPT-2-style model's export to Hugging Face (GPT-2 has no head_dim)
 "$LOOM" "${T[@]}" --kv-channels 12 --save "$tmp/hdck" > /dev/null 2>&1

@@ -2,30 +2,11 @@
 #include <string.h>
 
 #include "loom/gpt.h"
+#include "models/gpt/gpt_settings.h"
 
 void loom_gpt_config_default(struct loom_gpt_config *c) {
-    memset(c, 0, sizeof *c);
-    c->num_layers = 12;
-    c->hidden = 768;
-    c->heads = 12;
-    c->query_groups = 0; /* 0 = heads */
-    c->ffn_hidden = 0;   /* 0 = 4*hidden */
-    c->seq_length = 1024;
-    c->max_positions = 0; /* 0 = seq_length */
-    c->vocab_size = 50257;
-    c->divisible_by = 128;
-    c->norm = LOOM_NORM_LAYERNORM;
-    c->norm_eps = 1e-5;
-    c->posemb = LOOM_POSEMB_LEARNED;
-    c->rope_theta = 10000.0;
-    c->rotary_percent = 1.0;
-    c->rope_low_freq_factor = 1.0;
-    c->rope_high_freq_factor = 4.0;
-    c->rope_original_max_positions = 8192;
-    c->bias = 1;
-    c->hidden_dropout = 0.1;
-    c->attention_dropout = 0.1;
-    c->init_std = 0.02;
+    loom_gpt_config_desc.defaults(c);
+    c->vocab_size = 50257; /* the flag's 0 means: from the tokenizer, else this */
 }
 
 #define BAD(...) return loom_fail(LOOM_ERR_INVALID_ARG, __VA_ARGS__)

@@ -1,0 +1,15 @@
+/* GPT's settings table and family description (src/models/gpt_settings.c); see loom/settings.h. */
+#ifndef LOOM_GPT_SETTINGS_H
+#define LOOM_GPT_SETTINGS_H
+
+#include "loom/gpt.h"
+#include "loom/settings.h"
+
+/* Hugging Face dialects of GPT's rows (struct loom_setting's hf[]) */
+enum { LOOM_GPT_HF_GPT2 = 0, LOOM_GPT_HF_LLAMA = 1 };
+
+extern const struct loom_setting loom_gpt_settings[];
+extern const int loom_gpt_num_settings;
+extern const struct loom_family_config_desc loom_gpt_config_desc;
+
+#endif
