@@ -332,7 +332,8 @@ static void run_mask_cases(void) {
     run_mask_case("causal padding", 3, 300, 8, 2, 128, 1, 1550, NULL, pad_ends(3, 300, pad_a, 4));
     {
         int32_t *d = ct_docs(2, 700);
-        run_mask_case("bidirectional documents", 2, 700, 8, 4, 128, 0, 1600, d, doc_ends(2, 700, d));
+        run_mask_case("bidirectional documents", 2, 700, 8, 4, 128, 0, 1600, d,
+                      doc_ends(2, 700, d));
         d = ct_docs(3, 300);
         run_mask_case("bidirectional documents", 3, 300, 8, 2, 64, 0, 1700, d, doc_ends(3, 300, d));
         d = ct_docs(2, 256);

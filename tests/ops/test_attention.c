@@ -381,7 +381,8 @@ static void test_vs_reference_mask(int64_t B, int64_t T, int64_t NH, int64_t NKV
                 changed++;
                 for (int64_t h = 0; h < NKV; h++)
                     for (int64_t d = 0; d < 2 * HS; d++) /* the key and value heads */
-                        qkv2[(b * T + j) * R + col_k(&a, h * (NH / NKV)) + d] = 1e3f * (float)(d + 1);
+                        qkv2[(b * T + j) * R + col_k(&a, h * (NH / NKV)) + d] =
+                            1e3f * (float)(d + 1);
             }
         if (changed) {
             run_fwd_bwd(&a, out2, lse2, dqkv2, qkv2, dout);
@@ -470,8 +471,8 @@ static void test_doc_isolation(int64_t T, int64_t NH, int64_t NKV, int64_t HS, c
            "each as if alone (max diff %.2g)\n",
            expect_failures == f0 ? "ok" : "FAIL", (long long)T, (long long)NH, (long long)NKV,
            (long long)HS, causal ? "causal" : "bidirectional", ndocs, worst);
-    free(kend), free(doc), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(o1), free(l1),
-        free(d1);
+    free(kend), free(doc), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(o1);
+    free(l1), free(d1);
 }
 
 /* A padded batch (key_end = each sample's length): the real rows of every sample (out, lse, dq,
@@ -811,18 +812,26 @@ static int dump_cases(const char *dir) {
         float p;
         int64_t sample0, head0, NH_global, pos0;
         int docs;
+        int ends; /* 1: padding (key_end = the lengths below); 2: each document's end */
     } cases[] = {
-        {2, 37, 4, 4, 16, 1, 0.0f, 0, 0, 4, 0, 0},
-        {2, 70, 4, 2, 16, 0, 0.0f, 0, 0, 4, 3, 0},
-        {2, 70, 4, 1, 16, 1, 0.0f, 0, 0, 4, 0, 0},
-        {1, 130, 6, 2, 64, 1, 0.0f, 0, 0, 6, 17, 0},
-        {2, 45, 4, 2, 32, 1, 0.2f, 3, 2, 8, 0, 0},
-        {1, 64, 2, 1, 16, 0, 0.5f, 0, 0, 2, 0, 0},
+        {2, 37, 4, 4, 16, 1, 0.0f, 0, 0, 4, 0, 0, 0},
+        {2, 70, 4, 2, 16, 0, 0.0f, 0, 0, 4, 3, 0, 0},
+        {2, 70, 4, 1, 16, 1, 0.0f, 0, 0, 4, 0, 0, 0},
+        {1, 130, 6, 2, 64, 1, 0.0f, 0, 0, 6, 17, 0, 0},
+        {2, 45, 4, 2, 32, 1, 0.2f, 3, 2, 8, 0, 0, 0},
+        {1, 64, 2, 1, 16, 0, 0.5f, 0, 0, 2, 0, 0, 0},
         /* documents: the attention mask and rotary positions restarting at each one */
-        {2, 150, 4, 2, 16, 1, 0.0f, 0, 0, 4, 0, 1},
-        {1, 130, 6, 2, 64, 1, 0.2f, 3, 2, 8, 5, 2},
-        {2, 45, 4, 1, 12, 1, 0.0f, 0, 0, 4, 0, 3},
+        {2, 150, 4, 2, 16, 1, 0.0f, 0, 0, 4, 0, 1, 0},
+        {1, 130, 6, 2, 64, 1, 0.2f, 3, 2, 8, 5, 2, 0},
+        {2, 45, 4, 1, 12, 1, 0.0f, 0, 0, 4, 0, 3, 0},
+        /* key ends: a padded bidirectional batch (BERT), causal padding, bidirectional
+         * documents */
+        {4, 70, 4, 2, 16, 0, 0.0f, 0, 0, 4, 0, 0, 1},
+        {4, 70, 4, 2, 16, 0, 0.3f, 1, 0, 4, 0, 0, 1},
+        {4, 70, 2, 1, 64, 1, 0.0f, 0, 0, 2, 0, 0, 1},
+        {2, 150, 4, 2, 16, 0, 0.0f, 0, 0, 4, 0, 1, 2},
     };
+    static const int pad_lens[4] = {70, 1, 33, 64};
     char path[1024];
     snprintf(path, sizeof path, "%s/cases.txt", dir);
     FILE *list = fopen(path, "w");
@@ -852,6 +861,10 @@ static int dump_cases(const char *dir) {
                 pos[bt] = (int32_t)(bt % T) - doc[bt];
             a.doc_start = doc;
         }
+        int32_t *kend = cases[c].ends == 1   ? make_pad(B, T, pad_lens)
+                        : cases[c].ends == 2 ? make_doc_ends(B, T, doc)
+                                             : NULL;
+        a.key_end = kend;
         /* rope, then attention on the rotated qkv; the backward of the pair is attention
          * backward followed by the inverse rotation of dqkv */
         memcpy(qkv, x, (size_t)(B * T * R) * sizeof(float));
@@ -861,17 +874,20 @@ static int dump_cases(const char *dir) {
         loom_op(g_be, rope, dqkv, LOOM_DTYPE_F32, pos, B, T, NH, a.NKV, a.HS, cases[c].pos0, &theta,
                 1);
         fprintf(list,
-                "%d %lld %lld %lld %lld %lld %d %.9g %.9g %llu %llu %lld %lld %lld %lld %.9g %d\n",
+                "%d %lld %lld %lld %lld %lld %d %.9g %.9g %llu %llu %lld %lld %lld %lld %.9g %d %d\n",
                 c, (long long)B, (long long)T, (long long)NH, (long long)a.NKV, (long long)a.HS,
                 a.causal, (double)a.scale, (double)a.dropout_p, (unsigned long long)a.seed,
                 (unsigned long long)a.key, (long long)a.sample0, (long long)a.head0,
-                (long long)a.NH_global, (long long)cases[c].pos0, theta.theta, cases[c].docs != 0);
+                (long long)a.NH_global, (long long)cases[c].pos0, theta.theta, cases[c].docs != 0,
+                kend != NULL);
         int ok = write_f32(dir, "x", c, x, B * T * R) && write_f32(dir, "rope", c, qkv, B * T * R) &&
                  write_f32(dir, "dout", c, dout, B * T * C) &&
                  write_f32(dir, "out", c, out, B * T * C) &&
                  write_f32(dir, "lse", c, lse, B * NH * T) && write_f32(dir, "dx", c, dqkv, B * T * R);
         if (doc) ok = ok && write_raw(dir, "doc", "i32", c, doc, sizeof(int32_t), B * T);
+        if (kend) ok = ok && write_raw(dir, "kend", "i32", c, kend, sizeof(int32_t), B * T);
         free(x), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(doc), free(pos);
+        free(kend);
         if (!ok) return 1;
     }
     return fclose(list) == 0 ? 0 : 1;
@@ -1046,7 +1062,8 @@ int main(int argc, char **argv) {
             test_vs_reference_mask(2, T, 4, 2, 16, 0, 0.0f, 0, de, NULL, " left padding");
             test_vs_reference_mask(2, T, 4, 2, 16, 1, 0.0f, 0, de, NULL, " left padding");
             test_vs_reference_mask(2, T, 2, 1, 12, 0, 0.2f, 0, de, NULL, " left padding");
-            free(pa), free(pb), free(da), free(dc), free(ea), free(ec), free(pd), free(de), free(ee);
+            free(pa), free(pb), free(da), free(dc), free(ea), free(ec), free(pd);
+            free(de), free(ee);
             test_pad_isolation(150, 4, 2, 16, 0);
             test_pad_isolation(150, 2, 2, 12, 0);
             test_pad_isolation(100, 4, 1, 64, 1);

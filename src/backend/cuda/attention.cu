@@ -505,8 +505,9 @@ static void at_widen(struct loom_backend *be, float *dst, const void *src, int64
 
 /* Masked problems (loom_attn.doc_start, key_end) never go to cuDNN (it is given no such mask:
  * loom_cuda_attention_cudnn_ok). Typed arrays on a problem the tensor-core kernels do not take
- * (head size other than 64 or 128, attention dropout) go through fp32 copies in the attention workspace and the fp32
- * kernels: the results are those of the fp32 op on the stored values, rounded at the end. */
+ * (head size other than 64 or 128, attention dropout) go through fp32 copies in the attention
+ * workspace and the fp32 kernels: the results are those of the fp32 op on the stored values,
+ * rounded at the end. */
 void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
                                  const struct loom_attn *a) {
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;

@@ -31,12 +31,17 @@
  * for the operands that the mma wants transposed) from rows padded by 16 bytes, so the 8 rows of an
  * 8x8 matrix hit 8 distinct 16-byte bank groups. Causal: the key loops stop at the diagonal, a warp
  * whose rows see none of a tile skips it, only tiles that cross the diagonal (or T) are masked, and
- * the blocks with the longest loops are launched first. A document mask (loom_attn.doc_start, with
- * the causal one: query i sees keys doc_start[i] .. i) works alike from the other end, since
- * document starts do not decrease along a sample: the key loops start at the tile of the block's
- * first row's document start, the dk/dv pass stops at the first query tile that starts after the
- * block's keys, a warp skips the tiles its rows see none of, and the tiles that cross a start are
- * masked element by element.
+ * the blocks with the longest loops are launched first. A document mask (loom_attn.doc_start:
+ * query i sees keys from doc_start[i] on) works alike from the other end, since document starts
+ * do not decrease along a sample: the key loops start at the tile of the block's first row's
+ * document start, the dk/dv pass stops at the first query tile that starts after the block's
+ * keys, a warp skips the tiles its rows see none of, and the tiles that cross a start are masked
+ * element by element. Key ends (loom_attn.key_end: query i sees keys before key_end[i]; they do
+ * not decrease either) work like the causal limit: the key loops stop at the block's last row's
+ * end, the dk/dv pass starts at the first query tile whose last row ends after the block's first
+ * key (padded keys cost no products), warps skip and mask likewise. Either mask goes with or
+ * without the causal one (kernels instantiated with MASK when either is given). A row that sees
+ * no key gets out 0 and lse -inf; its P is masked to 0 wherever the backward meets it.
  *
  *   forward: block (128 queries, head, sample) over 64-key tiles with an online softmax.
  *   backward (no atomics, so a run repeats bit for bit):
