@@ -52,13 +52,25 @@ enum loom_gelu { LOOM_GELU_TANH = 0, LOOM_GELU_ERF };
  * dt is the element type of qkv, out, dout and dqkv: LOOM_DTYPE_F32 (zero, the default) on every
  * backend, or the backend's activation_dtype where it has one (read and written as the typed
  * activations below); lse is fp32 always.
- * doc_start: NULL (zero, the default: no document mask), or, for a causal problem, [B,T] int32 on
- * the backend's device: the position of the first token of the document that token t of sample b
- * belongs to. Query i then sees the keys j with doc_start[b,i] <= j <= i, so that documents
- * packed into one sample never attend to each other (Megatron-LM's --reset-attention-mask).
- * Each row must have doc_start[b,t] <= t and be non-decreasing in t (documents are contiguous
- * runs of tokens): the kernels skip the key blocks that lie wholly before a query block's first
- * document. The dropout index of an element is the same with or without the mask. */
+ * Masks: key j is visible to query t of sample b when
+ *   (causal ? j <= t : 1) && (doc_start ? j >= doc_start[b,t] : 1)
+ *                          && (key_end ? j < key_end[b,t] : 1).
+ * doc_start: NULL (zero, the default: no document mask), or [B,T] int32 on the backend's device:
+ * the first key each query sees. With the causal mask, the position of the first token of the
+ * document that token t of sample b belongs to: documents packed into one sample never attend to
+ * each other (Megatron-LM's --reset-attention-mask). Without it, together with key_end, a
+ * bidirectional document mask [doc_start, key_end) (or left padding: doc_start the first real
+ * token's position, key_end NULL).
+ * key_end: NULL (zero, the default: no limit), or [B,T] int32 on the backend's device: one past
+ * the last key each query sees. A padding mask gives every row of sample b the sample's real
+ * length (BERT, T5's encoder, ViT with padded batches: the padded keys are never seen and cost
+ * no work); a bidirectional document mask gives each row its document's end.
+ * Each row of either array must lie in [0, T] and be non-decreasing in t (documents and padding
+ * are contiguous runs of tokens): the kernels skip the key blocks that lie wholly outside a query
+ * block's range. A query row that sees no key at all (key_end <= doc_start, say, or
+ * key_end == 0) gets out = 0, lse = -inf, and contributes nothing to the gradients (its dq row is
+ * 0); key rows that no query sees get dk = dv = 0. The dropout index of an element is the same
+ * with or without the masks. */
 struct loom_attn {
     enum loom_dtype dt;
     int64_t B, T, NH, NKV, HS;
@@ -68,6 +80,7 @@ struct loom_attn {
     uint64_t seed, key;
     int64_t sample0, head0, NH_global;
     const int32_t *doc_start;
+    const int32_t *key_end; /* last: a zero-initialised problem keeps its meaning */
 };
 
 struct loom_backend_ops {
@@ -237,9 +250,9 @@ struct loom_backend_ops {
     void (*rope)(struct loom_backend *be, void *qkv, enum loom_dtype dt, const int32_t *pos,
                  int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0,
                  const struct loom_rope *rope, int inverse);
-    /* out[B,T,NH*HS] = softmax(scale * q k^T (+ causal and document masks)) v; saves lse[B,NH,T]
-     * (log-sum-exp of each score row) so backward recomputes the probabilities. qkv, out (and
-     * dout, dqkv) of type a->dt. */
+    /* out[B,T,NH*HS] = softmax(scale * q k^T (+ causal, document and key-end masks)) v; saves
+     * lse[B,NH,T] (log-sum-exp of each score row; -inf for a row that sees no key) so backward
+     * recomputes the probabilities. qkv, out (and dout, dqkv) of type a->dt. */
     void (*attention_forward)(struct loom_backend *be, void *out, float *lse, const void *qkv,
                               const struct loom_attn *a);
     /* dqkv assigned */

@@ -10,6 +10,11 @@
  *    each document) against the same formula;
  *  - document masks (loom_attn.doc_start): the naive attention with the mask applied element by
  *    element, and each document of a packed sample against that document run alone;
+ *  - key ends (loom_attn.key_end): padding masks (bidirectional and causal, lengths from 1 to T),
+ *    bidirectional document masks [doc_start, key_end), left padding (doc_start alone, without
+ *    the causal mask), rows that see no key (out 0, lse -inf, zero gradients, no NaN), key rows
+ *    that no query sees (dk = dv = 0), the padded keys' values changing no bit of the results,
+ *    and a padded sample against its real tokens run alone;
  *  - dropout-mask consistency across tensor-parallel head slices and data-parallel samples;
  *  - bit-identical results run to run and across thread counts.
  *
@@ -75,7 +80,8 @@ static int check_close(const char *what, const float *got, const double *ref, in
     double worst = -1.0, wg = 0, wr = 0;
     int64_t wi = -1, bad = 0;
     for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - ref[i]);
+        /* equal values pass (-inf, the lse of a row that sees no key, included) */
+        double d = (double)got[i] == ref[i] ? 0.0 : fabs((double)got[i] - ref[i]);
         double lim = atol + rtol * fabs(ref[i]);
         double r = d / lim;
         if (!(d <= lim)) bad++;
@@ -137,9 +143,10 @@ static void ref_probs(double *P, double *lse, const float *qkv, const struct loo
         const float *q = qkv + (b * T + i) * R + col_q(a, h);
         double m = -INFINITY;
         const int64_t first = a->doc_start ? a->doc_start[b * T + i] : 0; /* document mask */
+        const int64_t end = a->key_end ? a->key_end[b * T + i] : T;           /* key end */
         for (int64_t j = 0; j < T; j++) {
             double s = -INFINITY;
-            if ((!a->causal || j <= i) && j >= first) {
+            if ((!a->causal || j <= i) && j >= first && j < end) {
                 const float *k = qkv + (b * T + j) * R + col_k(a, h);
                 s = 0;
                 for (int64_t d = 0; d < HS; d++) s += (double)q[d] * (double)k[d];
@@ -147,6 +154,11 @@ static void ref_probs(double *P, double *lse, const float *qkv, const struct loo
             }
             P[i * T + j] = s;
             if (s > m) m = s;
+        }
+        if (m == -INFINITY) { /* no key: P 0, lse -inf */
+            for (int64_t j = 0; j < T; j++) P[i * T + j] = 0.0;
+            lse[i] = -INFINITY;
+            continue;
         }
         double sum = 0;
         for (int64_t j = 0; j < T; j++) sum += exp(P[i * T + j] - m);
@@ -259,11 +271,69 @@ static int32_t *make_docs(int64_t B, int64_t T, const int (*lens)[8]) {
     return doc;
 }
 
-static void test_vs_reference_doc(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                                  int causal, float p, int64_t sample0, const int32_t *doc) {
+/* key_end[B*T] of a padding mask: every row of sample b sees keys [0, len[b]) */
+static int32_t *make_pad(int64_t B, int64_t T, const int *len) {
+    int32_t *end = xmalloc((size_t)(B * T) * sizeof(int32_t));
+    for (int64_t bt = 0; bt < B * T; bt++)
+        end[bt] = len[bt / T];
+    return end;
+}
+
+/* key_end[B*T] of a bidirectional document mask: each row's document ends where the next
+ * document starts (doc_start as make_docs writes it) */
+static int32_t *make_doc_ends(int64_t B, int64_t T, const int32_t *doc) {
+    int32_t *end = xmalloc((size_t)(B * T) * sizeof(int32_t));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = T - 1; t >= 0; t--)
+            end[b * T + t] = t == T - 1 || doc[b * T + t + 1] != doc[b * T + t]
+                                 ? (int32_t)(t + 1)
+                                 : end[b * T + t + 1];
+    return end;
+}
+
+/* whether query (b, i) of a problem sees key j */
+static int sees(const struct loom_attn *a, int64_t b, int64_t i, int64_t j) {
+    const int64_t bt = b * a->T + i;
+    return (!a->causal || j <= i) && (!a->doc_start || j >= a->doc_start[bt]) &&
+           (!a->key_end || j < a->key_end[bt]);
+}
+
+/* Rows that see no key: out 0 and a zero dq exactly; key rows that no query sees: dk = dv = 0
+ * exactly (not merely within a tolerance). Returns the number of such query rows. */
+static int64_t check_unseen(const struct loom_attn *a, const float *out, const float *dqkv) {
+    const int64_t T = a->T, R = row_len(a), C = a->NH * a->HS, HS = a->HS;
+    int64_t empty = 0, bad = 0;
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t i = 0; i < T; i++) {
+            int any_q = 0, any_k = 0;
+            for (int64_t j = 0; j < T; j++) {
+                any_q |= sees(a, b, i, j); /* query i sees a key */
+                any_k |= sees(a, b, j, i); /* key i is seen */
+            }
+            const float *row = dqkv + (b * T + i) * R;
+            if (!any_q) {
+                empty++;
+                for (int64_t h = 0; h < a->NH; h++)
+                    for (int64_t d = 0; d < HS; d++)
+                        bad += out[(b * T + i) * C + h * HS + d] != 0.0f ||
+                               row[col_q(a, h) + d] != 0.0f;
+            }
+            if (!any_k)
+                for (int64_t h = 0; h < a->NH; h++)
+                    for (int64_t d = 0; d < HS; d++)
+                        bad += row[col_k(a, h) + d] != 0.0f || row[col_v(a, h) + d] != 0.0f;
+        }
+    EXPECTF(bad == 0, "%lld elements of unseen rows are not exactly 0\n", (long long)bad);
+    return empty;
+}
+
+static void test_vs_reference_mask(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                   int causal, float p, int64_t sample0, const int32_t *doc,
+                                   const int32_t *kend, const char *label) {
     struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, p);
     a.sample0 = sample0;
     a.doc_start = doc;
+    a.key_end = kend;
     const int64_t R = row_len(&a), C = NH * HS;
     const int f0 = expect_failures;
     /* every tensor the op reads or writes ends against a guard page */
@@ -296,13 +366,55 @@ static void test_vs_reference_doc(int64_t B, int64_t T, int64_t NH, int64_t NKV,
     EXPECT(memcmp(out, out2, (size_t)(B * T * C) * sizeof(float)) == 0);
     EXPECT(memcmp(dqkv, dqkv2, (size_t)(B * T * R) * sizeof(float)) == 0);
 
-    printf("%-4s attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f sample0=%lld%s\n",
+    int64_t empty = 0;
+    if (kend || doc) {
+        empty = check_unseen(&a, out, dqkv);
+        /* the keys that no query of a sample sees (padding) change no bit of the results */
+        float *qkv2 = ALLOCF(B * T * R);
+        memcpy(qkv2, qkv, (size_t)(B * T * R) * sizeof(float));
+        int64_t changed = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < T; j++) {
+                int seen = 0;
+                for (int64_t i = 0; i < T && !seen; i++) seen = sees(&a, b, i, j);
+                if (seen) continue;
+                changed++;
+                for (int64_t h = 0; h < NKV; h++)
+                    for (int64_t d = 0; d < 2 * HS; d++) /* the key and value heads */
+                        qkv2[(b * T + j) * R + col_k(&a, h * (NH / NKV)) + d] =
+                            1e3f * (float)(d + 1);
+            }
+        if (changed) {
+            run_fwd_bwd(&a, out2, lse2, dqkv2, qkv2, dout);
+            EXPECT(memcmp(out, out2, (size_t)(B * T * C) * sizeof(float)) == 0);
+            EXPECT(memcmp(lse, lse2, (size_t)(B * NH * T) * sizeof(float)) == 0);
+            for (int64_t bt = 0; bt < B * T; bt++) /* all but the changed keys' own rows */
+                for (int64_t c = 0; c < R; c++) {
+                    const int64_t slot = (c / HS) % (NH / NKV + 2);
+                    if (slot < NH / NKV && dqkv[bt * R + c] != dqkv2[bt * R + c]) {
+                        EXPECTF(0, "dq [%lld] changed with the padded keys\n", (long long)bt);
+                        bt = B * T;
+                        break;
+                    }
+                }
+        }
+        free(qkv2);
+    }
+
+    printf("%-4s attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f sample0=%lld%s%s",
            expect_failures == f0 ? "ok" : "FAIL", (long long)B, (long long)T, (long long)NH,
            (long long)NKV, (long long)HS, causal ? "causal" : "bidirectional", (double)p,
-           (long long)sample0, doc ? " document mask" : "");
+           (long long)sample0, doc ? " document mask" : "", label ? label : "");
+    if (empty) printf(" (%lld rows see no key)", (long long)empty);
+    printf("\n");
     guarded_free(qkv, B * T * R), guarded_free(dout, B * T * C), guarded_free(out, B * T * C);
     guarded_free(lse, B * NH * T), guarded_free(dqkv, B * T * R);
     free(out2), free(lse2), free(dqkv2), free(rout), free(rlse), free(rdqkv);
+}
+
+static void test_vs_reference_doc(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                  int causal, float p, int64_t sample0, const int32_t *doc) {
+    test_vs_reference_mask(B, T, NH, NKV, HS, causal, p, sample0, doc, NULL, NULL);
 }
 
 static void test_vs_reference_at(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
@@ -317,13 +429,16 @@ static void test_vs_reference(int64_t B, int64_t T, int64_t NH, int64_t NKV, int
 
 /* Documents packed into a sample do not see each other: each document's out, lse and dqkv rows
  * equal those of the document run alone as a sample of its own (no dropout: its indices depend
- * on the position in the sample). Also a control: without the mask the later documents differ. */
-static void test_doc_isolation(int64_t T, int64_t NH, int64_t NKV, int64_t HS, const int *lens) {
+ * on the position in the sample). Also a control: without the mask the later documents differ.
+ * causal 0: bidirectional documents, [doc_start, key_end). */
+static void test_doc_isolation(int64_t T, int64_t NH, int64_t NKV, int64_t HS, const int *lens,
+                               int causal) {
     const int f0 = expect_failures;
     const int(*l8)[8] = (const int(*)[8])lens;
-    int32_t *doc = make_docs(1, T, l8);
-    struct loom_attn a = make_attn(1, T, NH, NKV, HS, 1, 0.0f);
+    int32_t *doc = make_docs(1, T, l8), *kend = causal ? NULL : make_doc_ends(1, T, doc);
+    struct loom_attn a = make_attn(1, T, NH, NKV, HS, causal, 0.0f);
     a.doc_start = doc;
+    a.key_end = kend;
     const int64_t R = row_len(&a), C = NH * HS;
     float *qkv = ALLOCF(T * R), *dout = ALLOCF(T * C), *out = ALLOCF(T * C), *lse = ALLOCF(NH * T);
     float *dqkv = ALLOCF(T * R), *o1 = ALLOCF(T * C), *l1 = ALLOCF(NH * T), *d1 = ALLOCF(T * R);
@@ -336,7 +451,7 @@ static void test_doc_isolation(int64_t T, int64_t NH, int64_t NKV, int64_t HS, c
         int64_t len = 1;
         while (t0 + len < T && doc[t0 + len] == t0)
             len++;
-        struct loom_attn s = make_attn(1, len, NH, NKV, HS, 1, 0.0f);
+        struct loom_attn s = make_attn(1, len, NH, NKV, HS, causal, 0.0f);
         run_fwd_bwd(&s, o1, l1, d1, qkv + t0 * R, dout + t0 * C);
         double e =
             fmax(max_abs_diff(o1, out + t0 * C, len * C), max_abs_diff(d1, dqkv + t0 * R, len * R));
@@ -348,26 +463,73 @@ static void test_doc_isolation(int64_t T, int64_t NH, int64_t NKV, int64_t HS, c
     EXPECTF(worst <= 2e-6, "a document differs from itself alone by %g\n", worst);
     /* control: without the mask, the last document's outputs change */
     a.doc_start = NULL;
+    a.key_end = NULL;
     loom_op(g_be, attention_forward, o1, l1, qkv, &a);
     later_differ = max_abs_diff(o1, out, T * C) > 1e-3;
     EXPECT(later_differ);
-    printf("%-4s attention document isolation T=%lld NH=%lld NKV=%lld HS=%lld: %d documents, "
+    printf("%-4s attention document isolation T=%lld NH=%lld NKV=%lld HS=%lld %s: %d documents, "
            "each as if alone (max diff %.2g)\n",
            expect_failures == f0 ? "ok" : "FAIL", (long long)T, (long long)NH, (long long)NKV,
-           (long long)HS, ndocs, worst);
-    free(doc), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(o1), free(l1),
+           (long long)HS, causal ? "causal" : "bidirectional", ndocs, worst);
+    free(kend), free(doc), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(o1);
+    free(l1), free(d1);
+}
+
+/* A padded batch (key_end = each sample's length): the real rows of every sample (out, lse, dq,
+ * dk, dv) equal those of its real tokens run alone as a sample of that length. */
+static void test_pad_isolation(int64_t T, int64_t NH, int64_t NKV, int64_t HS, int causal) {
+    const int64_t B = 4;
+    const int len4[4] = {(int)T, 1, 37, (int)T - 5};
+    const int f0 = expect_failures;
+    int32_t *kend = make_pad(B, T, len4);
+    struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, 0.0f);
+    a.key_end = kend;
+    const int64_t R = row_len(&a), C = NH * HS;
+    float *qkv = ALLOCF(B * T * R), *dout = ALLOCF(B * T * C), *out = ALLOCF(B * T * C);
+    float *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(B * T * R);
+    float *o1 = ALLOCF(T * C), *l1 = ALLOCF(NH * T), *d1 = ALLOCF(T * R);
+    fill_normal(qkv, B * T * R, 31, 1.0f);
+    fill_normal(dout, B * T * C, 32, 1.0f);
+    /* the padded query rows still see the real keys: their output gradient is 0 (a loss
+     * ignores them), else they would add to the real keys' dk and dv */
+    for (int64_t b = 0; b < B; b++)
+        memset(dout + (b * T + len4[b]) * C, 0, (size_t)((T - len4[b]) * C) * sizeof(float));
+    run_fwd_bwd(&a, out, lse, dqkv, qkv, dout);
+    double worst = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t len = len4[b];
+        struct loom_attn s = make_attn(1, len, NH, NKV, HS, causal, 0.0f);
+        run_fwd_bwd(&s, o1, l1, d1, qkv + b * T * R, dout + b * T * C);
+        double e = fmax(max_abs_diff(o1, out + b * T * C, len * C),
+                        max_abs_diff(d1, dqkv + b * T * R, len * R));
+        for (int64_t h = 0; h < NH; h++)
+            e = fmax(e, max_abs_diff(l1 + h * len, lse + (b * NH + h) * T, len));
+        worst = fmax(worst, e);
+    }
+    EXPECTF(worst <= 2e-6, "a padded sample differs from its real tokens alone by %g\n", worst);
+    printf("%-4s attention padding isolation T=%lld NH=%lld NKV=%lld HS=%lld %s: lengths %d %d %d "
+           "%d, each as if alone (max diff %.2g)\n",
+           expect_failures == f0 ? "ok" : "FAIL", (long long)T, (long long)NH, (long long)NKV,
+           (long long)HS, causal ? "causal" : "bidirectional", len4[0], len4[1], len4[2], len4[3],
+           worst);
+    free(kend), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(o1), free(l1),
         free(d1);
 }
 
 /* L = sum(W * out); compare the backward's dL/dqkv with central differences of the forward
  * (docs: with a document mask, sample 0 holding documents of 2, 1 and 3 tokens, sample 1 of 4
- * and 2). */
-static void test_finite_differences_doc(int causal, float p, int64_t NH, int64_t NKV, int docs) {
+ * and 2, and without the causal mask each row's keys ending at its document's end; pad: key
+ * ends of a padded batch, samples of 1 and 4 real tokens of 6). */
+static void test_finite_differences_mask(int causal, float p, int64_t NH, int64_t NKV, int docs,
+                                         int pad) {
     const int64_t B = 2, T = 6, HS = 4;
     static const int lens[2][8] = {{2, 1}, {4}};
+    static const int plen[2] = {1, 4};
     int32_t *doc = docs ? make_docs(B, T, lens) : NULL;
+    int32_t *kend = pad ? make_pad(B, T, plen) : docs && !causal ? make_doc_ends(B, T, doc) : NULL;
     struct loom_attn a = make_attn(B, T, NH, NKV, HS, causal, p);
     a.doc_start = doc;
+    a.key_end = kend;
     const int64_t R = row_len(&a), C = NH * HS, N = B * T * R;
     const int f0 = expect_failures;
     float *qkv = ALLOCF(N), *W = ALLOCF(B * T * C), *out = ALLOCF(B * T * C);
@@ -390,10 +552,14 @@ static void test_finite_differences_doc(int causal, float p, int64_t NH, int64_t
         fd[i] = (lp - lm) / (2.0 * (double)eps);
     }
     check_close("dqkv vs finite differences", dqkv, fd, N, 2e-3, 1e-2);
-    printf("%-4s attention finite differences %s p=%.2f NH=%lld NKV=%lld%s\n",
+    printf("%-4s attention finite differences %s p=%.2f NH=%lld NKV=%lld%s%s\n",
            expect_failures == f0 ? "ok" : "FAIL", causal ? "causal" : "bidirectional", (double)p,
-           (long long)NH, (long long)NKV, docs ? " document mask" : "");
-    free(qkv), free(W), free(out), free(lse), free(dqkv), free(fd), free(doc);
+           (long long)NH, (long long)NKV, docs ? " document mask" : "", pad ? " padding" : "");
+    free(qkv), free(W), free(out), free(lse), free(dqkv), free(fd), free(doc), free(kend);
+}
+
+static void test_finite_differences_doc(int causal, float p, int64_t NH, int64_t NKV, int docs) {
+    test_finite_differences_mask(causal, p, NH, NKV, docs, 0);
 }
 
 static void test_finite_differences(int causal, float p, int64_t NH, int64_t NKV) {
@@ -646,18 +812,26 @@ static int dump_cases(const char *dir) {
         float p;
         int64_t sample0, head0, NH_global, pos0;
         int docs;
+        int ends; /* 1: padding (key_end = the lengths below); 2: each document's end */
     } cases[] = {
-        {2, 37, 4, 4, 16, 1, 0.0f, 0, 0, 4, 0, 0},
-        {2, 70, 4, 2, 16, 0, 0.0f, 0, 0, 4, 3, 0},
-        {2, 70, 4, 1, 16, 1, 0.0f, 0, 0, 4, 0, 0},
-        {1, 130, 6, 2, 64, 1, 0.0f, 0, 0, 6, 17, 0},
-        {2, 45, 4, 2, 32, 1, 0.2f, 3, 2, 8, 0, 0},
-        {1, 64, 2, 1, 16, 0, 0.5f, 0, 0, 2, 0, 0},
+        {2, 37, 4, 4, 16, 1, 0.0f, 0, 0, 4, 0, 0, 0},
+        {2, 70, 4, 2, 16, 0, 0.0f, 0, 0, 4, 3, 0, 0},
+        {2, 70, 4, 1, 16, 1, 0.0f, 0, 0, 4, 0, 0, 0},
+        {1, 130, 6, 2, 64, 1, 0.0f, 0, 0, 6, 17, 0, 0},
+        {2, 45, 4, 2, 32, 1, 0.2f, 3, 2, 8, 0, 0, 0},
+        {1, 64, 2, 1, 16, 0, 0.5f, 0, 0, 2, 0, 0, 0},
         /* documents: the attention mask and rotary positions restarting at each one */
-        {2, 150, 4, 2, 16, 1, 0.0f, 0, 0, 4, 0, 1},
-        {1, 130, 6, 2, 64, 1, 0.2f, 3, 2, 8, 5, 2},
-        {2, 45, 4, 1, 12, 1, 0.0f, 0, 0, 4, 0, 3},
+        {2, 150, 4, 2, 16, 1, 0.0f, 0, 0, 4, 0, 1, 0},
+        {1, 130, 6, 2, 64, 1, 0.2f, 3, 2, 8, 5, 2, 0},
+        {2, 45, 4, 1, 12, 1, 0.0f, 0, 0, 4, 0, 3, 0},
+        /* key ends: a padded bidirectional batch (BERT), causal padding, bidirectional
+         * documents */
+        {4, 70, 4, 2, 16, 0, 0.0f, 0, 0, 4, 0, 0, 1},
+        {4, 70, 4, 2, 16, 0, 0.3f, 1, 0, 4, 0, 0, 1},
+        {4, 70, 2, 1, 64, 1, 0.0f, 0, 0, 2, 0, 0, 1},
+        {2, 150, 4, 2, 16, 0, 0.0f, 0, 0, 4, 0, 1, 2},
     };
+    static const int pad_lens[4] = {70, 1, 33, 64};
     char path[1024];
     snprintf(path, sizeof path, "%s/cases.txt", dir);
     FILE *list = fopen(path, "w");
@@ -687,6 +861,10 @@ static int dump_cases(const char *dir) {
                 pos[bt] = (int32_t)(bt % T) - doc[bt];
             a.doc_start = doc;
         }
+        int32_t *kend = cases[c].ends == 1   ? make_pad(B, T, pad_lens)
+                        : cases[c].ends == 2 ? make_doc_ends(B, T, doc)
+                                             : NULL;
+        a.key_end = kend;
         /* rope, then attention on the rotated qkv; the backward of the pair is attention
          * backward followed by the inverse rotation of dqkv */
         memcpy(qkv, x, (size_t)(B * T * R) * sizeof(float));
@@ -696,17 +874,20 @@ static int dump_cases(const char *dir) {
         loom_op(g_be, rope, dqkv, LOOM_DTYPE_F32, pos, B, T, NH, a.NKV, a.HS, cases[c].pos0, &theta,
                 1);
         fprintf(list,
-                "%d %lld %lld %lld %lld %lld %d %.9g %.9g %llu %llu %lld %lld %lld %lld %.9g %d\n",
+                "%d %lld %lld %lld %lld %lld %d %.9g %.9g %llu %llu %lld %lld %lld %lld %.9g %d %d\n",
                 c, (long long)B, (long long)T, (long long)NH, (long long)a.NKV, (long long)a.HS,
                 a.causal, (double)a.scale, (double)a.dropout_p, (unsigned long long)a.seed,
                 (unsigned long long)a.key, (long long)a.sample0, (long long)a.head0,
-                (long long)a.NH_global, (long long)cases[c].pos0, theta.theta, cases[c].docs != 0);
+                (long long)a.NH_global, (long long)cases[c].pos0, theta.theta, cases[c].docs != 0,
+                kend != NULL);
         int ok = write_f32(dir, "x", c, x, B * T * R) && write_f32(dir, "rope", c, qkv, B * T * R) &&
                  write_f32(dir, "dout", c, dout, B * T * C) &&
                  write_f32(dir, "out", c, out, B * T * C) &&
                  write_f32(dir, "lse", c, lse, B * NH * T) && write_f32(dir, "dx", c, dqkv, B * T * R);
         if (doc) ok = ok && write_raw(dir, "doc", "i32", c, doc, sizeof(int32_t), B * T);
+        if (kend) ok = ok && write_raw(dir, "kend", "i32", c, kend, sizeof(int32_t), B * T);
         free(x), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(doc), free(pos);
+        free(kend);
         if (!ok) return 1;
     }
     return fclose(list) == 0 ? 0 : 1;
@@ -726,13 +907,21 @@ static double cpu_s(void) {
 
 static int bench(int argc, char **argv) {
     if (argc < 8) {
-        fprintf(stderr, "usage: test_attention bench B T NH NKV HS causal [iters] [dropout_p]\n");
+        fprintf(stderr, "usage: test_attention bench B T NH NKV HS causal [iters] [dropout_p] "
+                        "[len]\n");
         return 2;
     }
     struct loom_attn a = make_attn(atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
                                    atoll(argv[6]), atoi(argv[7]), argc > 9 ? (float)atof(argv[9]) : 0.0f);
     int iters = argc > 8 ? atoi(argv[8]) : 10;
     const int64_t B = a.B, T = a.T, NH = a.NH, R = row_len(&a), C = NH * a.HS;
+    /* len: every sample padded after its first len tokens (key_end = len) */
+    int32_t *kend = NULL;
+    if (argc > 10) {
+        kend = xmalloc((size_t)(B * T) * sizeof(int32_t));
+        for (int64_t bt = 0; bt < B * T; bt++) kend[bt] = (int32_t)atoi(argv[10]);
+        a.key_end = kend;
+    }
     float *qkv = ALLOCF(B * T * R), *dout = ALLOCF(B * T * C), *out = ALLOCF(B * T * C);
     float *lse = ALLOCF(B * NH * T), *dqkv = ALLOCF(B * T * R);
     fill_normal(qkv, B * T * R, 1, 1.0f);
@@ -753,16 +942,17 @@ static int bench(int argc, char **argv) {
     double flops_f = 4.0 * (double)B * (double)NH * (double)T * (double)T * (double)a.HS;
     if (a.causal) flops_f /= 2;
     double flops_b = 2.5 * flops_f;
-    printf("threads %d  B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f (best of %d)\n",
+    printf("threads %d  B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s p=%.2f key_end %d (best of %d)\n",
            g_be->num_threads, (long long)B, (long long)T, (long long)NH, (long long)a.NKV,
-           (long long)a.HS, a.causal ? "causal" : "bidirectional", (double)a.dropout_p, iters);
+           (long long)a.HS, a.causal ? "causal" : "bidirectional", (double)a.dropout_p,
+           kend ? kend[0] : (int)T, iters);
     printf("forward   %8.2f ms  %7.1f GFLOP/s  (cpu %8.2f ms)\n", tf * 1e3, flops_f / tf * 1e-9,
            cf * 1e3);
     printf("backward  %8.2f ms  %7.1f GFLOP/s  (cpu %8.2f ms)\n", tb * 1e3, flops_b / tb * 1e-9,
            cb * 1e3);
     printf("fwd+bwd   %8.2f ms  %7.1f GFLOP/s  (cpu %8.2f ms)\n", (tf + tb) * 1e3,
            (flops_f + flops_b) / (tf + tb) * 1e-9, (cf + cb) * 1e3);
-    free(qkv), free(dout), free(out), free(lse), free(dqkv);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(kend);
     return 0;
 }
 
@@ -820,14 +1010,74 @@ int main(int argc, char **argv) {
             free(da), free(db), free(dc);
             static const int iso_a[8] = {1, 1, 70, 5, 60};
             static const int iso_b[8] = {17, 64, 3, 40};
-            test_doc_isolation(150, 4, 2, 16, iso_a);
-            test_doc_isolation(150, 4, 4, 12, iso_b);
+            test_doc_isolation(150, 4, 2, 16, iso_a, 1);
+            test_doc_isolation(150, 4, 4, 12, iso_b, 1);
+            test_doc_isolation(150, 4, 2, 16, iso_a, 0);
+            test_doc_isolation(150, 4, 4, 12, iso_b, 0);
+        }
+        /* key ends (loom_attn.key_end) */
+        {
+            /* padding masks: a full sample, length 1, lengths crossing and meeting the 16-key
+             * panels and 64-query blocks; bidirectional (BERT) and causal; tiled and sgemm */
+            static const int pad_a[4] = {150, 1, 77, 64};
+            static const int pad_b[3] = {17, 130, 2};
+            int32_t *pa = make_pad(4, 150, pad_a), *pb = make_pad(3, 130, pad_b);
+            test_vs_reference_mask(4, 150, 4, 2, 16, 0, 0.0f, 0, NULL, pa, " padding");
+            test_vs_reference_mask(4, 150, 4, 4, 12, 0, 0.0f, 0, NULL, pa, " padding");
+            test_vs_reference_mask(3, 130, 4, 1, 64, 0, 0.3f, 2, NULL, pb, " padding");
+            test_vs_reference_mask(4, 150, 4, 2, 16, 1, 0.0f, 0, NULL, pa, " padding");
+            test_vs_reference_mask(3, 130, 3, 3, 12, 1, 0.2f, 0, NULL, pb, " padding");
+            /* bidirectional document masks [doc_start, key_end) */
+            static const int lens_a[3][8] = {{1, 1, 70, 5, 60}, {64, 64, 1}, {150}};
+            static const int lens_c[1][8] = {{20, 13, 100, 1}};
+            int32_t *da = make_docs(3, 150, lens_a), *dc = make_docs(1, 200, lens_c);
+            int32_t *ea = make_doc_ends(3, 150, da), *ec = make_doc_ends(1, 200, dc);
+            test_vs_reference_mask(3, 150, 4, 2, 16, 0, 0.0f, 0, da, ea, " key ends");
+            test_vs_reference_mask(3, 150, 2, 1, 64, 0, 0.3f, 1, da, ea, " key ends");
+            test_vs_reference_mask(1, 200, 2, 2, 80, 0, 0.0f, 0, dc, ec, " key ends");
+            test_vs_reference_mask(1, 200, 3, 1, 8, 0, 0.0f, 0, dc, ec, " key ends");
+            /* causal documents with key ends too (each document ends where it ends: no change),
+             * and causal documents of a padded batch */
+            test_vs_reference_mask(3, 150, 4, 2, 16, 1, 0.0f, 0, da, ea, " key ends");
+            int32_t *pd = make_pad(3, 150, (const int[3]){150, 70, 3});
+            test_vs_reference_mask(3, 150, 4, 2, 16, 1, 0.2f, 0, da, pd, " padding");
+            /* rows that see no key: documents whose rows end before they start (rows 30..39 of
+             * sample 0, and its rows past 100), a sample of length 0; left padding (doc_start
+             * the first real token, rows before it see none under the causal mask) */
+            const int64_t T = 130;
+            int32_t *de = xmalloc(2 * T * sizeof(int32_t)), *ee = xmalloc(2 * T * sizeof(int32_t));
+            for (int64_t t = 0; t < T; t++) {
+                de[t] = t < 30 ? 0 : t < 100 ? 30 : 100;
+                ee[t] = t < 40 ? 30 : 100;
+                de[T + t] = 0;
+                ee[T + t] = 0;
+            }
+            test_vs_reference_mask(2, T, 4, 2, 16, 0, 0.0f, 0, de, ee, " empty rows");
+            test_vs_reference_mask(2, T, 2, 1, 12, 1, 0.3f, 0, de, ee, " empty rows");
+            test_vs_reference_mask(2, T, 2, 2, 64, 0, 0.0f, 0, NULL, ee, " empty rows");
+            for (int64_t t = 0; t < T; t++) {
+                de[t] = 45;
+                de[T + t] = 1;
+            }
+            test_vs_reference_mask(2, T, 4, 2, 16, 0, 0.0f, 0, de, NULL, " left padding");
+            test_vs_reference_mask(2, T, 4, 2, 16, 1, 0.0f, 0, de, NULL, " left padding");
+            test_vs_reference_mask(2, T, 2, 1, 12, 0, 0.2f, 0, de, NULL, " left padding");
+            free(pa), free(pb), free(da), free(dc), free(ea), free(ec), free(pd);
+            free(de), free(ee);
+            test_pad_isolation(150, 4, 2, 16, 0);
+            test_pad_isolation(150, 2, 2, 12, 0);
+            test_pad_isolation(100, 4, 1, 64, 1);
         }
         test_finite_differences(1, 0.0f, 2, 1);
         test_finite_differences(0, 0.0f, 2, 2);
         test_finite_differences(1, 0.3f, 4, 2);
         test_finite_differences_doc(1, 0.0f, 2, 1, 1);
         test_finite_differences_doc(1, 0.3f, 4, 2, 1);
+        test_finite_differences_mask(0, 0.0f, 2, 1, 1, 0); /* bidirectional documents */
+        test_finite_differences_mask(0, 0.3f, 4, 2, 1, 0);
+        test_finite_differences_mask(0, 0.0f, 2, 2, 0, 1); /* padding */
+        test_finite_differences_mask(0, 0.3f, 4, 2, 0, 1);
+        test_finite_differences_mask(1, 0.0f, 4, 2, 0, 1); /* causal with key ends */
         test_dropout_layout();
         test_rope(2, 33, 4, 2, 16, 0);
         test_rope(1, 20, 4, 1, 64, 1000);

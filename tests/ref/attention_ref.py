@@ -8,7 +8,9 @@ PyTorch autograd:
 With documents packed into a sample (cases with doc_<i>.i32: the first position of each
 token's document), the attention mask is an explicit boolean [B, 1, T, T] tensor (causal and
 key >= its query's document start, passed to PyTorch's own kernel as attn_mask) and each
-token's rotary position is its place in its document, t - doc_start.
+token's rotary position is its place in its document, t - doc_start. With key ends (cases with
+kend_<i>.i32: padding, or each document's end) the boolean mask also holds key < kend[b, query],
+bidirectional or causal, and goes to PyTorch's scaled_dot_product_attention as attn_mask.
     dx  = d(sum(out * dout)) / dx      (autograd through attention and rope)
 and compares rope(x), out, lse and dx with what loom computed. Exit status 1 on a mismatch.
 """
@@ -79,7 +81,7 @@ def rope_ref(x, c, doc=None):
     return torch.cat([qk * cos + rot * sin, x[:, :, :, q + 1:, :]], 3)
 
 
-def attention_ref(qkv, c, doc=None):
+def attention_ref(qkv, c, doc=None, kend=None):
     B, T, NH, NKV, HS = c["B"], c["T"], c["NH"], c["NKV"], c["HS"]
     Q = NH // NKV
     q = qkv[:, :, :, :Q, :].reshape(B, T, NH, HS).transpose(1, 2)
@@ -92,7 +94,10 @@ def attention_ref(qkv, c, doc=None):
         mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
     if doc is not None:                                   # keys from the query's document on
         same_doc = torch.arange(T)[None, None, :] >= doc[:, :, None]   # [B, T(query), T(key)]
-        mask = mask & same_doc[:, None]
+        mask = same_doc[:, None] if mask is None else mask & same_doc[:, None]
+    if kend is not None:                                  # keys before the query's end
+        before = torch.arange(T)[None, None, :] < kend[:, :, None]
+        mask = before[:, None] if mask is None else mask & before[:, None]
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     lse = torch.logsumexp(s, -1)                          # [B, NH, T]
@@ -100,7 +105,7 @@ def attention_ref(qkv, c, doc=None):
     sdpa = getattr(F, "scaled_dot_product_attention", None)
     if sdpa is not None and c["p"] <= 0:                  # PyTorch's own kernel where it has one
         try:
-            if doc is not None:
+            if doc is not None or kend is not None:
                 out = sdpa(q, kr, vr, attn_mask=mask, scale=c["scale"])
             else:
                 out = sdpa(q, kr, vr, is_causal=bool(c["causal"]), scale=c["scale"])
@@ -145,6 +150,7 @@ def main():
         c["sample0"], c["head0"], c["NH_global"], c["pos0"] = map(int, w[11:15])
         c["theta"] = float(w[15])
         docs = len(w) > 16 and int(w[16]) != 0
+        ends = len(w) > 17 and int(w[17]) != 0
         B, T, NH, NKV, HS, i = c["B"], c["T"], c["NH"], c["NKV"], c["HS"], c["i"]
         Q = NH // NKV
         shape = (B, T, NKV, Q + 2, HS)
@@ -154,12 +160,17 @@ def main():
         if docs:
             doc = torch.from_numpy(np.fromfile(os.path.join(d, f"doc_{i}.i32"), dtype=np.int32)
                                    .astype(np.int64)).reshape(B, T)
+        kend = None
+        if ends:
+            kend = torch.from_numpy(np.fromfile(os.path.join(d, f"kend_{i}.i32"), dtype=np.int32)
+                                    .astype(np.int64)).reshape(B, T)
         qkv = rope_ref(x, c, doc)
-        out, lse = attention_ref(qkv, c, doc)
+        out, lse = attention_ref(qkv, c, doc, kend)
         (out * dout).sum().backward()
         print(f"case {i}: B={B} T={T} NH={NH} NKV={NKV} HS={HS} causal={c['causal']} "
               f"p={c['p']:.2f} head0={c['head0']}/{c['NH_global']} sample0={c['sample0']} "
-              f"pos0={c['pos0']}" + (f" documents {count_docs(doc)}" if docs else ""))
+              f"pos0={c['pos0']}" + (f" documents {count_docs(doc)}" if docs else "")
+              + (f" key ends (first row's) {kend[:, 0].tolist()}" if ends else ""))
         ok = compare("rope", load(d, "rope", i, shape), qkv.detach(), 2e-6, 2e-6)
         ok &= compare("out", load(d, "out", i, (B, T, NH * HS)), out.detach(), 5e-6, 2e-5)
         ok &= compare("lse", load(d, "lse", i, (B, NH, T)), lse.detach(), 5e-6, 5e-6)

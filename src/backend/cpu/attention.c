@@ -5,8 +5,10 @@
  * columns h*HS), lse[B,NH,T].
  *
  * Forward, per (b, h), with query head h reading kv group g = h / (NH/NKV):
- *   S = scale * q k^T (+ causal mask: key index <= query index)
- *   P = softmax(S) row-wise, lse_i = log sum_j exp(S_ij)
+ *   S = scale * q k^T (+ masks: key index <= query index under the causal mask, and
+ *       doc_start[i] <= key index < key_end[i] where loom_attn gives them)
+ *   P = softmax(S) row-wise, lse_i = log sum_j exp(S_ij)  (a row that sees no key: P = 0,
+ *       lse = -inf, out = 0, and no gradient flows through it)
  *   Pd = P * M / (1 - p)      (M the dropout keep mask; Pd = P when p = 0)
  *   out = Pd v
  * Backward (probabilities recomputed from lse instead of stored):
@@ -18,8 +20,9 @@
  * Rotary embedding is a rotation of each pair (x_i, x_{i+HS/2}); its gradient is the inverse
  * rotation, which is what inverse = 1 computes.
  *
- * Work split. Queries go in blocks of QBLK rows; a block meets only the keys up to its causal
- * limit (fully masked key blocks are never touched), its scores live in a per-thread scratch
+ * Work split. Queries go in blocks of QBLK rows; a block meets only the keys from its rows'
+ * earliest document start to their latest limit (causal or key_end; fully masked key blocks,
+ * padded keys among them, are never touched), its scores live in a per-thread scratch
  * block, and the products run on the strided qkv rows in place (no copies but the key panels
  * below). The forward's tasks are the query blocks of one (b, h), all of them in one task when
  * there are heads enough for the threads. The backward runs one task per (b, kv group): the task
@@ -543,23 +546,45 @@ static void blas_single_end(int n) {
 
 static inline int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-/* The document mask of a problem (loom_attn.doc_start), NULL without one; causal only. */
-static const int32_t *doc_mask(const struct loom_attn *a) {
-    LOOM_ASSERT(!a->doc_start || a->causal);
-    return a->doc_start;
+/* The masks of one sample: query i sees keys [key_lo(i), key_hi(i)) (loom_attn.doc_start,
+ * key_end and the causal mask; doc, end: that sample's rows, or NULL). */
+struct rowmask {
+    const int32_t *doc, *end;
+    int causal;
+    int64_t T;
+};
+static struct rowmask rowmask_of(const struct loom_attn *a, int64_t b) {
+    const struct rowmask m = {a->doc_start ? a->doc_start + b * a->T : NULL,
+                              a->key_end ? a->key_end + b * a->T : NULL, a->causal, a->T};
+    return m;
+}
+static inline int64_t key_lo(const struct rowmask *m, int64_t i) { return m->doc ? m->doc[i] : 0; }
+static inline int64_t key_hi(const struct rowmask *m, int64_t i) {
+    const int64_t h = m->causal ? i + 1 : m->T;
+    return m->end && m->end[i] < h ? m->end[i] : h;
 }
 
-/* The first key a block of queries [q0, q0 + n) of one sample needs, rounded down to a multiple
- * of 16 (a key panel): 0 without a document mask, else the earliest document start of its rows
- * (doc: that sample's row of doc_start). Key blocks before it are masked for every row. */
-static int64_t first_key(const int32_t *doc, int64_t q0, int64_t n) {
-    if (!doc) return 0;
-    int64_t lo = q0;
-    for (int64_t i = 0; i < n; i++) {
-        LOOM_ASSERT(doc[q0 + i] >= 0 && doc[q0 + i] <= q0 + i);
-        if (doc[q0 + i] < lo) lo = doc[q0 + i];
+/* The keys [*ks, *ke) a block of queries [q0, q0 + n) of one sample needs: *ks the earliest
+ * first key of the rows that see any, rounded down to a multiple of 16 (a key panel), and under
+ * the causal mask at most q0; *ke the latest end. Key blocks outside are masked for every row
+ * (padded keys cost no work); *ke <= *ks when no row sees a key. Checks the mask rows' contract
+ * (in [0, T], non-decreasing) on the way. */
+static void block_keys(const struct rowmask *m, int64_t q0, int64_t n, int64_t *ks, int64_t *ke) {
+    int64_t lo = m->causal ? q0 : m->T, hi = 0;
+    for (int64_t i = q0; i < q0 + n; i++) {
+        if (m->doc)
+            LOOM_ASSERT(m->doc[i] >= 0 && m->doc[i] <= m->T &&
+                        (i == 0 || m->doc[i - 1] <= m->doc[i]));
+        if (m->end)
+            LOOM_ASSERT(m->end[i] >= 0 && m->end[i] <= m->T &&
+                        (i == 0 || m->end[i - 1] <= m->end[i]));
+        const int64_t l = key_lo(m, i), h = key_hi(m, i);
+        if (h <= l) continue; /* the row sees no key */
+        if (l < lo) lo = l;
+        if (h > hi) hi = h;
     }
-    return lo & ~(int64_t)15;
+    *ks = lo & ~(int64_t)15;
+    *ke = hi;
 }
 
 /* End of the part of a score row that products read, given its causal limit lim: up to kmax for
@@ -688,8 +713,6 @@ static void attention_forward_f32(struct loom_backend *be, float *out, float *ls
     float *panels = g.tiled ? scratch + nt * per : NULL;
     const float drop = a->dropout_p > 0.0f ? a->dropout_p : 0.0f;
     const float keep_mult = drop > 0.0f ? 1.0f / (1.0f - drop) : 1.0f;
-    const int64_t hi_q0 = a->causal ? 0 : -1; /* hi = q0 under the causal mask, else none */
-    const int32_t *doc = doc_mask(a);
     const int blas_nt = blas_single_begin();
 
 #pragma omp parallel num_threads(nt)
@@ -707,29 +730,45 @@ static void attention_forward_f32(struct loom_backend *be, float *out, float *ls
             const int64_t chunk = nchunk - 1 - task / (B * NH);
             const int64_t bh = task % (B * NH), b = bh / NH, h = bh % NH, kv = h / g.Q;
             const int64_t qb0 = chunk * nqb / nchunk, qb1 = (chunk + 1) * nqb / nchunk;
+            const struct rowmask rm = rowmask_of(a, b);
             for (int64_t qb = qb0; qb < qb1; qb++) {
                 const int64_t q0 = qb * QBLK, n = (T - q0 < QBLK) ? T - q0 : QBLK;
-                /* keys [ks, kmax): columns of S are keys - ks */
-                const int64_t ks = first_key(doc ? doc + b * T : NULL, q0, n);
-                const int64_t kmax = a->causal ? q0 + n : T;
-                const int64_t hi = hi_q0 < 0 ? -1 : q0 - ks;
+                float *o = out + (b * T + q0) * C + h * HS;
+                float *lse_b = lse + (b * NH + h) * T + q0;
+                /* keys [ks, ke): columns of S are keys - ks */
+                int64_t ks, ke;
+                block_keys(&rm, q0, n, &ks, &ke);
+                if (ke <= ks) { /* no row of the block sees a key */
+                    for (int64_t i = 0; i < n; i++) {
+                        zero_range(o + i * C, 0, HS);
+                        lse_b[i] = -INFINITY;
+                    }
+                    continue;
+                }
+                const int64_t K = ke - ks, hi = a->causal ? q0 - ks : -1;
                 const float *q = qkv + (b * T + q0) * R + q_col(&g, h);
                 const float *k = qkv + (b * T + ks) * R + k_col(&g, kv);
                 const float *v = k + HS;
                 const struct keys keys = {
                     k, R, panels ? panels + (b * NKV + kv) * pan_sz + ks * HS : NULL};
-                float *o = out + (b * T + q0) * C + h * HS;
 
-                scores(S, ldS, q, R, n, keys, kmax - ks, HS, a->scale, hi);
+                scores(S, ldS, q, R, n, keys, K, HS, a->scale, hi);
                 for (int64_t i = 0; i < n; i++) {
                     float *s = S + i * ldS;
-                    /* the row's keys: [d0, lim) of its columns */
-                    const int64_t lim = (a->causal ? q0 + i + 1 : T) - ks;
-                    const int64_t d0 = doc ? doc[b * T + q0 + i] - ks : 0;
+                    /* the row's keys: [d0, lim) of its columns; the products read it up to end */
+                    const int64_t clim = a->causal ? q0 + i + 1 - ks : K;
+                    const int64_t lim = key_hi(&rm, q0 + i) - ks, d0 = key_lo(&rm, q0 + i) - ks;
+                    const int64_t end = row_end(clim, K, g.tiled);
+                    if (lim <= d0) { /* no key: out 0, lse -inf */
+                        zero_range(s, 0, end);
+                        inv[i] = 0.0f;
+                        lse_b[i] = -INFINITY;
+                        continue;
+                    }
                     const float m = row_max(s + d0, lim - d0);
                     const float sum = row_exp(s + d0, lim - d0, m);
                     zero_range(s, 0, d0);
-                    zero_range(s, lim, row_end(lim, kmax - ks, g.tiled));
+                    zero_range(s, lim, end);
                     if (drop > 0.0f) {
                         const int64_t row =
                             ((a->sample0 + b) * a->NH_global + a->head0 + h) * T + q0 + i;
@@ -737,10 +776,10 @@ static void attention_forward_f32(struct loom_backend *be, float *out, float *ls
                         row_dropout(s, lim, a->seed, a->key, idx0, drop, keep_mult);
                     }
                     inv[i] = 1.0f / sum;
-                    lse[(b * NH + h) * T + q0 + i] = m + logf(sum);
+                    lse_b[i] = m + logf(sum);
                 }
                 /* out = (exp(S - m) * mask) v / sum */
-                mix(o, C, 0, 1.0f, inv, S, ldS, 1, n, kmax - ks, v, R, HS, -1, hi, g.tiled);
+                mix(o, C, 0, 1.0f, inv, S, ldS, 1, n, K, v, R, HS, -1, hi, g.tiled);
             }
         }
     }
@@ -762,7 +801,6 @@ static void attention_backward_f32(struct loom_backend *be, float *dqkv, const f
     const int nt = num_threads(be);
     const float drop = a->dropout_p > 0.0f ? a->dropout_p : 0.0f;
     const float keep_mult = drop > 0.0f ? 1.0f / (1.0f - drop) : 1.0f;
-    const int32_t *doc = doc_mask(a);
     /* per thread: P, dP (then dS), Pd (dropout only), and the k and v panels */
     const int64_t ldS = g.ldS, blk = QBLK * ldS, pan_sz = g.tiled ? g.npan * 16 * HS : 0;
     const int64_t per = (drop > 0.0f ? 3 : 2) * blk + 2 * pan_sz; /* blk, pan_sz: multiples of 16 */
@@ -788,18 +826,26 @@ static void attention_backward_f32(struct loom_backend *be, float *dqkv, const f
                 pack_panels(vpan, v, R, T, HS);
             }
 
+            const struct rowmask rm = rowmask_of(a, b);
+            /* key rows [0, wr) of dk and dv hold sums from earlier blocks or heads of the group
+             * (or zeros); the rest are written for the first time when a block reaches them */
+            int64_t wr = 0;
             for (int64_t h = kv * g.Q; h < (kv + 1) * g.Q; h++) {
                 const float *lse_h = lse + (b * NH + h) * T;
                 for (int64_t qb = 0; qb < nqb; qb++) {
                     const int64_t q0 = qb * QBLK, n = (T - q0 < QBLK) ? T - q0 : QBLK;
-                    /* keys [ks, kmax), as in the forward: columns of P and dP are keys - ks */
-                    const int64_t ks = first_key(doc ? doc + b * T : NULL, q0, n);
-                    const int64_t kmax = a->causal ? q0 + n : T;
-                    const int64_t hi = a->causal ? q0 - ks : -1;
-                    const struct keys kk = {k + ks * R, R, g.tiled ? kpan + ks * HS : NULL};
-                    const struct keys vk = {v + ks * R, R, g.tiled ? vpan + ks * HS : NULL};
                     const float *q = qkv + (b * T + q0) * R + q_col(&g, h);
                     float *dq = dqkv + (b * T + q0) * R + q_col(&g, h);
+                    /* keys [ks, ke), as in the forward: columns of P and dP are keys - ks */
+                    int64_t ks, ke;
+                    block_keys(&rm, q0, n, &ks, &ke);
+                    if (ke <= ks) { /* no row of the block sees a key: dq 0, nothing for dk, dv */
+                        for (int64_t i = 0; i < n; i++) zero_range(dq + i * R, 0, HS);
+                        continue;
+                    }
+                    const int64_t K = ke - ks, hi = a->causal ? q0 - ks : -1;
+                    const struct keys kk = {k + ks * R, R, g.tiled ? kpan + ks * HS : NULL};
+                    const struct keys vk = {v + ks * R, R, g.tiled ? vpan + ks * HS : NULL};
                     const float *o = out + (b * T + q0) * C + h * HS;
                     const float *dO = dout + (b * T + q0) * C + h * HS;
 
@@ -813,14 +859,21 @@ static void attention_backward_f32(struct loom_backend *be, float *dqkv, const f
                                     __builtin_prefetch(dout + (b * T + nq0 + i) * C + nh * HS + d);
                                 }
                     }
-                    scores(P, ldS, q, R, n, kk, kmax - ks, HS, a->scale, hi); /* scale q k^T */
-                    scores(dP, ldS, dO, C, n, vk, kmax - ks, HS, 1.0f, hi);   /* dPd = dout v^T */
+                    scores(P, ldS, q, R, n, kk, K, HS, a->scale, hi); /* scale q k^T */
+                    scores(dP, ldS, dO, C, n, vk, K, HS, 1.0f, hi);   /* dPd = dout v^T */
                     for (int64_t i = 0; i < n; i++) {
                         float *p = P + i * ldS, *dp = dP + i * ldS;
-                        /* the row's keys: [d0, lim) of its columns */
-                        const int64_t lim = (a->causal ? q0 + i + 1 : T) - ks;
-                        const int64_t d0 = doc ? doc[b * T + q0 + i] - ks : 0;
-                        const int64_t end = row_end(lim, kmax - ks, g.tiled);
+                        /* the row's keys: [d0, lim) of its columns; the products read it up to
+                         * end */
+                        const int64_t clim = a->causal ? q0 + i + 1 - ks : K;
+                        const int64_t lim = key_hi(&rm, q0 + i) - ks, d0 = key_lo(&rm, q0 + i) - ks;
+                        const int64_t end = row_end(clim, K, g.tiled);
+                        if (lim <= d0) { /* no key: no gradient through this row */
+                            zero_range(p, 0, end);
+                            zero_range(dp, 0, end);
+                            if (drop > 0.0f) zero_range(Pd + i * ldS, 0, end);
+                            continue;
+                        }
                         const float Di = dot(dO + i * C, o + i * C, HS);
                         if (drop > 0.0f) {
                             row_exp(p + d0, lim - d0, lse_h[q0 + i]); /* P = exp(S - lse) */
@@ -847,18 +900,23 @@ static void attention_backward_f32(struct loom_backend *be, float *dqkv, const f
                         }
                     }
                     /* dv += Pd^T dout;  dq = scale dS k;  dk += scale dS^T q */
-                    /* key rows [0, done) already hold sums from earlier blocks or heads of the
-                     * group; the rest are written here for the first time (no zeroing pass).
-                     * Rows before ks get nothing from this block: an earlier block wrote them. */
-                    const int64_t written = h > kv * g.Q ? kmax : a->causal ? q0 : qb > 0 ? T : 0;
-                    const int64_t done = written - ks;
-                    mix_keys(dv + ks * R, R, done, 1.0f, Pd, ldS, kmax - ks, n, dO, C, HS, hi,
-                             g.tiled);
-                    mix(dq, R, 0, a->scale, NULL, dP, ldS, 1, n, kmax - ks, k + ks * R, R, HS, -1,
-                        hi, g.tiled);
-                    mix_keys(dk + ks * R, R, done, a->scale, dP, ldS, kmax - ks, n, q, R, HS, hi,
-                             g.tiled);
+                    /* key rows [ks, wr) accumulate, [wr, ke) are assigned; rows [wr, ks) that no
+                     * block reached yet are zeroed first (under the causal mask wr <= q0) */
+                    for (; wr < ks; wr++) {
+                        zero_range(dk + wr * R, 0, HS);
+                        zero_range(dv + wr * R, 0, HS);
+                    }
+                    const int64_t done = wr - ks;
+                    mix_keys(dv + ks * R, R, done, 1.0f, Pd, ldS, K, n, dO, C, HS, hi, g.tiled);
+                    mix(dq, R, 0, a->scale, NULL, dP, ldS, 1, n, K, k + ks * R, R, HS, -1, hi,
+                        g.tiled);
+                    mix_keys(dk + ks * R, R, done, a->scale, dP, ldS, K, n, q, R, HS, hi, g.tiled);
+                    if (ke > wr) wr = ke;
                 }
+            }
+            for (; wr < T; wr++) { /* key rows that no query sees */
+                zero_range(dk + wr * R, 0, HS);
+                zero_range(dv + wr * R, 0, HS);
             }
         }
     }

@@ -8,8 +8,9 @@
  * qkv[B,T,(NH+2*NKV)*HS]: a row holds NKV groups, each [G = NH/NKV query heads | k | v] of HS.
  * out[B,T,NH*HS], lse[B,NH,T]. Query head h reads the k/v head of its group, h / G.
  *
- *   S = scale * q k^T (+ causal mask j <= i, and with a document mask j >= doc_start[b,i]),
- *   P = softmax(S) = exp(S - lse),
+ *   S = scale * q k^T (+ causal mask j <= i, with a document mask j >= doc_start[b,i], with key
+ *       ends j < key_end[b,i]),
+ *   P = softmax(S) = exp(S - lse)   (a row that sees no key: out 0, lse -inf, P 0),
  *   Pd = P * keep / (1 - p),  out = Pd v
  * Dropout element (b, h, i, j) is kept when loom_rng_keep(seed, key,
  *   (((sample0 + b) * NH_global + head0 + h) * T + i) * T + j, p); lse is of the undropped S.
@@ -24,7 +25,10 @@
  * Document mask: document starts do not decrease along a sample, so a query tile's first row
  * has its earliest: the key loops start at the tile holding it, the query loop of dk/dv stops at
  * the first query tile whose first row starts after the key tile, and the tiles in between mask
- * element by element.
+ * element by element. Key ends (loom_attn.key_end) do not decrease either, so a query tile's last
+ * row has its latest: the key loops stop there, the query loop of dk/dv skips the query tiles
+ * whose last row ends before the key tile (padded keys cost no products), and the tiles that
+ * cross an end mask element by element. Neither mask needs the causal one.
  * 128 threads: thread (r = tid/4, s = tid%4) owns row r of the tile and the float4 columns
  * s, s+4, s+8, ... of the head dimension, padded to D (a template constant, 16..256).
  */
@@ -97,6 +101,9 @@ __global__ void __launch_bounds__(AT_THREADS)
     const int32_t *doc = a.doc_start ? a.doc_start + b * T : NULL;
     const int64_t di = doc && i < T ? doc[i] : 0;
     const int64_t kbeg = doc ? doc[i0] / AT_TILE * AT_TILE : 0;
+    /* key ends: row i sees keys before ei; the block's keys end at its last row's */
+    const int32_t *kend_b = a.key_end ? a.key_end + b * T : NULL;
+    const int64_t ei = kend_b && i < T ? kend_b[i] : T;
 
     at_load_tile<D>(Qs, base, i0, T, stride, qc, HS);
     float m = -INFINITY, l = 0.0f;
@@ -105,6 +112,8 @@ __global__ void __launch_bounds__(AT_THREADS)
     for (int k = 0; k < NC; k++) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
 
     int64_t kend = a.causal ? (i0 + AT_TILE < T ? i0 + AT_TILE : T) : T;
+    if (kend_b && kend_b[(i0 + AT_TILE < T ? i0 + AT_TILE : T) - 1] < kend)
+        kend = kend_b[(i0 + AT_TILE < T ? i0 + AT_TILE : T) - 1];
     for (int64_t k0 = kbeg; k0 < kend; k0 += AT_TILE) {
         __syncthreads();
         at_load_tile<D>(Ks, base, k0, T, stride, kc, HS);
@@ -123,7 +132,7 @@ __global__ void __launch_bounds__(AT_THREADS)
 #pragma unroll
         for (int jj = 0; jj < 8; jj++) {
             int64_t j = k0 + s + 4 * jj;
-            bool valid = i < T && j < T && (!a.causal || j <= i) && j >= di;
+            bool valid = i < T && j < T && (!a.causal || j <= i) && j >= di && j < ei;
             sc[jj] = valid ? sc[jj] * a.scale : -INFINITY;
             mt = fmaxf(mt, sc[jj]);
         }
@@ -164,16 +173,19 @@ __global__ void __launch_bounds__(AT_THREADS)
         }
     }
     if (i < T) {
+        /* a row that sees no key (l == 0): out 0, lse -inf */
+        const bool seen = l > 0.0f;
         float *o = out + (b * T + i) * a.NH * HS + h * HS;
 #pragma unroll
         for (int k = 0; k < NC; k++) {
             int d = 4 * (s + 4 * k);
-            float v[4] = {acc[k].x / l, acc[k].y / l, acc[k].z / l, acc[k].w / l};
+            float v[4] = {seen ? acc[k].x / l : 0.0f, seen ? acc[k].y / l : 0.0f,
+                          seen ? acc[k].z / l : 0.0f, seen ? acc[k].w / l : 0.0f};
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 if (d + e < HS) o[d + e] = v[e];
         }
-        if (s == 0) lse[(b * a.NH + h) * T + i] = m + logf(l);
+        if (s == 0) lse[(b * a.NH + h) * T + i] = seen ? m + logf(l) : -INFINITY;
     }
 }
 
@@ -194,7 +206,7 @@ __global__ void attention_dot_kernel(float *Dv, const float *dout, const float *
 
 template <int D>
 static size_t at_dkdv_smem() {
-    return (size_t)(4 * AT_TILE * (D + 4) + 2 * AT_TILE * AT_PLD + 3 * AT_TILE) * sizeof(float);
+    return (size_t)(4 * AT_TILE * (D + 4) + 2 * AT_TILE * AT_PLD + 4 * AT_TILE) * sizeof(float);
 }
 
 template <int D>
@@ -207,6 +219,7 @@ __global__ void __launch_bounds__(AT_THREADS)
           *dOs = Qs + AT_TILE * LD, *Ps = dOs + AT_TILE * LD, *dSs = Ps + AT_TILE * AT_PLD,
           *ls = dSs + AT_TILE * AT_PLD, *ds = ls + AT_TILE;
     int *dq0 = (int *)(ds + AT_TILE); /* the query tile's document starts */
+    int *de0 = dq0 + AT_TILE;         /* and key ends */
     const int64_t T = a.T, HS = a.HS, NH = a.NH, G = a.NH / a.NKV;
     const int64_t stride = (a.NH + 2 * a.NKV) * a.HS, ostride = a.NH * a.HS;
     const int64_t kvh = blockIdx.y, b = blockIdx.z, k0 = (int64_t)blockIdx.x * AT_TILE;
@@ -218,6 +231,7 @@ __global__ void __launch_bounds__(AT_THREADS)
     const bool drop = a.dropout_p > 0.0f;
     const float inv_keep = drop ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
     const int32_t *doc = a.doc_start ? a.doc_start + b * T : NULL;
+    const int32_t *kend_b = a.key_end ? a.key_end + b * T : NULL;
     const int64_t klast = (k0 + AT_TILE < T ? k0 + AT_TILE : T) - 1; /* the tile's last key */
 
     at_load_tile<D>(Ks, base, k0, T, stride, kc, HS);
@@ -233,6 +247,8 @@ __global__ void __launch_bounds__(AT_THREADS)
         for (int64_t i0 = a.causal ? k0 : 0; i0 < T; i0 += AT_TILE) {
             /* every query from here on belongs to a document that starts after this key tile */
             if (doc && doc[i0] > klast) break;
+            /* every query of the tile ends before this key tile (the last one ends latest) */
+            if (kend_b && kend_b[(i0 + AT_TILE < T ? i0 + AT_TILE : T) - 1] <= k0) continue;
             __syncthreads();
             at_load_tile<D>(Qs, base, i0, T, stride, qc, HS);
             at_load_tile<D>(dOs, obase, i0, T, ostride, h * HS, HS);
@@ -241,6 +257,7 @@ __global__ void __launch_bounds__(AT_THREADS)
                 ls[threadIdx.x] = iq < T ? lse[(b * NH + h) * T + iq] : 0.0f;
                 ds[threadIdx.x] = iq < T ? Dv[(b * NH + h) * T + iq] : 0.0f;
                 dq0[threadIdx.x] = doc && iq < T ? doc[iq] : 0;
+                de0[threadIdx.x] = !kend_b ? (int)T : iq < T ? kend_b[iq] : 0;
             }
             __syncthreads();
             float sc[8], dp[8];
@@ -259,7 +276,7 @@ __global__ void __launch_bounds__(AT_THREADS)
             for (int ii = 0; ii < 8; ii++) {
                 int q = s + 4 * ii;
                 int64_t iq = i0 + q;
-                bool valid = iq < T && j < T && (!a.causal || j <= iq) && j >= dq0[q];
+                bool valid = iq < T && j < T && (!a.causal || j <= iq) && j >= dq0[q] && j < de0[q];
                 float p = 0.0f, pd = 0.0f, dS = 0.0f;
                 if (valid) {
                     p = expf(sc[ii] * a.scale - ls[q]);
@@ -337,11 +354,15 @@ __global__ void __launch_bounds__(AT_THREADS)
     const int32_t *doc = a.doc_start ? a.doc_start + b * T : NULL;
     const int64_t di = doc && i < T ? doc[i] : 0;
     const int64_t kbeg = doc ? doc[i0] / AT_TILE * AT_TILE : 0;
+    const int32_t *kend_b = a.key_end ? a.key_end + b * T : NULL;
+    const int64_t ei = kend_b && i < T ? kend_b[i] : T;
     float4 dq[NC];
 #pragma unroll
     for (int k = 0; k < NC; k++) dq[k] = make_float4(0.f, 0.f, 0.f, 0.f);
 
     int64_t kend = a.causal ? (i0 + AT_TILE < T ? i0 + AT_TILE : T) : T;
+    if (kend_b && kend_b[(i0 + AT_TILE < T ? i0 + AT_TILE : T) - 1] < kend)
+        kend = kend_b[(i0 + AT_TILE < T ? i0 + AT_TILE : T) - 1];
     for (int64_t k0 = kbeg; k0 < kend; k0 += AT_TILE) {
         __syncthreads();
         at_load_tile<D>(Ks, base, k0, T, stride, kc, HS);
@@ -362,7 +383,7 @@ __global__ void __launch_bounds__(AT_THREADS)
 #pragma unroll
         for (int jj = 0; jj < 8; jj++) {
             int64_t j = k0 + s + 4 * jj;
-            bool valid = i < T && j < T && (!a.causal || j <= i) && j >= di;
+            bool valid = i < T && j < T && (!a.causal || j <= i) && j >= di && j < ei;
             float dS = 0.0f;
             if (valid) {
                 float p = expf(sc[jj] * a.scale - lr);
@@ -434,7 +455,6 @@ static void at_check(const struct loom_attn *a) {
     LOOM_ASSERT(a->HS > 0 && a->HS <= 256);
     LOOM_ASSERT(a->NH <= 65535 && a->B <= 65535 && a->NKV <= 65535);
     LOOM_ASSERT(a->dropout_p >= 0.0f && a->dropout_p < 1.0f);
-    LOOM_ASSERT(!a->doc_start || a->causal); /* document masks go with the causal one */
 }
 
 static void at_forward_f32(struct loom_backend *be, float *out, float *lse, const float *qkv,
@@ -483,9 +503,11 @@ static void at_widen(struct loom_backend *be, float *dst, const void *src, int64
     LOOM_CUDA_LAUNCHED();
 }
 
-/* Typed arrays on a problem the tensor-core kernels do not take (head size other than 64 or
- * 128, attention dropout) go through fp32 copies in the attention workspace and the fp32
- * kernels: the results are those of the fp32 op on the stored values, rounded at the end. */
+/* Masked problems (loom_attn.doc_start, key_end) never go to cuDNN (it is given no such mask:
+ * loom_cuda_attention_cudnn_ok). Typed arrays on a problem the tensor-core kernels do not take
+ * (head size other than 64 or 128, attention dropout) go through fp32 copies in the attention
+ * workspace and the fp32 kernels: the results are those of the fp32 op on the stored values,
+ * rounded at the end. */
 void loom_cuda_attention_forward(struct loom_backend *be, void *out, float *lse, const void *qkv,
                                  const struct loom_attn *a) {
     if (a->B <= 0 || a->T <= 0 || a->NH <= 0) return;

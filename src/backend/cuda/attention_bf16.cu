@@ -31,12 +31,17 @@
  * for the operands that the mma wants transposed) from rows padded by 16 bytes, so the 8 rows of an
  * 8x8 matrix hit 8 distinct 16-byte bank groups. Causal: the key loops stop at the diagonal, a warp
  * whose rows see none of a tile skips it, only tiles that cross the diagonal (or T) are masked, and
- * the blocks with the longest loops are launched first. A document mask (loom_attn.doc_start, with
- * the causal one: query i sees keys doc_start[i] .. i) works alike from the other end, since
- * document starts do not decrease along a sample: the key loops start at the tile of the block's
- * first row's document start, the dk/dv pass stops at the first query tile that starts after the
- * block's keys, a warp skips the tiles its rows see none of, and the tiles that cross a start are
- * masked element by element.
+ * the blocks with the longest loops are launched first. A document mask (loom_attn.doc_start:
+ * query i sees keys from doc_start[i] on) works alike from the other end, since document starts
+ * do not decrease along a sample: the key loops start at the tile of the block's first row's
+ * document start, the dk/dv pass stops at the first query tile that starts after the block's
+ * keys, a warp skips the tiles its rows see none of, and the tiles that cross a start are masked
+ * element by element. Key ends (loom_attn.key_end: query i sees keys before key_end[i]; they do
+ * not decrease either) work like the causal limit: the key loops stop at the block's last row's
+ * end, the dk/dv pass starts at the first query tile whose last row ends after the block's first
+ * key (padded keys cost no products), warps skip and mask likewise. Either mask goes with or
+ * without the causal one (kernels instantiated with MASK when either is given). A row that sees
+ * no key gets out 0 and lse -inf; its P is masked to 0 wherever the backward meets it.
  *
  *   forward: block (128 queries, head, sample) over 64-key tiles with an online softmax.
  *   backward (no atomics, so a run repeats bit for bit):
@@ -86,6 +91,7 @@ struct fa_args {
     X *dqkv;                 /* backward output */
     const E *q, *k, *v, *dout; /* head-major 16-bit copies */
     const int32_t *doc;        /* document starts [B, T] (loom_attn.doc_start), or NULL */
+    const int32_t *kend;       /* key ends [B, T] (loom_attn.key_end), or NULL */
     int B, T, NH, NKV, causal;
     float sl2;   /* scale * log2(e) */
     float scale;
@@ -360,7 +366,7 @@ __global__ void fa_convert_kernel(E *q, E *k, E *v, E *d, float *Dv, const X *qk
 
 /* ---- forward ---- */
 
-template <class E, class X, int D, bool DOCS>
+template <class E, class X, int D, bool MASK>
 __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
     fa_forward_kernel(const fa_args<E, X> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
@@ -377,14 +383,21 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
     const int r0 = i0 + 16 * w; /* the warp's first query */
     const int64_t kvoff = ((int64_t)b * a.NKV + h / G) * T * D;
     const E *kh = a.k + kvoff, *vh = a.v + kvoff;
-    const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
     /* document mask: the block's keys start at the tile of its first row's document start; the
      * warp's rows start at dw0 (the earliest) .. dw1, rows g and g + 8 at drow[0], drow[1] */
-    const int32_t *doc = DOCS ? a.doc + (int64_t)b * T : nullptr;
+    const int32_t *doc = MASK && a.doc ? a.doc + (int64_t)b * T : nullptr;
     const int tb = doc ? doc[i0] / FA_KT : 0;
     const int dw0 = doc && r0 < T ? doc[r0] : 0, dw1 = doc && r0 < T ? doc[min(r0 + 15, T - 1)] : 0;
     const int drow[2] = {doc && r0 + g < T ? doc[r0 + g] : 0,
                          doc && r0 + g + 8 < T ? doc[r0 + g + 8] : 0};
+    /* key ends, alike from the other end: the block's keys end at its last row's; the warp's rows
+     * end at ew0 (the earliest) .. ew1, rows g and g + 8 at erow[0], erow[1] */
+    const int32_t *ke = MASK && a.kend ? a.kend + (int64_t)b * T : nullptr;
+    const int kend =
+        min(a.causal ? min(i0 + FA_ROWS, T) : T, ke ? ke[min(i0 + FA_ROWS, T) - 1] : T);
+    const int ew0 = ke && r0 < T ? ke[r0] : T, ew1 = ke && r0 < T ? ke[min(r0 + 15, T - 1)] : T;
+    const int erow[2] = {ke && r0 + g < T ? ke[r0 + g] : T,
+                         ke && r0 + g + 8 < T ? ke[r0 + g + 8] : T};
     const int nt = (kend + FA_KT - 1) / FA_KT - tb; /* key tiles tb .. tb + nt - 1 */
 
     /* K and V tile tb + t into buffer t % FA_STAGES (nothing past the last tile); one group each */
@@ -440,17 +453,19 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
         load_kv(t + FA_STAGES - 1);
         const uint32_t ks = sm + (uint32_t)(t % FA_STAGES) * 2 * TILE, vs = ks + TILE;
         const int k0 = (tb + t) * FA_KT;
-        if (r0 < T && (!a.causal || k0 <= r0 + 15) && k0 + FA_KT > dw0) {
+        if (r0 < T && (!a.causal || k0 <= r0 + 15) && k0 + FA_KT > dw0 && k0 < ew1) {
             float s[FA_KT / 8][4];
             fa_zero(s);
             fa_mm_nt<E, KS, FA_KT, LD>(s, qfrag, ks, lane); /* S = Q K^T */
-            if ((a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T || k0 < dw1) {
+            if ((a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T || k0 < dw1 ||
+                k0 + FA_KT > ew0) {
 #pragma unroll
                 for (int j = 0; j < FA_KT / 8; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int key = k0 + 8 * j + 2 * t4 + (e & 1), row = r0 + g + 8 * (e >> 1);
-                        if (key >= T || (a.causal && key > row) || key < drow[e >> 1])
+                        if (key >= T || (a.causal && key > row) || key < drow[e >> 1] ||
+                            key >= erow[e >> 1])
                             s[j][e] = -INFINITY;
                     }
             }
@@ -493,25 +508,30 @@ __global__ void __launch_bounds__(FA_THREADS, D <= 64 ? 2 : 1)
         l[hi] += __shfl_xor_sync(0xffffffffu, l[hi], 2);
         const int row = r0 + g + 8 * hi;
         if (row >= T) continue;
-        const float inv = 1.0f / l[hi];
+        /* a row that sees no key (l == 0): out 0, lse -inf */
+        const bool seen = l[hi] > 0.f;
+        const float inv = seen ? 1.0f / l[hi] : 0.f;
         X *orow = a.out + (((int64_t)b * T + row) * NH + h) * D;
 #pragma unroll
         for (int j = 0; j < NT; j++)
             fa_io<X>::st2(orow + 8 * j + 2 * t4, o[j][2 * hi] * inv, o[j][2 * hi + 1] * inv);
-        if (t4 == 0) a.lse_out[((int64_t)b * NH + h) * T + row] = (m[hi] + log2f(l[hi])) / FA_LOG2E;
+        if (t4 == 0)
+            a.lse_out[((int64_t)b * NH + h) * T + row] =
+                seen ? (m[hi] + log2f(l[hi])) / FA_LOG2E : -INFINITY;
     }
 }
 
 /* ---- backward: dk, dv ---- */
 
-template <class E, class X, int D, bool DOCS>
+template <class E, class X, int D, bool MASK>
 __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E, X> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr int QT = fa_geom<D>::QT;
     constexpr bool RES = fa_geom<D>::RES;
     constexpr uint32_t BLK = FA_ROWS * LD * 2;            /* bytes of the block's K or V rows */
     constexpr uint32_t QTILE = QT * LD * 2;               /* bytes of a q or dout tile */
-    constexpr uint32_t STAGE = 2 * QTILE + (DOCS ? 3 : 2) * QT * 4; /* q, dout, lse, D(, doc) */
+    /* q, dout, lse, D (, the rows' document starts and key ends) */
+    constexpr uint32_t STAGE = 2 * QTILE + (MASK ? 4 : 2) * QT * 4;
     extern __shared__ uint4 fa_smem[];
     const char *smc = (const char *)fa_smem;
     const uint32_t sm = fa_sptr(fa_smem); /* K rows, V rows, then FA_STAGES stages */
@@ -523,11 +543,25 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int kw = k0 + 16 * w; /* the warp's first key */
     const int64_t kvoff = ((int64_t)b * NKV + kvh) * T * D;
-    const int qstart = a.causal ? k0 : 0; /* a multiple of QT */
+    int qstart = a.causal ? k0 : 0; /* a multiple of QT */
+    /* key ends: the query tiles whose last row ends at or before the block's first key see none
+     * of its keys; key ends do not decrease, so they come first (found by bisection) */
+    const int32_t *ke = MASK && a.kend ? a.kend + (int64_t)b * T : nullptr;
+    if (ke) {
+        int lo = qstart / QT, hi = (T + QT - 1) / QT;
+        while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (ke[min((mid + 1) * QT, T) - 1] > k0)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        qstart = lo * QT;
+    }
     /* document mask: the query tiles from the first whose first row's document starts after the
      * block's last key on see none of its keys (document starts do not decrease) */
-    const int32_t *doc = DOCS ? a.doc + (int64_t)b * T : nullptr;
-    int nq = (T - qstart + QT - 1) / QT;
+    const int32_t *doc = MASK && a.doc ? a.doc + (int64_t)b * T : nullptr;
+    int nq = qstart < T ? (T - qstart + QT - 1) / QT : 0;
     if (doc) {
         const int klast = min(k0 + FA_ROWS, T) - 1;
         int q = 0;
@@ -555,6 +589,10 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
                 const int c = threadIdx.x - 2 * QT;
                 const bool ok = i0 + c < T;
                 fa_cp4(st + 2 * QTILE + threadIdx.x * 4, doc + (ok ? i0 + c : 0), ok);
+            } else if (ke && threadIdx.x >= 3 * QT && threadIdx.x < 4 * QT) { /* key ends */
+                const int c = threadIdx.x - 3 * QT;
+                const bool ok = i0 + c < T;
+                fa_cp4(st + 2 * QTILE + threadIdx.x * 4, ke + (ok ? i0 + c : 0), ok);
             }
         }
         fa_commit();
@@ -604,11 +642,16 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
         const float *ls = (const float *)(smc + 2 * BLK + (it % FA_STAGES) * STAGE + 2 * QTILE);
         const float *ds = ls + QT;
         const int *dq0 = (const int *)(ds + QT); /* document starts of the tile's rows (doc) */
+        const int *de0 = dq0 + QT;               /* key ends of the tile's rows (ke) */
         /* with documents: the warp's keys lie before every row's document (skipped), or some
-         * row's document starts after the warp's first key (masked) */
+         * row's document starts after the warp's first key (masked); with key ends: every row
+         * ends at or before the warp's first key (skipped), or some row ends before its last
+         * key (masked) */
         const bool docs_skip = doc && doc[i0] > kw + 15;
         const bool docs_mask = doc && doc[min(i0 + QT - 1, T - 1)] > kw;
-        if (kw < T && (!a.causal || kw <= i0 + QT - 1) && !docs_skip) {
+        const bool ends_skip = ke && ke[min(i0 + QT, T) - 1] <= kw;
+        const bool ends_mask = ke && ke[i0] < kw + 16;
+        if (kw < T && (!a.causal || kw <= i0 + QT - 1) && !docs_skip && !ends_skip) {
             float s[QT / 8][4], dp[QT / 8][4];
             fa_zero(s);
             fa_zero(dp);
@@ -620,6 +663,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
                 const float2 lq = *(const float2 *)(ls + 8 * j + 2 * t4);
                 const float2 dq = *(const float2 *)(ds + 8 * j + 2 * t4);
                 const int2 d0 = docs_mask ? *(const int2 *)(dq0 + 8 * j + 2 * t4) : make_int2(0, 0);
+                const int2 e0 = ends_mask ? *(const int2 *)(de0 + 8 * j + 2 * t4) : make_int2(T, T);
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const float lv = (e & 1) ? lq.y : lq.x, dd = (e & 1) ? dq.y : dq.x;
@@ -627,6 +671,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
                     const int key = kw + g + 8 * (e >> 1);
                     if (mask && key > i0 + 8 * j + 2 * t4 + (e & 1)) p = 0.f;
                     if (docs_mask && key < ((e & 1) ? d0.y : d0.x)) p = 0.f;
+                    if (ends_mask && key >= ((e & 1) ? e0.y : e0.x)) p = 0.f;
                     s[j][e] = p;
                     dp[j][e] = p * (dp[j][e] - dd);
                 }
@@ -656,7 +701,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkdv_kernel(const fa_args<E,
 
 /* ---- backward: dq ---- */
 
-template <class E, class X, int D, bool DOCS>
+template <class E, class X, int D, bool MASK>
 __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X> a) {
     constexpr int LD = fa_geom<D>::LD, KS = fa_geom<D>::KS, NT = fa_geom<D>::NT;
     constexpr bool RES = fa_geom<D>::RES;
@@ -674,13 +719,18 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X
     const int r0 = i0 + 16 * w;
     const int64_t hq = (int64_t)b * NH + h, kvoff = ((int64_t)b * a.NKV + h / G) * T * D;
     const E *kh = a.k + kvoff, *vh = a.v + kvoff;
-    const int kend = a.causal ? min(i0 + FA_ROWS, T) : T;
-    /* document mask, as in the forward */
-    const int32_t *doc = DOCS ? a.doc + (int64_t)b * T : nullptr;
+    /* document mask and key ends, as in the forward */
+    const int32_t *doc = MASK && a.doc ? a.doc + (int64_t)b * T : nullptr;
     const int tb = doc ? doc[i0] / FA_KT : 0;
     const int dw0 = doc && r0 < T ? doc[r0] : 0, dw1 = doc && r0 < T ? doc[min(r0 + 15, T - 1)] : 0;
     const int drow[2] = {doc && r0 + g < T ? doc[r0 + g] : 0,
                          doc && r0 + g + 8 < T ? doc[r0 + g + 8] : 0};
+    const int32_t *ke = MASK && a.kend ? a.kend + (int64_t)b * T : nullptr;
+    const int kend =
+        min(a.causal ? min(i0 + FA_ROWS, T) : T, ke ? ke[min(i0 + FA_ROWS, T) - 1] : T);
+    const int ew0 = ke && r0 < T ? ke[r0] : T, ew1 = ke && r0 < T ? ke[min(r0 + 15, T - 1)] : T;
+    const int erow[2] = {ke && r0 + g < T ? ke[r0 + g] : T,
+                         ke && r0 + g + 8 < T ? ke[r0 + g + 8] : T};
     const int nt = (kend + FA_KT - 1) / FA_KT - tb;
 
     /* as in the forward, after the q and dout rows */
@@ -739,13 +789,14 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X
         load_kv(t + FA_STAGES - 1);
         const uint32_t ks = sm + 2 * BLK + (uint32_t)(t % FA_STAGES) * 2 * TILE, vs = ks + TILE;
         const int k0 = (tb + t) * FA_KT;
-        if (r0 < T && (!a.causal || k0 <= r0 + 15) && k0 + FA_KT > dw0) {
+        if (r0 < T && (!a.causal || k0 <= r0 + 15) && k0 + FA_KT > dw0 && k0 < ew1) {
             float s[FA_KT / 8][4], dp[FA_KT / 8][4];
             fa_zero(s);
             fa_zero(dp);
             fa_mm_nt<E, KS, FA_KT, LD>(s, qfrag, ks, lane);  /* S = Q K^T */
             fa_mm_nt<E, KS, FA_KT, LD>(dp, ofrag, vs, lane); /* dP = dO V^T */
-            const bool mask = (a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T || k0 < dw1;
+            const bool mask = (a.causal && k0 + FA_KT - 1 > r0) || k0 + FA_KT > T || k0 < dw1 ||
+                              k0 + FA_KT > ew0;
 #pragma unroll
             for (int j = 0; j < FA_KT / 8; j++)
 #pragma unroll
@@ -754,7 +805,9 @@ __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(const fa_args<E, X
                     float p = fa_exp2(fmaf(s[j][e], a.sl2, -lr[hi]));
                     if (mask) {
                         const int key = k0 + 8 * j + 2 * t4 + (e & 1), row = r0 + g + 8 * hi;
-                        if (key >= T || (a.causal && key > row) || key < drow[hi]) p = 0.f;
+                        if (key >= T || (a.causal && key > row) || key < drow[hi] ||
+                            key >= erow[hi])
+                            p = 0.f;
                     }
                     dp[j][e] = p * (dp[j][e] - dr[hi]);
                 }
@@ -794,6 +847,7 @@ static fa_args<E, X> fa_make_args(const struct loom_attn *a) {
     p.NKV = (int)a->NKV;
     p.causal = a->causal;
     p.doc = a->doc_start;
+    p.kend = a->key_end;
     p.sl2 = a->scale * FA_LOG2E;
     p.scale = a->scale;
     return p;
@@ -833,9 +887,9 @@ static void fa_forward(struct loom_backend *be, void *out, float *lse, const voi
     p.out = (X *)out;
     p.lse_out = lse;
     size_t smem = (size_t)FA_STAGES * 2 * FA_KT * fa_geom<D>::LD * sizeof(E); /* K, V */
-    /* the kernel without a document mask is compiled without its code */
-    auto kernel =
-        a->doc_start ? fa_forward_kernel<E, X, D, true> : fa_forward_kernel<E, X, D, false>;
+    /* the kernel without document or key-end masks is compiled without their code */
+    auto kernel = a->doc_start || a->key_end ? fa_forward_kernel<E, X, D, true>
+                                             : fa_forward_kernel<E, X, D, false>;
     LOOM_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     unsigned blocks = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS * a->NH * a->B);
@@ -855,20 +909,20 @@ static void fa_backward(struct loom_backend *be, void *dqkv, const void *dout, c
     p.dqkv = (X *)dqkv;
     cudaStream_t st = loom_cuda_stream(be);
     unsigned tiles = (unsigned)((a->T + FA_ROWS - 1) / FA_ROWS);
-    /* K, V rows; stages of q, dout, lse, D and with a document mask the rows' starts (the
-     * kernels without one are compiled without its code) */
-    const bool docs = a->doc_start != NULL;
+    /* K, V rows; stages of q, dout, lse, D and with masks the rows' document starts and key
+     * ends (the kernels without masks are compiled without their code) */
+    const bool masked = a->doc_start || a->key_end;
     size_t smem = (size_t)2 * FA_ROWS * geo::LD * sizeof(E) +
                   FA_STAGES * ((size_t)2 * geo::QT * geo::LD * sizeof(E) +
-                               (docs ? 3 : 2) * geo::QT * sizeof(float));
-    auto dkdv = docs ? fa_dkdv_kernel<E, X, D, true> : fa_dkdv_kernel<E, X, D, false>;
+                               (masked ? 4 : 2) * geo::QT * sizeof(float));
+    auto dkdv = masked ? fa_dkdv_kernel<E, X, D, true> : fa_dkdv_kernel<E, X, D, false>;
     LOOM_CUDA_CHECK(
         cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dkdv<<<(unsigned)(tiles * a->NKV * a->B), FA_THREADS, smem, st>>>(p);
     LOOM_CUDA_LAUNCHED();
     /* q, dout rows; buffers of K, V */
     smem = (size_t)(2 * FA_ROWS + FA_STAGES * 2 * FA_KT) * geo::LD * sizeof(E);
-    auto dq = docs ? fa_dq_kernel<E, X, D, true> : fa_dq_kernel<E, X, D, false>;
+    auto dq = masked ? fa_dq_kernel<E, X, D, true> : fa_dq_kernel<E, X, D, false>;
     LOOM_CUDA_CHECK(
         cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dq<<<(unsigned)(tiles * a->NH * a->B), FA_THREADS, smem, st>>>(p);

@@ -612,13 +612,14 @@ static char *sdpa_workspace(struct loom_backend *be, const struct sdpa_plan *p, 
 
 int loom_cuda_attention_cudnn_ok(struct loom_backend *be, const struct loom_attn *a) {
     struct loom_cuda *c = loom_cuda_impl(be);
-    /* no document mask is given to cuDNN: loom's kernels take masked problems (under fused, the
-     * training CLI refuses --reset-attention-mask before any of this) */
-    if (a->doc_start && c->attn_backend == LOOM_ATTN_FUSED)
+    /* no document or key-end (padding) mask is given to cuDNN: loom's kernels take masked
+     * problems (under fused, the training CLI refuses --reset-attention-mask before any of this) */
+    const int masked = a->doc_start || a->key_end;
+    if (masked && c->attn_backend == LOOM_ATTN_FUSED)
         loom_abort(__FILE__, __LINE__,
-                   "--attention-backend fused: cuDNN's attention is given no "
-                   "document mask (--reset-attention-mask); use flash or auto");
-    if (a->doc_start || c->attn_backend == LOOM_ATTN_FLASH || c->deterministic || !c->matmul_bf16 ||
+                   "--attention-backend fused: cuDNN's attention is given no document or "
+                   "padding mask (--reset-attention-mask); use flash or auto");
+    if (masked || c->attn_backend == LOOM_ATTN_FLASH || c->deterministic || !c->matmul_bf16 ||
         c->matmul_f16 || a->dt != LOOM_DTYPE_BF16 || a->NKV < 1 || a->NH % a->NKV != 0 ||
         a->HS % 8 != 0 || a->HS > 128 || a->dropout_p != 0.0f || !(a->scale > 0.0f) || a->B < 1 ||
         a->T < 1 || a->NH < 1)
