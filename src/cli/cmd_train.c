@@ -1,5 +1,6 @@
 /* `loom train`: Megatron-LM flag names -> struct loom_train_config -> loom_train_run. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,7 +509,7 @@ static enum loom_status load_config(struct train_cmd *t, const struct loom_famil
         *other = fam;
         return LOOM_OK;
     }
-    char saved[sizeof t->c.model];
+    _Alignas(max_align_t) char saved[sizeof t->c.model];
     struct loom_train_state st;
     int has_optim;
     LOOM_CHECK(loom_ckpt_read_config(load, fam, saved, &st, &has_optim));

@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "models/gpt/gpt_settings.h"
@@ -145,13 +146,28 @@ int loom_settings_flag_given(const struct loom_flag *flags, int nflags, const ch
 }
 
 /* ---- --load ---- */
+static enum loom_status apply_rows(const struct loom_family_config_desc *d, void *cfg,
+                                   const void *saved, const struct loom_flag *flags, int nflags,
+                                   const char *load);
+
 enum loom_status loom_settings_apply_checkpoint(const struct loom_family_config_desc *d,
                                                 void *cfg, const void *saved_in,
                                                 const struct loom_flag *flags, int nflags,
                                                 const char *load) {
-    char saved[d->config_size];
+    void *saved = malloc(d->config_size);
+    if (!saved) return loom_fail(LOOM_ERR_OOM, "out of memory");
     memcpy(saved, saved_in, d->config_size);
     if (d->ckpt_as_flags) d->ckpt_as_flags(saved);
+    enum loom_status s = apply_rows(d, cfg, saved, flags, nflags, load);
+    if (s == LOOM_OK && d->load_check) s = d->load_check(cfg, saved, flags, nflags, load);
+    free(saved);
+    return s;
+}
+
+/* loom_settings_apply_checkpoint's loop over the rows */
+static enum loom_status apply_rows(const struct loom_family_config_desc *d, void *cfg,
+                                   const void *saved, const struct loom_flag *flags, int nflags,
+                                   const char *load) {
     for (int i = 0; i < d->nsettings; i++) {
         const struct loom_setting *s = &d->settings[i];
         const int given = s->flag && loom_settings_flag_given(flags, nflags, s->flag);
@@ -197,7 +213,7 @@ enum loom_status loom_settings_apply_checkpoint(const struct loom_family_config_
         else
             set_i(s, cfg, get_i(s, saved));
     }
-    return d->load_check ? d->load_check(cfg, saved, flags, nflags, load) : LOOM_OK;
+    return LOOM_OK;
 }
 
 /* ---- meta.json ---- */
