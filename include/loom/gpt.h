@@ -57,6 +57,22 @@ struct loom_gpt_config {
     int xavier_init;         /* matrices drawn uniform in +-sqrt(6 / (rows + columns)) instead of
                                 normal (--init-method-xavier-uniform; initialisation only) */
     int untie;               /* separate output layer */
+    /* The encoder form (the BERT family; 0 for GPT's decoders). The transformer stack is the
+     * same code; these change what is around it and how attention sees the keys:
+     * encoder: bidirectional self-attention with the micro-batch's padding mask (a query sees
+     *   the keys of its sample's real tokens) instead of the causal mask; layer names
+     *   encoder.layers.{i}.*, encoder.final_layernorm.*;
+     * num_tokentypes: rows of embedding.tokentype_embeddings.weight added to the word and
+     *   position embeddings (BERT: 2; 0: none);
+     * lm_head_transform: lm_head.dense (H -> H, bias), a GELU of form head_gelu and
+     *   lm_head.layer_norm between the final norm and the output layer;
+     * output_bias: output_layer.bias [padded vocabulary] added to the logits;
+     * binary_head: pooler.dense (tanh of it at the first position of the final norm's output)
+     *   and binary_head [2, H], the sentence-order loss (BERT without --bert-no-binary-head). */
+    int encoder;
+    int64_t num_tokentypes;
+    int lm_head_transform, output_bias, binary_head;
+    enum loom_gelu head_gelu;
     double hidden_dropout, attention_dropout;
     double init_std;
     /* Flags that give settings above without being one of their own (rows of GPT's settings
