@@ -155,6 +155,10 @@ struct loom_family {
     /* names of the losses the last piece reports, in the order of struct loom_losses */
     int num_losses;
     const char *loss_names[LOOM_MAX_LOSSES];
+    /* 1: the loss is always the mean over the step's micro-batches of each one's own mean
+     * (ctx.per_micro_mean; Megatron-LM's BERT); 0: as the flags say (GPT: with a loss mask and
+     * without --calculate-per-token-loss) */
+    int micro_mean;
 
     /* the model of `config` (the family's configuration struct, finalized) for this rank of
      * `par`: its table, parameters, gradients and activations for micro-batches of B, with room
