@@ -134,6 +134,9 @@ struct loom_gpt_layer_ptrs {
 };
 struct loom_gpt_ptrs {
     float *wte, *wpe, *lnf_w, *lnf_b, *out_w;
+    /* the encoder form's (NULL otherwise): token types, the LM head's transform, the output
+     * bias, the pooler and the sentence-order head */
+    float *tte, *lmh_w, *lmh_b, *lmh_ln_w, *lmh_ln_b, *out_b, *pool_w, *pool_b, *bin_w, *bin_b;
     struct loom_gpt_layer_ptrs *layers; /* [L], NULL entries for layers this rank lacks */
 };
 
@@ -150,6 +153,9 @@ struct loom_gpt {
     float *norm_eff;
     int64_t layer_begin, layer_end; /* decoder layers held by this rank */
     struct loom_gpt_acts *acts; /* [nslots] */
+    /* state of the heads of a family built on this stack (the encoder form's), freed with it */
+    void *heads;
+    void (*heads_free)(struct loom_gpt *m);
 };
 
 /* Build the table and allocate parameters, gradients and activations for micro-batch B, with
@@ -181,7 +187,7 @@ enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int3
  * every stage, forward and backward): with ctx's reset_position_ids or reset_attention_mask, the
  * start of each token's document, from which its position (t - start) and the attention mask
  * (keys from the start on) follow; without them nothing (positions t, causal attention). */
-enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_t *tokens,
+enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const struct loom_micro *mb,
                                       const struct loom_step_ctx *ctx);
 /* With layernorm_1p, the norms' weights 1 + w (m->wn) from the parameters as they are now: before
  * the model runs on parameters that changed (the pipeline's run of a batch, loom_gpt_forward,

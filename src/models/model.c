@@ -27,8 +27,8 @@ int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_
 }
 
 /* Every family loom has; a new family is one more entry (its declaration in its header). */
-extern const struct loom_family loom_gpt_family;
-static const struct loom_family *const families[] = {&loom_gpt_family};
+extern const struct loom_family loom_gpt_family, loom_bert_family;
+static const struct loom_family *const families[] = {&loom_gpt_family, &loom_bert_family};
 
 const struct loom_family *loom_family_find(const char *name) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)

@@ -107,16 +107,29 @@ static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
     const struct loom_gpt_config *c = &m->cfg;
     w->wte = ptr_of(m, base, "embedding.word_embeddings.weight");
     w->wpe = ptr_of(m, base, "embedding.position_embeddings.weight");
-    w->lnf_w = ptr_of(m, base, "decoder.final_layernorm.weight");
-    w->lnf_b = ptr_of(m, base, "decoder.final_layernorm.bias");
+    const char *stack = c->encoder ? "encoder" : "decoder";
+    char name[128];
+    snprintf(name, sizeof name, "%s.final_layernorm.weight", stack);
+    w->lnf_w = ptr_of(m, base, name);
+    snprintf(name, sizeof name, "%s.final_layernorm.bias", stack);
+    w->lnf_b = ptr_of(m, base, name);
     w->out_w = c->untie ? ptr_of(m, base, "output_layer.weight") : w->wte;
+    w->tte = ptr_of(m, base, "embedding.tokentype_embeddings.weight");
+    w->lmh_w = ptr_of(m, base, "lm_head.dense.weight");
+    w->lmh_b = ptr_of(m, base, "lm_head.dense.bias");
+    w->lmh_ln_w = ptr_of(m, base, "lm_head.layer_norm.weight");
+    w->lmh_ln_b = ptr_of(m, base, "lm_head.layer_norm.bias");
+    w->out_b = ptr_of(m, base, "output_layer.bias");
+    w->pool_w = ptr_of(m, base, "pooler.dense.weight");
+    w->pool_b = ptr_of(m, base, "pooler.dense.bias");
+    w->bin_w = ptr_of(m, base, "binary_head.weight");
+    w->bin_b = ptr_of(m, base, "binary_head.bias");
     w->layers = calloc((size_t)c->num_layers, sizeof *w->layers);
     LOOM_ASSERT(w->layers);
-    char name[128];
     for (int64_t l = 0; l < c->num_layers; l++) {
         struct loom_gpt_layer_ptrs *lp = &w->layers[l];
 #define P(field, suffix)                                                                      \
-    (snprintf(name, sizeof name, "decoder.layers.%lld.%s", (long long)l, suffix),             \
+    (snprintf(name, sizeof name, "%s.layers.%lld.%s", stack, (long long)l, suffix),           \
      lp->field = ptr_of(m, base, name))
         P(ln1_w, "input_layernorm.weight");
         P(ln1_b, "input_layernorm.bias");
@@ -232,6 +245,8 @@ static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carv
     }
     a->x_out = CF(cv, d.Nr * d.C);
     a->tokens = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
+    if (c->num_tokentypes > 0)
+        a->token_types = (int32_t *)carve(cv, (size_t)d.N * sizeof(int32_t));
     if (m->base.last_stage) {
         a->lnf = CF(cv, d.Nr * d.C);
         a->lnf_full = d.sp ? CF(cv, d.N * d.C) : a->lnf;
@@ -411,6 +426,7 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_co
 void loom_gpt_free(struct loom_gpt *m) {
     if (!m) return;
     struct loom_backend *be = m->base.be;
+    if (m->heads_free) m->heads_free(m);
     if (m->acts) {
         if (m->acts[0].mem) be->ops->free(be, m->acts[0].mem);
         for (int s = 0; s < m->base.nslots; s++) {
@@ -582,7 +598,7 @@ static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom
     a.NH = d.NHl;
     a.NKV = d.NKVl;
     a.HS = d.HS;
-    a.causal = 1;
+    a.causal = !m->cfg.encoder;
     a.scale = (float)(1.0 / sqrt((double)d.HS));
     a.dropout_p = ctx->training ? (float)m->cfg.attention_dropout : 0.0f;
     a.seed = ctx->seed;
@@ -592,6 +608,7 @@ static struct loom_attn attn_problem(const struct loom_gpt *m, const struct loom
     a.NH_global = m->cfg.heads;
     a.dt = act_dtype(m);
     a.doc_start = acts->doc_mask; /* the full sequence: sequence parallelism gathers it first */
+    a.key_end = acts->key_end;    /* the encoder's padding mask */
     return a;
 }
 
@@ -643,6 +660,12 @@ enum loom_status loom_gpt_embed_forward(struct loom_gpt *m, int slot, const int3
     const float *wpe = (m->w.wpe && d.tpr == 0) ? m->w.wpe : NULL;
     loom_op(be, embedding_forward, full, a->tokens, a->doc_pos, m->w.wte, wpe, d.B, d.T, d.C, d.v0,
             d.Vl, 0);
+    if (m->w.tte && d.tpr == 0) { /* token types (replicated: added once, before the sum) */
+        float *tt = m->acts[0].dc;
+        loom_op(be, embedding_forward, tt, a->token_types, NULL, m->w.tte, NULL, d.B, d.T, d.C, 0,
+                m->cfg.num_tokentypes, 0);
+        be->ops->add(be, full, full, tt, d.N * d.C);
+    }
     LOOM_CHECK(region_leave(m, x0, full));
     struct loom_dropout dr = hidden_dropout(m, ctx, -1, LOOM_DROP_EMBED);
     if (dr.p > 0) loom_op(be, dropout_forward, x0, x0, d.B, d.Tl, d.C, &dr);
@@ -1010,18 +1033,37 @@ enum loom_status loom_gpt_embed_backward(struct loom_gpt *m, int slot,
     LOOM_CHECK(branch_output_grad(m, a, ctx, -1, LOOM_DROP_EMBED, &dx));
     loom_op(be, embedding_backward, m->g.wte, m->g.wpe, dx, a->tokens, a->doc_pos, d.B, d.T, d.C,
             d.v0, d.Vl, 0);
+    if (m->g.tte)
+        loom_op(be, embedding_backward, m->g.tte, NULL, dx, a->token_types, NULL, d.B, d.T, d.C, 0,
+                m->cfg.num_tokentypes, 0);
     return LOOM_OK;
 }
 
 /* Megatron-LM's get_ltor_masks_and_position_ids: in each sample, the tokens after an input token
  * equal to the end-of-document id start a new document (the end-of-document token belongs to the
  * document it ends). doc_start[t] = the first position of t's document, position = t - that. */
-enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_t *tokens,
+enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const struct loom_micro *mb,
                                       const struct loom_step_ctx *ctx) {
     struct loom_gpt_acts *a = &m->acts[slot];
-    a->doc_mask = a->doc_pos = NULL;
-    if (!ctx->reset_position_ids && !ctx->reset_attention_mask) return LOOM_OK;
+    struct loom_backend *be = m->base.be;
     struct dims d = dims_of(m);
+    a->doc_mask = a->doc_pos = NULL;
+    a->key_end = NULL;
+    if (m->cfg.num_tokentypes > 0 && m->base.first_stage)
+        be->ops->to_device(be, a->token_types, mb->token_types, (size_t)d.N * sizeof(int32_t));
+    if (m->cfg.encoder) { /* the padding mask: every query of sample b sees its real tokens */
+        int32_t *end = a->host_docs;
+        for (int64_t b = 0; b < d.B; b++) {
+            int32_t len = 0;
+            for (int64_t t = 0; t < d.T; t++) len += mb->padding_mask[b * d.T + t] != 0;
+            for (int64_t t = 0; t < d.T; t++) end[b * d.T + t] = len;
+        }
+        be->ops->to_device(be, a->doc_start, end, (size_t)d.N * sizeof(int32_t));
+        a->key_end = a->doc_start;
+        return LOOM_OK;
+    }
+    if (!ctx->reset_position_ids && !ctx->reset_attention_mask) return LOOM_OK;
+    const int32_t *tokens = mb->tokens;
     int32_t *start = a->host_docs, *pos = a->host_docs + d.N;
     for (int64_t b = 0; b < d.B; b++) {
         int64_t s = 0;
@@ -1031,7 +1073,6 @@ enum loom_status loom_gpt_micro_begin(struct loom_gpt *m, int slot, const int32_
             if (tokens[b * d.T + t] == ctx->doc_eod) s = t + 1;
         }
     }
-    struct loom_backend *be = m->base.be;
     if (ctx->reset_attention_mask) {
         be->ops->to_device(be, a->doc_start, start, (size_t)d.N * sizeof(int32_t));
         a->doc_mask = a->doc_start;
@@ -1048,7 +1089,9 @@ enum loom_status loom_gpt_forward(struct loom_gpt *m, const int32_t *tokens,
                                   double *loss_sum, int64_t *count) {
     LOOM_ASSERT(loom_pp_size(m->base.par) == 1);
     loom_gpt_norm_weights(m);
-    LOOM_CHECK(loom_gpt_micro_begin(m, 0, tokens, ctx));
+    const struct loom_micro mb = {m->base.B, m->cfg.seq_length, (int32_t *)tokens,
+                                  (int32_t *)targets, NULL, NULL, NULL, ctx->sample0};
+    LOOM_CHECK(loom_gpt_micro_begin(m, 0, &mb, ctx));
     LOOM_CHECK(loom_gpt_embed_forward(m, 0, tokens, ctx));
     for (int64_t l = 0; l < m->cfg.num_layers; l++) LOOM_CHECK(loom_gpt_layer_forward(m, 0, l, ctx));
     return loom_gpt_head_forward(m, 0, targets, ctx, loss_sum, count);
@@ -1063,3 +1106,46 @@ enum loom_status loom_gpt_backward(struct loom_gpt *m, const struct loom_step_ct
 }
 
 int64_t loom_gpt_residual_rows(const struct loom_gpt *m) { return dims_of(m).Nr; }
+
+/* ---- the stack's ends, for the heads of a family built on it (loom/gpt_internal.h) ---- */
+
+void loom_gpt_final_norm_forward(struct loom_gpt *m, int slot) {
+    struct dims d = dims_of(m);
+    struct loom_gpt_acts *a = &m->acts[slot];
+    norm_forward(m, a->lnf, LOOM_DTYPE_F32, a->lnf_mean, a->lnf_rstd, a->x_out, m->wn.lnf_w,
+                 m->w.lnf_b, d.Nr);
+}
+
+enum loom_status loom_gpt_gather_sequence(struct loom_gpt *m, float *full, const float *shard) {
+    struct dims d = dims_of(m);
+    if (!d.sp) {
+        if (full != shard)
+            m->base.be->ops->copy(m->base.be, full, shard, (size_t)(d.N * d.C) * sizeof(float));
+        return LOOM_OK;
+    }
+    return region_enter(m, full, shard);
+}
+
+void loom_gpt_sequence_shard(struct loom_gpt *m, float *shard, const float *full) {
+    struct dims d = dims_of(m);
+    struct loom_backend *be = m->base.be;
+    if (!d.sp) {
+        if (shard != full) be->ops->copy(be, shard, full, (size_t)(d.N * d.C) * sizeof(float));
+        return;
+    }
+    for (int64_t b = 0; b < d.B; b++)
+        be->ops->copy(be, shard + b * d.Tl * d.C, full + (b * d.T + (int64_t)d.tpr * d.Tl) * d.C,
+                      (size_t)(d.Tl * d.C) * sizeof(float));
+}
+
+void loom_gpt_final_norm_backward(struct loom_gpt *m, int slot, const float *dlnf) {
+    struct dims d = dims_of(m);
+    struct loom_gpt_acts *a = &m->acts[slot];
+    m->base.be->ops->zero(m->base.be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
+    norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, dlnf, LOOM_DTYPE_F32, a->x_out, m->wn.lnf_w,
+                  a->lnf_mean, a->lnf_rstd, d.Nr, 0, NULL);
+}
+
+enum loom_status loom_gpt_tp_sum(struct loom_gpt *m, float *buf, int64_t n) {
+    return tp_allreduce(m, buf, n);
+}

@@ -12,6 +12,11 @@ void loom_gpt_config_default(struct loom_gpt_config *c) {
 #define BAD(...) return loom_fail(LOOM_ERR_INVALID_ARG, __VA_ARGS__)
 
 enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int pp) {
+    if (c->encoder && c->layernorm_1p)
+        BAD("--apply-layernorm-1p: not supported for an encoder (BERT) model yet (its LM head's "
+            "norm has plain weights); leave it out");
+    if (c->lm_head_transform && c->norm != LOOM_NORM_LAYERNORM)
+        BAD("--normalization %s: an encoder (BERT) model takes LayerNorm", "RMSNorm");
     if (c->num_layers < 1) BAD("--num-layers must be at least 1 (got %lld)", (long long)c->num_layers);
     if (c->hidden < 1) BAD("--hidden-size must be positive (got %lld)", (long long)c->hidden);
     if (c->heads < 1) BAD("--num-attention-heads must be positive (got %lld)", (long long)c->heads);
@@ -130,5 +135,9 @@ int64_t loom_gpt_num_params(const struct loom_gpt_config *c) {
     int64_t n = c->num_layers * layer + norm + c->padded_vocab * C;
     if (c->posemb == LOOM_POSEMB_LEARNED) n += c->max_positions * C;
     if (c->untie) n += c->padded_vocab * C;
+    n += c->num_tokentypes * C;
+    if (c->lm_head_transform) n += C * C + 3 * C;
+    if (c->output_bias) n += c->padded_vocab;
+    if (c->binary_head) n += C * C + C + 2 * C + 2;
     return n;
 }

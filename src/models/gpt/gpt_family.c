@@ -5,7 +5,7 @@
 
 static struct loom_gpt *G(struct loom_model *m) { return loom_gpt_of(m); }
 
-static enum loom_status gpt_create(struct loom_model **out, const void *config,
+enum loom_status loom_gpt_family_create(struct loom_model **out, const void *config,
                                    struct loom_parallel *par, struct loom_backend *be, int64_t B,
                                    int nslots) {
     struct loom_gpt *g = NULL;
@@ -14,34 +14,34 @@ static enum loom_status gpt_create(struct loom_model **out, const void *config,
     return LOOM_OK;
 }
 
-static void gpt_free(struct loom_model *m) { loom_gpt_free(G(m)); }
+void loom_gpt_family_free(struct loom_model *m) { loom_gpt_free(G(m)); }
 
-static enum loom_status gpt_init_weights(struct loom_model *m, uint64_t seed) {
+enum loom_status loom_gpt_family_init_weights(struct loom_model *m, uint64_t seed) {
     return loom_gpt_init_weights(G(m), seed);
 }
 
-static void gpt_chunk_layers(const struct loom_model *m, int stage, int chunk, int64_t *l0,
+void loom_gpt_family_chunk_layers(const struct loom_model *m, int stage, int chunk, int64_t *l0,
                              int64_t *l1) {
     const struct loom_parallel *par = m->par;
     loom_gpt_chunk_layers((const struct loom_gpt_config *)m->config, loom_pp_size(par),
                           par->vpp > 0 ? par->vpp : 1, stage, chunk, l0, l1);
 }
 
-static void gpt_prepare(struct loom_model *m) { loom_gpt_norm_weights(G(m)); }
+void loom_gpt_family_prepare(struct loom_model *m) { loom_gpt_norm_weights(G(m)); }
 
-static enum loom_status gpt_micro_begin(struct loom_model *m, int slot,
+enum loom_status loom_gpt_family_micro_begin(struct loom_model *m, int slot,
                                         const struct loom_micro *mb,
                                         const struct loom_step_ctx *ctx) {
-    return loom_gpt_micro_begin(G(m), slot, mb->tokens, ctx);
+    return loom_gpt_micro_begin(G(m), slot, mb, ctx);
 }
 
-static enum loom_status gpt_first_forward(struct loom_model *m, int slot,
+enum loom_status loom_gpt_family_first_forward(struct loom_model *m, int slot,
                                           const struct loom_micro *mb,
                                           const struct loom_step_ctx *ctx) {
     return loom_gpt_embed_forward(G(m), slot, mb->tokens, ctx);
 }
 
-static enum loom_status gpt_layer_forward(struct loom_model *m, int slot, int64_t l,
+enum loom_status loom_gpt_family_layer_forward(struct loom_model *m, int slot, int64_t l,
                                           const struct loom_step_ctx *ctx) {
     return loom_gpt_layer_forward(G(m), slot, l, ctx);
 }
@@ -74,12 +74,12 @@ static enum loom_status gpt_last_backward(struct loom_model *m, int slot,
     return loom_gpt_head_backward(G(m), slot, ctx);
 }
 
-static enum loom_status gpt_layer_backward(struct loom_model *m, int slot, int64_t l,
+enum loom_status loom_gpt_family_layer_backward(struct loom_model *m, int slot, int64_t l,
                                            const struct loom_step_ctx *ctx) {
     return loom_gpt_layer_backward(G(m), slot, l, ctx);
 }
 
-static enum loom_status gpt_first_backward(struct loom_model *m, int slot,
+enum loom_status loom_gpt_family_first_backward(struct loom_model *m, int slot,
                                            const struct loom_step_ctx *ctx) {
     return loom_gpt_embed_backward(G(m), slot, ctx);
 }
@@ -87,7 +87,7 @@ static enum loom_status gpt_first_backward(struct loom_model *m, int slot,
 /* One tensor crosses: the residual stream [rows, hidden] (the sequence shard under sequence
  * parallelism), forward into the next layer's input, backward through the shared residual
  * gradient. */
-static int gpt_boundary(struct loom_model *m, int slot, int64_t l, enum loom_boundary_side side,
+int loom_gpt_family_boundary(struct loom_model *m, int slot, int64_t l, enum loom_boundary_side side,
                         struct loom_stage_tensor *t) {
     struct loom_gpt *g = G(m);
     t->count = loom_gpt_residual_rows(g) * g->cfg.hidden;
@@ -101,7 +101,7 @@ static int gpt_boundary(struct loom_model *m, int slot, int64_t l, enum loom_bou
 
 /* 6 N per token for the products (N the parameters) and 12 L NH HS T for attention's scores and
  * mixing, forward and backward (Megatron-LM's count with causal masking ignored) */
-static double gpt_flops_per_sample(const struct loom_model *m) {
+double loom_gpt_family_flops_per_sample(const struct loom_model *m) {
     const struct loom_gpt_config *c = m->config;
     const double T = (double)c->seq_length;
     const double per_token = 6.0 * (double)loom_gpt_num_params(c) +
@@ -114,18 +114,18 @@ const struct loom_family loom_gpt_family = {
     .name = "gpt",
     .num_losses = 1,
     .loss_names = {"lm loss"},
-    .create = gpt_create,
-    .free = gpt_free,
-    .init_weights = gpt_init_weights,
-    .chunk_layers = gpt_chunk_layers,
-    .prepare = gpt_prepare,
-    .micro_begin = gpt_micro_begin,
-    .first_forward = gpt_first_forward,
-    .layer_forward = gpt_layer_forward,
+    .create = loom_gpt_family_create,
+    .free = loom_gpt_family_free,
+    .init_weights = loom_gpt_family_init_weights,
+    .chunk_layers = loom_gpt_family_chunk_layers,
+    .prepare = loom_gpt_family_prepare,
+    .micro_begin = loom_gpt_family_micro_begin,
+    .first_forward = loom_gpt_family_first_forward,
+    .layer_forward = loom_gpt_family_layer_forward,
     .last_forward = gpt_last_forward,
     .last_backward = gpt_last_backward,
-    .layer_backward = gpt_layer_backward,
-    .first_backward = gpt_first_backward,
-    .boundary = gpt_boundary,
-    .flops_per_sample = gpt_flops_per_sample,
+    .layer_backward = loom_gpt_family_layer_backward,
+    .first_backward = loom_gpt_family_first_backward,
+    .boundary = loom_gpt_family_boundary,
+    .flops_per_sample = loom_gpt_family_flops_per_sample,
 };

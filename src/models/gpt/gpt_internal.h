@@ -49,6 +49,10 @@ struct loom_gpt_acts {
     int64_t xent_bytes;       /* acts[0] only: room for [xent_chunk_rows, Vl] of the logits'
                                  type when the model was made (linear_xent_dtype) */
     int32_t *tokens, *targets; /* [N] device */
+    int32_t *token_types;     /* [N] device (the encoder form's token types) */
+    /* the encoder's padding mask (loom_gpt_micro_begin): each query's end of keys, in doc_start's
+     * place (an encoder has no document mask); NULL otherwise */
+    const int32_t *key_end;
     /* documents (loom_gpt_micro_begin): the start of each token's document and its position
      * in it, [N] device each; the pieces read them through doc_mask and doc_pos, which are NULL
      * when attention is not masked or positions do not restart (then they are unused) */
@@ -98,5 +102,44 @@ static inline uint64_t loom_gpt_dropout_key(int64_t iteration, int64_t layer, in
                          (uint64_t)site);
 }
 enum { LOOM_DROP_EMBED = 1, LOOM_DROP_ATTN_PROBS, LOOM_DROP_ATTN_OUT, LOOM_DROP_MLP_OUT };
+
+/* The stack's ends, for the heads of a family built on it (the encoder form's, src/models/bert):
+ * final_norm_forward: lnf = the final norm of the last layer's output x_out (residual rows);
+ * gather_sequence: full [B*T, C] from the residual rows (the sequence shards gathered under
+ *   sequence parallelism; a copy otherwise);
+ * sequence_shard: the residual rows of this rank out of full rows (the inverse selection);
+ * final_norm_backward: the residual gradient dres from d(lnf) (residual rows), where the last
+ *   layer's backward takes it;
+ * tp_sum: a sum over the tensor-parallel group in place. */
+void loom_gpt_final_norm_forward(struct loom_gpt *m, int slot);
+enum loom_status loom_gpt_gather_sequence(struct loom_gpt *m, float *full, const float *shard);
+void loom_gpt_sequence_shard(struct loom_gpt *m, float *shard, const float *full);
+void loom_gpt_final_norm_backward(struct loom_gpt *m, int slot, const float *dlnf);
+enum loom_status loom_gpt_tp_sum(struct loom_gpt *m, float *buf, int64_t n);
+
+/* The GPT family's operations, which the families built on the same stack share */
+enum loom_status loom_gpt_family_create(struct loom_model **out, const void *config,
+                                        struct loom_parallel *par, struct loom_backend *be,
+                                        int64_t B, int nslots);
+void loom_gpt_family_free(struct loom_model *m);
+enum loom_status loom_gpt_family_init_weights(struct loom_model *m, uint64_t seed);
+void loom_gpt_family_chunk_layers(const struct loom_model *m, int stage, int chunk, int64_t *l0,
+                                  int64_t *l1);
+void loom_gpt_family_prepare(struct loom_model *m);
+enum loom_status loom_gpt_family_micro_begin(struct loom_model *m, int slot,
+                                             const struct loom_micro *mb,
+                                             const struct loom_step_ctx *ctx);
+enum loom_status loom_gpt_family_first_forward(struct loom_model *m, int slot,
+                                               const struct loom_micro *mb,
+                                               const struct loom_step_ctx *ctx);
+enum loom_status loom_gpt_family_layer_forward(struct loom_model *m, int slot, int64_t l,
+                                               const struct loom_step_ctx *ctx);
+enum loom_status loom_gpt_family_layer_backward(struct loom_model *m, int slot, int64_t l,
+                                                const struct loom_step_ctx *ctx);
+enum loom_status loom_gpt_family_first_backward(struct loom_model *m, int slot,
+                                                const struct loom_step_ctx *ctx);
+int loom_gpt_family_boundary(struct loom_model *m, int slot, int64_t l,
+                             enum loom_boundary_side side, struct loom_stage_tensor *t);
+double loom_gpt_family_flops_per_sample(const struct loom_model *m);
 
 #endif

@@ -101,10 +101,15 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
     if (c->posemb == LOOM_POSEMB_LEARNED)
         add(&tb, "embedding.position_embeddings.weight", 2, c->max_positions, C, -1,
             LOOM_UNIT_FIRST, LOOM_INIT_NORMAL);
+    if (c->num_tokentypes > 0) /* BERT's segments */
+        add(&tb, "embedding.tokentype_embeddings.weight", 2, c->num_tokentypes, C, -1,
+            LOOM_UNIT_FIRST, LOOM_INIT_NORMAL);
+    /* the stack: Megatron-Core's decoder, or the encoder of the encoder form (BERT) */
+    const char *stack = c->encoder ? "encoder" : "decoder";
     /* the norms' weights: 1, or with zero-centred weights (--apply-layernorm-1p) 0 */
     const enum loom_init gamma = c->layernorm_1p ? LOOM_INIT_ZEROS : LOOM_INIT_ONES;
     for (int64_t l = 0; l < c->num_layers; l++) {
-#define LNAME(suffix) (snprintf(name, sizeof name, "decoder.layers.%lld.%s", (long long)l, suffix), name)
+#define LNAME(suffix) (snprintf(name, sizeof name, "%s.layers.%lld.%s", stack, (long long)l, suffix), name)
         add(&tb, LNAME("input_layernorm.weight"), 1, C, 0, -1, (int)l, gamma);
         if (ln) add(&tb, LNAME("input_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
         add(&tb, LNAME("self_attention.linear_qkv.weight"), 2, QKV, C, 0, (int)l, LOOM_INIT_NORMAL);
@@ -139,11 +144,28 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
         if (c->bias) add(&tb, LNAME("mlp.linear_fc2.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
 #undef LNAME
     }
-    add(&tb, "decoder.final_layernorm.weight", 1, C, 0, -1, LOOM_UNIT_LAST, gamma);
-    if (ln) add(&tb, "decoder.final_layernorm.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
+    snprintf(name, sizeof name, "%s.final_layernorm.weight", stack);
+    add(&tb, name, 1, C, 0, -1, LOOM_UNIT_LAST, gamma);
+    snprintf(name, sizeof name, "%s.final_layernorm.bias", stack);
+    if (ln) add(&tb, name, 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
+    if (c->lm_head_transform) { /* BERT's LM head: dense, GELU, LayerNorm (replicated) */
+        add(&tb, "lm_head.dense.weight", 2, C, C, -1, LOOM_UNIT_LAST, LOOM_INIT_NORMAL);
+        add(&tb, "lm_head.dense.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
+        add(&tb, "lm_head.layer_norm.weight", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ONES);
+        add(&tb, "lm_head.layer_norm.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
+    }
     if (c->untie)
         add(&tb, "output_layer.weight", 2, c->padded_vocab, C, 0, LOOM_UNIT_LAST,
             LOOM_INIT_NORMAL)->roles |= LOOM_ROLE_VOCAB_ROWS | LOOM_ROLE_DECOUPLED_LR;
+    if (c->output_bias) /* split with the vocabulary */
+        add(&tb, "output_layer.bias", 1, c->padded_vocab, 0, 0, LOOM_UNIT_LAST,
+            LOOM_INIT_ZEROS)->roles |= LOOM_ROLE_VOCAB_ROWS;
+    if (c->binary_head) { /* the pooler and the sentence-order head (replicated) */
+        add(&tb, "pooler.dense.weight", 2, C, C, -1, LOOM_UNIT_LAST, LOOM_INIT_NORMAL);
+        add(&tb, "pooler.dense.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
+        add(&tb, "binary_head.weight", 2, 2, C, -1, LOOM_UNIT_LAST, LOOM_INIT_NORMAL);
+        add(&tb, "binary_head.bias", 1, 2, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
+    }
 
     /* ownership and local shapes */
     int tp = loom_tp_size(m->base.par);
