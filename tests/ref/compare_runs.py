@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Compare two loom training runs: per-iteration loss and grad norm (and the parameters' norm
+"""Compare two loom training runs: per-iteration loss (and each named loss, "lm loss" and the
+like, where the family logs several) and grad norm (and the parameters' norm
 where both logged it: --log-params-norm) from --metrics-file, and the final checkpoints' tensors. Relative tolerance per scalar, and per tensor on the L2 norm.
 usage: compare_runs.py REF_METRICS REF_CKPT RUN_METRICS RUN_CKPT TOL LABEL"""
 import json
@@ -35,6 +36,12 @@ for x, y in zip(a, b):
     ok &= x["iteration"] == y["iteration"]
     worst_loss = max(worst_loss, abs(x["loss"] - y["loss"]) / abs(x["loss"]))
     worst_gn = max(worst_gn, abs(x["grad_norm"] - y["grad_norm"]) / abs(x["grad_norm"]))
+    # a family's named losses ("lm loss", "sop loss"), where it logs them
+    for k in x:
+        if k.endswith(" loss"):
+            ok &= k in y
+            if k in y and x[k] != 0:
+                worst_loss = max(worst_loss, abs(x[k] - y[k]) / abs(x[k]))
     ok &= ("params_norm" in x) == ("params_norm" in y)
     if "params_norm" in x and "params_norm" in y:
         worst_pn = max(worst_pn, abs(x["params_norm"] - y["params_norm"]) / abs(x["params_norm"]))
