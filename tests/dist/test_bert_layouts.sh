@@ -19,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 common=(--model bert --mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4
         --seq-length 16 --vocab-size 61 --make-vocab-size-divisible-by 16
         --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 3e-3 --min-lr 3e-4
-        --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0
+        --lr-decay-style cosine --lr-decay-iters 20 --lr-warmup-iters 2 --weight-decay 0.1 --clip-grad 1.0
         --hidden-dropout 0.1 --attention-dropout 0.1 --log-interval 1 --eval-iters 0 --seed 7
         --log-params-norm --save-interval 10)
 fail=0 pass=0
