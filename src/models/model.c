@@ -81,8 +81,8 @@ int loom_model_param_stage(const struct loom_model *m, const struct loom_param *
 }
 
 /* Every family's Hugging Face mapping (loom/hf_map.h), in the order of the families above */
-extern const struct loom_hf_map loom_gpt_hf_map;
-static const struct loom_hf_map *const hf_maps[] = {&loom_gpt_hf_map};
+extern const struct loom_hf_map loom_gpt_hf_map, loom_bert_hf_map;
+static const struct loom_hf_map *const hf_maps[] = {&loom_gpt_hf_map, &loom_bert_hf_map};
 #define NHF_MAPS (sizeof hf_maps / sizeof hf_maps[0])
 
 static int in_list(const char *const *list, const char *s) {
