@@ -129,6 +129,13 @@ enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom
     return loom_ckpt_write_meta(path, &loom_gpt_config_desc, c, st, optim_step);
 }
 
+/* The settings of model m's family (its meta.json's "family" and "model"): the family of that
+ * name, GPT's for a family without settings of its own */
+static const struct loom_family_config_desc *model_desc(const struct loom_model *m) {
+    const struct loom_family_config_desc *d = loom_family_config_find(m->family->name);
+    return d ? d : &loom_gpt_config_desc;
+}
+
 static enum loom_status add_param_tensors(struct loom_model *m, struct loom_safetensors_writer *w,
                                           const float *src, const char *prefix, float **bufs) {
     float *slice = NULL;
@@ -221,7 +228,7 @@ enum loom_status loom_ckpt_save(const char *root, struct loom_model *m, struct l
     }
     if (rank0 && s == LOOM_OK) {
         snprintf(path, sizeof path, "%s/meta.json", tmp);
-        s = loom_ckpt_write_config_json(path, m->config, st, opt ? opt->step : 0);
+        s = loom_ckpt_write_meta(path, model_desc(m), m->config, st, opt ? opt->step : 0);
         if (s == LOOM_OK) s = loom_atomic_rename_dir(tmp, dir);
         if (s == LOOM_OK) {
             char latest[4200], text[32];
@@ -488,7 +495,7 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_model *m, struct l
     struct loom_gpt_config saved;
     struct loom_train_state st;
     int64_t step;
-    LOOM_CHECK(read_meta_dir(dir, &loom_gpt_config_desc, &saved, &st, &step));
+    LOOM_CHECK(read_meta_dir(dir, model_desc(m), &saved, &st, &step));
     const struct loom_gpt_config *cfg = m->config;
     if (saved.vocab_size != cfg->vocab_size || saved.hidden != cfg->hidden ||
         saved.num_layers != cfg->num_layers ||
@@ -552,7 +559,7 @@ enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_model *m, co
     if (s == LOOM_OK) s = s2;
     if (s == LOOM_OK && m->par->rank == 0) {
         snprintf(path, sizeof path, "%s/meta.json", dir);
-        s = loom_ckpt_write_config_json(path, m->config, NULL, 0);
+        s = loom_ckpt_write_meta(path, model_desc(m), m->config, NULL, 0);
     }
     return s;
 }

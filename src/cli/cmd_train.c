@@ -28,6 +28,7 @@ struct train_flags {
         *valid_data_path, *test_data_path, *save, *load, *metrics, *comm, *attention_backend,
         *save_grads, *tokenizer_type, *vocab_file, *merge_file, *rampup, *tb_dir;
     double start_wd, end_wd, decoupled_lr, decoupled_min_lr;
+    double mask_prob, short_seq_prob; /* BERT's samples */
     double lr, min_lr, warmup_init, warmup_fraction, wd, b1, b2, eps, clip, peak, loss_scale,
         initial_loss_scale, min_loss_scale, exit_mins;
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples,
@@ -284,7 +285,7 @@ static void set_defaults(struct train_cmd *t) {
         .tp = 1, .pp = 1, .cp = 1, .ep = 1, .bucket_mb = 40,
         .initial_loss_scale = 4294967296.0, .min_loss_scale = 1.0, .loss_scale_window = 1000,
         .hysteresis = 2, .ckpt_step = -1, .tb_interval = 1, .decoupled_lr = -1,
-        .decoupled_min_lr = -1,
+        .decoupled_min_lr = -1, .mask_prob = 0.15, .short_seq_prob = 0.1,
     };
     memset(&t->c, 0, sizeof t->c);
     t->fam->defaults(&t->c.model);
@@ -341,6 +342,8 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--mock-data", LOOM_FLAG_BOOL, &f->mock, "synthetic data", NULL, 0},
         {"--data-path", LOOM_FLAG_LIST, &f->data_path, "PREFIX or W1 PREFIX1 W2 PREFIX2 ...", NULL, 0},
         {"--split", LOOM_FLAG_STR, &f->split, "train,valid,test document weights", NULL, 0},
+        {"--mask-prob", LOOM_FLAG_FLOAT, &f->mask_prob, "BERT's samples (--model bert): the share of the tokens masked for the language-model loss", NULL, 0},
+        {"--short-seq-prob", LOOM_FLAG_FLOAT, &f->short_seq_prob, "BERT's samples (--model bert): the probability that a sample's target length is drawn shorter than --seq-length", NULL, 0},
         {"--train-data-path", LOOM_FLAG_LIST, &f->train_data_path, "a training dataset of its own, whole (instead of --data-path and --split)", NULL, 0},
         {"--valid-data-path", LOOM_FLAG_LIST, &f->valid_data_path, "a validation dataset of its own, whole (with --train-data-path)", NULL, 0},
         {"--test-data-path", LOOM_FLAG_LIST, &f->test_data_path, "a test dataset of its own, whole (with --train-data-path), evaluated after training", NULL, 0},
@@ -539,6 +542,46 @@ static enum loom_status tokenizer_ids(struct train_cmd *t) {
              : f->reset_pos ? "--reset-position-ids"
                             : "--reset-attention-mask");
     if (*vocab == 0) *vocab = 50257;
+    return LOOM_OK;
+}
+
+/* Step 5a (before the tokenizer's ids): the data flags that belong to one family. BERT's samples (Megatron-LM's BertDataset)
+ * come from one sentence-split dataset read with a WordPiece tokenizer, have no end-of-document
+ * token, and its losses are each micro-batch's means; --mask-prob and --short-seq-prob shape them
+ * and nothing else. */
+static enum loom_status check_family_data(struct train_cmd *t) {
+    struct train_flags *f = &t->f;
+    const int bert = strcmp(t->fam->name, "bert") == 0;
+    if (!bert) {
+        if (given(t, "--mask-prob") || given(t, "--short-seq-prob"))
+            FAIL("%s shapes BERT's samples: it goes with --model bert",
+                 given(t, "--mask-prob") ? "--mask-prob" : "--short-seq-prob");
+        return LOOM_OK;
+    }
+    if (!(f->mask_prob >= 0 && f->mask_prob <= 1))
+        FAIL("--mask-prob must be in [0, 1] (got %g)", f->mask_prob);
+    if (!(f->short_seq_prob >= 0 && f->short_seq_prob <= 1))
+        FAIL("--short-seq-prob must be in [0, 1] (got %g)", f->short_seq_prob);
+    const char *gpt_only[] = {"--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask",
+                              "--calculate-per-token-loss"};
+    for (int i = 0; i < NFLAGS(gpt_only); i++)
+        if (given(t, gpt_only[i]))
+            FAIL("%s: --model bert's samples have no end-of-document token and its losses are "
+                 "each micro-batch's means (GPT's flag)",
+                 gpt_only[i]);
+    if (f->mock) return LOOM_OK;
+    if (strncmp(f->tokenizer_type, "BertWordPiece", 13) != 0 || !f->vocab_file)
+        FAIL("--model bert with %s needs the WordPiece tokenizer: --tokenizer-type "
+             "BertWordPieceLowerCase (or BertWordPieceCase) --vocab-file VOCAB",
+             f->data_path ? "--data-path" : "--train-data-path");
+    const char *paths[][2] = {{"--data-path", f->data_path},
+                              {"--train-data-path", f->train_data_path},
+                              {"--valid-data-path", f->valid_data_path},
+                              {"--test-data-path", f->test_data_path}};
+    for (int i = 0; i < NFLAGS(paths); i++)
+        if (paths[i][1] && strchr(paths[i][1], ' '))
+            FAIL("%s %s: --model bert reads one sentence-split dataset (PREFIX), not a blend",
+                 paths[i][0], paths[i][1]);
     return LOOM_OK;
 }
 
@@ -754,6 +797,12 @@ static void fill_train_config(struct train_cmd *t) {
     c->mock_data = f->mock;
     c->data_path = f->data_path;
     c->split = f->split;
+    c->family = t->fam;
+    c->tokenizer_type = f->tokenizer_type;
+    c->vocab_file = f->vocab_file;
+    c->merge_file = f->merge_file;
+    c->mask_prob = f->mask_prob;
+    c->short_seq_prob = f->short_seq_prob;
     c->train_data_path = f->train_data_path;
     c->valid_data_path = f->valid_data_path;
     c->test_data_path = f->test_data_path;
@@ -820,9 +869,7 @@ static int train_command(int argc, char **argv, int samples_only) {
         free(t.flags);
         return 0;
     }
-    if (s == LOOM_OK && t.fam != &loom_gpt_config_desc)
-        s = loom_fail(LOOM_ERR_UNSUPPORTED, "--model %s: loom trains gpt models only for now",
-                      t.fam->name);
+    if (s == LOOM_OK) s = check_family_data(&t);
     if (s == LOOM_OK) s = tokenizer_ids(&t);
     if (s == LOOM_OK) s = check_run_flags(&t);
     if (s == LOOM_OK) s = check_layout(&t);

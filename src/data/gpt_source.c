@@ -1,6 +1,7 @@
 /* The trainer's view of a GPT dataset split: sample index -> T+1 tokens, checked against the
- * model's vocabulary. */
+ * model's vocabulary -> a micro-batch row (the first T tokens and the next-token labels). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "loom/data.h"
 #include "loom/train.h"
@@ -9,10 +10,12 @@ struct gpt_source {
     struct loom_gpt_dataset *ds;
     int64_t T, vocab, len;
     const char *path;
+    int32_t *tokens; /* [T+1] */
 };
 
-static enum loom_status gpt_get(void *ctx, int64_t index, int32_t *tokens) {
+static enum loom_status gpt_fill(void *ctx, int64_t index, struct loom_micro *mb, int64_t b) {
     struct gpt_source *g = ctx;
+    int32_t *tokens = g->tokens;
     if (g->len == 0)
         return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path %s: the split has no samples", g->path);
     LOOM_CHECK(loom_gpt_dataset_get(g->ds, index % g->len, tokens));
@@ -21,12 +24,14 @@ static enum loom_status gpt_get(void *ctx, int64_t index, int32_t *tokens) {
             return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path %s: token id %d is outside the "
                              "vocabulary [0, %lld) (check --vocab-size / --vocab-file)",
                              g->path, tokens[t], (long long)g->vocab);
+    loom_micro_row_next_tokens(mb, b, tokens);
     return LOOM_OK;
 }
 
 static void gpt_free(void *ctx) {
     struct gpt_source *g = ctx;
     loom_gpt_dataset_free(g->ds);
+    free(g->tokens);
     free(g);
 }
 
@@ -34,7 +39,11 @@ enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *
                                       const char *split_weights, int split, int64_t T,
                                       int64_t num_samples, uint64_t seed, int64_t vocab) {
     struct gpt_source *g = calloc(1, sizeof *g);
-    if (!g) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    if (g) g->tokens = malloc((size_t)(T + 1) * sizeof(int32_t));
+    if (!g || !g->tokens) {
+        free(g);
+        return loom_fail(LOOM_ERR_OOM, "out of memory");
+    }
     struct loom_gpt_dataset_config dc = {
         .data_path = data_path,
         .split = split_weights,
@@ -45,6 +54,7 @@ enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *
     };
     enum loom_status st = loom_gpt_dataset_open(&g->ds, &dc);
     if (st != LOOM_OK) {
+        free(g->tokens);
         free(g);
         return st;
     }
@@ -54,7 +64,8 @@ enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *
     g->len = loom_gpt_dataset_len(g->ds);
     s->ctx = g;
     s->num_samples = g->len;
-    s->get = gpt_get;
+    s->all_labels = 1;
+    s->fill = gpt_fill;
     s->free = gpt_free;
     return LOOM_OK;
 }

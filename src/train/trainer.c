@@ -22,6 +22,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "loom/bert_dataset.h"
 #include "loom/ckpt.h"
 #include "loom/comm.h"
 #include "loom/data.h"
@@ -30,6 +31,7 @@
 #include "loom/grad_sync.h"
 #include "loom/pipeline.h"
 #include "loom/tb_events.h"
+#include "loom/tokenizer.h"
 #include "loom/train.h"
 #include "loom/settings.h"
 #include "models/gpt/gpt_settings.h"
@@ -37,6 +39,7 @@
 struct trainer {
     struct loom_train_config *cfg;
     const struct loom_family *family; /* the model's (--model, or the checkpoint's) */
+    const struct loom_family_config_desc *fdesc; /* its settings */
     struct loom_parallel par;
     struct loom_backend *be;
     struct loom_model *model;
@@ -47,7 +50,7 @@ struct trainer {
     int64_t num_micro;           /* micro-batches per rank per iteration at the final batch */
     struct loom_batch_ramp ramp; /* the global batch over training (--rampup-batch-size) */
     struct loom_micro mb;  /* the micro-batch fetch fills (host) */
-    int32_t *sample;       /* host [T+1] */
+    struct loom_micro row; /* one sample (counting the tokens that carry a loss) */
     FILE *metrics;
     struct loom_tb *tb; /* --tensorboard-dir (rank 0) */
     double flops_per_token, peak_tflops;
@@ -59,7 +62,8 @@ struct trainer {
     int64_t skipped_since_log;
     int64_t samples_since_log; /* training samples of the iterations since the last log */
     double loss_since_log;     /* the losses of the iterations since the last log that stepped */
-    int64_t stepped_since_log; /* and their number (the log line's lm loss is their mean) */
+    double losses_since_log[LOOM_MAX_LOSSES]; /* each named loss's values over them */
+    int64_t stepped_since_log; /* and their number (the log line's losses are their means) */
     int64_t batch;             /* the global batch of the last training iteration */
     double lr_decoupled;       /* its word embedding's and output layer's learning rate */
     int64_t num_zeros;         /* its gradient's elements equal to zero (-1: not counted) */
@@ -113,14 +117,13 @@ struct fetch_ctx {
     int64_t base;
 };
 
-/* Row b of a micro-batch from global sample `index` of src: the input tokens and the next-token
- * labels (-1 where the input is the end-of-document token, with --eod-mask-loss) */
+/* Row b of a micro-batch from global sample `index` of src: every field, as the source fills
+ * them, then with --eod-mask-loss no label where the input is the end-of-document token (GPT's;
+ * the flag is refused for families whose samples have no such token) */
 static enum loom_status fill_row(struct trainer *t, struct loom_sample_source *src, int64_t index,
                                  struct loom_micro *mb, int64_t b) {
     const int64_t T = mb->T;
-    LOOM_CHECK(src->get(src->ctx, index, t->sample));
-    memcpy(mb->tokens + b * T, t->sample, (size_t)T * sizeof(int32_t));
-    memcpy(mb->labels + b * T, t->sample + 1, (size_t)T * sizeof(int32_t));
+    LOOM_CHECK(src->fill(src->ctx, index, mb, b));
     if (t->cfg->eod_mask_id >= 0)
         for (int64_t i = 0; i < T; i++)
             if (mb->tokens[b * T + i] == t->cfg->eod_mask_id) mb->labels[b * T + i] = -1;
@@ -178,17 +181,17 @@ static enum loom_status print_samples(struct trainer *t, FILE *out) {
     return s;
 }
 
-/* The tokens of the global batch [base, base + batch) that carry a loss: all of them, or with
- * --eod-mask-loss those whose input is not the end-of-document token (counted by every rank
- * from the samples alike, so the loss is the mean over them on every rank). */
+/* The tokens of the global batch [base, base + batch) that carry a loss: all of them for a source
+ * whose every position does (GPT's) without --eod-mask-loss, else those with a label (counted by
+ * every rank from the samples alike, so the loss is the mean over them on every rank). */
 static enum loom_status loss_tokens(struct trainer *t, struct loom_sample_source *src,
                                     int64_t base, int64_t batch, int64_t *count) {
     const int64_t T = t->cfg->model.seq_length;
     *count = batch * T;
-    if (t->cfg->eod_mask_id < 0) return LOOM_OK;
+    if (src->all_labels && t->cfg->eod_mask_id < 0) return LOOM_OK;
     for (int64_t n = 0; n < batch; n++) {
-        LOOM_CHECK(src->get(src->ctx, base + n, t->sample));
-        for (int64_t i = 0; i < T; i++) *count -= t->sample[i] == t->cfg->eod_mask_id;
+        LOOM_CHECK(fill_row(t, src, base + n, &t->row, 0));
+        for (int64_t i = 0; i < T; i++) *count -= t->row.labels[i] < 0;
     }
     return LOOM_OK;
 }
@@ -205,7 +208,8 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
                                   struct loom_losses *losses) {
     struct loom_train_config *c = t->cfg;
     const int64_t num_micro = batch / (c->micro_batch * loom_dp_size(&t->par));
-    const int per_micro = c->eod_mask_id >= 0 && !c->per_token_loss;
+    /* the family's rule (BERT: always), or GPT's with a loss mask */
+    const int per_micro = t->family->micro_mean || (c->eod_mask_id >= 0 && !c->per_token_loss);
     int64_t tokens = 0;
     if (training && !per_micro) LOOM_CHECK(loss_tokens(t, src, base, batch, &tokens));
     struct loom_step_ctx ctx = {
@@ -701,16 +705,67 @@ static enum loom_status schedule_from_checkpoint(struct trainer *t,
     return LOOM_OK;
 }
 
+/* The BERT family's samples (its configuration's encoder form) */
+static int bert_data(const struct trainer *t) { return strcmp(t->fdesc->name, "bert") == 0; }
+
+/* Split `split` (enum loom_split) of data_path with --split weights `weights`, for `n` samples:
+ * the family's dataset (GPT's, or BERT's with the tokenizer `tok`) */
+static enum loom_status open_split(struct trainer *t, struct loom_sample_source *src,
+                                   const char *path, const char *weights, int split, int64_t n,
+                                   const struct loom_tokenizer *tok) {
+    const struct loom_train_config *c = t->cfg;
+    if (!tok)
+        return loom_gpt_data_source(src, path, weights, split, c->model.seq_length, n, c->seed,
+                                    c->model.vocab_size);
+    struct loom_bert_dataset_config dc;
+    loom_bert_dataset_config_default(&dc);
+    dc.data_path = path;
+    dc.tokenizer = tok;
+    dc.split = weights;
+    dc.which = (enum loom_split)split;
+    dc.num_samples = n;
+    dc.seq_length = c->model.seq_length;
+    dc.seed = c->seed;
+    dc.short_seq_prob = c->short_seq_prob;
+    dc.mask_prob = c->mask_prob;
+    dc.binary_head = c->model.binary_head;
+    return loom_bert_data_source(src, &dc, c->model.vocab_size);
+}
+
+static enum loom_status open_datasets(struct trainer *t, const struct loom_tokenizer *tok);
+
 static enum loom_status open_sources(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
     int64_t T = c->model.seq_length;
     if (c->mock_data || (!c->data_path && !c->train_data_path)) {
-        LOOM_CHECK(loom_mock_source(&t->train_src, c->model.vocab_size, T, c->seed, 0));
-        LOOM_CHECK(loom_mock_source(&t->valid_src, c->model.vocab_size, T, c->seed, 1));
-        LOOM_CHECK(loom_mock_source(&t->test_src, c->model.vocab_size, T, c->seed, 2));
+        for (int split = 0; split < 3; split++) {
+            struct loom_sample_source *src =
+                split == 0 ? &t->train_src : split == 1 ? &t->valid_src : &t->test_src;
+            if (bert_data(t))
+                LOOM_CHECK(loom_bert_mock_source(src, c->model.vocab_size, T, c->seed, split,
+                                                 c->model.binary_head));
+            else
+                LOOM_CHECK(loom_mock_source(src, c->model.vocab_size, T, c->seed, split));
+        }
         t->have_valid = t->have_test = 1;
         return LOOM_OK;
     }
+    if (!bert_data(t)) return open_datasets(t, NULL);
+    /* BERT's dataset reads the tokenizer's special ids and word pieces while it opens */
+    if (!c->vocab_file)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--model bert with --data-path needs the WordPiece "
+                         "vocabulary: --tokenizer-type BertWordPieceLowerCase (or "
+                         "BertWordPieceCase) --vocab-file VOCAB");
+    struct loom_tokenizer *tok;
+    LOOM_CHECK(loom_tokenizer_load(&tok, c->tokenizer_type, c->vocab_file, c->merge_file));
+    enum loom_status s = open_datasets(t, tok);
+    loom_tokenizer_free(tok);
+    return s;
+}
+
+/* The training, validation and test splits of --data-path (or of the datasets of their own) */
+static enum loom_status open_datasets(struct trainer *t, const struct loom_tokenizer *tok) {
+    struct loom_train_config *c = t->cfg;
     /* sample-based training asks for its samples, as Megatron sizes the dataset */
     int64_t n_train = c->train_samples > 0 ? c->train_samples : c->train_iters * c->global_batch;
     /* the validation samples of every evaluation of the run and the one after it, as Megatron
@@ -731,15 +786,12 @@ static enum loom_status open_sources(struct trainer *t) {
         train_path = c->train_data_path, train_split = "1,0,0";
         valid_path = c->valid_data_path, valid_split = "0,1,0";
     }
-    LOOM_CHECK(loom_gpt_data_source(&t->train_src, train_path, train_split, LOOM_SPLIT_TRAIN, T,
-                                    n_train, c->seed, c->model.vocab_size));
+    LOOM_CHECK(open_split(t, &t->train_src, train_path, train_split, LOOM_SPLIT_TRAIN, n_train,
+                          tok));
     t->have_valid = c->eval_iters > 0 && valid_path;
-    if (t->have_valid) {
-        enum loom_status s =
-            loom_gpt_data_source(&t->valid_src, valid_path, valid_split, LOOM_SPLIT_VALID, T,
-                                 n_valid, c->seed, c->model.vocab_size);
-        if (s != LOOM_OK) return s;
-    }
+    if (t->have_valid)
+        LOOM_CHECK(open_split(t, &t->valid_src, valid_path, valid_split, LOOM_SPLIT_VALID, n_valid,
+                              tok));
     /* the test split (--split's third part, or --test-data-path), when it has documents */
     const char *test_path = c->train_data_path ? c->test_data_path : c->data_path;
     const char *test_split = c->train_data_path ? "0,0,1" : c->split;
@@ -747,17 +799,23 @@ static enum loom_status open_sources(struct trainer *t) {
     if (c->eval_iters > 0 && test_path)
         LOOM_CHECK(loom_gpt_split_documents(test_path, test_split, LOOM_SPLIT_TEST, &test_docs));
     if (test_docs > 0) {
-        LOOM_CHECK(loom_gpt_data_source(&t->test_src, test_path, test_split, LOOM_SPLIT_TEST, T,
-                                        c->eval_iters * c->global_batch, c->seed,
-                                        c->model.vocab_size));
+        LOOM_CHECK(open_split(t, &t->test_src, test_path, test_split, LOOM_SPLIT_TEST,
+                              c->eval_iters * c->global_batch, tok));
         t->have_test = 1;
     }
     return LOOM_OK;
 }
 
 static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
-    t->family = loom_family_find("gpt");
     struct loom_train_config *c = t->cfg;
+    /* the model family of the configured settings (`loom samples` builds no model) */
+    t->fdesc = c->family ? c->family : loom_family_config_default();
+    t->family = loom_family_find(t->fdesc->name);
+    if (!t->family && !c->samples_only)
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "--model %s: loom has no %s model to train yet (its settings and data "
+                         "are in place: `loom samples --model %s` prints its samples)",
+                         t->fdesc->name, t->fdesc->name, t->fdesc->name);
     t->start_s = loom_time_s();
     if (c->exit_signal_handler) {
         struct sigaction sa;
@@ -805,7 +863,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     }
     LOOM_CHECK(loom_parallel_init(&t->par, world, (int)c->tp, 1, 1, (int)c->pp, vpp,
                                   c->sequence_parallel));
-    LOOM_CHECK(loom_gpt_config_finalize(&c->model, (int)c->tp, (int)c->pp));
+    LOOM_CHECK(t->fdesc->finalize(&c->model, (int)c->tp, (int)c->pp));
     int64_t dp = loom_dp_size(&t->par);
     if (c->micro_batch < 1)
         return loom_fail(LOOM_ERR_INVALID_ARG, "--micro-batch-size must be at least 1");
@@ -837,15 +895,13 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     int has_optim = 0;
     if (c->load) {
         struct loom_gpt_config saved;
-        LOOM_CHECK(loom_ckpt_read_meta(c->load, &saved, &st, &has_optim));
+        LOOM_CHECK(loom_ckpt_read_config(c->load, t->fdesc, &saved, &st, &has_optim));
         LOOM_CHECK(schedule_from_checkpoint(t, &st));
     }
 
     if (c->samples_only) { /* `loom samples`: the data alone */
         t->errors_collective = 0;
         LOOM_CHECK(open_sources(t));
-        t->sample = malloc((size_t)(c->model.seq_length + 1) * sizeof(int32_t));
-        if (!t->sample) return loom_fail(LOOM_ERR_OOM, "out of memory");
         return t->par.rank == 0 ? print_samples(t, stdout) : LOOM_OK;
     }
     /* everything above fails alike on every rank; what follows (devices, files, memory) may fail
@@ -961,8 +1017,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->st.wd = c->wd;
     LOOM_CHECK(open_sources(t));
     LOOM_CHECK(micro_alloc(&t->mb, c->micro_batch, c->model.seq_length));
-    t->sample = malloc((size_t)(c->model.seq_length + 1) * sizeof(int32_t));
-    if (!t->sample) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    LOOM_CHECK(micro_alloc(&t->row, 1, c->model.seq_length));
     if (c->tensorboard_dir && t->par.rank == 0 && !c->skip_train) {
         LOOM_CHECK(loom_tb_open(&t->tb, c->tensorboard_dir));
         loom_log_info("loom: TensorBoard events to %s", loom_tb_path(t->tb));
@@ -1009,7 +1064,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                  c->reset_position_ids && c->reset_attention_mask ? ", " : "",
                  c->reset_attention_mask ? "attention masked" : "");
     /* the model's settings that are not their defaults, as the family's table notes them */
-    loom_settings_describe(&loom_gpt_config_desc, &c->model, docs, sizeof docs);
+    loom_settings_describe(t->fdesc, &c->model, docs, sizeof docs);
     if (c->model.first_stage_layers || c->model.last_stage_layers) { /* uneven stages */
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", pipeline stages of ");
         for (int s = 0; s < (int)c->pp; s++) {
@@ -1287,7 +1342,7 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
     if (t.valid_src.free) t.valid_src.free(t.valid_src.ctx);
     if (t.test_src.free) t.test_src.free(t.test_src.ctx);
     micro_free(&t.mb);
-    free(t.sample);
+    micro_free(&t.row);
     loom_pipeline_free(t.pipe);
     loom_grad_sync_free(t.gsync);
     if (t.model) {
