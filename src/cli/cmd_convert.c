@@ -20,8 +20,9 @@ int loom_cmd_convert(int argc, char **argv) {
     enum loom_status s = loom_flags_parse(flags, n, argc, argv, 2, &help);
     if (s == LOOM_OK && help) {
         loom_flags_print_help("usage: loom convert --loader hf|loom --saver hf|loom --load-dir DIR "
-                              "--save-dir DIR\n\nhf: config.json + model.safetensors (GPT-2 or "
-                              "Llama); loom: a loom checkpoint directory",
+                              "--save-dir DIR\n\nhf: config.json + model.safetensors (GPT-2, "
+                              "Llama, Qwen2, Qwen3 or Megatron-BERT); loom: a loom checkpoint "
+                              "directory",
                               flags, n);
         return 0;
     }
