@@ -61,9 +61,11 @@ struct trainer {
     struct loom_loss_scaler scaler; /* fp16 only */
     int64_t skipped_since_log;
     int64_t samples_since_log; /* training samples of the iterations since the last log */
-    double loss_since_log;     /* the losses of the iterations since the last log that stepped */
-    double losses_since_log[LOOM_MAX_LOSSES]; /* each named loss's values over them */
+    /* each named loss's values, added over the iterations since the last log that stepped */
+    double losses_since_log[LOOM_MAX_LOSSES];
     int64_t stepped_since_log; /* and their number (the log line's losses are their means) */
+    /* of those, the iterations that had each loss (loss_reported) */
+    int64_t had_loss_since_log[LOOM_MAX_LOSSES];
     int64_t batch;             /* the global batch of the last training iteration */
     double lr_decoupled;       /* its word embedding's and output layer's learning rate */
     int64_t num_zeros;         /* its gradient's elements equal to zero (-1: not counted) */
@@ -262,6 +264,12 @@ static double loss_value(const struct loom_losses *l, int i) {
     return l->count[i] > 0 ? l->sum[i] / l->count[i] : 0.0;
 }
 
+/* Whether loss i of l is reported (the log line, metrics, TensorBoard): a family's only loss
+ * always; of several, those with terms (BERT's sop loss has none without its binary head) */
+static int loss_reported(const struct trainer *t, const struct loom_losses *l, int i) {
+    return t->family->num_losses == 1 || l->count[i] > 0;
+}
+
 /* The loss the model minimises: the sum of its named losses' values */
 static double total_loss(const struct trainer *t, const struct loom_losses *l) {
     double v = 0.0;
@@ -294,10 +302,11 @@ static enum loom_status sync_grads(struct trainer *t) {
     return loom_grad_sync_finish(t->gsync);
 }
 
-/* The loss per token of --eval-iters global batches of src, from its sample `first` (their
- * summed token losses over their tokens, as Megatron-LM's evaluation adds them up) */
+/* The losses of --eval-iters global batches of src, from its sample `first`: each named loss's
+ * summed terms and their count over all the batches (its value per term, as Megatron-LM's
+ * evaluation adds them up) */
 static enum loom_status evaluate(struct trainer *t, struct loom_sample_source *src, int64_t first,
-                                 int64_t iteration, double *loss) {
+                                 int64_t iteration, struct loom_losses *out) {
     struct loom_losses total = {{0}, {0}};
     for (int64_t i = 0; i < t->cfg->eval_iters; i++) {
         struct loom_losses l;
@@ -308,7 +317,7 @@ static enum loom_status evaluate(struct trainer *t, struct loom_sample_source *s
             total.count[k] += l.count[k];
         }
     }
-    *loss = total_loss(t, &total);
+    *out = total;
     return LOOM_OK;
 }
 
@@ -352,16 +361,22 @@ static void reset_comm_counters(struct trainer *t) {
     if (t->par.embedding) loom_comm_reset_counters(t->par.embedding);
 }
 
-/* The log lines of a validation loss, Megatron-LM's (its perplexity capped at e^20, as there),
- * on_set naming the set after training */
-static void log_validation(int64_t it, const char *on_set, double val_loss) {
-    char line[256];
-    const int n = snprintf(line, sizeof line,
-                           " validation loss at iteration %lld%s%s | lm loss value: %.6E | lm loss "
-                           "PPL: %.6E | ",
-                           (long long)it, on_set ? " on " : "", on_set ? on_set : "", val_loss,
-                           exp(fmin(20.0, val_loss)));
-    char rule[258];
+/* The log lines of an evaluation's losses, Megatron-LM's: each named loss's value and perplexity
+ * (capped at e^20, as there), on_set naming the set after training */
+static void log_validation(const struct trainer *t, int64_t it, const char *on_set,
+                           const struct loom_losses *l) {
+    char line[512];
+    int n = snprintf(line, sizeof line, " validation loss at iteration %lld%s%s | ", (long long)it,
+                     on_set ? " on " : "", on_set ? on_set : "");
+    for (int i = 0; i < t->family->num_losses && n < (int)sizeof line; i++) {
+        if (!loss_reported(t, l, i)) continue;
+        const char *name = t->family->loss_names[i];
+        const double v = loss_value(l, i);
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s value: %.6E | %s PPL: %.6E | ", name,
+                      v, name, exp(fmin(20.0, v)));
+    }
+    if (n >= (int)sizeof line) n = (int)sizeof line - 1;
+    char rule[514];
     const int w = n + 1 < (int)sizeof rule ? n + 1 : (int)sizeof rule - 1;
     memset(rule, '-', (size_t)w);
     rule[w] = 0;
@@ -374,7 +389,8 @@ static void log_validation(int64_t it, const char *on_set, double val_loss) {
  * (" vs samples") the training samples consumed: at tb_now the training ones, at log_now (the
  * log line's iterations) the iteration time in seconds with --log-timers-to-tensorboard. */
 static enum loom_status tb_iteration(struct trainer *t, int tb_now, int log_now, double lr,
-                                     double loss, double gnorm, double pnorm, double ms) {
+                                     const struct loom_losses *losses, double loss, double gnorm,
+                                     double pnorm, double ms) {
     const struct loom_train_config *c = t->cfg;
     struct loom_tb *tb = t->tb;
     const int64_t it = t->st.iteration, samples = t->st.consumed_samples;
@@ -385,15 +401,25 @@ static enum loom_status tb_iteration(struct trainer *t, int tb_now, int log_now,
     } vs[] = {
         {"learning-rate", lr, c->tb_learning_rate},
         {"batch-size", (double)t->batch, 1},
+        /* the family's losses by name (one: the step's loss) */
         {"lm loss", loss, isfinite(loss)},
+        {NULL, 0, 0},
+        {NULL, 0, 0},
+        {NULL, 0, 0},
         {"loss-scale", c->fp16 ? t->scaler.scale : 1.0, c->tb_loss_scale},
         {"world-size", (double)t->par.world_size, c->tb_world_size},
         {"grad-norm", gnorm, isfinite(gnorm)},
         {"num-zeros", (double)t->num_zeros, t->num_zeros >= 0},
         {"params-norm", pnorm, pnorm >= 0},
     };
+    const int nl = t->family->num_losses;
+    for (int i = 0; nl > 1 && i < nl; i++) {
+        vs[2 + i].tag = t->family->loss_names[i];
+        vs[2 + i].value = loss_value(losses, i);
+        vs[2 + i].on = loss_reported(t, losses, i) && isfinite(vs[2 + i].value);
+    }
     for (int i = 0; tb_now && i < (int)(sizeof vs / sizeof vs[0]); i++) {
-        if (!vs[i].on) continue;
+        if (!vs[i].tag || !vs[i].on) continue;
         char vs_tag[64];
         snprintf(vs_tag, sizeof vs_tag, "%s vs samples", vs[i].tag);
         LOOM_CHECK(loom_tb_scalar(tb, vs[i].tag, vs[i].value, it));
@@ -413,26 +439,56 @@ static enum loom_status tb_iteration(struct trainer *t, int tb_now, int log_now,
 
 /* A validation loss to TensorBoard, under Megatron-LM's tags (its test-set loss too: it writes
  * both through the same function), against the iteration and the training samples consumed */
-static enum loom_status tb_validation(struct trainer *t, double loss) {
+static enum loom_status tb_validation(struct trainer *t, const struct loom_losses *l) {
     if (!t->tb) return LOOM_OK;
     const int64_t it = t->st.iteration, samples = t->st.consumed_samples;
-    LOOM_CHECK(loom_tb_scalar(t->tb, "lm loss validation", loss, it));
-    LOOM_CHECK(loom_tb_scalar(t->tb, "lm loss validation vs samples", loss, samples));
-    if (t->cfg->tb_validation_ppl) {
-        const double ppl = exp(fmin(20.0, loss));
-        LOOM_CHECK(loom_tb_scalar(t->tb, "lm loss validation ppl", ppl, it));
-        LOOM_CHECK(loom_tb_scalar(t->tb, "lm loss validation ppl vs samples", ppl, samples));
+    for (int i = 0; i < t->family->num_losses; i++) { /* "<loss name> validation", ... */
+        if (!loss_reported(t, l, i)) continue;
+        const char *name = t->family->loss_names[i];
+        const double loss = loss_value(l, i);
+        char tag[128];
+        snprintf(tag, sizeof tag, "%s validation", name);
+        LOOM_CHECK(loom_tb_scalar(t->tb, tag, loss, it));
+        snprintf(tag, sizeof tag, "%s validation vs samples", name);
+        LOOM_CHECK(loom_tb_scalar(t->tb, tag, loss, samples));
+        if (t->cfg->tb_validation_ppl) {
+            const double ppl = exp(fmin(20.0, loss));
+            snprintf(tag, sizeof tag, "%s validation ppl", name);
+            LOOM_CHECK(loom_tb_scalar(t->tb, tag, ppl, it));
+            snprintf(tag, sizeof tag, "%s validation ppl vs samples", name);
+            LOOM_CHECK(loom_tb_scalar(t->tb, tag, ppl, samples));
+        }
     }
     return loom_tb_flush(t->tb);
 }
 
+/* With --metrics-file and a family of several losses, each one's value as `"<prefix><name>":
+ * value` after the object's other keys (prefix "" for an iteration's, "val_" or "test_" for an
+ * evaluation's) */
+static void metrics_losses(const struct trainer *t, const char *prefix,
+                           const struct loom_losses *l) {
+    if (t->family->num_losses < 2) return;
+    for (int i = 0; i < t->family->num_losses; i++) {
+        if (!loss_reported(t, l, i)) continue;
+        const double v = loss_value(l, i);
+        if (isfinite(v))
+            fprintf(t->metrics, ", \"%s%s\": %.17g", prefix, t->family->loss_names[i], v);
+        else
+            fprintf(t->metrics, ", \"%s%s\": null", prefix, t->family->loss_names[i]);
+    }
+}
+
 /* An evaluation's loss on its own: its log lines (on_set as log_validation's) and, with
  * --metrics-file, {"iteration", key} */
-static void report_evaluation(struct trainer *t, const char *on_set, const char *key, double loss) {
+static void report_evaluation(struct trainer *t, const char *on_set, const char *key,
+                              const struct loom_losses *l) {
     const int64_t it = t->st.iteration;
-    log_validation(it, on_set, loss);
+    log_validation(t, it, on_set, l);
     if (t->metrics) {
-        fprintf(t->metrics, "{\"iteration\": %lld, \"%s\": %.17g}\n", (long long)it, key, loss);
+        fprintf(t->metrics, "{\"iteration\": %lld, \"%s\": %.17g", (long long)it, key,
+                total_loss(t, l));
+        metrics_losses(t, strcmp(key, "test_loss") == 0 ? "test_" : "val_", l);
+        fprintf(t->metrics, "}\n");
         fflush(t->metrics);
     }
 }
@@ -441,17 +497,18 @@ static void report_evaluation(struct trainer *t, const char *on_set, const char 
  * sample `first`, reported by report_evaluation */
 static enum loom_status evaluate_logged(struct trainer *t, struct loom_sample_source *src,
                                         int64_t first, const char *on_set, const char *key) {
-    double loss;
-    LOOM_CHECK(evaluate(t, src, first, t->st.iteration, &loss));
-    report_evaluation(t, on_set, key, loss);
-    if (!t->cfg->skip_train) LOOM_CHECK(tb_validation(t, loss)); /* as Megatron-LM: not then */
+    struct loom_losses l;
+    LOOM_CHECK(evaluate(t, src, first, t->st.iteration, &l));
+    report_evaluation(t, on_set, key, &l);
+    if (!t->cfg->skip_train) LOOM_CHECK(tb_validation(t, &l)); /* as Megatron-LM: not then */
     return LOOM_OK;
 }
 
 /* The next evaluation of the validation set: --eval-iters batches from where the last one
  * stopped (Megatron-LM's validation iterator runs on across evaluations), logged as in the loop
  * (*val, on_set NULL) or, after training, by evaluate_logged. */
-static enum loom_status evaluate_next_valid(struct trainer *t, const char *on_set, double *val) {
+static enum loom_status evaluate_next_valid(struct trainer *t, const char *on_set,
+                                            struct loom_losses *val) {
     const int64_t first = t->st.consumed_valid_samples;
     t->st.consumed_valid_samples += t->cfg->eval_iters * t->cfg->global_batch;
     if (on_set) return evaluate_logged(t, &t->valid_src, first, on_set, "val_loss");
@@ -469,7 +526,8 @@ static enum loom_status evaluate_after(struct trainer *t) {
 
 /* pnorm: the parameters' norm (--log-params-norm), or < 0 when not logged */
 static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double ms, double lr,
-                          double loss, double gnorm, double pnorm, int have_val, double val_loss) {
+                          const struct loom_losses *losses, double loss, double gnorm,
+                          double pnorm, const struct loom_losses *val) {
     struct loom_train_config *c = t->cfg;
     /* the tokens of an iteration since the last log, on average (the batch may ramp up) */
     double tokens = (double)t->samples_since_log / (double)iters * (double)c->model.seq_length;
@@ -491,17 +549,21 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     time_t now = time(NULL);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
-    char params_s[48] = "", loss_s[40] = "", dlr_s[48] = "", zeros_s[40] = "";
+    char params_s[48] = "", loss_s[320] = "", dlr_s[48] = "", zeros_s[40] = "";
     if (c->lr.decoupled_max_lr >= 0)
         snprintf(dlr_s, sizeof dlr_s, " | decoupled learning rate: %.6E", t->lr_decoupled);
     if (pnorm >= 0) snprintf(params_s, sizeof params_s, " | params norm: %.3f", pnorm);
     if (t->num_zeros >= 0)
         snprintf(zeros_s, sizeof zeros_s, " | num zeros: %lld", (long long)t->num_zeros);
-    /* as Megatron-LM's line: the mean loss of the iterations since the last log that took an
-     * optimizer step (none when every one was skipped) */
-    if (t->stepped_since_log > 0)
-        snprintf(loss_s, sizeof loss_s, " | lm loss: %.6E",
-                 t->loss_since_log / (double)t->stepped_since_log);
+    /* as Megatron-LM's line: each named loss's mean over the iterations since the last log that
+     * took an optimizer step (none when every one was skipped) */
+    for (int i = 0; t->stepped_since_log > 0 && i < t->family->num_losses; i++)
+        if (t->family->num_losses == 1 || t->had_loss_since_log[i] > 0)
+            snprintf(loss_s + strlen(loss_s), sizeof loss_s - strlen(loss_s), " | %s: %.6E",
+                     t->family->loss_names[i],
+                     t->losses_since_log[i] / (double)(t->family->num_losses == 1
+                                                           ? t->stepped_since_log
+                                                           : t->had_loss_since_log[i]));
     loom_log_info(
         " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
         "iteration (ms): %.1f | learning rate: %.6E%s | global batch size: %5lld%s | grad norm: "
@@ -513,7 +575,7 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
     if (t->cfg->fp16)
         loom_log_info(" loss scale: %.1f | number of skipped iterations: %3lld", t->scaler.scale,
                       (long long)t->skipped_since_log);
-    if (have_val) log_validation(it, NULL, val_loss);
+    if (val) log_validation(t, it, NULL, val);
     if (t->metrics) {
         /* JSON has no inf or nan: a non-finite value (an overflowing --fp16 step) is null */
         char loss_s[32] = "null", gnorm_s[32] = "null";
@@ -525,7 +587,9 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
                 "\"tflops_per_rank\": %.6g, \"mfu\": %.6g",
                 (long long)it, (long long)t->st.consumed_samples, lr, loss_s, gnorm_s, ms, tps,
                 tflops, mfu / 100.0);
-        if (have_val) fprintf(t->metrics, ", \"val_loss\": %.17g", val_loss);
+        metrics_losses(t, "", losses);
+        if (val) fprintf(t->metrics, ", \"val_loss\": %.17g", total_loss(t, val));
+        if (val) metrics_losses(t, "val_", val);
         if (t->ramp.start > 0)
             fprintf(t->metrics, ", \"global_batch_size\": %lld", (long long)batch);
         if (pnorm >= 0) fprintf(t->metrics, ", \"params_norm\": %.17g", pnorm);
@@ -1216,7 +1280,11 @@ static enum loom_status train_loop(struct trainer *t) {
             t->skipped_since_log++;
         } else {
             LOOM_CHECK(loom_adamw_step(&t->opt, t->model, lr, t->lr_decoupled, scale * unscale));
-            t->loss_since_log += loss;
+            for (int i = 0; i < t->family->num_losses; i++)
+                if (loss_reported(t, &losses, i)) {
+                    t->losses_since_log[i] += loss_value(&losses, i);
+                    t->had_loss_since_log[i]++;
+                }
             t->stepped_since_log++;
         }
         /* the step's traffic, the distributed optimizer's gathering of the parameters included */
@@ -1241,7 +1309,8 @@ static enum loom_status train_loop(struct trainer *t) {
         }
         double t_step_end = loom_time_s();
         int have_val = 0;
-        double val = 0, eval_s = 0;
+        struct loom_losses val;
+        double eval_s = 0;
         if (t->have_valid && c->eval_interval > 0 && c->eval_iters > 0 &&
             it % c->eval_interval == 0) {
             LOOM_CHECK(evaluate_next_valid(t, NULL, &val));
@@ -1260,21 +1329,23 @@ static enum loom_status train_loop(struct trainer *t) {
         /* the mean time of the iterations since the last log line */
         const double ms = 1000.0 * (t_step_end - t_last) / (double)iters_since_log;
         if (t->tb) {
-            LOOM_CHECK(tb_iteration(t, tb_now, log_now, lr, loss, gnorm, pnorm, ms));
-            if (have_val) LOOM_CHECK(tb_validation(t, val));
+            LOOM_CHECK(tb_iteration(t, tb_now, log_now, lr, &losses, loss, gnorm, pnorm, ms));
+            if (have_val) LOOM_CHECK(tb_validation(t, &val));
         }
         if (have_val && !log_now) {
-            report_evaluation(t, NULL, "val_loss", val);
+            report_evaluation(t, NULL, "val_loss", &val);
             /* the evaluation's time is not the iterations' (Megatron-LM stops its interval timer
              * for it) */
             t_last += eval_s;
         }
         if (log_now) {
             LOOM_CHECK(device_memory(t));
-            log_iteration(t, it, iters_since_log, ms, lr, loss, gnorm, pnorm, have_val, val);
+            log_iteration(t, it, iters_since_log, ms, lr, &losses, loss, gnorm, pnorm,
+                          have_val ? &val : NULL);
             t->skipped_since_log = 0;
             t->samples_since_log = 0;
-            t->loss_since_log = 0;
+            memset(t->losses_since_log, 0, sizeof t->losses_since_log);
+            memset(t->had_loss_since_log, 0, sizeof t->had_loss_since_log);
             t->stepped_since_log = 0;
             t_last = loom_time_s();
             iters_since_log = 0;

@@ -118,9 +118,28 @@ mkdir -p "$tmp/badgelu/iter_0000001" && echo 1 > "$tmp/badgelu/latest_checkpoint
 sed 's/"gelu": "tanh"/"gelu": "cubic"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
 expect_error "bad gelu in meta.json" "\"gelu\" must be \"tanh\" or \"erf\"" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
 # the model family: --model names one loom knows; a checkpoint's "family" must be one too
-expect_error "unknown model family" "--model: 'bert' is not one of gpt" "$LOOM" "${T[@]}" --model bert
+expect_error "unknown model family" "--model: 't5' is not one of gpt|bert" "$LOOM" "${T[@]}" --model t5
 sed 's/"family": "gpt"/"family": "t5"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
-expect_error "unknown family in meta.json" "\"family\" \"t5\" is not a model family loom knows (gpt)" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
+expect_error "unknown family in meta.json" "\"family\" \"t5\" is not a model family loom knows (gpt|bert)" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
+# BERT's settings and data flags: learned positions and LayerNorm only, its data flags with it
+# alone, GPT's end-of-document flags not with it, its dataset read with a WordPiece tokenizer
+expect_error "bert with rope" "--position-embedding-type rope: BERT models take learned absolute positions only" \
+  "$LOOM" "${T[@]}" --model bert --position-embedding-type rope
+expect_error "bert with RMSNorm" "--normalization RMSNorm: BERT models take LayerNorm only" \
+  "$LOOM" "${T[@]}" --model bert --normalization RMSNorm
+expect_error "--mask-prob with gpt" "--mask-prob shapes BERT's samples: it goes with --model bert" \
+  "$LOOM" "${T[@]}" --mask-prob 0.2
+expect_error "--mask-prob out of range" "--mask-prob must be in [0, 1] (got 1.5)" \
+  "$LOOM" "${T[@]}" --model bert --mask-prob 1.5
+expect_error "bert with --eod-mask-loss" "--eod-mask-loss: --model bert's samples have no end-of-document token" \
+  "$LOOM" "${T[@]}" --model bert --eod-mask-loss
+expect_error "bert data without WordPiece" "--model bert with --data-path needs the WordPiece tokenizer" \
+  "$LOOM" train --model bert --data-path x --train-iters 2
+expect_error "bert data blend" "--model bert reads one sentence-split dataset (PREFIX), not a blend" \
+  "$LOOM" train --model bert --data-path "0.5 a 0.5 b" --tokenizer-type BertWordPieceLowerCase \
+  --vocab-file "$LOOM_SRC/data/bert/vocab.txt" --train-iters 2
+expect_error "bert mock vocabulary" "--mock-data for BERT needs --vocab-size of at least 5" \
+  "$LOOM" samples --model bert --mock-data --vocab-size 3 --seq-length 16 --train-iters 1
 # the training state's counts and the schedule's values are >= 0: a negative one is refused
 for bad in 's/"consumed_samples": [0-9]*/"consumed_samples": -8/' 's/"iteration": [0-9]*/"iteration": 1.5/' \
     's/"consumed_valid_samples": [0-9]*/"consumed_valid_samples": -1/' 's/"max_lr": [0-9.e-]*/"max_lr": -1/' \
