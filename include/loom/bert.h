@@ -8,5 +8,8 @@
 #include "loom/gpt.h"
 
 extern const struct loom_family loom_bert_family;
+/* Its Hugging Face form, Megatron-BERT (loom/hf_map.h; src/models/bert/bert_hf.c) */
+struct loom_hf_map;
+extern const struct loom_hf_map loom_bert_hf_map;
 
 #endif

@@ -6,6 +6,9 @@
  *   Llama ("model_type": "llama"): model.embed_tokens, model.layers.{i}.self_attn.{q,k,v,o}_proj,
  *     mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm, model.norm, lm_head;
  *     Linear weights [out, in]; rotary with the rotate-half convention (as loom).
+ *   Megatron-BERT ("model_type": "megatron-bert"): the BERT family's (src/models/bert/bert_hf.c).
+ * The family's mapping (loom/hf_map.h) is picked by config.json's model_type or meta.json's
+ * family.
  * loom side: a checkpoint directory (meta.json + model.safetensors), see loom/ckpt.h; loom's
  * qkv weight groups query heads with their key/value head (loom/backend.h). */
 #ifndef LOOM_CONVERT_H

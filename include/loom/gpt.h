@@ -118,6 +118,23 @@ static inline struct loom_rope loom_gpt_rope(const struct loom_gpt_config *c) {
                           c->rope_interpolation};
     return r;
 }
+/* Row r of the qkv projection (self_attention.linear_qkv, Megatron's order: for each key/value
+ * group its query heads, then its key head, then its value head, HS rows each) as
+ * (*part 0 query / 1 key / 2 value, *head: the query head, or the group for a key or value, *d:
+ * the row within the head) */
+static inline void loom_gpt_qkv_row(const struct loom_gpt_config *c, int64_t r, int *part,
+                                    int64_t *head, int64_t *d) {
+    const int64_t HS = loom_gpt_head_size(c), R = c->heads / c->query_groups;
+    const int64_t g = r / ((R + 2) * HS), slot = r % ((R + 2) * HS) / HS;
+    *d = r % HS;
+    if (slot < R) {
+        *part = 0;
+        *head = g * R + slot;
+    } else {
+        *part = slot == R ? 1 : 2;
+        *head = g;
+    }
+}
 /* The layers [*l0, *l1) of pipeline stage `stage`'s virtual chunk `chunk` (pp stages of vpp
  * chunks; an equal share each, or the first and last stages' own counts without chunks) */
 void loom_gpt_chunk_layers(const struct loom_gpt_config *c, int pp, int vpp, int stage, int chunk,

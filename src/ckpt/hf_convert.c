@@ -8,7 +8,10 @@
  * Llama-style models with query-key normalisation (qk_layernorm, RMSNorm) are Qwen3's form:
  * model_type "qwen3", the per-head norms' weights self_attn.q_norm.weight and k_norm.weight [HS]
  * (Megatron's self_attention.q_layernorm / k_layernorm), head_dim written out (Qwen3's default is
- * 128, not hidden / heads). */
+ * 128, not hidden / heads).
+ *
+ * The conversion is the same for every family with a Hugging Face mapping (loom/hf_map.h):
+ * config.json's model_type or meta.json's family picks the mapping; GPT's is the one here. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,29 +20,13 @@
 #include "loom/ckpt.h"
 #include "loom/convert.h"
 #include "loom/fileio.h"
+#include "loom/hf_map.h"
 #include "loom/safetensors.h"
 #include "loom/settings.h"
 #include "models/gpt/gpt_internal.h"
 #include "models/gpt/gpt_settings.h"
 
 enum arch { ARCH_GPT2, ARCH_LLAMA };
-
-/* ---- qkv row map ----
- * loom row r of the qkv weight -> (part 0 q / 1 k / 2 v, head, d). */
-static void qkv_row(const struct loom_gpt_config *c, int64_t r, int *part, int64_t *head,
-                    int64_t *d) {
-    int64_t HS = loom_gpt_head_size(c), R = c->heads / c->query_groups;
-    int64_t g = r / ((R + 2) * HS), rem = r % ((R + 2) * HS);
-    int64_t slot = rem / HS;
-    *d = rem % HS;
-    if (slot < R) {
-        *part = 0;
-        *head = g * R + slot;
-    } else {
-        *part = slot == R ? 1 : 2;
-        *head = g;
-    }
-}
 
 /* ---- Hugging Face names ---- */
 struct hf_ctx {
@@ -56,23 +43,13 @@ static void hf_name(const struct hf_ctx *h, char *out, size_t cap, int64_t layer
         snprintf(out, cap, "%s%s", h->prefix, suffix);
 }
 
-/* A loom parameter as a function of Hugging Face tensors: for element (row, col) of the loom
- * tensor, the HF tensor name and flat index it corresponds to; returns 0 for "no source" (padded
- * vocabulary rows). */
-struct src_map {
-    char name[3][160]; /* up to three sources (q, k, v for Llama) */
-    int64_t shape[3][2];
-    int nsrc;
-};
-
 /* Fill the element map for loom parameter `p`. Returns the source index and flat index of each
  * loom element through `locate`. */
 static int locate(const struct hf_ctx *h, const struct loom_param *p, const char *local,
-                  int64_t row, int64_t col, struct src_map *sm, int64_t *flat) {
+                  int64_t row, int64_t col, int64_t *flat) {
     const struct loom_gpt_config *c = h->cfg;
     int64_t C = c->hidden, HS = loom_gpt_head_size(c), F = c->ffn_hidden;
     int gpt2 = h->arch == ARCH_GPT2;
-    (void)sm;
     if (!strcmp(local, "embedding.word_embeddings.weight") || !strcmp(local, "output_layer.weight")) {
         if (row >= c->vocab_size) return -1;
         *flat = row * C + col;
@@ -81,7 +58,7 @@ static int locate(const struct hf_ctx *h, const struct loom_param *p, const char
     if (!strcmp(local, "self_attention.linear_qkv.weight") || !strcmp(local, "self_attention.linear_qkv.bias")) {
         int part;
         int64_t head, d;
-        qkv_row(c, row, &part, &head, &d);
+        loom_gpt_qkv_row(c, row, &part, &head, &d);
         int is_bias = p->ndim == 1;
         if (gpt2) {
             int64_t out = part * C + head * HS + d; /* c_attn output column */
@@ -109,13 +86,13 @@ static int locate(const struct hf_ctx *h, const struct loom_param *p, const char
 
 /* Names and shapes of the HF tensors behind loom parameter `p`. */
 static enum loom_status sources(const struct hf_ctx *h, const struct loom_param *p,
-                                const char **local_out, struct src_map *sm) {
+                                const char **local_out, struct loom_hf_sources *sm) {
     const struct loom_gpt_config *c = h->cfg;
     int64_t C = c->hidden, HS = loom_gpt_head_size(c), NH = c->heads, NKV = c->query_groups;
     int64_t F = c->ffn_hidden, V = c->vocab_size;
     int gpt2 = h->arch == ARCH_GPT2;
     memset(sm, 0, sizeof *sm);
-    sm->nsrc = 1;
+    sm->n = 1;
     const char *local = p->name;
     int64_t layer = -1;
     if (!strncmp(p->name, "decoder.layers.", 15)) {
@@ -158,7 +135,7 @@ static enum loom_status sources(const struct hf_ctx *h, const struct loom_param 
             SRC(0, "self_attn.q_proj.weight", NH * HS, C);
             SRC(1, "self_attn.k_proj.weight", NKV * HS, C);
             SRC(2, "self_attn.v_proj.weight", NKV * HS, C);
-            sm->nsrc = 3;
+            sm->n = 3;
         }
     } else if (!strcmp(local, "self_attention.linear_qkv.bias")) {
         if (gpt2)
@@ -167,7 +144,7 @@ static enum loom_status sources(const struct hf_ctx *h, const struct loom_param 
             SRC(0, "self_attn.q_proj.bias", NH * HS, 0);
             SRC(1, "self_attn.k_proj.bias", NKV * HS, 0);
             SRC(2, "self_attn.v_proj.bias", NKV * HS, 0);
-            sm->nsrc = 3;
+            sm->n = 3;
         }
     } else if (!strcmp(local, "self_attention.linear_proj.weight"))
         { if (gpt2) SRC(0, "attn.c_proj.weight", NH * HS, C); else SRC(0, "self_attn.o_proj.weight", C, NH * HS); }
@@ -179,7 +156,7 @@ static enum loom_status sources(const struct hf_ctx *h, const struct loom_param 
         else {
             SRC(0, "mlp.gate_proj.weight", F, C);
             SRC(1, "mlp.up_proj.weight", F, C);
-            sm->nsrc = 2;
+            sm->n = 2;
         }
     } else if (!strcmp(local, "mlp.linear_fc1.bias"))
         SRC(0, "mlp.c_fc.bias", F, 0);
@@ -257,14 +234,11 @@ static enum loom_status rope_scaling_of(json_t *o, const char *path, struct loom
     return LOOM_OK;
 }
 
-static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct loom_gpt_config *c) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_error_t err;
-    json_t *o = json_load_file(path, 0, &err);
-    if (!o) return loom_fail(LOOM_ERR_FORMAT, "--load-dir: cannot read %s (%s)", path, err.text);
+/* GPT's config.json (gpt2, llama, qwen2, qwen3) into c */
+static enum loom_status gpt_config_read(json_t *o, const char *path, const char *type,
+                                        struct loom_gpt_config *c, struct loom_hf_form *form) {
+    enum arch arch_v = ARCH_GPT2, *arch = &arch_v;
     enum loom_status s = LOOM_OK;
-    const char *type = json_string_value(json_object_get(o, "model_type"));
     loom_gpt_config_default(c);
     c->hidden_dropout = c->attention_dropout = 0.0;
     if (type && !strcmp(type, "gpt2")) {
@@ -342,15 +316,20 @@ static enum loom_status read_hf_config(const char *dir, enum arch *arch, struct 
         c->posemb = LOOM_POSEMB_ROPE;
         c->bias = 0;
         c->untie = !json_flag(o, "tie_word_embeddings", 0);
-    } else {
-        s = loom_fail(LOOM_ERR_UNSUPPORTED,
-                      "%s: model_type \"%s\" is not supported (gpt2, llama, qwen2, qwen3)", path,
-                      type ? type : "(missing)");
     }
 out:
-    json_decref(o);
-    if (s == LOOM_OK) s = loom_gpt_config_finalize(c, 1, 1);
+    form->variant = (int)arch_v;
     return s;
+}
+
+/* GPT-2's weights may carry the prefix "transformer." (GPT2LMHeadModel's) */
+static enum loom_status gpt_weights_read(const struct loom_safetensors *st,
+                                         struct loom_gpt_config *c, struct loom_hf_form *form) {
+    (void)c;
+    if (form->variant == ARCH_GPT2 && !loom_safetensors_find(st, "wte.weight") &&
+        loom_safetensors_find(st, "transformer.wte.weight"))
+        form->prefix = "transformer.";
+    return LOOM_OK;
 }
 
 static enum loom_status arch_of(const struct loom_gpt_config *c, enum arch *arch) {
@@ -406,8 +385,17 @@ static enum loom_status arch_of(const struct loom_gpt_config *c, enum arch *arch
     return LOOM_OK;
 }
 
-static enum loom_status write_hf_config(const char *path, enum arch arch, const struct loom_gpt_config *c) {
-    json_t *o = json_object();
+static enum loom_status gpt_export_check(const struct loom_gpt_config *c,
+                                         struct loom_hf_form *form) {
+    enum arch arch = ARCH_GPT2;
+    LOOM_CHECK(arch_of(c, &arch));
+    form->variant = (int)arch;
+    return LOOM_OK;
+}
+
+static void gpt_config_write(const struct loom_gpt_config *c, const struct loom_hf_form *form,
+                             json_t *o) {
+    const enum arch arch = (enum arch)form->variant;
     if (arch == ARCH_GPT2) {
         json_object_set_new(o, "model_type", json_string("gpt2"));
         json_object_set_new(o, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
@@ -457,141 +445,129 @@ static enum loom_status write_hf_config(const char *path, enum arch arch, const 
     /* the settings with a plain key (loom_gpt_settings' hf[]) */
     loom_settings_hf_write(&loom_gpt_config_desc,
                            arch == ARCH_GPT2 ? LOOM_GPT_HF_GPT2 : LOOM_GPT_HF_LLAMA, c, o);
-    json_object_set_new(o, "torch_dtype", json_string("float32"));
-    char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(o);
-    if (!s) return loom_fail(LOOM_ERR_OOM, "out of memory");
-    enum loom_status r = loom_atomic_write_file(path, s, strlen(s));
-    free(s);
-    return r;
 }
 
-/* A model table for `cfg` on one rank, without allocating anything. */
-static enum loom_status table_for(const struct loom_gpt_config *cfg, struct loom_parallel *par,
-                                  struct loom_gpt *m) {
-    memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    m->base.par = par;
-    LOOM_CHECK(loom_parallel_init_single(par));
-    return loom_gpt_build_table(m);
+/* GPT's tensors: the parameter's name within its layer, and the hooks on hf_ctx */
+static const char *layer_local(const struct loom_param *p) {
+    return strncmp(p->name, "decoder.layers.", 15) ? p->name : strchr(p->name + 15, '.') + 1;
+}
+static enum loom_status gpt_sources(const struct loom_gpt_config *c,
+                                    const struct loom_hf_form *form, const struct loom_param *p,
+                                    struct loom_hf_sources *sm) {
+    const struct hf_ctx h = {(enum arch)form->variant, c, form->prefix ? form->prefix : ""};
+    const char *local;
+    return sources(&h, p, &local, sm);
+}
+static int gpt_locate(const struct loom_gpt_config *c, const struct loom_hf_form *form,
+                      const struct loom_param *p, int64_t row, int64_t col, int64_t *flat) {
+    const struct hf_ctx h = {(enum arch)form->variant, c, form->prefix ? form->prefix : ""};
+    return locate(&h, p, layer_local(p), row, col, flat);
+}
+
+static const char *const gpt_types[] = {"gpt2", "llama", "qwen2", "qwen3", NULL};
+const struct loom_hf_map loom_gpt_hf_map = {
+    .family = "gpt",
+    .model_types = gpt_types,
+    .config_read = gpt_config_read,
+    .weights_read = gpt_weights_read,
+    .export_check = gpt_export_check,
+    .config_write = gpt_config_write,
+    .sources = gpt_sources,
+    .locate = gpt_locate,
+};
+
+/* ---- the conversion, for every family's mapping ---- */
+
+
+/* Everything one conversion holds: the family's mapping and the form, the table of the model,
+ * the per-parameter sources, the loom tensors and the Hugging Face tensors (host, fp32). */
+struct conversion {
+    const struct loom_hf_map *map;
+    struct loom_hf_form form;
+    struct loom_gpt_config cfg;
+    struct loom_parallel par;
+    struct loom_gpt m;
+    struct loom_hf_sources *maps;
+    float **ld;
+    float ***hd;
+};
+
+/* A model table for cv->cfg on one rank, without allocating anything. */
+static enum loom_status table_for(struct conversion *cv) {
+    memset(&cv->m, 0, sizeof cv->m);
+    cv->m.cfg = cv->cfg;
+    cv->m.base.par = &cv->par;
+    LOOM_CHECK(loom_parallel_init_single(&cv->par));
+    return loom_gpt_build_table(&cv->m);
 }
 
 /* Move every element between the loom tensors and the HF tensors. to_loom: HF -> loom. */
-static enum loom_status map_tensors(const struct hf_ctx *h, const struct loom_gpt *m,
-                                    float **loom_data, float ***hf_data, struct src_map *maps,
-                                    int to_loom) {
-    for (int i = 0; i < m->base.nparams; i++) {
-        const struct loom_param *p = &m->base.params[i];
-        const char *local;
-        LOOM_CHECK(sources(h, p, &local, &maps[i]));
+static void map_tensors(struct conversion *cv, int to_loom) {
+    for (int i = 0; i < cv->m.base.nparams; i++) {
+        const struct loom_param *p = &cv->m.base.params[i];
         int64_t rows = p->shape[0], cols = p->ndim > 1 ? p->shape[1] : 1;
         for (int64_t r = 0; r < rows; r++)
             for (int64_t col = 0; col < cols; col++) {
                 int64_t flat;
-                int src = locate(h, p, local, r, col, &maps[i], &flat);
-                float *l = &loom_data[i][r * cols + col];
+                int src = cv->map->locate(&cv->cfg, &cv->form, p, r, col, &flat);
+                float *l = &cv->ld[i][r * cols + col];
                 if (src < 0) {
                     if (to_loom) *l = 0.0f;
                     continue;
                 }
-                float *x = &hf_data[i][src][flat];
+                float *x = &cv->hd[i][src][flat];
                 if (to_loom)
                     *l = *x;
                 else
                     *x = *l;
             }
     }
-    return LOOM_OK;
 }
-
-static float ***alloc_hf(const struct loom_gpt *m, struct src_map *maps) {
-    float ***hf = calloc((size_t)m->base.nparams, sizeof *hf);
-    if (!hf) return NULL;
-    for (int i = 0; i < m->base.nparams; i++) {
-        hf[i] = calloc(3, sizeof(float *));
-        if (!hf[i]) return NULL;
-        for (int s = 0; s < maps[i].nsrc; s++) {
-            int64_t n = maps[i].shape[s][0] * (maps[i].shape[s][1] ? maps[i].shape[s][1] : 1);
-            hf[i][s] = calloc((size_t)n, sizeof(float));
-            if (!hf[i][s]) return NULL;
-        }
-    }
-    return hf;
-}
-
-static void free_all(const struct loom_gpt *m, float **loom_data, float ***hf) {
-    for (int i = 0; i < m->base.nparams; i++) {
-        if (loom_data) free(loom_data[i]);
-        if (hf && hf[i]) {
-            for (int s = 0; s < 3; s++) free(hf[i][s]);
-            free(hf[i]);
-        }
-    }
-    free(loom_data);
-    free(hf);
-}
-
-static float **alloc_loom(const struct loom_gpt *m) {
-    float **d = calloc((size_t)m->base.nparams, sizeof *d);
-    if (!d) return NULL;
-    for (int i = 0; i < m->base.nparams; i++) {
-        d[i] = calloc((size_t)(m->base.params[i].shape[0] * m->base.params[i].shape[1]), sizeof(float));
-        if (!d[i]) return NULL;
-    }
-    return d;
-}
-
-/* Everything one conversion holds: the table of the model, the per-parameter source maps, the
- * loom tensors and the Hugging Face tensors (host, fp32). */
-struct conversion {
-    struct loom_gpt_config cfg;
-    struct loom_parallel par;
-    struct loom_gpt m;
-    struct hf_ctx h;
-    struct src_map *maps;
-    float **ld;
-    float ***hd;
-};
 
 static void conversion_free(struct conversion *cv) {
-    free_all(&cv->m, cv->ld, cv->hd);
+    for (int i = 0; i < cv->m.base.nparams; i++) {
+        if (cv->ld) free(cv->ld[i]);
+        if (cv->hd && cv->hd[i]) {
+            for (int k = 0; k < LOOM_HF_MAX_SOURCES; k++) free(cv->hd[i][k]);
+            free(cv->hd[i]);
+        }
+    }
+    free(cv->ld);
+    free(cv->hd);
     free(cv->maps);
     free(cv->m.base.params);
     loom_parallel_free(&cv->par);
 }
 
-static enum loom_status conversion_init(struct conversion *cv, const struct loom_gpt_config *cfg,
-                                        enum arch arch, const char *what) {
-    memset(cv, 0, sizeof *cv);
-    cv->cfg = *cfg;
-    LOOM_CHECK(table_for(&cv->cfg, &cv->par, &cv->m));
-    cv->h = (struct hf_ctx){arch, &cv->cfg, ""};
-    cv->maps = calloc((size_t)cv->m.base.nparams, sizeof *cv->maps);
-    cv->ld = alloc_loom(&cv->m);
-    if (!cv->maps || !cv->ld)
+/* The table of cv->cfg, each parameter's sources and the buffers of both sides */
+static enum loom_status conversion_init(struct conversion *cv, const char *what) {
+    LOOM_CHECK(table_for(cv));
+    const int n = cv->m.base.nparams;
+    cv->maps = calloc((size_t)n, sizeof *cv->maps);
+    cv->ld = calloc((size_t)n, sizeof *cv->ld);
+    cv->hd = calloc((size_t)n, sizeof *cv->hd);
+    if (!cv->maps || !cv->ld || !cv->hd)
         return loom_fail(LOOM_ERR_OOM, "out of memory converting %s", what);
-    const char *local;
-    for (int i = 0; i < cv->m.base.nparams; i++)
-        LOOM_CHECK(sources(&cv->h, &cv->m.base.params[i], &local, &cv->maps[i]));
-    if (!(cv->hd = alloc_hf(&cv->m, cv->maps)))
-        return loom_fail(LOOM_ERR_OOM, "out of memory converting %s", what);
+    for (int i = 0; i < n; i++) {
+        const struct loom_param *p = &cv->m.base.params[i];
+        LOOM_CHECK(cv->map->sources(&cv->cfg, &cv->form, p, &cv->maps[i]));
+        cv->ld[i] = calloc((size_t)(p->shape[0] * p->shape[1]), sizeof(float));
+        cv->hd[i] = calloc(LOOM_HF_MAX_SOURCES, sizeof(float *));
+        if (!cv->ld[i] || !cv->hd[i])
+            return loom_fail(LOOM_ERR_OOM, "out of memory converting %s", what);
+        for (int k = 0; k < cv->maps[i].n; k++) {
+            const int64_t *shp = cv->maps[i].shape[k];
+            if (!(cv->hd[i][k] = calloc((size_t)(shp[0] * (shp[1] ? shp[1] : 1)), sizeof(float))))
+                return loom_fail(LOOM_ERR_OOM, "out of memory converting %s", what);
+        }
+    }
     return LOOM_OK;
 }
 
-static enum loom_status import_hf(struct conversion *cv, const char *hf_dir) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
-    struct loom_safetensors *st;
-    LOOM_CHECK(loom_safetensors_open(&st, path));
-    if (cv->h.arch == ARCH_GPT2 && !loom_safetensors_find(st, "wte.weight") &&
-        loom_safetensors_find(st, "transformer.wte.weight")) {
-        cv->h.prefix = "transformer.";
-        const char *local;
-        for (int i = 0; i < cv->m.base.nparams; i++) sources(&cv->h, &cv->m.base.params[i], &local, &cv->maps[i]);
-    }
+static enum loom_status import_hf(struct conversion *cv, const struct loom_safetensors *st) {
     enum loom_status s = LOOM_OK;
     for (int i = 0; i < cv->m.base.nparams && s == LOOM_OK; i++)
-        for (int k = 0; k < cv->maps[i].nsrc && s == LOOM_OK; k++) {
+        for (int k = 0; k < cv->maps[i].n && s == LOOM_OK; k++) {
             int64_t shp[2] = {cv->maps[i].shape[k][0], cv->maps[i].shape[k][1]};
             int nd = shp[1] ? 2 : 1;
             s = loom_safetensors_expect_shape(st, cv->maps[i].name[k], nd, shp);
@@ -599,12 +575,12 @@ static enum loom_status import_hf(struct conversion *cv, const char *hf_dir) {
                 s = loom_safetensors_read_f32(st, cv->maps[i].name[k], cv->hd[i][k],
                                               shp[0] * (nd > 1 ? shp[1] : 1));
         }
-    loom_safetensors_close(st);
-    if (s == LOOM_OK) s = map_tensors(&cv->h, &cv->m, cv->ld, cv->hd, cv->maps, 1);
+    if (s == LOOM_OK) map_tensors(cv, 1);
     return s;
 }
 
-static enum loom_status save_loom(struct conversion *cv, const char *loom_dir) {
+static enum loom_status save_loom(struct conversion *cv, const struct loom_family_config_desc *fam,
+                                  const char *loom_dir) {
     char path[4200];
     struct loom_safetensors_writer *w = NULL;
     LOOM_CHECK(loom_mkdir_p(loom_dir));
@@ -621,7 +597,7 @@ static enum loom_status save_loom(struct conversion *cv, const char *loom_dir) {
     loom_safetensors_writer_free(w);
     if (s == LOOM_OK) {
         snprintf(path, sizeof path, "%s/meta.json", loom_dir);
-        s = loom_ckpt_write_config_json(path, &cv->cfg, NULL, 0);
+        s = loom_ckpt_write_meta(path, fam, &cv->cfg, NULL, 0);
     }
     return s;
 }
@@ -645,8 +621,20 @@ static enum loom_status load_loom(struct conversion *cv, const char *loom_dir) {
                 cv->ld[i][k] += 1.0f;
     }
     loom_safetensors_close(st);
-    if (s == LOOM_OK) s = map_tensors(&cv->h, &cv->m, cv->ld, cv->hd, cv->maps, 0);
+    if (s == LOOM_OK) map_tensors(cv, 0);
     return s;
+}
+
+static enum loom_status write_hf_config(const struct conversion *cv, const char *path) {
+    json_t *o = json_object();
+    cv->map->config_write(&cv->cfg, &cv->form, o);
+    json_object_set_new(o, "torch_dtype", json_string("float32"));
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(o);
+    if (!s) return loom_fail(LOOM_ERR_OOM, "out of memory");
+    enum loom_status r = loom_atomic_write_file(path, s, strlen(s));
+    free(s);
+    return r;
 }
 
 static enum loom_status save_hf(struct conversion *cv, const char *hf_dir) {
@@ -656,7 +644,7 @@ static enum loom_status save_hf(struct conversion *cv, const char *hf_dir) {
     LOOM_CHECK(loom_safetensors_writer_init(&w));
     enum loom_status s = LOOM_OK;
     for (int i = 0; i < cv->m.base.nparams && s == LOOM_OK; i++)
-        for (int k = 0; k < cv->maps[i].nsrc && s == LOOM_OK; k++) {
+        for (int k = 0; k < cv->maps[i].n && s == LOOM_OK; k++) {
             int64_t shp[2] = {cv->maps[i].shape[k][0], cv->maps[i].shape[k][1]};
             s = loom_safetensors_writer_add(w, cv->maps[i].name[k], LOOM_DTYPE_F32, shp[1] ? 2 : 1,
                                             shp, cv->hd[i][k]);
@@ -669,33 +657,78 @@ static enum loom_status save_hf(struct conversion *cv, const char *hf_dir) {
     loom_safetensors_writer_free(w);
     if (s == LOOM_OK) {
         snprintf(path, sizeof path, "%s/config.json", hf_dir);
-        s = write_hf_config(path, cv->h.arch, &cv->cfg);
+        s = write_hf_config(cv, path);
     }
     return s;
 }
 
+/* config.json of hf_dir: the family's mapping, its configuration and form (not finalized) */
+static enum loom_status read_hf_config(const char *dir, struct conversion *cv) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t err;
+    json_t *o = json_load_file(path, 0, &err);
+    if (!o) return loom_fail(LOOM_ERR_FORMAT, "--load-dir: cannot read %s (%s)", path, err.text);
+    const char *type = json_string_value(json_object_get(o, "model_type"));
+    enum loom_status s;
+    if (!(cv->map = loom_hf_map_for_type(type)))
+        s = loom_fail(LOOM_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not supported (%s)", path,
+                      type ? type : "(missing)", loom_hf_map_type_names());
+    else
+        s = cv->map->config_read(o, path, type, &cv->cfg, &cv->form);
+    json_decref(o);
+    return s;
+}
+
+/* The settings table of the mapping's family (meta.json) */
+static enum loom_status family_of(const struct loom_hf_map *map,
+                                  const struct loom_family_config_desc **fam) {
+    if (!(*fam = loom_family_config_find(map->family)))
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "model family \"%s\" has no settings table in this "
+                         "build (families: %s)", map->family, loom_family_config_names());
+    return LOOM_OK;
+}
+
 enum loom_status loom_convert_hf_to_loom(const char *hf_dir, const char *loom_dir) {
-    struct loom_gpt_config cfg;
-    enum arch arch = ARCH_GPT2;
-    LOOM_CHECK(read_hf_config(hf_dir, &arch, &cfg));
     struct conversion cv;
-    enum loom_status s = conversion_init(&cv, &cfg, arch, hf_dir);
-    if (s == LOOM_OK) s = import_hf(&cv, hf_dir);
-    if (s == LOOM_OK) s = save_loom(&cv, loom_dir);
+    memset(&cv, 0, sizeof cv);
+    cv.form.prefix = "";
+    const struct loom_family_config_desc *fam = NULL;
+    enum loom_status s = read_hf_config(hf_dir, &cv);
+    if (s == LOOM_OK) s = family_of(cv.map, &fam);
+    if (s == LOOM_OK) s = fam->finalize(&cv.cfg, 1, 1);
+    if (s != LOOM_OK) return s;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
+    struct loom_safetensors *st;
+    LOOM_CHECK(loom_safetensors_open(&st, path));
+    if (cv.map->weights_read) s = cv.map->weights_read(st, &cv.cfg, &cv.form);
+    if (s == LOOM_OK) s = conversion_init(&cv, hf_dir);
+    if (s == LOOM_OK) s = import_hf(&cv, st);
+    loom_safetensors_close(st);
+    if (s == LOOM_OK) s = save_loom(&cv, fam, loom_dir);
     conversion_free(&cv);
     return s;
 }
 
 enum loom_status loom_convert_loom_to_hf(const char *loom_dir, const char *hf_dir) {
-    struct loom_gpt_config cfg;
+    struct conversion cv;
+    memset(&cv, 0, sizeof cv);
+    cv.form.prefix = "";
+    const struct loom_family_config_desc *fam;
     struct loom_train_state tst;
     int has_optim;
-    LOOM_CHECK(loom_ckpt_read_meta(loom_dir, &cfg, &tst, &has_optim));
-    LOOM_CHECK(loom_gpt_config_finalize(&cfg, 1, 1));
-    enum arch arch = ARCH_GPT2;
-    LOOM_CHECK(arch_of(&cfg, &arch));
-    struct conversion cv;
-    enum loom_status s = conversion_init(&cv, &cfg, arch, loom_dir);
+    LOOM_CHECK(loom_ckpt_read_family(loom_dir, &fam));
+    if (!(cv.map = loom_hf_map_for_family(fam->name)))
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: the %s model family has no Hugging Face form",
+                         loom_dir, fam->name);
+    if (fam->config_size != sizeof cv.cfg)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: the %s model family's configuration is not "
+                         "the transformer's", loom_dir, fam->name);
+    LOOM_CHECK(loom_ckpt_read_config(loom_dir, fam, &cv.cfg, &tst, &has_optim));
+    LOOM_CHECK(fam->finalize(&cv.cfg, 1, 1));
+    LOOM_CHECK(cv.map->export_check(&cv.cfg, &cv.form));
+    enum loom_status s = conversion_init(&cv, loom_dir);
     if (s == LOOM_OK) s = load_loom(&cv, loom_dir);
     if (s == LOOM_OK) s = save_hf(&cv, hf_dir);
     conversion_free(&cv);

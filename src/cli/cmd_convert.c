@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "loom/args.h"
 #include "loom/convert.h"
+#include "loom/hf_map.h"
 #include "loom/log.h"
 
 int loom_cmd_convert(int argc, char **argv) {
@@ -19,10 +20,13 @@ int loom_cmd_convert(int argc, char **argv) {
     int n = (int)(sizeof flags / sizeof flags[0]), help;
     enum loom_status s = loom_flags_parse(flags, n, argc, argv, 2, &help);
     if (s == LOOM_OK && help) {
-        loom_flags_print_help("usage: loom convert --loader hf|loom --saver hf|loom --load-dir DIR "
-                              "--save-dir DIR\n\nhf: config.json + model.safetensors (GPT-2 or "
-                              "Llama); loom: a loom checkpoint directory",
-                              flags, n);
+        char usage[512];
+        snprintf(usage, sizeof usage,
+                 "usage: loom convert --loader hf|loom --saver hf|loom --load-dir DIR --save-dir "
+                 "DIR\n\nhf: config.json + model.safetensors (model_type %s); loom: a loom "
+                 "checkpoint directory",
+                 loom_hf_map_type_names());
+        loom_flags_print_help(usage, flags, n);
         return 0;
     }
     if (s == LOOM_OK && (!loader || !saver || !load_dir || !save_dir))

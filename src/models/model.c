@@ -1,8 +1,10 @@
 /* What every model family shares: the parameter table's index map and look-up, the tensor-
  * parallel sums the roles ask for, and which stage owns a parameter. */
+#include <stdio.h>
 #include <string.h>
 
 #include "loom/comm.h"
+#include "loom/hf_map.h"
 #include "loom/model.h"
 
 int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_size, int64_t i) {
@@ -76,4 +78,38 @@ int loom_model_param_stage(const struct loom_model *m, const struct loom_param *
             if (p->layer >= l0 && p->layer < l1) return s;
         }
     return -1;
+}
+
+/* Every family's Hugging Face mapping (loom/hf_map.h), in the order of the families above */
+extern const struct loom_hf_map loom_gpt_hf_map, loom_bert_hf_map;
+static const struct loom_hf_map *const hf_maps[] = {&loom_gpt_hf_map, &loom_bert_hf_map};
+#define NHF_MAPS (sizeof hf_maps / sizeof hf_maps[0])
+
+static int in_list(const char *const *list, const char *s) {
+    for (; list && *list; list++)
+        if (!strcmp(*list, s)) return 1;
+    return 0;
+}
+
+const struct loom_hf_map *loom_hf_map_for_type(const char *type) {
+    for (size_t i = 0; type && i < NHF_MAPS; i++)
+        if (in_list(hf_maps[i]->model_types, type) || in_list(hf_maps[i]->refused_types, type))
+            return hf_maps[i];
+    return NULL;
+}
+
+const struct loom_hf_map *loom_hf_map_for_family(const char *family) {
+    for (size_t i = 0; family && i < NHF_MAPS; i++)
+        if (!strcmp(hf_maps[i]->family, family)) return hf_maps[i];
+    return NULL;
+}
+
+const char *loom_hf_map_type_names(void) {
+    static char names[256];
+    if (!names[0])
+        for (size_t i = 0; i < NHF_MAPS; i++)
+            for (const char *const *t = hf_maps[i]->model_types; t && *t; t++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         names[0] ? ", " : "", *t);
+    return names;
 }
