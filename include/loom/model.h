@@ -159,6 +159,9 @@ struct loom_family {
      * (ctx.per_micro_mean; Megatron-LM's BERT); 0: as the flags say (GPT: with a loss mask and
      * without --calculate-per-token-loss) */
     int micro_mean;
+    /* bit i set: entry i of the losses is a measure reported beside them (an accuracy), not a
+     * loss: not part of the total the model minimises, no perplexity */
+    unsigned measures;
 
     /* the model of `config` (the family's configuration struct, finalized) for this rank of
      * `par`: its table, parameters, gradients and activations for micro-batches of B, with room

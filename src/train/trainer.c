@@ -273,7 +273,8 @@ static int loss_reported(const struct trainer *t, const struct loom_losses *l, i
 /* The loss the model minimises: the sum of its named losses' values */
 static double total_loss(const struct trainer *t, const struct loom_losses *l) {
     double v = 0.0;
-    for (int i = 0; i < t->model->family->num_losses; i++) v += loss_value(l, i);
+    for (int i = 0; i < t->model->family->num_losses; i++)
+        if (!(t->model->family->measures >> i & 1u)) v += loss_value(l, i);
     return v;
 }
 
@@ -372,8 +373,11 @@ static void log_validation(const struct trainer *t, int64_t it, const char *on_s
         if (!loss_reported(t, l, i)) continue;
         const char *name = t->family->loss_names[i];
         const double v = loss_value(l, i);
-        n += snprintf(line + n, sizeof line - (size_t)n, "%s value: %.6E | %s PPL: %.6E | ", name,
-                      v, name, exp(fmin(20.0, v)));
+        if (t->family->measures >> i & 1u)
+            n += snprintf(line + n, sizeof line - (size_t)n, "%s: %.6f | ", name, v);
+        else
+            n += snprintf(line + n, sizeof line - (size_t)n, "%s value: %.6E | %s PPL: %.6E | ",
+                          name, v, name, exp(fmin(20.0, v)));
     }
     if (n >= (int)sizeof line) n = (int)sizeof line - 1;
     char rule[514];
@@ -451,7 +455,7 @@ static enum loom_status tb_validation(struct trainer *t, const struct loom_losse
         LOOM_CHECK(loom_tb_scalar(t->tb, tag, loss, it));
         snprintf(tag, sizeof tag, "%s validation vs samples", name);
         LOOM_CHECK(loom_tb_scalar(t->tb, tag, loss, samples));
-        if (t->cfg->tb_validation_ppl) {
+        if (t->cfg->tb_validation_ppl && !(t->family->measures >> i & 1u)) {
             const double ppl = exp(fmin(20.0, loss));
             snprintf(tag, sizeof tag, "%s validation ppl", name);
             LOOM_CHECK(loom_tb_scalar(t->tb, tag, ppl, it));
@@ -559,7 +563,8 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
      * took an optimizer step (none when every one was skipped) */
     for (int i = 0; t->stepped_since_log > 0 && i < t->family->num_losses; i++)
         if (t->family->num_losses == 1 || t->had_loss_since_log[i] > 0)
-            snprintf(loss_s + strlen(loss_s), sizeof loss_s - strlen(loss_s), " | %s: %.6E",
+            snprintf(loss_s + strlen(loss_s), sizeof loss_s - strlen(loss_s),
+                     t->family->measures >> i & 1u ? " | %s: %.4f" : " | %s: %.6E",
                      t->family->loss_names[i],
                      t->losses_since_log[i] / (double)(t->family->num_losses == 1
                                                            ? t->stepped_since_log

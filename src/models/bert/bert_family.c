@@ -14,7 +14,8 @@
  *
  * The loss is Megatron-LM's: each micro-batch's lm loss + sop loss, averaged over the global
  * batch's micro-batches (struct loom_family.micro_mean); "lm loss" and "sop loss" are reported as
- * those means. The heads' replicated parts run alike on every tensor-parallel rank: the gradient
+ * those means, and beside them "lm accuracy" (a measure, not a loss): the share of the labelled
+ * positions whose label's logit is the largest, by micro-batch likewise. The heads' replicated parts run alike on every tensor-parallel rank: the gradient
  * of h2 is summed over the vocabulary shards first, so every rank computes the same gradients of
  * the replicated weights and of lnf (of which a rank keeps its sequence shard under sequence
  * parallelism). The pooler's tanh and the sentence-order softmax (B x H and B x 2 values) run on
@@ -161,7 +162,7 @@ static enum loom_status bert_create(struct loom_model **out, const void *config,
 /* The language-model head: logits, the loss of the positions with a label (their mean: the
  * micro-batch's lm loss), and when training the per-row scale of the logits' gradient */
 static enum loom_status lm_forward(struct loom_gpt *g, struct head_slot *q, const int32_t *labels,
-                                   const struct loom_step_ctx *ctx, double *lm) {
+                                   const struct loom_step_ctx *ctx, double *lm, double *acc) {
     struct bert_heads *h = H(g);
     struct loom_backend *be = g->base.be;
     const int64_t N = h->N, C = h->C;
@@ -196,12 +197,13 @@ static enum loom_status lm_forward(struct loom_gpt *g, struct head_slot *q, cons
         LOOM_CHECK(s);
     }
     double sum = 0.0;
-    int64_t cnt = 0;
+    int64_t cnt = 0, right = 0;
     for (int64_t n = 0; n < N; n++) {
         hg[2 * n] = hs[3 * n];
         hg[2 * n + 1] = hs[3 * n + 1];
         if (labels[n] < 0) continue;
         sum += (double)logf(hs[3 * n + 1]) + (double)hs[3 * n] - (double)hs[3 * n + 2];
+        right += hs[3 * n + 2] == hs[3 * n]; /* the label's logit is the largest */
         cnt++;
     }
     const float d = cnt > 0 ? (float)((double)ctx->dloss / (double)cnt) : 0.0f;
@@ -209,6 +211,7 @@ static enum loom_status lm_forward(struct loom_gpt *g, struct head_slot *q, cons
     be->ops->to_device(be, q->gstats, hg, (size_t)N * 2 * sizeof(float));
     be->ops->to_device(be, q->dloss, h->host_dloss, (size_t)N * sizeof(float));
     *lm = cnt > 0 ? sum / (double)cnt : 0.0;
+    *acc = cnt > 0 ? (double)right / (double)cnt : 0.0;
     return LOOM_OK;
 }
 
@@ -252,11 +255,13 @@ static enum loom_status bert_last_forward(struct loom_model *m, int slot,
     struct head_slot *q = &H(g)->slots[slot];
     loom_gpt_final_norm_forward(g, slot);
     LOOM_CHECK(loom_gpt_gather_sequence(g, q->lnf_full, g->acts[slot].lnf));
-    double lm = 0.0, sop = 0.0;
+    double lm = 0.0, sop = 0.0, acc = 0.0;
     if (g->cfg.lm_head_transform) {
-        LOOM_CHECK(lm_forward(g, q, mb->labels, ctx, &lm));
+        LOOM_CHECK(lm_forward(g, q, mb->labels, ctx, &lm, &acc));
         losses->sum[0] += lm;
         losses->count[0] += 1.0;
+        losses->sum[2] += acc;
+        losses->count[2] += 1.0;
     }
     if (g->cfg.binary_head) {
         sop_forward(g, q, mb->sop_labels, ctx, &sop);
@@ -315,9 +320,10 @@ static enum loom_status bert_last_backward(struct loom_model *m, int slot,
 /* 6 N per token and attention's 12 L H T, as GPT's count (the heads are in N) */
 const struct loom_family loom_bert_family = {
     .name = "bert",
-    .num_losses = 2,
-    .loss_names = {"lm loss", "sop loss"},
+    .num_losses = 3,
+    .loss_names = {"lm loss", "sop loss", "lm accuracy"},
     .micro_mean = 1,
+    .measures = 1u << 2, /* the share of masked positions whose label has the largest logit */
     .create = bert_create,
     .free = loom_gpt_family_free,
     .init_weights = loom_gpt_family_init_weights,
