@@ -1,5 +1,5 @@
 /* The BERT family (src/models/bert): Megatron-LM's BERT on the transformer stack of the GPT
- * family in its encoder form (loom/gpt.h's struct loom_gpt_config: encoder, num_tokentypes,
+ * family in its encoder form (loom/gpt.h's struct loom_transformer_config: encoder, num_tokentypes,
  * lm_head_transform, output_bias, binary_head), with BERT's LM head, pooler and sentence-order
  * head. A struct loom_model of the family is a struct loom_gpt. */
 #ifndef LOOM_BERT_H

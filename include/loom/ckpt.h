@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "loom/gpt.h"
+#include "loom/model.h"
 #include "loom/optim.h"
 
 struct loom_train_state {
@@ -39,11 +39,8 @@ enum loom_status loom_ckpt_save(const char *root, struct loom_model *m, struct l
  * Nothing else in root is touched. */
 enum loom_status loom_ckpt_prune(const char *root, int64_t every, int64_t latest, int rank);
 /* Read the model configuration and state stored under ROOT (latest, or ROOT itself if it holds
- * meta.json). */
-enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,
-                                     struct loom_train_state *st, int *has_optim);
-/* The same for a model of any family: fam must be the checkpoint's family (else an error naming
- * both); cfg is fam's configuration struct. */
+ * meta.json): fam must be the checkpoint's family (else an error naming both; see
+ * loom_ckpt_read_family); cfg is fam's configuration struct. */
 struct loom_family_config_desc;
 enum loom_status loom_ckpt_read_config(const char *root, const struct loom_family_config_desc *fam,
                                        void *cfg, struct loom_train_state *st, int *has_optim);
@@ -54,7 +51,9 @@ enum loom_status loom_ckpt_read_family(const char *root,
 /* The checkpoint directory ROOT names: ROOT itself when it holds meta.json, else the iteration
  * that ROOT/latest_checkpointed_iteration.txt points at. */
 enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap);
-/* Load parameters (and the optimizer state when opt is non-NULL). Collective over the world. */
+/* Load parameters (and the optimizer state when opt is non-NULL). The checkpoint's model must be
+ * m's (the architecture rows of the family's settings table agree; else a one-line error naming
+ * the first that differs). Collective over the world. */
 enum loom_status loom_ckpt_load(const char *root, struct loom_model *m, struct loom_adamw *opt);
 
 /* Write `buf` (a device buffer laid out like the model's parameters, e.g. the gradients) as a
@@ -63,11 +62,9 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_model *m, struct l
 enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_model *m, const float *buf);
 
 /* meta.json for a model of family fam, cfg its configuration (st may be NULL: a converted
- * checkpoint with no training state); loom_ckpt_write_config_json: a GPT model's. */
+ * checkpoint with no training state). */
 enum loom_status loom_ckpt_write_meta(const char *path, const struct loom_family_config_desc *fam,
                                       const void *cfg, const struct loom_train_state *st,
                                       int64_t optim_step);
-enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom_gpt_config *c,
-                                             const struct loom_train_state *st, int64_t optim_step);
 
 #endif

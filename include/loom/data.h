@@ -154,7 +154,7 @@ enum loom_status loom_gpt_dataset_open(struct loom_gpt_dataset **out,
 void loom_gpt_dataset_free(struct loom_gpt_dataset *ds);
 /* The documents of split `which` (--split weights `split`, NULL for the default) over every
  * dataset of data_path, as loom_gpt_dataset_open would take them. */
-enum loom_status loom_gpt_split_documents(const char *data_path, const char *split,
+enum loom_status loom_data_split_documents(const char *data_path, const char *split,
                                           enum loom_split which, int64_t *ndocs);
 
 /* Number of samples available: for one dataset, every sample of the epochs built (>=
@@ -261,5 +261,34 @@ struct loom_preprocess_stats {
  * number, and no output file is created or changed. */
 enum loom_status loom_preprocess_jsonl(const struct loom_preprocess_config *cfg,
                                        struct loom_preprocess_stats *stats);
+
+/* ---- the families' sample sources (struct loom_sample_source, loom/train.h) ---- */
+struct loom_sample_source;
+
+/* Samples of one split of --data-path (Megatron GPT dataset semantics, see loom/data.h): the
+ * first T of a sample's T + 1 tokens and the next-token labels, as the mock source's.
+ * `split` is an enum loom_split; tokens outside [0, vocab) are an error naming the dataset. */
+enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *data_path,
+                                      const char *split_weights, int split, int64_t T,
+                                      int64_t num_samples, uint64_t seed, int64_t vocab);
+
+/* BERT's synthetic data (--mock-data --model bert), every choice drawn from the counter-based RNG
+ * keyed by (seed, split, index): ids 0 [PAD], 1 [CLS], 2 [SEP], 3 [MASK], the others (4 ..
+ * vocab - 1) random words; a length uniform in [T/2, T] (at least 5), the rest padding
+ * (padding_mask 0, id 0); [CLS] A [SEP] B [SEP] with token types 0 then 1 (without the binary
+ * head, [CLS] A [SEP] alone), A at least one word and B too; each word position labelled with
+ * probability 0.15 (its id the label, [MASK] the input; no 80/10/10); the SOP label a fair coin
+ * (0 without the binary head). vocab >= 5, T >= 5. */
+enum loom_status loom_bert_mock_source(struct loom_sample_source *s, int64_t vocab, int64_t T,
+                                       uint64_t seed, int split, int binary_head);
+
+/* Samples of one split of a sentence-split dataset, Megatron-LM's BertDataset
+ * (loom/bert_dataset.h; dc names the dataset, the tokenizer, split, seed, probabilities and
+ * binary head): tokens, labels (the original id where the dataset's loss_mask is 1, -1
+ * elsewhere), token types, padding mask and SOP label (is_random). Sample indices wrap around
+ * the dataset's length. Ids outside [0, vocab) are an error naming the dataset. */
+struct loom_bert_dataset_config;
+enum loom_status loom_bert_data_source(struct loom_sample_source *s,
+                                       const struct loom_bert_dataset_config *dc, int64_t vocab);
 
 #endif

@@ -202,6 +202,19 @@ struct loom_family {
                     struct loom_stage_tensor *t);
     /* model FLOPs of one sample's forward and backward (6 N per token plus attention) */
     double (*flops_per_sample)(const struct loom_model *m);
+
+    /* Text generation, one position at a time with a key/value cache (`loom generate`); NULL
+     * for a family that does not generate text. decode_config: a checkpoint's configuration
+     * (not yet finalized) made the one to decode with (no dropout, one position per step);
+     * *vocab: the real vocabulary, *max_positions: the most positions the model can see (0: no
+     * limit). */
+    void (*decode_config)(void *config, int64_t *vocab, int64_t *max_positions);
+    /* a decoder over model m (created from such a configuration, on one rank) for up to
+     * `positions` positions */
+    enum loom_status (*decoder_create)(void **dec, struct loom_model *m, int64_t positions);
+    /* feed the next token; logits[vocab] of the position after it */
+    enum loom_status (*decoder_step)(void *dec, int32_t token, float *logits);
+    void (*decoder_free)(void *dec);
 };
 
 /* The family of that name ("gpt"), or NULL. */

@@ -21,6 +21,9 @@
 #include "loom/status.h"
 
 struct json_t; /* jansson's */
+struct loom_sample_source;  /* loom/train.h */
+struct loom_train_config;   /* loom/train.h */
+struct loom_tokenizer;      /* loom/tokenizer.h */
 
 enum loom_setting_type {
     LOOM_SETTING_INT,    /* int64_t */
@@ -104,6 +107,22 @@ struct loom_family_config_desc {
     enum loom_status (*meta_read)(struct json_t *model, const char *file, void *cfg);
     /* the start-up line's notes that are not one row's, appended after the table's */
     void (*describe)(const void *cfg, char *buf, size_t cap);
+    /* The family's samples for the trainer: split `split` (enum loom_split) of the dataset
+     * `path` with the --split weights `weights`, n samples, as the training configuration c
+     * says (its `model` the family's configuration); tok: the tokenizer data_tokenizer loaded
+     * (NULL without that hook). NULL: the family reads no dataset. */
+    enum loom_status (*open_source)(struct loom_sample_source *src,
+                                    const struct loom_train_config *c,
+                                    const struct loom_tokenizer *tok, int split, const char *path,
+                                    const char *weights, int64_t n);
+    /* the synthetic samples of split `split` (--mock-data); NULL: none */
+    enum loom_status (*mock_source)(struct loom_sample_source *src,
+                                    const struct loom_train_config *c, int split);
+    /* the tokenizer the family's datasets read while they open (--tokenizer-type, --vocab-file,
+     * --merge-file), loaded into *tok (a one-line error where the flags do not name one); NULL:
+     * its datasets read none */
+    enum loom_status (*data_tokenizer)(const struct loom_train_config *c,
+                                       struct loom_tokenizer **tok);
 };
 
 /* ---- the families ---- */

@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
-#include "loom/gpt.h"
 #include "loom/optim.h"
+#include "loom/transformer.h"
 
 struct loom_family_config_desc; /* loom/settings.h */
 
@@ -14,7 +14,8 @@ struct loom_train_config {
     /* the model family (--model, or the checkpoint's): its settings' description, whose name is
      * that of the model family (loom_family_find) the trainer builds; NULL: the default (gpt) */
     const struct loom_family_config_desc *family;
-    struct loom_gpt_config model;
+    /* the model's configuration (the families on loom's transformer stack: GPT's, BERT's) */
+    struct loom_transformer_config model;
     /* parallel layout */
     int64_t tp, pp, vpp_layers; /* vpp_layers: --num-layers-per-virtual-pipeline-stage, 0 = off */
     int sequence_parallel;
@@ -128,31 +129,9 @@ void loom_micro_row_next_tokens(struct loom_micro *mb, int64_t b, const int32_t 
 enum loom_status loom_mock_source(struct loom_sample_source *s, int64_t vocab, int64_t T,
                                   uint64_t seed, int split);
 
-/* Samples of one split of --data-path (Megatron GPT dataset semantics, see loom/data.h): the
- * first T of a sample's T + 1 tokens and the next-token labels, as the mock source's.
- * `split` is an enum loom_split; tokens outside [0, vocab) are an error naming the dataset. */
-enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *data_path,
-                                      const char *split_weights, int split, int64_t T,
-                                      int64_t num_samples, uint64_t seed, int64_t vocab);
-
-/* BERT's synthetic data (--mock-data --model bert), every choice drawn from the counter-based RNG
- * keyed by (seed, split, index): ids 0 [PAD], 1 [CLS], 2 [SEP], 3 [MASK], the others (4 ..
- * vocab - 1) random words; a length uniform in [T/2, T] (at least 5), the rest padding
- * (padding_mask 0, id 0); [CLS] A [SEP] B [SEP] with token types 0 then 1 (without the binary
- * head, [CLS] A [SEP] alone), A at least one word and B too; each word position labelled with
- * probability 0.15 (its id the label, [MASK] the input; no 80/10/10); the SOP label a fair coin
- * (0 without the binary head). vocab >= 5, T >= 5. */
-enum loom_status loom_bert_mock_source(struct loom_sample_source *s, int64_t vocab, int64_t T,
-                                       uint64_t seed, int split, int binary_head);
-
-/* Samples of one split of a sentence-split dataset, Megatron-LM's BertDataset
- * (loom/bert_dataset.h; dc names the dataset, the tokenizer, split, seed, probabilities and
- * binary head): tokens, labels (the original id where the dataset's loss_mask is 1, -1
- * elsewhere), token types, padding mask and SOP label (is_random). Sample indices wrap around
- * the dataset's length. Ids outside [0, vocab) are an error naming the dataset. */
-struct loom_bert_dataset_config;
-enum loom_status loom_bert_data_source(struct loom_sample_source *s,
-                                       const struct loom_bert_dataset_config *dc, int64_t vocab);
+/* The families' own sample sources (GPT's dataset, BERT's dataset and synthetic data) are
+ * declared in loom/data.h; the trainer reaches them through the family's settings description
+ * (struct loom_family_config_desc's open_source, mock_source). */
 
 /* Run training; returns LOOM_OK or an error with its message recorded. *collective tells
  * whether the error is one every rank met alike (configuration and layout checks) or may be this

@@ -23,9 +23,7 @@
 #include "loom/comm.h"
 #include "loom/fileio.h"
 #include "loom/safetensors.h"
-#include "loom/gpt.h"
 #include "loom/settings.h"
-#include "models/gpt/gpt_settings.h"
 
 #define LATEST_FILE "latest_checkpointed_iteration.txt"
 #define FORMAT_VERSION 1
@@ -124,16 +122,11 @@ enum loom_status loom_ckpt_write_meta(const char *path, const struct loom_family
     return r;
 }
 
-enum loom_status loom_ckpt_write_config_json(const char *path, const struct loom_gpt_config *c,
-                                             const struct loom_train_state *st, int64_t optim_step) {
-    return loom_ckpt_write_meta(path, &loom_gpt_config_desc, c, st, optim_step);
-}
-
 /* The settings of model m's family (its meta.json's "family" and "model"): the family of that
- * name, GPT's for a family without settings of its own */
+ * name, the default family's for a family without settings of its own */
 static const struct loom_family_config_desc *model_desc(const struct loom_model *m) {
     const struct loom_family_config_desc *d = loom_family_config_find(m->family->name);
-    return d ? d : &loom_gpt_config_desc;
+    return d ? d : loom_family_config_default();
 }
 
 static enum loom_status add_param_tensors(struct loom_model *m, struct loom_safetensors_writer *w,
@@ -323,7 +316,7 @@ static enum loom_status meta_family(json_t *o, const char *file,
         return LOOM_OK;
     }
     *fam = loom_family_config_by_format(json_string_value(json_object_get(o, "format")));
-    if (!*fam) *fam = &loom_gpt_config_desc;
+    if (!*fam) *fam = loom_family_config_default();
     return LOOM_OK;
 }
 
@@ -423,11 +416,6 @@ enum loom_status loom_ckpt_read_config(const char *root, const struct loom_famil
     return LOOM_OK;
 }
 
-enum loom_status loom_ckpt_read_meta(const char *root, struct loom_gpt_config *cfg,
-                                     struct loom_train_state *st, int *has_optim) {
-    return loom_ckpt_read_config(root, &loom_gpt_config_desc, cfg, st, has_optim);
-}
-
 enum loom_status loom_ckpt_read_family(const char *root,
                                        const struct loom_family_config_desc **fam) {
     char dir[4096], path[4200];
@@ -489,26 +477,53 @@ static enum loom_status load_slices(struct loom_model *m, const struct loom_safe
     return LOOM_OK;
 }
 
+/* The checkpoint's model is the configured one: every architecture row of the family's settings
+ * table (LOOM_LOAD_ARCH) with a meta.json key has the same meta.json value in both (the values
+ * as checkpoints keep them: resolved, as the family's meta_write hook writes them). */
+static enum loom_status same_architecture(const char *root, const struct loom_family_config_desc *d,
+                                          const void *cfg, const void *saved) {
+    json_t *here = json_object(), *there = json_object();
+    enum loom_status s = LOOM_OK;
+    if (!here || !there) s = loom_fail(LOOM_ERR_OOM, "out of memory reading %s", root);
+    if (s == LOOM_OK) {
+        loom_settings_meta_write(d, cfg, here);
+        loom_settings_meta_write(d, saved, there);
+    }
+    for (int i = 0; s == LOOM_OK && i < d->nsettings; i++) {
+        const struct loom_setting *r = &d->settings[i];
+        if (r->load != LOOM_LOAD_ARCH || !r->meta) continue;
+        json_t *a = json_object_get(here, r->meta), *b = json_object_get(there, r->meta);
+        if ((!a && !b) || (a && b && json_equal(a, b))) continue;
+        char *va = a ? json_dumps(a, JSON_ENCODE_ANY) : NULL;
+        char *vb = b ? json_dumps(b, JSON_ENCODE_ANY) : NULL;
+        s = loom_fail(LOOM_ERR_INVALID_ARG,
+                      "--load %s: the checkpoint's model differs from the configured one (%s %s "
+                      "there, %s here)",
+                      root, r->meta, vb ? vb : "(not set)", va ? va : "(not set)");
+        free(va);
+        free(vb);
+    }
+    json_decref(here);
+    json_decref(there);
+    return s;
+}
+
 enum loom_status loom_ckpt_load(const char *root, struct loom_model *m, struct loom_adamw *opt) {
     char dir[4096], path[4200];
     LOOM_CHECK(loom_ckpt_resolve(root, dir, sizeof dir));
-    struct loom_gpt_config saved;
+    const struct loom_family_config_desc *fam = model_desc(m);
     struct loom_train_state st;
     int64_t step;
-    LOOM_CHECK(read_meta_dir(dir, model_desc(m), &saved, &st, &step));
-    const struct loom_gpt_config *cfg = m->config;
-    if (saved.vocab_size != cfg->vocab_size || saved.hidden != cfg->hidden ||
-        saved.num_layers != cfg->num_layers ||
-        loom_gpt_head_size(&saved) != loom_gpt_head_size(cfg))
-        return loom_fail(LOOM_ERR_INVALID_ARG,
-                         "--load %s: the checkpoint's model (%lld layers, "
-                         "hidden %lld, head size %lld, vocab %lld) differs from the configured one",
-                         root, (long long)saved.num_layers, (long long)saved.hidden,
-                         (long long)loom_gpt_head_size(&saved), (long long)saved.vocab_size);
+    void *saved = calloc(1, fam->config_size);
+    if (!saved) return loom_fail(LOOM_ERR_OOM, "out of memory reading %s", dir);
+    enum loom_status s = read_meta_dir(dir, fam, saved, &st, &step);
+    if (s == LOOM_OK) s = same_architecture(root, fam, m->config, saved);
+    free(saved);
+    LOOM_CHECK(s);
     struct loom_safetensors *sf;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     LOOM_CHECK(loom_safetensors_open(&sf, path));
-    enum loom_status s = load_slices(m, sf, "", m->param_mem);
+    s = load_slices(m, sf, "", m->param_mem);
     loom_safetensors_close(sf);
     LOOM_CHECK(s);
     if (opt) {

@@ -9,7 +9,9 @@
 #include "loom/args.h"
 #include "loom/ckpt.h"
 #include "loom/log.h"
+#include "loom/model.h"
 #include "loom/rng.h"
+#include "loom/settings.h"
 #include "loom/tokenizer.h"
 
 struct sample_cfg {
@@ -93,8 +95,11 @@ int loom_cmd_generate(int argc, char **argv) {
     int nf = (int)(sizeof flags / sizeof flags[0]), help;
     struct loom_tokenizer *tok = NULL;
     struct loom_backend *be = NULL;
-    struct loom_gpt *m = NULL;
-    struct loom_gpt_decoder *dec = NULL;
+    const struct loom_family_config_desc *fdesc = NULL;
+    const struct loom_family *family = NULL;
+    void *cfg = NULL;
+    struct loom_model *m = NULL;
+    void *dec = NULL;
     struct loom_parallel par;
     int par_ok = 0;
     int32_t *ids = NULL;
@@ -117,13 +122,27 @@ int loom_cmd_generate(int argc, char **argv) {
     if (top_k < 0) FAIL("--top-k must be >= 0");
     if (top_p < 0 || top_p > 1) FAIL("--top-p must be in [0, 1]");
     if ((s = loom_tokenizer_load(&tok, tok_type, vocab_file, merge_file)) != LOOM_OK) goto out;
-    struct loom_gpt_config cfg;
+    /* the checkpoint's family, which must generate text, and its configuration */
     struct loom_train_state st;
     int has_optim;
-    if ((s = loom_ckpt_read_meta(load, &cfg, &st, &has_optim)) != LOOM_OK) goto out;
-    if (loom_tokenizer_vocab_size(tok) > cfg.vocab_size)
+    if ((s = loom_ckpt_read_family(load, &fdesc)) != LOOM_OK) goto out;
+    family = loom_family_find(fdesc->name);
+    if (!family || !family->decode_config) {
+        s = loom_fail(LOOM_ERR_UNSUPPORTED,
+                      "loom generate: the checkpoint's model (family %s) does not generate text",
+                      fdesc->name);
+        goto out;
+    }
+    if (!(cfg = calloc(1, fdesc->config_size))) {
+        s = loom_fail(LOOM_ERR_OOM, "out of memory");
+        goto out;
+    }
+    if ((s = loom_ckpt_read_config(load, fdesc, cfg, &st, &has_optim)) != LOOM_OK) goto out;
+    int64_t vocab, max_positions;
+    family->decode_config(cfg, &vocab, &max_positions);
+    if (loom_tokenizer_vocab_size(tok) > vocab)
         FAIL("--vocab-file has %lld tokens but the checkpoint's vocabulary is %lld",
-             (long long)loom_tokenizer_vocab_size(tok), (long long)cfg.vocab_size);
+             (long long)loom_tokenizer_vocab_size(tok), (long long)vocab);
     if ((s = loom_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &cap)) != LOOM_OK) goto out;
     if (n == 0) {
         /* an empty prompt starts from the end-of-document token, as a fresh document */
@@ -132,20 +151,18 @@ int loom_cmd_generate(int argc, char **argv) {
         n = 1;
     }
     int64_t total = (int64_t)n + max_new;
-    if (cfg.posemb == LOOM_POSEMB_LEARNED && total > cfg.max_positions)
+    if (max_positions > 0 && total > max_positions)
         FAIL("the prompt (%zu tokens) + --max-new-tokens %lld exceeds the model's %lld positions",
-             n, (long long)max_new, (long long)cfg.max_positions);
-    cfg.hidden_dropout = cfg.attention_dropout = 0;
-    cfg.seq_length = 1;
-    if ((s = loom_gpt_config_finalize(&cfg, 1, 1)) != LOOM_OK) goto out;
+             n, (long long)max_new, (long long)max_positions);
+    if ((s = fdesc->finalize(cfg, 1, 1)) != LOOM_OK) goto out;
     if ((s = loom_parallel_init_single(&par)) != LOOM_OK) goto out;
     par_ok = 1;
     if ((s = loom_backend_create(&be, device, 0)) != LOOM_OK) goto out;
-    if ((s = loom_gpt_create(&m, &cfg, &par, be, 1, 1)) != LOOM_OK) goto out;
-    if ((s = loom_ckpt_load(load, &m->base, NULL)) != LOOM_OK) goto out;
-    if ((s = loom_gpt_decoder_create(&dec, m, total)) != LOOM_OK) goto out;
-    logits = malloc((size_t)cfg.vocab_size * sizeof(float));
-    cands = malloc((size_t)cfg.vocab_size * sizeof *cands);
+    if ((s = family->create(&m, cfg, &par, be, 1, 1)) != LOOM_OK) goto out;
+    if ((s = loom_ckpt_load(load, m, NULL)) != LOOM_OK) goto out;
+    if ((s = family->decoder_create(&dec, m, total)) != LOOM_OK) goto out;
+    logits = malloc((size_t)vocab * sizeof(float));
+    cands = malloc((size_t)vocab * sizeof *cands);
     ids = realloc(ids, (size_t)total * sizeof *ids);
     if (!logits || !cands || !ids) {
         s = loom_fail(LOOM_ERR_OOM, "out of memory");
@@ -154,13 +171,13 @@ int loom_cmd_generate(int argc, char **argv) {
     struct sample_cfg sc = {temperature, top_p, top_k, greedy, (uint64_t)seed};
     double t0 = loom_time_s();
     for (size_t i = 0; i < n; i++)
-        if ((s = loom_gpt_decoder_step(dec, ids[i], logits)) != LOOM_OK) goto out;
+        if ((s = family->decoder_step(dec, ids[i], logits)) != LOOM_OK) goto out;
     size_t prompt_len = n;
     for (int64_t k = 0; k < max_new; k++) {
-        int32_t next = pick(logits, cfg.vocab_size, &sc, k, cands);
+        int32_t next = pick(logits, vocab, &sc, k, cands);
         ids[n++] = next;
         if (stop_at_eod && next == loom_tokenizer_eod(tok)) break;
-        if (k + 1 < max_new && (s = loom_gpt_decoder_step(dec, next, logits)) != LOOM_OK) goto out;
+        if (k + 1 < max_new && (s = family->decoder_step(dec, next, logits)) != LOOM_OK) goto out;
     }
     double dt = loom_time_s() - t0;
     size_t len;
@@ -175,8 +192,9 @@ out:
     free(cands);
     free(logits);
     free(ids);
-    loom_gpt_decoder_free(dec);
-    loom_gpt_free(m);
+    if (dec) family->decoder_free(dec);
+    if (m) family->free(m);
+    free(cfg);
     if (be) loom_backend_destroy(be);
     if (par_ok) loom_parallel_free(&par);
     if (tok) loom_tokenizer_free(tok);

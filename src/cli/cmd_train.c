@@ -14,7 +14,6 @@
 #include "loom/settings.h"
 #include "loom/tokenizer.h"
 #include "loom/train.h"
-#include "models/gpt/gpt_settings.h"
 
 /* What `loom train` reads besides the model's settings (those are the model family's table,
  * loom/settings.h, parsed straight into the model's configuration). */
@@ -677,7 +676,7 @@ static enum loom_status check_run_flags(struct train_cmd *t) {
 /* Step 7: the parallel layout, precision and device flags */
 static enum loom_status check_layout(struct train_cmd *t) {
     struct train_flags *f = &t->f;
-    const struct loom_gpt_config *m = &t->c.model;
+    const struct loom_transformer_config *m = &t->c.model;
     if (f->tp < 1 || f->pp < 1) FAIL("parallel sizes must be at least 1");
     if (f->cp != 1) FAIL("--context-parallel-size %lld: context parallelism is not implemented (1 only)", (long long)f->cp);
     if (f->ep != 1) FAIL("--expert-model-parallel-size %lld: expert parallelism is not implemented (1 only)", (long long)f->ep);
@@ -722,7 +721,7 @@ static enum loom_status check_layout(struct train_cmd *t) {
  * stage sizes */
 static enum loom_status model_from_flags(struct train_cmd *t) {
     struct train_flags *f = &t->f;
-    struct loom_gpt_config *m = &t->c.model;
+    struct loom_transformer_config *m = &t->c.model;
     if (t->fam->from_flags) LOOM_CHECK(t->fam->from_flags(m, t->flags, t->nflags));
     m->kept_act_layers = f->kept_act;
     if (f->embed_in_split) { /* the embedding counted as a layer of the first stage */
@@ -877,7 +876,7 @@ static int train_command(int argc, char **argv, int samples_only) {
     if (s == LOOM_OK) {
         fill_train_config(&t);
         /* validate the model before any work (the trainer re-checks against the layout) */
-        struct loom_gpt_config probe = t.c.model;
+        struct loom_transformer_config probe = t.c.model;
         s = t.fam->finalize(&probe, (int)t.c.tp, (int)t.c.pp);
     }
     t.c.samples_only = samples_only;

@@ -498,7 +498,7 @@ done:
     return LOOM_OK;
 }
 
-enum loom_status loom_gpt_split_documents(const char *data_path, const char *split,
+enum loom_status loom_data_split_documents(const char *data_path, const char *split,
                                           enum loom_split which, int64_t *ndocs) {
     *ndocs = 0;
     if ((int)which < 0 || which >= LOOM_SPLIT_COUNT)

@@ -22,7 +22,6 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include "loom/bert_dataset.h"
 #include "loom/ckpt.h"
 #include "loom/comm.h"
 #include "loom/data.h"
@@ -34,7 +33,6 @@
 #include "loom/tokenizer.h"
 #include "loom/train.h"
 #include "loom/settings.h"
-#include "models/gpt/gpt_settings.h"
 
 struct trainer {
     struct loom_train_config *cfg;
@@ -774,59 +772,37 @@ static enum loom_status schedule_from_checkpoint(struct trainer *t,
     return LOOM_OK;
 }
 
-/* The BERT family's samples (its configuration's encoder form) */
-static int bert_data(const struct trainer *t) { return strcmp(t->fdesc->name, "bert") == 0; }
-
 /* Split `split` (enum loom_split) of data_path with --split weights `weights`, for `n` samples:
- * the family's dataset (GPT's, or BERT's with the tokenizer `tok`) */
+ * the family's dataset (read with the tokenizer `tok` where the family's datasets take one) */
 static enum loom_status open_split(struct trainer *t, struct loom_sample_source *src,
                                    const char *path, const char *weights, int split, int64_t n,
                                    const struct loom_tokenizer *tok) {
-    const struct loom_train_config *c = t->cfg;
-    if (!tok)
-        return loom_gpt_data_source(src, path, weights, split, c->model.seq_length, n, c->seed,
-                                    c->model.vocab_size);
-    struct loom_bert_dataset_config dc;
-    loom_bert_dataset_config_default(&dc);
-    dc.data_path = path;
-    dc.tokenizer = tok;
-    dc.split = weights;
-    dc.which = (enum loom_split)split;
-    dc.num_samples = n;
-    dc.seq_length = c->model.seq_length;
-    dc.seed = c->seed;
-    dc.short_seq_prob = c->short_seq_prob;
-    dc.mask_prob = c->mask_prob;
-    dc.binary_head = c->model.binary_head;
-    return loom_bert_data_source(src, &dc, c->model.vocab_size);
+    if (!t->fdesc->open_source)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--model %s reads no dataset (--mock-data only)",
+                         t->fdesc->name);
+    return t->fdesc->open_source(src, t->cfg, tok, split, path, weights, n);
 }
 
 static enum loom_status open_datasets(struct trainer *t, const struct loom_tokenizer *tok);
 
 static enum loom_status open_sources(struct trainer *t) {
     struct loom_train_config *c = t->cfg;
-    int64_t T = c->model.seq_length;
     if (c->mock_data || (!c->data_path && !c->train_data_path)) {
+        if (!t->fdesc->mock_source)
+            return loom_fail(LOOM_ERR_UNSUPPORTED, "--model %s has no synthetic data (--mock-data)",
+                             t->fdesc->name);
         for (int split = 0; split < 3; split++) {
             struct loom_sample_source *src =
                 split == 0 ? &t->train_src : split == 1 ? &t->valid_src : &t->test_src;
-            if (bert_data(t))
-                LOOM_CHECK(loom_bert_mock_source(src, c->model.vocab_size, T, c->seed, split,
-                                                 c->model.binary_head));
-            else
-                LOOM_CHECK(loom_mock_source(src, c->model.vocab_size, T, c->seed, split));
+            LOOM_CHECK(t->fdesc->mock_source(src, c, split));
         }
         t->have_valid = t->have_test = 1;
         return LOOM_OK;
     }
-    if (!bert_data(t)) return open_datasets(t, NULL);
-    /* BERT's dataset reads the tokenizer's special ids and word pieces while it opens */
-    if (!c->vocab_file)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--model bert with --data-path needs the WordPiece "
-                         "vocabulary: --tokenizer-type BertWordPieceLowerCase (or "
-                         "BertWordPieceCase) --vocab-file VOCAB");
+    if (!t->fdesc->data_tokenizer) return open_datasets(t, NULL);
+    /* the family's datasets read the tokenizer (special ids, word pieces) while they open */
     struct loom_tokenizer *tok;
-    LOOM_CHECK(loom_tokenizer_load(&tok, c->tokenizer_type, c->vocab_file, c->merge_file));
+    LOOM_CHECK(t->fdesc->data_tokenizer(c, &tok));
     enum loom_status s = open_datasets(t, tok);
     loom_tokenizer_free(tok);
     return s;
@@ -866,7 +842,7 @@ static enum loom_status open_datasets(struct trainer *t, const struct loom_token
     const char *test_split = c->train_data_path ? "0,0,1" : c->split;
     int64_t test_docs = 0;
     if (c->eval_iters > 0 && test_path)
-        LOOM_CHECK(loom_gpt_split_documents(test_path, test_split, LOOM_SPLIT_TEST, &test_docs));
+        LOOM_CHECK(loom_data_split_documents(test_path, test_split, LOOM_SPLIT_TEST, &test_docs));
     if (test_docs > 0) {
         LOOM_CHECK(open_split(t, &t->test_src, test_path, test_split, LOOM_SPLIT_TEST,
                               c->eval_iters * c->global_batch, tok));
@@ -963,7 +939,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     struct loom_train_state st;
     int has_optim = 0;
     if (c->load) {
-        struct loom_gpt_config saved;
+        struct loom_transformer_config saved;
         LOOM_CHECK(loom_ckpt_read_config(c->load, t->fdesc, &saved, &st, &has_optim));
         LOOM_CHECK(schedule_from_checkpoint(t, &st));
     }
@@ -1138,7 +1114,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         snprintf(docs + strlen(docs), sizeof docs - strlen(docs), ", pipeline stages of ");
         for (int s = 0; s < (int)c->pp; s++) {
             int64_t l0, l1;
-            loom_gpt_chunk_layers(&c->model, (int)c->pp, 1, s, 0, &l0, &l1);
+            t->family->chunk_layers(t->model, s, 0, &l0, &l1);
             snprintf(docs + strlen(docs), sizeof docs - strlen(docs), "%s%lld", s ? " + " : "",
                      (long long)(l1 - l0));
         }
@@ -1146,7 +1122,7 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     }
     /* the head size where it is not hidden / heads (--kv-channels) */
     char head_size[48] = "";
-    const int64_t hs = loom_gpt_head_size(&c->model);
+    const int64_t hs = loom_transformer_head_size(&c->model);
     if (hs * c->model.heads != c->model.hidden)
         snprintf(head_size, sizeof head_size, ", head size %lld", (long long)hs);
     loom_log_info("loom: %lld parameters, %lld layers, hidden %lld, heads %lld (groups %lld%s), "

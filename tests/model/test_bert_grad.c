@@ -41,7 +41,7 @@ static void run(double *lm, double *sopl, int grad) {
 }
 
 int main(void) {
-    struct loom_gpt_config c;
+    struct loom_transformer_config c;
     loom_gpt_config_default(&c);
     c.num_layers = 2;
     c.hidden = 16;

@@ -15,7 +15,7 @@
 #include "models/gpt/gpt_internal.h"
 
 static int check(const char *what, int llama, int ln1p, int qk, int64_t head_size) {
-    struct loom_gpt_config c;
+    struct loom_transformer_config c;
     loom_gpt_config_default(&c);
     c.num_layers = 2;
     c.hidden = 48;

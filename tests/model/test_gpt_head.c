@@ -47,7 +47,7 @@ static float *copy_of(const float *x, int64_t n) {
 }
 
 static void run(const char *arch, int llama) {
-    struct loom_gpt_config c;
+    struct loom_transformer_config c;
     loom_gpt_config_default(&c);
     c.num_layers = 2;
     c.hidden = 32;

@@ -87,7 +87,7 @@ static enum loom_status heads_create(struct loom_gpt *g) {
     g->heads_free = heads_free;
     if (!g->base.last_stage) return LOOM_OK;
     struct loom_backend *be = g->base.be;
-    const struct loom_gpt_config *c = &g->cfg;
+    const struct loom_transformer_config *c = &g->cfg;
     const int tp = loom_tp_size(g->base.par), tpr = loom_tp_rank(g->base.par);
     h->B = g->base.B;
     h->T = c->seq_length;

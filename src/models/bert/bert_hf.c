@@ -32,6 +32,7 @@
 #include "loom/bert.h"
 #include "loom/hf_map.h"
 #include "loom/safetensors.h"
+#include "models/gpt/gpt_hf.h"
 
 /* HF MegatronBertConfig's defaults for the keys it may leave out */
 #define HF_MAX_POSITIONS 512
@@ -68,7 +69,7 @@ static enum loom_status get_num(json_t *o, const char *path, const char *key, do
 }
 
 static enum loom_status bert_config_read(json_t *o, const char *path, const char *type,
-                                         struct loom_gpt_config *c, struct loom_hf_form *form) {
+                                         struct loom_transformer_config *c, struct loom_hf_form *form) {
     if (strcmp(type, "megatron-bert"))
         return loom_fail(LOOM_ERR_UNSUPPORTED,
                          "%s: model_type \"%s\" is Hugging Face's post-LN BERT; loom's BERT is "
@@ -145,7 +146,7 @@ static enum loom_status bert_config_read(json_t *o, const char *path, const char
 
 static const char *gelu_act(enum loom_gelu g) { return g == LOOM_GELU_ERF ? "gelu" : "gelu_new"; }
 
-static void bert_config_write(const struct loom_gpt_config *c, const struct loom_hf_form *form,
+static void bert_config_write(const struct loom_transformer_config *c, const struct loom_hf_form *form,
                               json_t *o) {
     (void)form;
     json_object_set_new(o, "model_type", json_string("megatron-bert"));
@@ -170,7 +171,7 @@ static void bert_config_write(const struct loom_gpt_config *c, const struct loom
 
 /* Whether loom's model is one Hugging Face's megatron-bert holds; a one-line error saying what it
  * has instead */
-static enum loom_status bert_export_check(const struct loom_gpt_config *c,
+static enum loom_status bert_export_check(const struct loom_transformer_config *c,
                                           struct loom_hf_form *form) {
     form->variant = 0;
     const char *no = NULL;
@@ -259,7 +260,7 @@ static const char *split_layer(const struct loom_param *p, long long *layer) {
 
 static int is_qkv(const char *local) { return !strncmp(local, "self_attention.linear_qkv.", 26); }
 
-static enum loom_status bert_sources(const struct loom_gpt_config *c,
+static enum loom_status bert_sources(const struct loom_transformer_config *c,
                                      const struct loom_hf_form *form, const struct loom_param *p,
                                      struct loom_hf_sources *s) {
     (void)form;
@@ -295,7 +296,7 @@ static enum loom_status bert_sources(const struct loom_gpt_config *c,
     return LOOM_OK;
 }
 
-static int bert_locate(const struct loom_gpt_config *c, const struct loom_hf_form *form,
+static int bert_locate(const struct loom_transformer_config *c, const struct loom_hf_form *form,
                        const struct loom_param *p, int64_t row, int64_t col, int64_t *flat) {
     (void)form;
     const int64_t cols = p->ndim > 1 ? p->shape[1] : 1;
@@ -339,7 +340,7 @@ static enum loom_status check_tied(const struct loom_safetensors *st, const char
 /* The binary head is there when cls.seq_relationship is (with the pooler, which Megatron-LM has
  * only with it); the tied decoder's copies are checked */
 static enum loom_status bert_weights_read(const struct loom_safetensors *st,
-                                          struct loom_gpt_config *c, struct loom_hf_form *form) {
+                                          struct loom_transformer_config *c, struct loom_hf_form *form) {
     (void)form;
     const int sop = loom_safetensors_find(st, "cls.seq_relationship.weight") != NULL;
     const int pool = loom_safetensors_find(st, "bert.pooler.dense.weight") != NULL;
@@ -368,4 +369,5 @@ const struct loom_hf_map loom_bert_hf_map = {
     .config_write = bert_config_write,
     .sources = bert_sources,
     .locate = bert_locate,
+    .table = loom_gpt_hf_table,
 };

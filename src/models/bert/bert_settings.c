@@ -45,13 +45,13 @@ const int loom_bert_num_settings = (int)(sizeof loom_bert_settings / sizeof loom
 
 /* The table's defaults and GPT's settings without a row */
 static void bert_defaults(void *cfg) {
-    struct loom_gpt_config *c = cfg;
+    struct loom_transformer_config *c = cfg;
     GPT->defaults(c); /* every field, GPT's rows and those without one */
     loom_settings_defaults(&loom_bert_config_desc, c);
 }
 
 static enum loom_status bert_finalize(void *cfg, int tp, int pp) {
-    struct loom_gpt_config *c = cfg;
+    struct loom_transformer_config *c = cfg;
     if (c->posemb != LOOM_POSEMB_LEARNED)
         return loom_fail(LOOM_ERR_INVALID_ARG,
                          "--position-embedding-type %s: BERT models take learned absolute "
@@ -78,8 +78,8 @@ static enum loom_status bert_finalize(void *cfg, int tp, int pp) {
 static enum loom_status bert_load_check(void *cfg, const void *saved_cfg,
                                         const struct loom_flag *flags, int nflags,
                                         const char *load) {
-    struct loom_gpt_config *c = cfg;
-    const struct loom_gpt_config *saved = saved_cfg;
+    struct loom_transformer_config *c = cfg;
+    const struct loom_transformer_config *saved = saved_cfg;
     LOOM_CHECK(GPT->load_check(cfg, saved_cfg, flags, nflags, load));
     if (loom_settings_flag_given(flags, nflags, "--openai-gelu") &&
         saved->head_gelu != LOOM_GELU_TANH)
@@ -95,14 +95,14 @@ static enum loom_status bert_load_check(void *cfg, const void *saved_cfg,
 /* GPT's rules (the MLP's GELU form), then the head's GELU: tanh with --openai-gelu, else as it
  * is (erf by default, the checkpoint's on --load) */
 static enum loom_status bert_from_flags(void *cfg, const struct loom_flag *flags, int nflags) {
-    struct loom_gpt_config *c = cfg;
+    struct loom_transformer_config *c = cfg;
     LOOM_CHECK(GPT->from_flags(cfg, flags, nflags));
     if (loom_settings_flag_given(flags, nflags, "--openai-gelu")) c->head_gelu = LOOM_GELU_TANH;
     return LOOM_OK;
 }
 
 static void bert_describe(const void *cfg, char *buf, size_t cap) {
-    const struct loom_gpt_config *c = cfg;
+    const struct loom_transformer_config *c = cfg;
     GPT->describe(cfg, buf, cap);
     snprintf(buf + strlen(buf), cap - strlen(buf), ", BERT encoder (%s, head GELU %s)",
              c->binary_head ? "lm and sop losses" : "lm loss, no binary head",
@@ -121,7 +121,7 @@ static void bert_ckpt_as_flags(void *cfg) { GPT->ckpt_as_flags(cfg); }
 const struct loom_family_config_desc loom_bert_config_desc = {
     .name = "bert",
     .ckpt_format = "loom-bert",
-    .config_size = sizeof(struct loom_gpt_config),
+    .config_size = sizeof(struct loom_transformer_config),
     .settings = loom_bert_settings,
     .nsettings = (int)(sizeof loom_bert_settings / sizeof loom_bert_settings[0]),
     .defaults = bert_defaults,
@@ -133,4 +133,7 @@ const struct loom_family_config_desc loom_bert_config_desc = {
     .meta_write = bert_meta_write,
     .meta_read = bert_meta_read,
     .describe = bert_describe,
+    .open_source = loom_bert_open_source,
+    .mock_source = loom_bert_mock_source_of,
+    .data_tokenizer = loom_bert_data_tokenizer,
 };

@@ -39,7 +39,7 @@ struct dims {
 };
 
 static struct dims dims_of(const struct loom_gpt *m) {
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     struct dims d;
     d.tp = loom_tp_size(m->base.par);
     d.tpr = loom_tp_rank(m->base.par);
@@ -104,7 +104,7 @@ static float *ptr_of(struct loom_gpt *m, float *base, const char *name) {
 }
 
 static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     w->wte = ptr_of(m, base, "embedding.word_embeddings.weight");
     w->wpe = ptr_of(m, base, "embedding.position_embeddings.weight");
     const char *stack = c->encoder ? "encoder" : "decoder";
@@ -206,7 +206,7 @@ static void typed_elems(const struct loom_gpt *m, size_t *act_elem, size_t *ln_e
 }
 
 static void layout_slot(struct loom_gpt *m, struct loom_gpt_acts *a, struct carver *cv) {
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     struct dims d = dims_of(m);
     int ln = c->norm == LOOM_NORM_LAYERNORM;
     size_t elem, ln_elem;
@@ -332,7 +332,7 @@ float *loom_gpt_layer_output(struct loom_gpt *m, int slot, int64_t l) {
 }
 float *loom_gpt_dres(struct loom_gpt *m) { return m->acts[0].dres; }
 
-enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_gpt_config *cfg,
+enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_transformer_config *cfg,
                                  struct loom_parallel *par, struct loom_backend *be, int64_t B,
                                  int nslots) {
     struct loom_gpt *m = calloc(1, sizeof *m);
@@ -690,7 +690,7 @@ static void residual_norm_forward(struct loom_gpt *m, float *xs, void *out, enum
  * (both are in one pipeline chunk), also makes l + 1's first norm, fused with its last residual
  * add; layer l + 1 finds it made. */
 static int feeds_local_layer(const struct loom_gpt *m, int64_t l) {
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     return l >= 0 && l + 1 < c->num_layers && loom_gpt_layer_is_local(c, m->base.par, l) &&
            loom_gpt_layer_is_local(c, m->base.par, l + 1);
 }
@@ -712,7 +712,7 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                         const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
     struct loom_backend *be = m->base.be;
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     struct loom_gpt_acts *a = &m->acts[slot];
     struct loom_gpt_layer_acts *la = &a->layers[l];
     const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];
@@ -957,7 +957,7 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
                                          const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
     struct loom_backend *be = m->base.be;
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     struct loom_gpt_acts *a = &m->acts[slot];
     struct loom_gpt_layer_acts *la = &a->layers[l];
     const struct loom_gpt_layer_ptrs *w = &m->w.layers[l], *wn = &m->wn.layers[l];

@@ -4,14 +4,14 @@
 #include "loom/gpt.h"
 #include "models/gpt/gpt_settings.h"
 
-void loom_gpt_config_default(struct loom_gpt_config *c) {
+void loom_gpt_config_default(struct loom_transformer_config *c) {
     loom_gpt_config_desc.defaults(c);
     c->vocab_size = 50257; /* the flag's 0 means: from the tokenizer, else this */
 }
 
 #define BAD(...) return loom_fail(LOOM_ERR_INVALID_ARG, __VA_ARGS__)
 
-enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int pp) {
+enum loom_status loom_gpt_config_finalize(struct loom_transformer_config *c, int tp, int pp) {
     if (c->encoder && c->layernorm_1p)
         BAD("--apply-layernorm-1p: not supported for an encoder (BERT) model yet (its LM head's "
             "norm has plain weights); leave it out");
@@ -122,7 +122,7 @@ enum loom_status loom_gpt_config_finalize(struct loom_gpt_config *c, int tp, int
     return LOOM_OK;
 }
 
-int64_t loom_gpt_num_params(const struct loom_gpt_config *c) {
+int64_t loom_gpt_num_params(const struct loom_transformer_config *c) {
     int64_t C = c->hidden, HS = loom_gpt_head_size(c), NH = c->heads, NKV = c->query_groups;
     int64_t F = c->ffn_hidden, b = c->bias ? 1 : 0;
     int64_t qkv = (NH + 2 * NKV) * HS;

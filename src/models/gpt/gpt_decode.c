@@ -18,7 +18,7 @@ struct loom_gpt_decoder {
 
 enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct loom_gpt *m,
                                          int64_t max_len) {
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     if (loom_tp_size(m->base.par) != 1 || loom_pp_size(m->base.par) != 1)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "generation runs on one rank (TP = PP = 1)");
     if (c->posemb == LOOM_POSEMB_LEARNED && max_len > c->max_positions)
@@ -88,7 +88,7 @@ static void norm(struct loom_gpt *m, float *out, const float *x, const float *w,
 enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token, float *logits) {
     struct loom_gpt *m = d->m;
     struct loom_backend *be = m->base.be;
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     if (d->pos >= d->max_len)
         return loom_fail(LOOM_ERR_INVALID_ARG, "generation exceeded %lld positions", (long long)d->max_len);
     if (token < 0 || token >= c->vocab_size)

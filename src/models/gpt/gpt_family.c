@@ -23,7 +23,7 @@ enum loom_status loom_gpt_family_init_weights(struct loom_model *m, uint64_t see
 void loom_gpt_family_chunk_layers(const struct loom_model *m, int stage, int chunk, int64_t *l0,
                              int64_t *l1) {
     const struct loom_parallel *par = m->par;
-    loom_gpt_chunk_layers((const struct loom_gpt_config *)m->config, loom_pp_size(par),
+    loom_gpt_chunk_layers((const struct loom_transformer_config *)m->config, loom_pp_size(par),
                           par->vpp > 0 ? par->vpp : 1, stage, chunk, l0, l1);
 }
 
@@ -102,13 +102,36 @@ int loom_gpt_family_boundary(struct loom_model *m, int slot, int64_t l, enum loo
 /* 6 N per token for the products (N the parameters) and 12 L NH HS T for attention's scores and
  * mixing, forward and backward (Megatron-LM's count with causal masking ignored) */
 double loom_gpt_family_flops_per_sample(const struct loom_model *m) {
-    const struct loom_gpt_config *c = m->config;
+    const struct loom_transformer_config *c = m->config;
     const double T = (double)c->seq_length;
     const double per_token = 6.0 * (double)loom_gpt_num_params(c) +
                              12.0 * (double)c->num_layers * (double)c->heads *
                                  (double)loom_gpt_head_size(c) * T;
     return per_token * T;
 }
+
+/* Decoding (`loom generate`): no dropout, one position per step; learned position embeddings
+ * bound the positions, rotary ones do not */
+static void gpt_decode_config(void *config, int64_t *vocab, int64_t *max_positions) {
+    struct loom_transformer_config *c = config;
+    *vocab = c->vocab_size;
+    *max_positions = c->posemb == LOOM_POSEMB_LEARNED ? c->max_positions : 0;
+    c->hidden_dropout = c->attention_dropout = 0;
+    c->seq_length = 1;
+}
+
+static enum loom_status gpt_decoder_create(void **dec, struct loom_model *m, int64_t positions) {
+    struct loom_gpt_decoder *d = NULL;
+    LOOM_CHECK(loom_gpt_decoder_create(&d, G(m), positions));
+    *dec = d;
+    return LOOM_OK;
+}
+
+static enum loom_status gpt_decoder_step(void *dec, int32_t token, float *logits) {
+    return loom_gpt_decoder_step(dec, token, logits);
+}
+
+static void gpt_decoder_free(void *dec) { loom_gpt_decoder_free(dec); }
 
 const struct loom_family loom_gpt_family = {
     .name = "gpt",
@@ -128,4 +151,8 @@ const struct loom_family loom_gpt_family = {
     .first_backward = loom_gpt_family_first_backward,
     .boundary = loom_gpt_family_boundary,
     .flops_per_sample = loom_gpt_family_flops_per_sample,
+    .decode_config = gpt_decode_config,
+    .decoder_create = gpt_decoder_create,
+    .decoder_step = gpt_decoder_step,
+    .decoder_free = gpt_decoder_free,
 };

@@ -92,7 +92,7 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m);
 void loom_gpt_qk_norm_forward(struct loom_gpt *m, int64_t l, void *qkv, enum loom_dtype dt,
                               void *keep, float *mean, float *rstd, int64_t N, int64_t NHl,
                               int64_t NKVl);
-int loom_gpt_layer_is_local(const struct loom_gpt_config *c, const struct loom_parallel *par,
+int loom_gpt_layer_is_local(const struct loom_transformer_config *c, const struct loom_parallel *par,
                             int64_t layer);
 
 /* Dropout stream key for (iteration, layer, site). */

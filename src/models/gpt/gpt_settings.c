@@ -38,7 +38,7 @@ static const char *posemb_name(enum loom_posemb p) {
 /* The table's defaults and the settings without a row: Llama 3.1's scaling's other factors
  * (Megatron-LM's --use-rope-scaling fixes them) */
 static void gpt_defaults(void *cfg) {
-    struct loom_gpt_config *c = cfg;
+    struct loom_transformer_config *c = cfg;
     memset(c, 0, sizeof *c);
     loom_settings_defaults(&loom_gpt_config_desc, c);
     c->rope_low_freq_factor = 1.0;
@@ -53,7 +53,7 @@ static enum loom_status gpt_finalize(void *cfg, int tp, int pp) {
 /* Megatron-LM's other names: --encoder-seq-length for --seq-length, and the older
  * --use-rotary-position-embeddings / --no-position-embedding for --position-embedding-type */
 static enum loom_status gpt_after_parse(void *cfg, struct loom_flag *flags, int nflags) {
-    struct loom_gpt_config *c = cfg;
+    struct loom_transformer_config *c = cfg;
     if (c->in.encoder_seq != 0) {
         struct loom_flag *sl = loom_flags_find(flags, nflags, "--seq-length");
         if (sl->given && c->seq_length != c->in.encoder_seq)
@@ -81,7 +81,7 @@ static enum loom_status gpt_after_parse(void *cfg, struct loom_flag *flags, int 
 
 /* The GELU's form by Megatron-LM's rule: its fused bias-GELU (on unless --no-bias-gelu-fusion;
  * it needs the biases) and --openai-gelu compute the tanh form, its F.gelu the exact one. */
-static enum loom_gelu gelu_form(const struct loom_gpt_config *c) {
+static enum loom_gelu gelu_form(const struct loom_transformer_config *c) {
     return c->in.openai_gelu || (c->bias && !c->in.no_gelu_fusion) ? LOOM_GELU_TANH
                                                                     : LOOM_GELU_ERF;
 }
@@ -89,7 +89,7 @@ static enum loom_gelu gelu_form(const struct loom_gpt_config *c) {
 /* A checkpoint's configuration as flags: the head size given, grouped-query attention as
  * --group-query-attention with its groups (0 without) */
 static void gpt_ckpt_as_flags(void *cfg) {
-    struct loom_gpt_config *c = cfg;
+    struct loom_transformer_config *c = cfg;
     c->head_size = loom_gpt_head_size(c);
     c->in.gqa = c->query_groups != c->heads;
     if (!c->in.gqa) c->query_groups = 0;
@@ -98,8 +98,8 @@ static void gpt_ckpt_as_flags(void *cfg) {
 static enum loom_status gpt_load_check(void *cfg, const void *saved_cfg,
                                        const struct loom_flag *flags, int nflags,
                                        const char *load) {
-    struct loom_gpt_config *c = cfg;
-    const struct loom_gpt_config *saved = saved_cfg;
+    struct loom_transformer_config *c = cfg;
+    const struct loom_transformer_config *saved = saved_cfg;
     /* the checkpoint's GELU form, unless a GELU flag asks for the other one */
     const int gelu_flag = loom_settings_flag_given(flags, nflags, "--openai-gelu") ||
                           loom_settings_flag_given(flags, nflags, "--no-bias-gelu-fusion");
@@ -127,7 +127,7 @@ static enum loom_status gpt_load_check(void *cfg, const void *saved_cfg,
 }
 
 static enum loom_status gpt_from_flags(void *cfg, const struct loom_flag *flags, int nflags) {
-    struct loom_gpt_config *c = cfg;
+    struct loom_transformer_config *c = cfg;
     if (c->query_groups && !c->in.gqa)
         return loom_fail(LOOM_ERR_INVALID_ARG, "--num-query-groups needs --group-query-attention");
     if (loom_settings_flag_given(flags, nflags, "--rope-scaling-factor") && !c->in.rope_scaling)
@@ -144,7 +144,7 @@ static enum loom_status gpt_from_flags(void *cfg, const struct loom_flag *flags,
 
 /* meta.json: the head size resolved, and Llama 3.1's scaling under Hugging Face's names */
 static void gpt_meta_write(const void *cfg, json_t *mc) {
-    const struct loom_gpt_config *c = cfg;
+    const struct loom_transformer_config *c = cfg;
     json_object_set_new(mc, "kv_channels", json_integer(loom_gpt_head_size(c)));
     if (c->rope_factor > 0) {
         json_t *rs = json_object();
@@ -167,7 +167,7 @@ static enum loom_status get_num(json_t *o, const char *key, const char *file, do
 
 /* rope_scaling absent (older checkpoints, or none): the frequencies unscaled */
 static enum loom_status gpt_meta_read(json_t *mc, const char *file, void *cfg) {
-    struct loom_gpt_config *c = cfg;
+    struct loom_transformer_config *c = cfg;
     json_t *rs = json_object_get(mc, "rope_scaling");
     if (!rs) return LOOM_OK;
     if (!json_is_object(rs))
@@ -184,7 +184,7 @@ static enum loom_status gpt_meta_read(json_t *mc, const char *file, void *cfg) {
 
 /* the start-up notes that take more than one setting */
 static void gpt_describe(const void *cfg, char *buf, size_t cap) {
-    const struct loom_gpt_config *c = cfg;
+    const struct loom_transformer_config *c = cfg;
     if (c->qkv_bias && !c->bias) /* --add-qkv-bias */
         snprintf(buf + strlen(buf), cap - strlen(buf), ", qkv bias");
     if (c->posemb == LOOM_POSEMB_ROPE && c->rotary_percent != 1) /* --rotary-percent */
@@ -200,7 +200,7 @@ static void gpt_describe(const void *cfg, char *buf, size_t cap) {
 const struct loom_family_config_desc loom_gpt_config_desc = {
     .name = "gpt",
     .ckpt_format = "loom-gpt",
-    .config_size = sizeof(struct loom_gpt_config),
+    .config_size = sizeof(struct loom_transformer_config),
     .settings = loom_gpt_settings,
     .nsettings = (int)(sizeof loom_gpt_settings / sizeof loom_gpt_settings[0]),
     .defaults = gpt_defaults,
@@ -212,4 +212,6 @@ const struct loom_family_config_desc loom_gpt_config_desc = {
     .meta_write = gpt_meta_write,
     .meta_read = gpt_meta_read,
     .describe = gpt_describe,
+    .open_source = loom_gpt_open_source,
+    .mock_source = loom_gpt_mock_source,
 };

@@ -1,4 +1,4 @@
-/* The rows of the settings tables of the families whose configuration is struct loom_gpt_config
+/* The rows of the settings tables of the families whose configuration is struct loom_transformer_config
  * (GPT's, src/models/gpt/gpt_settings.c, and BERT's, src/models/bert/bert_settings.c), as groups of
  * table rows (struct loom_setting initialisers, each ending with a comma): a family's table lists
  * the groups it has, so a row shared by two families is written once. GPT's table is every group,
@@ -12,7 +12,7 @@
 #include "loom/settings.h"
 #include "models/gpt/gpt_settings.h"
 
-#define LOOM_GPT_AT(f) offsetof(struct loom_gpt_config, f)
+#define LOOM_GPT_AT(f) offsetof(struct loom_transformer_config, f)
 
 /* the shape: layers, hidden size, heads, head size */
 #define LOOM_GPT_ROWS_SHAPE \

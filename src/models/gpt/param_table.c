@@ -46,7 +46,7 @@ static struct loom_param *add(struct table_builder *tb, const char *name, int nd
     return q;
 }
 
-void loom_gpt_chunk_layers(const struct loom_gpt_config *c, int pp, int vpp, int stage, int chunk,
+void loom_gpt_chunk_layers(const struct loom_transformer_config *c, int pp, int vpp, int stage, int chunk,
                            int64_t *l0, int64_t *l1) {
     const int64_t L = c->num_layers, first = pp > 1 ? c->first_stage_layers : 0,
                   last = pp > 1 ? c->last_stage_layers : 0;
@@ -71,7 +71,7 @@ void loom_gpt_chunk_layers(const struct loom_gpt_config *c, int pp, int vpp, int
     }
 }
 
-int loom_gpt_layer_stage(const struct loom_gpt_config *c, int pp, int vpp, int64_t l) {
+int loom_gpt_layer_stage(const struct loom_transformer_config *c, int pp, int vpp, int64_t l) {
     for (int chunk = 0; chunk < vpp; chunk++)
         for (int s = 0; s < pp; s++) {
             int64_t l0, l1;
@@ -81,14 +81,14 @@ int loom_gpt_layer_stage(const struct loom_gpt_config *c, int pp, int vpp, int64
     return -1;
 }
 
-int loom_gpt_layer_is_local(const struct loom_gpt_config *c, const struct loom_parallel *par,
+int loom_gpt_layer_is_local(const struct loom_transformer_config *c, const struct loom_parallel *par,
                             int64_t layer) {
     const int vpp = par->vpp > 0 ? par->vpp : 1;
     return loom_gpt_layer_stage(c, loom_pp_size(par), vpp, layer) == loom_pp_rank(par);
 }
 
 enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     struct table_builder tb = {0};
     int64_t C = c->hidden, HS = loom_gpt_head_size(c), NH = c->heads, NKV = c->query_groups;
     int64_t F = c->ffn_hidden, QKV = (NH + 2 * NKV) * HS;
@@ -207,7 +207,7 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
 }
 
 enum loom_status loom_gpt_init_weights(struct loom_gpt *m, uint64_t seed) {
-    const struct loom_gpt_config *c = &m->cfg;
+    const struct loom_transformer_config *c = &m->cfg;
     int tp = loom_tp_size(m->base.par), tpr = loom_tp_rank(m->base.par);
     double scaled = c->init_std / sqrt(2.0 * (double)c->num_layers);
     for (int i = 0; i < m->base.nparams; i++) {
