@@ -65,11 +65,6 @@ static struct dims dims_of(const struct loom_gpt *m) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-static enum loom_status tp_allreduce(struct loom_gpt *m, float *buf, int64_t n) {
-    if (loom_tp_size(m->base.par) == 1) return LOOM_OK;
-    return loom_comm_allreduce(m->base.par->group[LOOM_PDIM_TP], buf, n, LOOM_DTYPE_F32, LOOM_REDOP_SUM);
-}
-
 /* Megatron's paired regions. Entering a tensor-parallel region (the input of a column-parallel
  * linear): forward identity, or all-gather of the sequence shards; backward all-reduce, or
  * reduce-scatter. Leaving one (the output of a row-parallel linear): forward all-reduce, or
@@ -81,12 +76,12 @@ static enum loom_status region_enter(struct loom_gpt *m, float *full, const floa
 }
 static enum loom_status region_enter_backward(struct loom_gpt *m, float *dshard, float *dfull) {
     struct dims d = dims_of(m);
-    if (!d.sp) return tp_allreduce(m, dfull, d.N * d.C); /* dshard == dfull */
+    if (!d.sp) return loom_tp_allreduce(m->base.par, dfull, d.N * d.C); /* dshard == dfull */
     return loom_sp_reduce_scatter(m->base.par, dshard, dfull, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 static enum loom_status region_leave(struct loom_gpt *m, float *shard, float *full) {
     struct dims d = dims_of(m);
-    if (!d.sp) return tp_allreduce(m, full, d.N * d.C); /* shard == full */
+    if (!d.sp) return loom_tp_allreduce(m->base.par, full, d.N * d.C); /* shard == full */
     return loom_sp_reduce_scatter(m->base.par, shard, full, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 static enum loom_status region_leave_backward(struct loom_gpt *m, float *dfull, const float *dshard) {
@@ -1144,8 +1139,4 @@ void loom_gpt_final_norm_backward(struct loom_gpt *m, int slot, const float *dln
     m->base.be->ops->zero(m->base.be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
     norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, dlnf, LOOM_DTYPE_F32, a->x_out, m->wn.lnf_w,
                   a->lnf_mean, a->lnf_rstd, d.Nr, 0, NULL);
-}
-
-enum loom_status loom_gpt_tp_sum(struct loom_gpt *m, float *buf, int64_t n) {
-    return tp_allreduce(m, buf, n);
 }
