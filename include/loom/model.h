@@ -60,6 +60,9 @@ struct loom_param {
     int local;              /* held by this rank (pipeline stage owns it) */
     int64_t local_shape[2]; /* this rank's slice */
     int64_t offset;         /* in floats, into the flat parameter/gradient buffers (-1 if !local) */
+    size_t field;           /* the family's own: where its model keeps its pointer to the
+                               parameter (GPT: the offset of the field in struct loom_gpt_ptrs, or
+                               for a layer's parameter in struct loom_gpt_layer_ptrs) */
 };
 
 /* Map element `i` (row-major) of this rank's slice of `p` to its index in the full logical

@@ -5,7 +5,6 @@
  * [B][tp*T_local][C], so for B > 1 the data goes through `scratch` with one permuting copy:
  *   gather:          scratch[r][b][t][c] -> full[b][r*T_local + t][c]
  *   reduce-scatter:  full[b][r*T_local + t][c] -> scratch[r][b][t][c]
- * The last-dimension gather is the same permutation with B = R, T_local = C_local, C = 1.
  */
 #include <string.h>
 
@@ -82,22 +81,4 @@ enum loom_status loom_sp_reduce_scatter(struct loom_parallel *p, float *shard, c
     permute((float *)full, scratch, tp, B, T_local, C, 0); /* reads full only */
     return loom_comm_reduce_scatter(tp_group(p), shard, scratch, n, LOOM_DTYPE_F32,
                                     LOOM_REDOP_SUM);
-}
-
-void loom_sp_split(const struct loom_parallel *p, float *shard, const float *full, int64_t B,
-                   int64_t T_local, int64_t C) {
-    int tp = loom_tp_size(p), r = loom_tp_rank(p);
-    int64_t row = T_local * C;
-    for (int64_t b = 0; b < B; b++)
-        copy_floats(shard + b * row, full + (b * tp + r) * row, row);
-}
-
-enum loom_status loom_tp_allgather_last(struct loom_parallel *p, float *full, const float *shard,
-                                        int64_t R, int64_t C_local, float *scratch) {
-    return loom_sp_allgather(p, full, shard, R, C_local, 1, scratch);
-}
-
-void loom_tp_split_last(const struct loom_parallel *p, float *shard, const float *full, int64_t R,
-                        int64_t C_local) {
-    loom_sp_split(p, shard, full, R, C_local, 1);
 }

@@ -24,8 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loom/comm.h"
 #include "loom/bert.h"
+#include "loom/comm.h"
+#include "loom/tp.h"
 #include "models/gpt/gpt_internal.h"
 
 /* One micro-batch's head activations */
@@ -288,7 +289,7 @@ static enum loom_status bert_last_backward(struct loom_model *m, int slot,
         /* d(h2): this rank's vocabulary shard's share, summed over the shards */
         loom_op(be, linear_backward, h->dh, g->g.out_w, g->g.out_b, q->logits, q->h2, g->w.out_w,
                 N, C, h->Vl);
-        LOOM_CHECK(loom_gpt_tp_sum(g, h->dh, N * C));
+        LOOM_CHECK(loom_tp_allreduce(g->base.par, h->dh, N * C));
         be->ops->zero(be, h->dg, (size_t)(N * C) * sizeof(float));
         loom_op(be, layernorm_backward, h->dg, NULL, NULL, g->g.lmh_ln_w, g->g.lmh_ln_b, h->dh,
                 LOOM_DTYPE_F32, q->g, g->w.lmh_ln_w, q->h2_mean, q->h2_rstd, N, C);

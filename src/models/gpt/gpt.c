@@ -24,6 +24,7 @@
  * a chunk of rows at a time, and the head forward already makes the head's gradients
  * (head_forward_fused).
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,11 +66,6 @@ static struct dims dims_of(const struct loom_gpt *m) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-static enum loom_status tp_allreduce(struct loom_gpt *m, float *buf, int64_t n) {
-    if (loom_tp_size(m->base.par) == 1) return LOOM_OK;
-    return loom_comm_allreduce(m->base.par->group[LOOM_PDIM_TP], buf, n, LOOM_DTYPE_F32, LOOM_REDOP_SUM);
-}
-
 /* Megatron's paired regions. Entering a tensor-parallel region (the input of a column-parallel
  * linear): forward identity, or all-gather of the sequence shards; backward all-reduce, or
  * reduce-scatter. Leaving one (the output of a row-parallel linear): forward all-reduce, or
@@ -81,12 +77,12 @@ static enum loom_status region_enter(struct loom_gpt *m, float *full, const floa
 }
 static enum loom_status region_enter_backward(struct loom_gpt *m, float *dshard, float *dfull) {
     struct dims d = dims_of(m);
-    if (!d.sp) return tp_allreduce(m, dfull, d.N * d.C); /* dshard == dfull */
+    if (!d.sp) return loom_tp_allreduce(m->base.par, dfull, d.N * d.C); /* dshard == dfull */
     return loom_sp_reduce_scatter(m->base.par, dshard, dfull, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 static enum loom_status region_leave(struct loom_gpt *m, float *shard, float *full) {
     struct dims d = dims_of(m);
-    if (!d.sp) return tp_allreduce(m, full, d.N * d.C); /* shard == full */
+    if (!d.sp) return loom_tp_allreduce(m->base.par, full, d.N * d.C); /* shard == full */
     return loom_sp_reduce_scatter(m->base.par, shard, full, d.B, d.Tl, d.C, m->acts[0].sp_scratch);
 }
 static enum loom_status region_leave_backward(struct loom_gpt *m, float *dfull, const float *dshard) {
@@ -98,57 +94,23 @@ static enum loom_status region_leave_backward(struct loom_gpt *m, float *dfull, 
 static enum loom_status norm_weights_create(struct loom_gpt *m);
 
 /* ---- pointers into the flat buffers ---- */
-static float *ptr_of(struct loom_gpt *m, float *base, const char *name) {
-    const struct loom_param *p = loom_model_find_param(&m->base, name);
-    return (p && p->local) ? base + p->offset : NULL;
-}
-
-static void set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
-    const struct loom_transformer_config *c = &m->cfg;
-    w->wte = ptr_of(m, base, "embedding.word_embeddings.weight");
-    w->wpe = ptr_of(m, base, "embedding.position_embeddings.weight");
-    const char *stack = c->encoder ? "encoder" : "decoder";
-    char name[128];
-    snprintf(name, sizeof name, "%s.final_layernorm.weight", stack);
-    w->lnf_w = ptr_of(m, base, name);
-    snprintf(name, sizeof name, "%s.final_layernorm.bias", stack);
-    w->lnf_b = ptr_of(m, base, name);
-    w->out_w = c->untie ? ptr_of(m, base, "output_layer.weight") : w->wte;
-    w->tte = ptr_of(m, base, "embedding.tokentype_embeddings.weight");
-    w->lmh_w = ptr_of(m, base, "lm_head.dense.weight");
-    w->lmh_b = ptr_of(m, base, "lm_head.dense.bias");
-    w->lmh_ln_w = ptr_of(m, base, "lm_head.layer_norm.weight");
-    w->lmh_ln_b = ptr_of(m, base, "lm_head.layer_norm.bias");
-    w->out_b = ptr_of(m, base, "output_layer.bias");
-    w->pool_w = ptr_of(m, base, "pooler.dense.weight");
-    w->pool_b = ptr_of(m, base, "pooler.dense.bias");
-    w->bin_w = ptr_of(m, base, "binary_head.weight");
-    w->bin_b = ptr_of(m, base, "binary_head.bias");
-    w->layers = calloc((size_t)c->num_layers, sizeof *w->layers);
-    LOOM_ASSERT(w->layers);
-    for (int64_t l = 0; l < c->num_layers; l++) {
-        struct loom_gpt_layer_ptrs *lp = &w->layers[l];
-#define P(field, suffix)                                                                      \
-    (snprintf(name, sizeof name, "%s.layers.%lld.%s", stack, (long long)l, suffix),           \
-     lp->field = ptr_of(m, base, name))
-        P(ln1_w, "input_layernorm.weight");
-        P(ln1_b, "input_layernorm.bias");
-        P(qkv_w, "self_attention.linear_qkv.weight");
-        P(qkv_b, "self_attention.linear_qkv.bias");
-        P(q_ln_w, "self_attention.q_layernorm.weight");
-        P(q_ln_b, "self_attention.q_layernorm.bias");
-        P(k_ln_w, "self_attention.k_layernorm.weight");
-        P(k_ln_b, "self_attention.k_layernorm.bias");
-        P(proj_w, "self_attention.linear_proj.weight");
-        P(proj_b, "self_attention.linear_proj.bias");
-        P(ln2_w, "pre_mlp_layernorm.weight");
-        P(ln2_b, "pre_mlp_layernorm.bias");
-        P(fc1_w, "mlp.linear_fc1.weight");
-        P(fc1_b, "mlp.linear_fc1.bias");
-        P(fc2_w, "mlp.linear_fc2.weight");
-        P(fc2_b, "mlp.linear_fc2.bias");
-#undef P
+/* w's pointers into base (the parameters or the gradients): each local parameter of the table at
+ * the field its entry names (struct loom_param.field, param_table.c); the others NULL. A tied
+ * output layer is the word embedding. */
+static enum loom_status set_ptrs(struct loom_gpt *m, float *base, struct loom_gpt_ptrs *w) {
+    w->layers = calloc((size_t)m->cfg.num_layers, sizeof *w->layers);
+    if (!w->layers) return loom_fail(LOOM_ERR_OOM, "out of memory for the parameters' pointers");
+    for (int i = 0; i < m->base.nparams; i++) {
+        const struct loom_param *p = &m->base.params[i];
+        if (!p->local) continue;
+        const int layer = p->layer >= 0;
+        LOOM_ASSERT(p->field + sizeof(float *) <= (layer ? sizeof(struct loom_gpt_layer_ptrs)
+                                                         : offsetof(struct loom_gpt_ptrs, layers)));
+        char *owner = layer ? (char *)&w->layers[p->layer] : (char *)w;
+        *(float **)(owner + p->field) = base + p->offset;
     }
+    if (!m->cfg.untie) w->out_w = w->wte;
+    return LOOM_OK;
 }
 
 /* The element type of the typed activations: the backend's 16-bit activation type under its
@@ -332,23 +294,12 @@ float *loom_gpt_layer_output(struct loom_gpt *m, int slot, int64_t l) {
 }
 float *loom_gpt_dres(struct loom_gpt *m) { return m->acts[0].dres; }
 
-enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_transformer_config *cfg,
-                                 struct loom_parallel *par, struct loom_backend *be, int64_t B,
-                                 int nslots) {
-    struct loom_gpt *m = calloc(1, sizeof *m);
-    if (!m) return loom_fail(LOOM_ERR_OOM, "out of memory creating the model");
-    m->cfg = *cfg;
-    m->base.par = par;
-    m->base.be = be;
-    m->base.B = B;
-    m->base.nslots = nslots;
-    m->base.family = &loom_gpt_family;
-    m->base.config = &m->cfg;
-    m->base.num_layers = cfg->num_layers;
-    m->base.vocab_size = cfg->vocab_size;
-    m->base.prepare_reads_all = cfg->layernorm_1p;
-    m->base.first_stage = loom_pp_rank(par) == 0;
-    m->base.last_stage = loom_pp_rank(par) == loom_pp_size(par) - 1;
+/* Everything of loom_gpt_create after the struct: on an error what it made so far stays in m,
+ * for loom_gpt_free. */
+static enum loom_status gpt_build(struct loom_gpt *m) {
+    struct loom_backend *be = m->base.be;
+    struct loom_parallel *par = m->base.par;
+    const int nslots = m->base.nslots;
     LOOM_CHECK(loom_gpt_build_table(m));
     const int64_t grain = 16 * (int64_t)loom_dp_size(par);
     m->base.num_alloc = (m->base.num_local + grain - 1) / grain * grain;
@@ -365,15 +316,16 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_transf
                          pbytes >> 20, be->ops->name);
     be->ops->zero(be, m->base.param_mem, pbytes);
     be->ops->zero(be, m->base.grad_mem, pbytes);
-    set_ptrs(m, m->base.param_mem, &m->w);
-    set_ptrs(m, m->base.grad_mem, &m->g);
+    LOOM_CHECK(set_ptrs(m, m->base.param_mem, &m->w));
+    LOOM_CHECK(set_ptrs(m, m->base.grad_mem, &m->g));
     LOOM_CHECK(norm_weights_create(m));
 
     m->acts = calloc((size_t)nslots, sizeof *m->acts);
-    LOOM_ASSERT(m->acts);
+    if (!m->acts) return loom_fail(LOOM_ERR_OOM, "out of memory for the activations' layout");
     for (int s = 0; s < nslots; s++) {
-        m->acts[s].layers = calloc((size_t)cfg->num_layers, sizeof(struct loom_gpt_layer_acts));
-        LOOM_ASSERT(m->acts[s].layers);
+        m->acts[s].layers = calloc((size_t)m->cfg.num_layers, sizeof(struct loom_gpt_layer_acts));
+        if (!m->acts[s].layers)
+            return loom_fail(LOOM_ERR_OOM, "out of memory for the activations' layout");
     }
     /* size, allocate, carve */
     struct carver cv = {0};
@@ -385,13 +337,13 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_transf
     if (!mem)
         return loom_fail(LOOM_ERR_OOM, "out of memory: %zu MiB of activations on %s "
                          "(lower --micro-batch-size)", abytes >> 20, be->ops->name);
+    m->acts[0].mem = mem;
     be->ops->zero(be, mem, abytes);
     cv.base = mem;
     cv.used = 0;
     for (int s = 0; s < nslots; s++) layout_slot(m, &m->acts[s], &cv);
     layout_shared(m, &m->acts[0], &cv);
     layout_docs(m, &cv);
-    m->acts[0].mem = mem;
     for (int s = 1; s < nslots; s++) {
         m->acts[s].dres = m->acts[0].dres;
         m->acts[s].dc = m->acts[0].dc;
@@ -418,6 +370,31 @@ enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_transf
         a->host_docs = malloc((size_t)(2 * d.N) * sizeof(int32_t));
         if (!ok || !a->host_targets || !a->host_docs)
             return loom_fail(LOOM_ERR_OOM, "out of memory for loss buffers");
+    }
+    return LOOM_OK;
+}
+
+enum loom_status loom_gpt_create(struct loom_gpt **out, const struct loom_transformer_config *cfg,
+                                 struct loom_parallel *par, struct loom_backend *be, int64_t B,
+                                 int nslots) {
+    struct loom_gpt *m = calloc(1, sizeof *m);
+    if (!m) return loom_fail(LOOM_ERR_OOM, "out of memory creating the model");
+    m->cfg = *cfg;
+    m->base.par = par;
+    m->base.be = be;
+    m->base.B = B;
+    m->base.nslots = nslots;
+    m->base.family = &loom_gpt_family;
+    m->base.config = &m->cfg;
+    m->base.num_layers = cfg->num_layers;
+    m->base.vocab_size = cfg->vocab_size;
+    m->base.prepare_reads_all = cfg->layernorm_1p;
+    m->base.first_stage = loom_pp_rank(par) == 0;
+    m->base.last_stage = loom_pp_rank(par) == loom_pp_size(par) - 1;
+    const enum loom_status s = gpt_build(m);
+    if (s != LOOM_OK) {
+        loom_gpt_free(m);
+        return s;
     }
     *out = m;
     return LOOM_OK;
@@ -458,7 +435,7 @@ void loom_gpt_free(struct loom_gpt *m) {
 static enum loom_status norm_weights_create(struct loom_gpt *m) {
     const int64_t L = m->cfg.num_layers, C = m->cfg.hidden, HS = loom_gpt_head_size(&m->cfg);
     m->wn.layers = calloc((size_t)L, sizeof *m->wn.layers);
-    LOOM_ASSERT(m->wn.layers);
+    if (!m->wn.layers) return loom_fail(LOOM_ERR_OOM, "out of memory for the norms' weights");
     m->wn.lnf_w = m->w.lnf_w;
     for (int64_t l = 0; l < L; l++) {
         m->wn.layers[l].ln1_w = m->w.layers[l].ln1_w;
@@ -1144,8 +1121,4 @@ void loom_gpt_final_norm_backward(struct loom_gpt *m, int slot, const float *dln
     m->base.be->ops->zero(m->base.be, a->dres, (size_t)d.Nr * d.C * sizeof(float));
     norm_backward(m, a, m->g.lnf_w, m->g.lnf_b, dlnf, LOOM_DTYPE_F32, a->x_out, m->wn.lnf_w,
                   a->lnf_mean, a->lnf_rstd, d.Nr, 0, NULL);
-}
-
-enum loom_status loom_gpt_tp_sum(struct loom_gpt *m, float *buf, int64_t n) {
-    return tp_allreduce(m, buf, n);
 }

@@ -97,8 +97,6 @@ enum loom_status loom_gpt_decoder_step(struct loom_gpt_decoder *d, int32_t token
     int64_t C = c->hidden, HS = loom_gpt_head_size(c), NH = c->heads, NKV = c->query_groups;
     int64_t R = NH / NKV, QKV = (NH + 2 * NKV) * HS, F = c->ffn_hidden, F1 = c->swiglu ? 2 * F : F;
     int64_t pos = d->pos;
-    float stats[2];
-    (void)stats;
     float *scratch = d->tmp; /* C floats; reused below only after the norm's stats are dead */
     be->ops->to_device(be, d->tok, &token, sizeof token);
     loom_op(be, embedding_forward, d->x, d->tok, NULL, m->w.wte, m->w.wpe, 1, 1, C, 0,

@@ -109,13 +109,11 @@ enum { LOOM_DROP_EMBED = 1, LOOM_DROP_ATTN_PROBS, LOOM_DROP_ATTN_OUT, LOOM_DROP_
  *   sequence parallelism; a copy otherwise);
  * sequence_shard: the residual rows of this rank out of full rows (the inverse selection);
  * final_norm_backward: the residual gradient dres from d(lnf) (residual rows), where the last
- *   layer's backward takes it;
- * tp_sum: a sum over the tensor-parallel group in place. */
+ *   layer's backward takes it. */
 void loom_gpt_final_norm_forward(struct loom_gpt *m, int slot);
 enum loom_status loom_gpt_gather_sequence(struct loom_gpt *m, float *full, const float *shard);
 void loom_gpt_sequence_shard(struct loom_gpt *m, float *shard, const float *full);
 void loom_gpt_final_norm_backward(struct loom_gpt *m, int slot, const float *dlnf);
-enum loom_status loom_gpt_tp_sum(struct loom_gpt *m, float *buf, int64_t n);
 
 /* The GPT family's operations, which the families built on the same stack share */
 enum loom_status loom_gpt_family_create(struct loom_model **out, const void *config,

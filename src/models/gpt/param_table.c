@@ -13,25 +13,40 @@
  *   decoder.final_layernorm.{weight,bias}
  *   output_layer.weight                          [Vp, C]        (untied only) dim 0
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/gpt/gpt_internal.h"
 
+/* Where the model keeps its pointer to a parameter (struct loom_param.field, which set_ptrs of
+ * gpt.c follows): a field of struct loom_gpt_ptrs, or of struct loom_gpt_layer_ptrs for a layer's
+ * parameter. */
+#define TOP(f) offsetof(struct loom_gpt_ptrs, f)
+#define LAYER(f) offsetof(struct loom_gpt_layer_ptrs, f)
+
 struct table_builder {
     struct loom_param *p;
     int n, cap;
+    int oom;                 /* an entry did not fit: the table is dropped at the end */
+    struct loom_param spare; /* what add returns then, for its caller to fill in vain */
 };
 
 static struct loom_param *add(struct table_builder *tb, const char *name, int ndim, int64_t d0,
-                              int64_t d1, int tp_dim, int layer, enum loom_init init) {
-    if (tb->n == tb->cap) {
-        tb->cap = tb->cap ? tb->cap * 2 : 64;
-        tb->p = realloc(tb->p, (size_t)tb->cap * sizeof *tb->p);
-        LOOM_ASSERT(tb->p);
+                              int64_t d1, int tp_dim, int layer, enum loom_init init,
+                              size_t field) {
+    if (tb->n == tb->cap && !tb->oom) {
+        const int cap = tb->cap ? tb->cap * 2 : 64;
+        struct loom_param *p = realloc(tb->p, (size_t)cap * sizeof *p);
+        if (p) {
+            tb->p = p;
+            tb->cap = cap;
+        } else {
+            tb->oom = 1;
+        }
     }
-    struct loom_param *q = &tb->p[tb->n++];
+    struct loom_param *q = tb->oom ? &tb->spare : &tb->p[tb->n++];
     memset(q, 0, sizeof *q);
     snprintf(q->name, sizeof q->name, "%s", name);
     q->ndim = ndim;
@@ -43,6 +58,7 @@ static struct loom_param *add(struct table_builder *tb, const char *name, int nd
     q->init = init;
     q->roles = ndim >= 2 ? LOOM_ROLE_DECAY : 0;
     q->offset = -1;
+    q->field = field;
     return q;
 }
 
@@ -96,75 +112,96 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
     char name[96];
 
     add(&tb, "embedding.word_embeddings.weight", 2, c->padded_vocab, C, 0, LOOM_UNIT_FIRST,
-        LOOM_INIT_NORMAL)->roles |=
+        LOOM_INIT_NORMAL, TOP(wte))->roles |=
         LOOM_ROLE_VOCAB_ROWS | LOOM_ROLE_DECOUPLED_LR | (c->untie ? 0 : LOOM_ROLE_TIED);
     if (c->posemb == LOOM_POSEMB_LEARNED)
         add(&tb, "embedding.position_embeddings.weight", 2, c->max_positions, C, -1,
-            LOOM_UNIT_FIRST, LOOM_INIT_NORMAL);
+            LOOM_UNIT_FIRST, LOOM_INIT_NORMAL, TOP(wpe));
     if (c->num_tokentypes > 0) /* BERT's segments */
         add(&tb, "embedding.tokentype_embeddings.weight", 2, c->num_tokentypes, C, -1,
-            LOOM_UNIT_FIRST, LOOM_INIT_NORMAL);
+            LOOM_UNIT_FIRST, LOOM_INIT_NORMAL, TOP(tte));
     /* the stack: Megatron-Core's decoder, or the encoder of the encoder form (BERT) */
     const char *stack = c->encoder ? "encoder" : "decoder";
     /* the norms' weights: 1, or with zero-centred weights (--apply-layernorm-1p) 0 */
     const enum loom_init gamma = c->layernorm_1p ? LOOM_INIT_ZEROS : LOOM_INIT_ONES;
     for (int64_t l = 0; l < c->num_layers; l++) {
 #define LNAME(suffix) (snprintf(name, sizeof name, "%s.layers.%lld.%s", stack, (long long)l, suffix), name)
-        add(&tb, LNAME("input_layernorm.weight"), 1, C, 0, -1, (int)l, gamma);
-        if (ln) add(&tb, LNAME("input_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
-        add(&tb, LNAME("self_attention.linear_qkv.weight"), 2, QKV, C, 0, (int)l, LOOM_INIT_NORMAL);
+        add(&tb, LNAME("input_layernorm.weight"), 1, C, 0, -1, (int)l, gamma, LAYER(ln1_w));
+        if (ln)
+            add(&tb, LNAME("input_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS,
+                LAYER(ln1_b));
+        add(&tb, LNAME("self_attention.linear_qkv.weight"), 2, QKV, C, 0, (int)l, LOOM_INIT_NORMAL,
+            LAYER(qkv_w));
         if (c->bias || c->qkv_bias)
-            add(&tb, LNAME("self_attention.linear_qkv.bias"), 1, QKV, 0, 0, (int)l, LOOM_INIT_ZEROS);
+            add(&tb, LNAME("self_attention.linear_qkv.bias"), 1, QKV, 0, 0, (int)l, LOOM_INIT_ZEROS,
+                LAYER(qkv_b));
         if (c->qk_layernorm) { /* replicated: every TP rank's heads use them */
-            add(&tb, LNAME("self_attention.q_layernorm.weight"), 1, HS, 0, -1, (int)l, gamma);
+            add(&tb, LNAME("self_attention.q_layernorm.weight"), 1, HS, 0, -1, (int)l, gamma,
+                LAYER(q_ln_w));
             if (ln)
                 add(&tb, LNAME("self_attention.q_layernorm.bias"), 1, HS, 0, -1, (int)l,
-                    LOOM_INIT_ZEROS);
-            add(&tb, LNAME("self_attention.k_layernorm.weight"), 1, HS, 0, -1, (int)l, gamma);
+                    LOOM_INIT_ZEROS, LAYER(q_ln_b));
+            add(&tb, LNAME("self_attention.k_layernorm.weight"), 1, HS, 0, -1, (int)l, gamma,
+                LAYER(k_ln_w));
             if (ln)
                 add(&tb, LNAME("self_attention.k_layernorm.bias"), 1, HS, 0, -1, (int)l,
-                    LOOM_INIT_ZEROS);
+                    LOOM_INIT_ZEROS, LAYER(k_ln_b));
         }
         add(&tb, LNAME("self_attention.linear_proj.weight"), 2, C, NH * HS, 1, (int)l,
-            LOOM_INIT_NORMAL_SCALED);
+            LOOM_INIT_NORMAL_SCALED, LAYER(proj_w));
         if (c->bias)
-            add(&tb, LNAME("self_attention.linear_proj.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
-        add(&tb, LNAME("pre_mlp_layernorm.weight"), 1, C, 0, -1, (int)l, gamma);
-        if (ln) add(&tb, LNAME("pre_mlp_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
+            add(&tb, LNAME("self_attention.linear_proj.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS,
+                LAYER(proj_b));
+        add(&tb, LNAME("pre_mlp_layernorm.weight"), 1, C, 0, -1, (int)l, gamma, LAYER(ln2_w));
+        if (ln)
+            add(&tb, LNAME("pre_mlp_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS,
+                LAYER(ln2_b));
         int64_t F1 = c->swiglu ? 2 * F : F;
         struct loom_param *fc1 =
-            add(&tb, LNAME("mlp.linear_fc1.weight"), 2, F1, C, 0, (int)l, LOOM_INIT_NORMAL);
+            add(&tb, LNAME("mlp.linear_fc1.weight"), 2, F1, C, 0, (int)l, LOOM_INIT_NORMAL,
+                LAYER(fc1_w));
         fc1->tp_chunks = c->swiglu ? 2 : 1;
         if (c->bias) {
             struct loom_param *b =
-                add(&tb, LNAME("mlp.linear_fc1.bias"), 1, F1, 0, 0, (int)l, LOOM_INIT_ZEROS);
+                add(&tb, LNAME("mlp.linear_fc1.bias"), 1, F1, 0, 0, (int)l, LOOM_INIT_ZEROS,
+                    LAYER(fc1_b));
             b->tp_chunks = fc1->tp_chunks;
         }
-        add(&tb, LNAME("mlp.linear_fc2.weight"), 2, C, F, 1, (int)l, LOOM_INIT_NORMAL_SCALED);
-        if (c->bias) add(&tb, LNAME("mlp.linear_fc2.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS);
+        add(&tb, LNAME("mlp.linear_fc2.weight"), 2, C, F, 1, (int)l, LOOM_INIT_NORMAL_SCALED,
+            LAYER(fc2_w));
+        if (c->bias)
+            add(&tb, LNAME("mlp.linear_fc2.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS,
+                LAYER(fc2_b));
 #undef LNAME
     }
     snprintf(name, sizeof name, "%s.final_layernorm.weight", stack);
-    add(&tb, name, 1, C, 0, -1, LOOM_UNIT_LAST, gamma);
+    add(&tb, name, 1, C, 0, -1, LOOM_UNIT_LAST, gamma, TOP(lnf_w));
     snprintf(name, sizeof name, "%s.final_layernorm.bias", stack);
-    if (ln) add(&tb, name, 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
+    if (ln) add(&tb, name, 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS, TOP(lnf_b));
     if (c->lm_head_transform) { /* BERT's LM head: dense, GELU, LayerNorm (replicated) */
-        add(&tb, "lm_head.dense.weight", 2, C, C, -1, LOOM_UNIT_LAST, LOOM_INIT_NORMAL);
-        add(&tb, "lm_head.dense.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
-        add(&tb, "lm_head.layer_norm.weight", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ONES);
-        add(&tb, "lm_head.layer_norm.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
+        add(&tb, "lm_head.dense.weight", 2, C, C, -1, LOOM_UNIT_LAST, LOOM_INIT_NORMAL, TOP(lmh_w));
+        add(&tb, "lm_head.dense.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS, TOP(lmh_b));
+        add(&tb, "lm_head.layer_norm.weight", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ONES,
+            TOP(lmh_ln_w));
+        add(&tb, "lm_head.layer_norm.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS,
+            TOP(lmh_ln_b));
     }
     if (c->untie)
         add(&tb, "output_layer.weight", 2, c->padded_vocab, C, 0, LOOM_UNIT_LAST,
-            LOOM_INIT_NORMAL)->roles |= LOOM_ROLE_VOCAB_ROWS | LOOM_ROLE_DECOUPLED_LR;
+            LOOM_INIT_NORMAL, TOP(out_w))->roles |= LOOM_ROLE_VOCAB_ROWS | LOOM_ROLE_DECOUPLED_LR;
     if (c->output_bias) /* split with the vocabulary */
         add(&tb, "output_layer.bias", 1, c->padded_vocab, 0, 0, LOOM_UNIT_LAST,
-            LOOM_INIT_ZEROS)->roles |= LOOM_ROLE_VOCAB_ROWS;
+            LOOM_INIT_ZEROS, TOP(out_b))->roles |= LOOM_ROLE_VOCAB_ROWS;
     if (c->binary_head) { /* the pooler and the sentence-order head (replicated) */
-        add(&tb, "pooler.dense.weight", 2, C, C, -1, LOOM_UNIT_LAST, LOOM_INIT_NORMAL);
-        add(&tb, "pooler.dense.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
-        add(&tb, "binary_head.weight", 2, 2, C, -1, LOOM_UNIT_LAST, LOOM_INIT_NORMAL);
-        add(&tb, "binary_head.bias", 1, 2, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS);
+        add(&tb, "pooler.dense.weight", 2, C, C, -1, LOOM_UNIT_LAST, LOOM_INIT_NORMAL, TOP(pool_w));
+        add(&tb, "pooler.dense.bias", 1, C, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS, TOP(pool_b));
+        add(&tb, "binary_head.weight", 2, 2, C, -1, LOOM_UNIT_LAST, LOOM_INIT_NORMAL, TOP(bin_w));
+        add(&tb, "binary_head.bias", 1, 2, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS, TOP(bin_b));
+    }
+
+    if (tb.oom) {
+        free(tb.p);
+        return loom_fail(LOOM_ERR_OOM, "out of memory for the parameter table");
     }
 
     /* ownership and local shapes */
