@@ -55,7 +55,8 @@ print(f"\nunigram baseline over {total} masked tokens of the training samples: "
       f"loss {entropy:.3f} nats, accuracy {top:.3f} (the most frequent token)")
 print(f"train lm loss {it[0]['lm loss']:.3f} -> {it[-1]['lm loss']:.3f}, "
       f"sop loss {it[0]['sop loss']:.3f} -> {it[-1]['sop loss']:.3f} (chance ln 2 = 0.693)")
-for r in val:
-    print(f"validation at iteration {r['iteration']}: lm loss {r['val_lm loss']:.3f}, "
+for k, r in enumerate(val):
+    when = "after training" if k and r["iteration"] == val[k - 1]["iteration"] else f"at iteration {r['iteration']}"
+    print(f"validation {when}: lm loss {r['val_lm loss']:.3f}, "
           f"lm accuracy {r['val_lm accuracy']:.3f}, sop loss {r['val_sop loss']:.3f}")
 PYEOF
