@@ -168,7 +168,7 @@ static enum loom_status lm_forward(struct loom_gpt *g, struct head_slot *q, cons
     struct loom_backend *be = g->base.be;
     const int64_t N = h->N, C = h->C;
     loom_op(be, linear_forward, q->h1, q->lnf_full, g->w.lmh_w, g->w.lmh_b, N, C, C);
-    be->ops->gelu_forward(be, g->cfg.head_gelu, q->g, q->h1, N * C);
+    loom_op(be, gelu_forward, g->cfg.head_gelu, q->g, q->h1, N * C);
     loom_op(be, layernorm_forward, q->h2, LOOM_DTYPE_F32, q->h2_mean, q->h2_rstd, q->g,
             g->w.lmh_ln_w, g->w.lmh_ln_b, N, C, (float)g->cfg.norm_eps);
     loom_op(be, linear_forward, q->logits, q->h2, g->w.out_w, g->w.out_b, N, C, h->Vl);
@@ -293,7 +293,7 @@ static enum loom_status bert_last_backward(struct loom_model *m, int slot,
         be->ops->zero(be, h->dg, (size_t)(N * C) * sizeof(float));
         loom_op(be, layernorm_backward, h->dg, NULL, NULL, g->g.lmh_ln_w, g->g.lmh_ln_b, h->dh,
                 LOOM_DTYPE_F32, q->g, g->w.lmh_ln_w, q->h2_mean, q->h2_rstd, N, C);
-        be->ops->gelu_backward(be, g->cfg.head_gelu, h->dh, h->dg, q->h1, N * C);
+        loom_op(be, gelu_backward, g->cfg.head_gelu, h->dh, h->dg, q->h1, N * C);
         loom_op(be, linear_backward, h->dlnf, g->g.lmh_w, g->g.lmh_b, h->dh, q->lnf_full,
                 g->w.lmh_w, N, C, C);
     }
