@@ -269,14 +269,12 @@ static int is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* A checkpoint directory is complete when it holds meta.json and model.safetensors: loom names a
+/* A checkpoint directory is complete when it holds meta.json (written last): loom names a
  * directory iter_N only by renaming a complete one, so this tells a complete iter_N (or a
- * set-aside copy) from anything else of that name. */
+ * set-aside copy) from a missing one or anything else of that name. */
 static int complete_dir(const char *dir) {
     char path[4500];
     snprintf(path, sizeof path, "%s/meta.json", dir);
-    if (!loom_file_exists(path)) return 0;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     return loom_file_exists(path);
 }
 
