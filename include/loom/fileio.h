@@ -47,20 +47,31 @@ enum loom_status loom_atomic_write_file(const char *dest, const void *data, size
 
 /* Put a completely written directory `tmpdir` in place as `destdir` (same file system).
  * If destdir does not exist: rename(tmpdir, destdir).
- * If it exists: rename destdir aside to "DESTDIR.old.<pid>", rename tmpdir to destdir, then
- * remove the aside copy. Every step is followed by an fsync of the parent directory.
+ * If it exists: the two are swapped in one step (Linux's renameat2 RENAME_EXCHANGE), so that
+ * destdir is never missing, and the old directory, now named tmpdir, is removed. Where the file
+ * system cannot swap, destdir is renamed aside to "DESTDIR.old.<pid>", tmpdir renamed to
+ * destdir, then the aside copy removed. Every step is followed by an fsync of the parent
+ * directory.
  *
  * Crash semantics: at every instant either the old or the new checkpoint is complete under some
  * name, and the one under `destdir` is always complete when present:
- *   before the first rename     old at destdir,             new at tmpdir
- *   between the two renames     old at DESTDIR.old.<pid>,   new at tmpdir   (destdir missing)
- *   after the second rename     new at destdir,             old (complete, or being removed)
- *                                                           at DESTDIR.old.<pid>
+ *   swap:     before it       old at destdir,   new at tmpdir
+ *             after it        new at destdir,   old (complete, or being removed) at tmpdir
+ *   fallback: before the first rename     old at destdir,             new at tmpdir
+ *             between the two renames     old at DESTDIR.old.<pid>,   new at tmpdir
+ *                                                                     (destdir missing)
+ *             after the second rename     new at destdir,             old (complete, or being
+ *                                                                     removed) at DESTDIR.old.<pid>
+ * so a DESTDIR.old.<pid> is complete whenever destdir is missing (checkpoint.c puts it back).
  * Which checkpoint a run loads is decided by a separate pointer file (the "latest" file, written
- * with loom_atomic_write_file only after this function returns), never by scanning names: a
- * pointer always names a directory that was complete when the pointer was written. The contents
- * of tmpdir must already be durable (each file written with loom_atomic_file, or fsynced).
- * On failure of the second rename the old directory is renamed back to destdir. */
+ * with loom_atomic_write_file only after this function returns): a pointer names a directory
+ * that was complete when the pointer was written. The contents of tmpdir must already be durable
+ * (each file written with loom_atomic_file, or fsynced). On failure of the second rename the old
+ * directory is renamed back to destdir.
+ *
+ * Test-only environment variables (tests/ckpt/test_kill_saves.sh; never set them otherwise):
+ * LOOM_TEST_KILL_AT=N kills the process (SIGKILL) just before its N-th rename or fsync done
+ * through this file; LOOM_TEST_NO_EXCHANGE=1 takes the fallback instead of the swap. */
 enum loom_status loom_atomic_rename_dir(const char *tmpdir, const char *destdir);
 
 /* fsync a directory, making renames and creations inside it durable. File systems that cannot

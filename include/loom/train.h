@@ -57,6 +57,8 @@ struct loom_train_config {
     int skip_train; /* --skip-train: evaluate the loaded weights on the validation data only */
     struct loom_lr_schedule lr;
     double weight_decay, beta1, beta2, adam_eps, clip_grad;
+    int check_nan; /* --check-for-nan-in-loss-and-grad: each rank's loss share and the gradient
+                      norm checked before the optimizer step, an error naming the rank */
     /* weight decay over training (--start-weight-decay, --end-weight-decay,
      * --weight-decay-incr-style); the trainer sets its incr_steps: the training length in samples
      */

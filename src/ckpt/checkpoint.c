@@ -6,8 +6,13 @@
  *   ROOT/iter_NNNNNNN/meta.json               model configuration and training state
  *
  * Saving: world rank 0 assembles each full tensor from the tensor-parallel slices of the ranks
- * that hold it (data-parallel rank 0 of the owning pipeline stage) and writes the files into a
- * temporary directory that is renamed into place; the pointer file is updated only then.
+ * that hold it (data-parallel rank 0 of the owning pipeline stage), checks that every value is
+ * finite, and writes the files into a temporary directory that is renamed into place (an
+ * existing directory of the same iteration is swapped with it in one step, or kept when it holds
+ * the same bytes); the pointer file is updated only then. Stale temporaries of earlier saves
+ * (iter_N.tmp.PID, iter_N.old.PID, the pointer's LATEST.tmp.PID) are removed at each save and
+ * after a failed one. Resolving follows the pointer; when it names no complete directory, the
+ * newest complete one is taken with a warning.
  * Loading: every rank reads the files and keeps its own slice, so a checkpoint saved under one
  * (TP, PP, DP) loads under any other.
  */
@@ -18,10 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <math.h>
+#include <sys/stat.h>
 
 #include "loom/ckpt.h"
 #include "loom/comm.h"
 #include "loom/fileio.h"
+#include "loom/log.h"
 #include "loom/safetensors.h"
 #include "loom/settings.h"
 
@@ -129,8 +137,19 @@ static const struct loom_family_config_desc *model_desc(const struct loom_model 
     return d ? d : loom_family_config_default();
 }
 
+/* The first non-finite value of x[0..n), or -1 when all are finite. */
+static int64_t first_nonfinite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
+/* With `iteration` >= 0 (a training checkpoint) rank 0 checks that each gathered tensor is
+ * finite: a non-finite value is an error naming the tensor and the iteration, and nothing is
+ * added to `w` after it (every rank still takes part in every gather). */
 static enum loom_status add_param_tensors(struct loom_model *m, struct loom_safetensors_writer *w,
-                                          const float *src, const char *prefix, float **bufs) {
+                                          const float *src, const char *prefix, float **bufs,
+                                          int64_t iteration) {
     float *slice = NULL;
     int64_t max_local = 0;
     for (int i = 0; i < m->nparams; i++) {
@@ -139,6 +158,7 @@ static enum loom_status add_param_tensors(struct loom_model *m, struct loom_safe
     }
     slice = malloc((size_t)max_local * sizeof(float));
     if (!slice) return loom_fail(LOOM_ERR_OOM, "out of memory saving a checkpoint");
+    enum loom_status bad = LOOM_OK;
     for (int i = 0; i < m->nparams; i++) {
         const struct loom_param *p = &m->params[i];
         int64_t n = p->shape[0] * p->shape[1];
@@ -156,13 +176,21 @@ static enum loom_status add_param_tensors(struct loom_model *m, struct loom_safe
             free(slice);
             return s;
         }
-        if (m->par->rank == 0) {
+        if (m->par->rank == 0 && w && bad == LOOM_OK) {
             char name[160];
             snprintf(name, sizeof name, "%s%s", prefix, p->name);
-            LOOM_CHECK(loom_safetensors_writer_add(w, name, LOOM_DTYPE_F32, p->ndim, p->shape, full));
+            int64_t at = iteration >= 0 ? first_nonfinite(full, n) : -1;
+            if (at >= 0)
+                bad = loom_fail(LOOM_ERR_INTERNAL, "iteration %lld: %s holds a non-finite value "
+                                "(%g at element %lld); not saved (the training diverged: lower "
+                                "--lr or set --clip-grad)", (long long)iteration, name,
+                                (double)full[at], (long long)at);
+            else
+                bad = loom_safetensors_writer_add(w, name, LOOM_DTYPE_F32, p->ndim, p->shape, full);
         }
     }
     free(slice);
+    if (bad != LOOM_OK) return bad;
     return LOOM_OK;
 }
 
@@ -170,7 +198,7 @@ static enum loom_status add_param_tensors(struct loom_model *m, struct loom_safe
  * (src NULL) the optimizer's two moments, as exp_avg.* and exp_avg_sq.* (gathered from the
  * data-parallel ranks' shares with the distributed optimizer). */
 static enum loom_status save_tensors(struct loom_model *m, const char *path, const float *src,
-                                     struct loom_adamw *opt) {
+                                     struct loom_adamw *opt, int64_t iteration) {
     struct loom_safetensors_writer *w = NULL;
     float **bufs = calloc((size_t)m->nparams * 2, sizeof(float *));
     if (!bufs) return loom_fail(LOOM_ERR_OOM, "out of memory saving a checkpoint");
@@ -182,9 +210,12 @@ static enum loom_status save_tensors(struct loom_model *m, const char *path, con
             enum loom_status s2 = loom_adamw_moment(opt, m, k, &from);
             if (s == LOOM_OK) s = s2;
         }
-        if (s == LOOM_OK)
-            s = add_param_tensors(m, w, from, opt ? (k ? "exp_avg_sq." : "exp_avg.") : "",
-                                  bufs + k * m->nparams);
+        /* every rank takes part in every gather, whatever failed before on rank 0 */
+        enum loom_status s3 =
+            add_param_tensors(m, s == LOOM_OK ? w : NULL, from,
+                              opt ? (k ? "exp_avg_sq." : "exp_avg.") : "", bufs + k * m->nparams,
+                              iteration);
+        if (s == LOOM_OK) s = s3;
     }
     if (s == LOOM_OK && m->par->rank == 0) {
         loom_safetensors_writer_set_metadata(w, "format", "loom");
@@ -196,6 +227,175 @@ static enum loom_status save_tensors(struct loom_model *m, const char *path, con
     return s;
 }
 
+/* ---- loom's own names in a checkpoint root ------------------------------------------------ */
+
+enum entry_kind { ENTRY_OTHER, ENTRY_ITER, ENTRY_TMP, ENTRY_OLD, ENTRY_LATEST_TMP };
+
+/* Length of the run of decimal digits at s. */
+static size_t digits(const char *s) {
+    size_t n = 0;
+    while (s[n] >= '0' && s[n] <= '9') n++;
+    return n;
+}
+
+/* What a directory entry of a checkpoint root is: iter_N (ENTRY_ITER), iter_N.tmp.PID (a save's
+ * temporary directory), iter_N.old.PID (a checkpoint set aside while replaced), the pointer's
+ * temporary LATEST.tmp.PID; anything else is not loom's. *iter gets N, *base_len the length of
+ * "iter_N". */
+static enum entry_kind entry_kind(const char *name, long long *iter, size_t *base_len) {
+    static const char latest_tmp[] = LATEST_FILE ".tmp.";
+    if (strncmp(name, latest_tmp, sizeof latest_tmp - 1) == 0) {
+        const char *pid = name + sizeof latest_tmp - 1;
+        size_t n = digits(pid);
+        return n > 0 && pid[n] == 0 ? ENTRY_LATEST_TMP : ENTRY_OTHER;
+    }
+    if (strncmp(name, "iter_", 5) != 0) return ENTRY_OTHER;
+    size_t n = digits(name + 5);
+    if (n == 0 || n > 18) return ENTRY_OTHER;
+    *iter = strtoll(name + 5, NULL, 10);
+    *base_len = 5 + n;
+    const char *rest = name + 5 + n;
+    if (*rest == 0) return ENTRY_ITER;
+    enum entry_kind k = strncmp(rest, ".tmp.", 5) == 0   ? ENTRY_TMP
+                        : strncmp(rest, ".old.", 5) == 0 ? ENTRY_OLD
+                                                         : ENTRY_OTHER;
+    if (k == ENTRY_OTHER) return k;
+    size_t np = digits(rest + 5);
+    return np > 0 && rest[5 + np] == 0 ? k : ENTRY_OTHER;
+}
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* A checkpoint directory is complete when it holds meta.json (written last): loom names a
+ * directory iter_N only by renaming a complete one, so this tells a complete iter_N (or a
+ * set-aside copy) from a missing one or anything else of that name. */
+static int complete_dir(const char *dir) {
+    char path[4500];
+    snprintf(path, sizeof path, "%s/meta.json", dir);
+    return loom_file_exists(path);
+}
+
+/* The names in `root` (malloc'd, NULL-terminated; NULL when it cannot be listed). */
+static char **list_dir(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) return NULL;
+    size_t n = 0, cap = 16;
+    char **names = malloc(cap * sizeof *names);
+    struct dirent *e;
+    while (names && (e = readdir(d)) != NULL) {
+        if (n + 1 == cap) {
+            char **nn = realloc(names, (cap *= 2) * sizeof *names);
+            if (!nn) {
+                for (size_t i = 0; i < n; i++) free(names[i]);
+                free(names);
+                names = NULL;
+                break;
+            }
+            names = nn;
+        }
+        if (!(names[n] = strdup(e->d_name))) continue;
+        n++;
+    }
+    closedir(d);
+    if (names) names[n] = NULL;
+    return names;
+}
+
+static void free_list(char **names) {
+    if (!names) return;
+    for (char **p = names; *p; p++) free(*p);
+    free(names);
+}
+
+/* Remove what killed or failed saves left in `root`: every iter_N.tmp.PID and LATEST.tmp.PID,
+ * and every iter_N.old.PID whose iter_N exists; an iter_N.old.PID whose iter_N is missing (a save
+ * stopped between its two renames) is the complete old checkpoint and is put back as iter_N.
+ * Two runs must not save into one directory at the same time (each would remove the other's
+ * temporaries, as their pointers would overwrite each other). */
+static enum loom_status clean_stale(const char *root) {
+    char **names = list_dir(root);
+    if (!names) return LOOM_OK; /* nothing there yet, or the save's own error will say why */
+    enum loom_status s = LOOM_OK;
+    /* the set-aside copies first, so that a restored iter_N makes its other copies stale */
+    for (int pass = 0; pass < 2 && s == LOOM_OK; pass++) {
+        for (char **p = names; *p && s == LOOM_OK; p++) {
+            long long it;
+            size_t base_len = 0;
+            enum entry_kind k = entry_kind(*p, &it, &base_len);
+            if (k != (pass == 0 ? ENTRY_OLD : ENTRY_TMP) && !(pass == 1 && k == ENTRY_LATEST_TMP))
+                continue;
+            char path[4400], base[4400];
+            snprintf(path, sizeof path, "%s/%s", root, *p);
+            if (k == ENTRY_OLD) {
+                snprintf(base, sizeof base, "%s/%.*s", root, (int)base_len, *p);
+                if (!is_dir(base) && complete_dir(path)) {
+                    s = loom_atomic_rename_dir(path, base);
+                    if (s == LOOM_OK)
+                        loom_log_warn("%s: put back %s, set aside by an interrupted save", base,
+                                      *p);
+                    continue;
+                }
+            }
+            s = loom_rm_rf(path);
+        }
+    }
+    free_list(names);
+    if (s == LOOM_OK) s = loom_fsync_dir(root);
+    return s;
+}
+
+/* true when files `a` and `b` exist and hold the same bytes. */
+static int same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    static char ba[1 << 16], bb[1 << 16];
+    while (same) {
+        size_t na = fread(ba, 1, sizeof ba, fa), nb = fread(bb, 1, sizeof bb, fb);
+        if (na != nb || memcmp(ba, bb, na) != 0) same = 0;
+        if (na < sizeof ba) {
+            if (ferror(fa) || ferror(fb)) same = 0;
+            break;
+        }
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* true when checkpoint directory `dir` exists, is complete and holds the same files, byte for
+ * byte, as the freshly written `tmp`. */
+static int same_checkpoint(const char *tmp, const char *dir) {
+    static const char *const files[] = {"meta.json", "model.safetensors", "optim.safetensors"};
+    if (!is_dir(dir) || !complete_dir(dir)) return 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char a[4400], b[4400];
+        snprintf(a, sizeof a, "%s/%s", tmp, files[i]);
+        snprintf(b, sizeof b, "%s/%s", dir, files[i]);
+        int ea = loom_file_exists(a), eb = loom_file_exists(b);
+        if (ea != eb || (ea && !same_file(a, b))) return 0;
+    }
+    return 1;
+}
+
+/* Point ROOT's "latest" file at `iteration` (left alone when it already does). */
+static enum loom_status write_latest(const char *root, int64_t iteration) {
+    char latest[4200], text[32];
+    snprintf(latest, sizeof latest, "%s/" LATEST_FILE, root);
+    int n = snprintf(text, sizeof text, "%lld\n", (long long)iteration);
+    char *old = NULL;
+    size_t len = 0;
+    if (loom_read_file(latest, 64, &old, &len) == LOOM_OK) {
+        int same = len == (size_t)n && memcmp(old, text, len) == 0;
+        free(old);
+        if (same) return LOOM_OK;
+    }
+    loom_clear_error();
+    return loom_atomic_write_file(latest, text, (size_t)n);
+}
+
 enum loom_status loom_ckpt_save(const char *root, struct loom_model *m, struct loom_adamw *opt,
                                 const struct loom_train_state *st) {
     int rank0 = m->par->rank == 0;
@@ -205,31 +405,36 @@ enum loom_status loom_ckpt_save(const char *root, struct loom_model *m, struct l
     enum loom_status s = LOOM_OK;
     if (rank0) {
         s = loom_mkdir_p(root);
-        if (s == LOOM_OK) {
-            loom_rm_rf(tmp);
-            s = loom_mkdir_p(tmp);
-        }
+        if (s == LOOM_OK) s = clean_stale(root);
+        if (s == LOOM_OK) s = loom_mkdir_p(tmp);
     }
     /* every rank takes part in the gathers even if rank 0 failed to make the directory */
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    enum loom_status s2 = save_tensors(m, path, m->param_mem, NULL);
+    enum loom_status s2 = save_tensors(m, path, m->param_mem, NULL, st->iteration);
     if (s == LOOM_OK) s = s2;
     if (opt) {
         snprintf(path, sizeof path, "%s/optim.safetensors", tmp);
-        s2 = save_tensors(m, path, NULL, opt);
+        s2 = save_tensors(m, path, NULL, opt, st->iteration);
         if (s == LOOM_OK) s = s2;
     }
     if (rank0 && s == LOOM_OK) {
         snprintf(path, sizeof path, "%s/meta.json", tmp);
         s = loom_ckpt_write_meta(path, model_desc(m), m->config, st, opt ? opt->step : 0);
-        if (s == LOOM_OK) s = loom_atomic_rename_dir(tmp, dir);
-        if (s == LOOM_OK) {
-            char latest[4200], text[32];
-            snprintf(latest, sizeof latest, "%s/" LATEST_FILE, root);
-            int n = snprintf(text, sizeof text, "%lld\n", (long long)st->iteration);
-            s = loom_atomic_write_file(latest, text, (size_t)n);
-        }
-        if (s != LOOM_OK) loom_rm_rf(tmp);
+        /* a checkpoint of this iteration already there with the same bytes (a finished run
+         * launched again) is kept as it is */
+        if (s == LOOM_OK && same_checkpoint(tmp, dir))
+            s = loom_rm_rf(tmp);
+        else if (s == LOOM_OK)
+            s = loom_atomic_rename_dir(tmp, dir);
+        if (s == LOOM_OK) s = write_latest(root, st->iteration);
+    }
+    if (rank0 && s != LOOM_OK) {
+        /* leave nothing of this save behind (the message is the first failure's) */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", loom_last_error());
+        loom_rm_rf(tmp);
+        clean_stale(root);
+        loom_fail(s, "%s", why);
     }
     if (m->par->world_size > 1) {
         int ok = s == LOOM_OK;
@@ -239,8 +444,35 @@ enum loom_status loom_ckpt_save(const char *root, struct loom_model *m, struct l
     return s;
 }
 
+/* The newest complete checkpoint in `root` (an iter_N, or a set-aside iter_N.old.PID whose iter_N
+ * is missing) into dir; its iteration, or -1 when there is none. */
+static long long newest_complete(const char *root, char *dir, size_t cap) {
+    char **names = list_dir(root);
+    long long best = -1;
+    for (char **p = names; p && *p; p++) {
+        long long it;
+        size_t base_len = 0;
+        enum entry_kind k = entry_kind(*p, &it, &base_len);
+        if ((k != ENTRY_ITER && k != ENTRY_OLD) || it < best) continue;
+        char path[4400], base[4400];
+        snprintf(path, sizeof path, "%s/%s", root, *p);
+        if (k == ENTRY_OLD) {
+            snprintf(base, sizeof base, "%s/%.*s", root, (int)base_len, *p);
+            if (is_dir(base)) continue;
+        }
+        if (it == best && k == ENTRY_OLD) continue; /* iter_N itself is preferred */
+        if (!is_dir(path) || !complete_dir(path)) continue;
+        best = it;
+        snprintf(dir, cap, "%s", path);
+    }
+    free_list(names);
+    return best;
+}
+
 /* Resolve ROOT to the checkpoint directory: ROOT itself if it holds meta.json, else
- * ROOT/iter_N from the pointer file. */
+ * ROOT/iter_N from the pointer file. When the pointer is missing or names a directory that is
+ * missing or incomplete (a save interrupted on a file system that cannot swap directories, or
+ * the pointer lost), the newest complete checkpoint is taken with a warning. */
 enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap) {
     char path[4200];
     snprintf(path, sizeof path, "%s/meta.json", root);
@@ -251,15 +483,35 @@ enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap) {
     snprintf(path, sizeof path, "%s/" LATEST_FILE, root);
     char *text = NULL;
     size_t len = 0;
-    if (loom_read_file(path, 64, &text, &len) != LOOM_OK)
-        return loom_fail(LOOM_ERR_IO, "%s: not a loom checkpoint (no meta.json and no %s)",
-                         root, LATEST_FILE);
+    char found[4400];
+    static int warned; /* once a process: the configuration and the tensors resolve alike */
+    if (loom_read_file(path, 64, &text, &len) != LOOM_OK) {
+        long long it = newest_complete(root, found, sizeof found);
+        if (it < 0)
+            return loom_fail(LOOM_ERR_IO, "%s: not a loom checkpoint (no meta.json and no %s)",
+                             root, LATEST_FILE);
+        loom_clear_error();
+        if (!warned++ && loom_log_rank() == 0)
+            loom_log_warn("%s: no readable %s; loading %s, the newest complete checkpoint", root,
+                          LATEST_FILE, found);
+        snprintf(dir, cap, "%s", found);
+        return LOOM_OK;
+    }
     char *end = NULL;
     long long it = strtoll(text, &end, 10);
     int bad = end == text || it < 0;
     free(text);
     if (bad) return loom_fail(LOOM_ERR_FORMAT, "%s: expected an iteration number", path);
     snprintf(dir, cap, "%s/iter_%07lld", root, it);
+    if (complete_dir(dir)) return LOOM_OK;
+    long long got = newest_complete(root, found, sizeof found);
+    if (got < 0)
+        return loom_fail(LOOM_ERR_IO, "%s names iteration %lld, but %s is missing or incomplete "
+                         "and no other complete checkpoint is in %s", path, it, dir, root);
+    if (!warned++ && loom_log_rank() == 0)
+        loom_log_warn("%s names iteration %lld, but %s is missing or incomplete; loading %s, the "
+                      "newest complete checkpoint", path, it, dir, found);
+    snprintf(dir, cap, "%s", found);
     return LOOM_OK;
 }
 
@@ -570,7 +822,7 @@ enum loom_status loom_ckpt_save_buffer(const char *dir, struct loom_model *m, co
     enum loom_status s = LOOM_OK;
     if (m->par->rank == 0) s = loom_mkdir_p(dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    enum loom_status s2 = save_tensors(m, path, buf, NULL);
+    enum loom_status s2 = save_tensors(m, path, buf, NULL, -1);
     if (s == LOOM_OK) s = s2;
     if (s == LOOM_OK && m->par->rank == 0) {
         snprintf(path, sizeof path, "%s/meta.json", dir);

@@ -23,6 +23,7 @@ struct train_flags {
         overlap_gather, eod_mask, exit_signal, skip_train, per_token_loss, tb_ppl, tb_memory,
         tb_world_size, tb_timers, tb_no_loss_scale, tb_no_lr, reset_pos, reset_mask,
         embed_in_split;
+    int check_nan; /* --check-for-nan-in-loss-and-grad */
     const char *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path,
         *valid_data_path, *test_data_path, *save, *load, *metrics, *comm, *attention_backend,
         *save_grads, *tokenizer_type, *vocab_file, *merge_file, *rampup, *tb_dir;
@@ -146,8 +147,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--distributed-timeout-minutes", 1, "collectives have no timeout: a failing rank ends the "
      "whole job", NULL, NULL},
     {"--cross-entropy-loss-fusion", 0, "the output layer and the loss are always fused", NULL, NULL},
-    {"--check-for-nan-in-loss-and-grad", 0, "a loss or gradient norm that is not finite always "
-     "stops training (skipped instead under --fp16 loss scaling)", NULL, NULL},
     {"--no-create-attention-mask-in-dataloader", 0, "the causal mask is never materialised",
      NULL, NULL},
     {"--exit-on-missing-checkpoint", 0, "--load of a missing checkpoint is always an error",
@@ -337,6 +336,7 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--adam-beta2", LOOM_FLAG_FLOAT, &f->b2, "AdamW beta2", NULL, 0},
         {"--adam-eps", LOOM_FLAG_FLOAT, &f->eps, "AdamW epsilon", NULL, 0},
         {"--clip-grad", LOOM_FLAG_FLOAT, &f->clip, "global gradient-norm clip (0 = off)", NULL, 0},
+        {"--check-for-nan-in-loss-and-grad", LOOM_FLAG_BOOL, &f->check_nan, "before the data-parallel sum each rank checks its own share of the loss, and before the optimizer step the gradient norm: NaN or Inf ends the run with an error naming the rank and the iteration (under --fp16 a non-finite gradient norm is an overflow and skips the step, as without the flag)", NULL, 0},
         {"--seed", LOOM_FLAG_INT, &f->seed, "seed of every random number", NULL, 0},
         {"--mock-data", LOOM_FLAG_BOOL, &f->mock, "synthetic data", NULL, 0},
         {"--data-path", LOOM_FLAG_LIST, &f->data_path, "PREFIX or W1 PREFIX1 W2 PREFIX2 ...", NULL, 0},
@@ -792,6 +792,7 @@ static void fill_train_config(struct train_cmd *t) {
     c->beta2 = f->b2;
     c->adam_eps = f->eps;
     c->clip_grad = f->clip;
+    c->check_nan = f->check_nan;
     c->seed = (uint64_t)f->seed;
     c->mock_data = f->mock;
     c->data_path = f->data_path;

@@ -5,12 +5,16 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 /* Largest single write(2); Linux transfers at most ~2 GiB per call anyway. */
 #define LOOM_WRITE_CHUNK ((size_t)1 << 30)
@@ -53,10 +57,57 @@ static char *parent_dir(const char *path) {
     return s;
 }
 
+/* Test-only: LOOM_TEST_KILL_AT=N makes the process kill itself (SIGKILL) just before its N-th
+ * rename or fsync in this file, counted from the start of the process, so that a test can stop a
+ * save at every step that changes what is on disk. Unset (always, outside tests) it does nothing. */
+static void test_kill_point(void) {
+    static long long at = -1, count = 0;
+    if (at < 0) {
+        const char *e = getenv("LOOM_TEST_KILL_AT");
+        at = e && *e ? strtoll(e, NULL, 10) : 0;
+        if (at < 0) at = 0;
+    }
+    if (at > 0 && ++count == at) {
+        fflush(stdout);
+        fflush(stderr);
+        kill(getpid(), SIGKILL);
+    }
+}
+
+static int do_fsync(int fd) {
+    test_kill_point();
+    return fsync(fd);
+}
+
+static int do_rename(const char *from, const char *to) {
+    test_kill_point();
+    return rename(from, to);
+}
+
+/* Swap two existing paths in one step (Linux's renameat2 with RENAME_EXCHANGE): 0 on success,
+ * -1 with errno set otherwise (EINVAL or ENOSYS where the kernel or file system cannot). The
+ * test-only LOOM_TEST_NO_EXCHANGE=1 makes it unavailable, for testing the fallback. */
+static int do_exchange(const char *a, const char *b) {
+    const char *no = getenv("LOOM_TEST_NO_EXCHANGE");
+    if (no && *no && strcmp(no, "0") != 0) {
+        errno = ENOSYS;
+        return -1;
+    }
+#if defined(__linux__) && defined(SYS_renameat2)
+    test_kill_point();
+    return (int)syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, 2 /* RENAME_EXCHANGE */);
+#else
+    (void)a;
+    (void)b;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 enum loom_status loom_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return loom_fail(LOOM_ERR_IO, "cannot open directory %s: %s", dir, strerror(errno));
-    int rc = fsync(fd);
+    int rc = do_fsync(fd);
     int err = errno;
     close(fd);
     if (rc != 0 && err != EINVAL)
@@ -141,7 +192,7 @@ enum loom_status loom_atomic_file_commit(struct loom_atomic_file *f) {
     enum loom_status s = LOOM_OK;
     /* fsync reports delayed write errors (ENOSPC, EIO) too; close can as well on network file
      * systems, so both are checked before the rename makes the file visible. */
-    if (fsync(f->fd) != 0) {
+    if (do_fsync(f->fd) != 0) {
         s = loom_fail(LOOM_ERR_IO, "cannot write %s (fsync of %s): %s", f->dest, f->tmp,
                       strerror(errno));
     }
@@ -151,7 +202,7 @@ enum loom_status loom_atomic_file_commit(struct loom_atomic_file *f) {
     if (s == LOOM_OK && rc != 0)
         s = loom_fail(LOOM_ERR_IO, "cannot write %s (close of %s): %s", f->dest, f->tmp,
                       strerror(err));
-    if (s == LOOM_OK && rename(f->tmp, f->dest) != 0)
+    if (s == LOOM_OK && do_rename(f->tmp, f->dest) != 0)
         s = loom_fail(LOOM_ERR_IO, "cannot rename %s to %s: %s", f->tmp, f->dest, strerror(errno));
     if (s != LOOM_OK) {
         loom_atomic_file_abort(f);
@@ -204,7 +255,7 @@ enum loom_status loom_atomic_rename_dir(const char *tmpdir, const char *destdir)
             s = loom_fail(LOOM_ERR_IO, "cannot inspect %s: %s", dst, strerror(errno));
             goto done;
         }
-        if (rename(src, dst) != 0) {
+        if (do_rename(src, dst) != 0) {
             s = loom_fail(LOOM_ERR_IO, "cannot rename %s to %s: %s", src, dst, strerror(errno));
             goto done;
         }
@@ -217,14 +268,27 @@ enum loom_status loom_atomic_rename_dir(const char *tmpdir, const char *destdir)
                       dst, src, dst);
         goto done;
     }
+    /* destdir exists: swap the two in one step where the file system can, so that destdir is
+     * never missing; the old checkpoint, now under tmpdir's name, is removed after. */
+    if (do_exchange(src, dst) == 0) {
+        if ((s = fsync_parent(dst)) != LOOM_OK) goto done;
+        if ((s = fsync_parent(src)) != LOOM_OK) goto done;
+        if ((s = loom_rm_rf(src)) != LOOM_OK) goto done;
+        s = fsync_parent(src);
+        goto done;
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP && errno != EOPNOTSUPP) {
+        s = loom_fail(LOOM_ERR_IO, "cannot exchange %s and %s: %s", src, dst, strerror(errno));
+        goto done;
+    }
     /* destdir exists, so an aside copy with our name is a stale duplicate of an older one. */
     if ((s = loom_rm_rf(aside)) != LOOM_OK) goto done;
-    if (rename(dst, aside) != 0) {
+    if (do_rename(dst, aside) != 0) {
         s = loom_fail(LOOM_ERR_IO, "cannot rename %s to %s: %s", dst, aside, strerror(errno));
         goto done;
     }
     if ((s = fsync_parent(dst)) != LOOM_OK) goto done;
-    if (rename(src, dst) != 0) {
+    if (do_rename(src, dst) != 0) {
         int err = errno;
         (void)rename(aside, dst); /* put the old one back under its name */
         (void)fsync_parent(dst);

@@ -238,6 +238,14 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
     /* the losses live on the last stage; every data-parallel rank holds a share: sums and
      * counts of each loss, [sum, count] pairs */
     const int nl = t->model->family->num_losses;
+    /* --check-for-nan-in-loss-and-grad: this rank's own share, before the sums (Megatron-LM's
+     * check of the local forward loss) */
+    for (int i = 0; training && c->check_nan && i < nl; i++)
+        if (!isfinite(ps.losses.sum[i]))
+            return loom_fail(LOOM_ERR_INTERNAL, "rank %d: found %s in local forward loss "
+                             "calculation at iteration %lld (--check-for-nan-in-loss-and-grad)",
+                             t->par.rank, isnan(ps.losses.sum[i]) ? "NaN" : "Inf",
+                             (long long)iteration);
     double sums[2 * LOOM_MAX_LOSSES];
     for (int i = 0; i < nl; i++) {
         sums[2 * i] = ps.losses.sum[i];
@@ -1241,6 +1249,12 @@ static enum loom_status train_loop(struct trainer *t) {
             gnorm *= unscale;
             skip = loom_loss_scaler_update(&t->scaler, !isfinite(gnorm));
         }
+        /* --check-for-nan-in-loss-and-grad: the gradient norm before the optimizer step (under
+         * --fp16 a non-finite one is the loss scale's overflow, and the step is skipped) */
+        if (c->check_nan && !c->fp16 && !isfinite(gnorm))
+            return loom_fail(LOOM_ERR_INTERNAL, "rank %d: found %s in the gradient norm at "
+                             "iteration %lld (--check-for-nan-in-loss-and-grad)", t->par.rank,
+                             isnan(gnorm) ? "NaN" : "Inf", (long long)it);
         if (!isfinite(loss) || (!skip && !isfinite(gnorm)))
             return loom_fail(LOOM_ERR_INTERNAL, "iteration %lld: loss %g, grad norm %g is not "
                              "finite (lower --lr?)", (long long)it, loss, gnorm);

@@ -33,7 +33,6 @@ noop=(--use-flash-attn --use-mcore-models --transformer-impl transformer_engine 
       --tensorboard-queue-size 1000
       --wandb-exp-name x --wandb-save-dir "$tmp/wandb" --manual-gc --manual-gc-interval 10
       --empty-unused-memory-level 1 --distributed-timeout-minutes 60 --cross-entropy-loss-fusion
-      --check-for-nan-in-loss-and-grad
       --no-create-attention-mask-in-dataloader --exit-on-missing-checkpoint
       --use-cpu-initialization --ddp-average-in-collective --align-grad-reduce --legacy-tokenizer
       --sgd-momentum 0.9 --mmap-bin-files --no-mmap-bin-files --recompute-activations
