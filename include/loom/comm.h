@@ -16,6 +16,7 @@
 #ifndef LOOM_COMM_H
 #define LOOM_COMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "loom/status.h"
@@ -87,6 +88,23 @@ _Noreturn void loom_comm_abort_job(int code);
  * the others with 0, so that the launcher reports the job's failure only once rank 0 is done.
  * collective == 0: this rank prints its message and aborts the job (loom_comm_abort_job). */
 _Noreturn void loom_comm_exit_error(int code, int collective);
+
+/* The start-up agreement of a job a launcher started: every rank calls it once, before
+ * loom_comm_world and whatever it met so far, so that no failure leaves the other ranks waiting
+ * and no rank works with a setting the others do not share. `status` is this rank's result so
+ * far (an error: loom_fail's message travels to rank 0); `record` (used when status is LOOM_OK)
+ * is what must be alike on every rank, as lines "KEY\tVALUE\n" (KEY naming it for the user: a
+ * flag). It starts MPI (on this rank's GPU first when `cuda`, as the nccl world would) and
+ * returns LOOM_OK when every rank brought LOOM_OK and the same record. Otherwise it returns an
+ * error on every rank: on rank 0 the job's message (any rank's error, "[rank 3] ..." when not
+ * every rank met it; else "ranks disagree on KEY: V1 on ranks 0-2, V2 on rank 3"), to be ended
+ * with loom_comm_exit_error(code, 1). Without a launcher (or MPI) it returns `status`. */
+enum loom_status loom_comm_agree(enum loom_status status, const char *record, int cuda,
+                                 int *argc, char ***argv);
+/* The decision of loom_comm_agree over n ranks' results (failed[r], and texts[r]: the error
+ * message or the record): 0 when all agree; else 1 with the message in out[cap]. */
+int loom_comm_agree_verdict(int n, const int *failed, const char *const *texts, char *out,
+                            size_t cap);
 
 /* Blocking collectives. count is in elements of dt. */
 enum loom_status loom_comm_allreduce(struct loom_comm *c, void *buf, int64_t count,

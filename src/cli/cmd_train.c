@@ -1,9 +1,15 @@
 /* `loom train`: Megatron-LM flag names -> struct loom_train_config -> loom_train_run. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "loom/args.h"
@@ -848,6 +854,254 @@ static void fill_train_config(struct train_cmd *t) {
     c->notes = t->notes;
 }
 
+/* ---- the start-up record: what every rank of a job must share (loom_comm_agree) ---------------
+ *
+ * Lines "KEY\tVALUE": --help given or not, every model setting of the family's table as
+ * resolved (flags, family rules, --load's checkpoint), every other flag's value, and the identity
+ * of every input file the flags name (its size and a hash of its first bytes: an index, a
+ * header), so that a rank reading another dataset, tokenizer or checkpoint than the others is
+ * stopped before any work. */
+
+struct record {
+    char *s;
+    size_t len, cap;
+    int oom;
+};
+
+__attribute__((format(printf, 3, 4))) static void record_add(struct record *r, const char *key,
+                                                            const char *fmt, ...) {
+    char value[4400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    for (char *p = value; *p; p++) /* one line per key, whatever a value holds */
+        if (*p == '\n' || *p == '\t' || *p == '\r') *p = ' ';
+    size_t need = strlen(key) + strlen(value) + 3;
+    if (r->oom) return;
+    if (r->len + need > r->cap) {
+        size_t cap = (r->cap ? r->cap * 2 : 8192) + need;
+        char *s = realloc(r->s, cap);
+        if (!s) {
+            r->oom = 1;
+            return;
+        }
+        r->s = s;
+        r->cap = cap;
+    }
+    r->len += (size_t)sprintf(r->s + r->len, "%s\t%s\n", key, value);
+}
+
+/* The shortest of %.15g, %.16g and %.17g that reads back as v */
+static void format_double(char *out, size_t cap, double v) {
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, v);
+        if (strtod(out, NULL) == v) return;
+    }
+}
+
+#define IDENTITY_BYTES ((size_t)1 << 20) /* the hashed start of each input file */
+
+/* "282 bytes, header hash 9f3c...", "missing", "not a regular file", "unreadable (...)" */
+static void file_identity(const char *path, char *out, size_t cap) {
+    /* never block: a FIFO or device in place of a file is named, not opened for reading */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(out, cap, errno == ENOENT ? "missing" : "unreadable (%s)", strerror(errno));
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(out, cap, "not a regular file");
+        close(fd);
+        return;
+    }
+    uint64_t h = 1469598103934665603ull; /* FNV-1a, 64 bits */
+    static unsigned char buf[65536];
+    size_t left = IDENTITY_BYTES;
+    while (left > 0) {
+        ssize_t n = read(fd, buf, left < sizeof buf ? left : sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        for (ssize_t i = 0; i < n; i++) h = (h ^ buf[i]) * 1099511628211ull;
+        left -= (size_t)n;
+    }
+    close(fd);
+    snprintf(out, cap, "%lld bytes, header hash %016llx", (long long)st.st_size,
+             (unsigned long long)h);
+}
+
+static void record_file(struct record *r, const char *flag, const char *path) {
+    char key[4300], id[256];
+    snprintf(key, sizeof key, "%s's file %s", flag, path);
+    file_identity(path, id, sizeof id);
+    record_add(r, key, "%s", id);
+}
+
+/* A dataset flag's value (PREFIX or W1 PREFIX1 W2 PREFIX2 ...): each prefix's .idx and .bin */
+static void record_dataset(struct record *r, const char *flag, const char *list) {
+    if (!list) return;
+    for (const char *p = list; *p;) {
+        while (*p == ' ') p++;
+        size_t n = strcspn(p, " ");
+        if (!n) break;
+        char tok[4096];
+        snprintf(tok, sizeof tok, "%.*s", (int)(n < sizeof tok ? n : sizeof tok - 1), p);
+        char *end;
+        strtod(tok, &end);
+        if (end == tok || *end) { /* not a weight: a prefix */
+            char path[4200];
+            snprintf(path, sizeof path, "%s.idx", tok);
+            record_file(r, flag, path);
+            snprintf(path, sizeof path, "%s.bin", tok);
+            record_file(r, flag, path);
+        }
+        p += n;
+    }
+}
+
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The regular files of directory dir, in name order */
+static void record_dir(struct record *r, const char *flag, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        if (n == cap) {
+            char **more = realloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names);
+            if (!more) break;
+            names = more;
+        }
+        if (!(names[n] = strdup(e->d_name))) break;
+        n++;
+    }
+    closedir(d);
+    if (n) qsort(names, n, sizeof *names, compare_names);
+    for (size_t i = 0; i < n; i++) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) record_file(r, flag, path);
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* --load: the tracker and the files of the iteration it names (or of the iteration directory
+ * --load names) */
+static void record_checkpoint(struct record *r, const char *load) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", load);
+    record_file(r, "--load", path);
+    FILE *f = fopen(path, "r");
+    long long it = -1;
+    if (f) {
+        struct stat st;
+        if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && fscanf(f, "%lld", &it) != 1)
+            it = -1;
+        fclose(f);
+    }
+    if (it >= 0) {
+        snprintf(path, sizeof path, "%s/iter_%07lld", load, it);
+        record_dir(r, "--load", path);
+    } else {
+        record_dir(r, "--load", load);
+    }
+}
+
+static void record_flag(struct record *r, const struct loom_flag *fl, int megatron) {
+    const void *p = fl->ptr;
+    char num[64];
+    switch (fl->type) {
+    case LOOM_FLAG_INT: record_add(r, fl->name, "%lld", (long long)*(const int64_t *)p); break;
+    case LOOM_FLAG_FLOAT:
+        format_double(num, sizeof num, *(const double *)p);
+        record_add(r, fl->name, "%s", num);
+        break;
+    case LOOM_FLAG_BOOL:
+    case LOOM_FLAG_CLEAR:
+        /* the Megatron-LM switches share one variable: whether each was given is theirs */
+        if (megatron) record_add(r, fl->name, "%s", fl->given ? "given" : "not given");
+        else record_add(r, fl->name, "%s", (*(const int *)p != 0) == (fl->type == LOOM_FLAG_BOOL) ? "on" : "off");
+        break;
+    case LOOM_FLAG_ENUM: record_add(r, fl->name, "%d", *(const int *)p); break;
+    case LOOM_FLAG_STR:
+    case LOOM_FLAG_CHOICE:
+    case LOOM_FLAG_LIST: {
+        const char *v = *(const char *const *)p;
+        if (megatron && !fl->given) v = NULL;
+        record_add(r, fl->name, "%s", v ? v : "not given");
+        break;
+    }
+    }
+}
+
+/* A model setting of the family's table, as resolved in cfg */
+static void record_setting(struct record *r, const struct loom_setting *row, const void *cfg) {
+    const char *field = (const char *)cfg + row->offset;
+    const char *key = row->flag ? row->flag : row->name;
+    char num[64];
+    switch (row->type) {
+    case LOOM_SETTING_INT: record_add(r, key, "%lld", (long long)*(const int64_t *)field); break;
+    case LOOM_SETTING_DOUBLE:
+        format_double(num, sizeof num, *(const double *)field);
+        record_add(r, key, "%s", num);
+        break;
+    case LOOM_SETTING_BOOL:
+        record_add(r, key, "%s", (*(const int *)field != 0) != (row->negate != 0) ? "on" : "off");
+        break;
+    case LOOM_SETTING_ENUM: {
+        int v = *(const int *)field;
+        const char *n = row->names;
+        for (int i = 0; n && i < v; i++) {
+            n = strchr(n, '|');
+            if (n) n++;
+        }
+        if (n) record_add(r, key, "%.*s", (int)strcspn(n, "|"), n);
+        else record_add(r, key, "%d", v);
+        break;
+    }
+    }
+}
+
+static enum loom_status startup_record(const struct train_cmd *t, int help, char **out) {
+    struct record r = {0};
+    record_add(&r, "--help", "%s", help ? "given" : "not given");
+    if (!help) {
+        record_add(&r, "--model", "%s", t->fam->name);
+        record_add(&r, "command", "%s", t->c.samples_only ? "samples" : "train");
+        for (int i = 0; i < t->fam->nsettings; i++)
+            record_setting(&r, &t->fam->settings[i], &t->c.model);
+        const char *model_lo = (const char *)&t->c.model;
+        const int megatron_first = t->nflags - NFLAGS(megatron_flags);
+        for (int i = 0; i < t->nflags; i++) {
+            const char *p = t->flags[i].ptr;
+            if (p >= model_lo && p < model_lo + sizeof t->c.model) continue; /* a setting's */
+            if (strcmp(t->flags[i].name, "--model") == 0) continue;
+            record_flag(&r, &t->flags[i], i >= megatron_first);
+        }
+        const struct train_flags *f = &t->f;
+        record_dataset(&r, "--data-path", f->data_path);
+        record_dataset(&r, "--train-data-path", f->train_data_path);
+        record_dataset(&r, "--valid-data-path", f->valid_data_path);
+        record_dataset(&r, "--test-data-path", f->test_data_path);
+        if (f->vocab_file) record_file(&r, "--vocab-file", f->vocab_file);
+        if (f->merge_file) record_file(&r, "--merge-file", f->merge_file);
+        if (f->load) record_checkpoint(&r, f->load);
+    }
+    if (r.oom) {
+        free(r.s);
+        return loom_fail(LOOM_ERR_OOM, "out of memory");
+    }
+    *out = r.s;
+    return LOOM_OK;
+}
+
 static int train_command(int argc, char **argv, int samples_only) {
     struct train_cmd t;
     memset(&t, 0, sizeof t);
@@ -865,22 +1119,33 @@ static int train_command(int argc, char **argv, int samples_only) {
         if (!other) break;
         fam = other; /* --load holds another family's model: its flags */
     }
-    if (s == LOOM_OK && help) {
-        free(t.flags);
-        return 0;
-    }
-    if (s == LOOM_OK) s = check_family_data(&t);
-    if (s == LOOM_OK) s = tokenizer_ids(&t);
-    if (s == LOOM_OK) s = check_run_flags(&t);
-    if (s == LOOM_OK) s = check_layout(&t);
-    if (s == LOOM_OK) s = model_from_flags(&t);
-    if (s == LOOM_OK) {
+    if (s == LOOM_OK && !help) s = check_family_data(&t);
+    if (s == LOOM_OK && !help) s = tokenizer_ids(&t);
+    if (s == LOOM_OK && !help) s = check_run_flags(&t);
+    if (s == LOOM_OK && !help) s = check_layout(&t);
+    if (s == LOOM_OK && !help) s = model_from_flags(&t);
+    if (s == LOOM_OK && !help) {
         fill_train_config(&t);
         /* validate the model before any work (the trainer re-checks against the layout) */
         struct loom_transformer_config probe = t.c.model;
         s = t.fam->finalize(&probe, (int)t.c.tp, (int)t.c.pp);
     }
     t.c.samples_only = samples_only;
+    /* the ranks a launcher started agree before any work: on their errors so far (one rank's
+     * ends the job with its message) and on the record of what they must share */
+    if (loom_comm_launched()) {
+        char *record = NULL;
+        if (s == LOOM_OK) s = startup_record(&t, help, &record);
+        s = loom_comm_agree(s, record, s == LOOM_OK && !help && strcmp(t.f.device, "cuda") == 0,
+                            &argc, &argv);
+        free(record);
+    }
+    if (s == LOOM_OK && help) {
+        loom_comm_finalize();
+        free(t.notes);
+        free(t.flags);
+        return 0;
+    }
     if (s == LOOM_OK) s = loom_train_run(&t.c, &argc, &argv, &collective);
     /* flag and layout mistakes are found alike by every rank: rank 0 reports, all exit 1; any
      * other failure may be one rank's alone: it reports and ends the whole job */

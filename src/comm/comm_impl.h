@@ -92,6 +92,12 @@ int loom_comm_mpi_active(void);
 /* Largest element count handed to one MPI call; longer buffers go in pieces. For tests only
  * (the default is 1 << 30); n <= 0 restores the default. */
 void loom_comm_mpi_set_max_chunk(int64_t n);
+/* The start-up exchange of loom_comm_agree: starts MPI if it is not running (as
+ * loom_comm_mpi_world would), gathers every rank's `failed` and `text` on rank 0, which decides
+ * with loom_comm_agree_verdict, and tells every rank the outcome (*job_failed); rank 0 gets the
+ * verdict's message in verdict[cap], the others an empty string. */
+enum loom_status loom_comm_mpi_agree(int failed, const char *text, int *job_failed, char *verdict,
+                                     size_t cap, int *argc, char ***argv);
 #endif
 #if defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
 /* comm_device.c. Non-zero when p is device (or managed) memory. */

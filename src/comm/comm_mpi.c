@@ -13,6 +13,7 @@
  */
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,7 +140,8 @@ static enum loom_status wrap(struct loom_comm **out, MPI_Comm comm) {
     return LOOM_OK;
 }
 
-enum loom_status loom_comm_mpi_world(struct loom_comm **out, int *argc, char ***argv) {
+/* MPI running (started here, FUNNELED, unless the host program started it) */
+static enum loom_status start_mpi(int *argc, char ***argv) {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
@@ -154,9 +156,94 @@ enum loom_status loom_comm_mpi_world(struct loom_comm **out, int *argc, char ***
             loom_log_warn("MPI provides thread level %d, below MPI_THREAD_FUNNELED", provided);
     }
     loom_set_abort_hook(abort_hook);
+    return LOOM_OK;
+}
+
+enum loom_status loom_comm_mpi_world(struct loom_comm **out, int *argc, char ***argv) {
+    LOOM_CHECK(start_mpi(argc, argv));
     MPI_Comm dup;
     MPI_TRY("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &dup));
     return wrap(out, dup);
+}
+
+/* ---- the start-up agreement ------------------------------------------------------------------ */
+
+static enum loom_status agree_on(MPI_Comm comm, int failed, const char *text, int *job_failed,
+                                 char *verdict, size_t cap) {
+    int rank, size;
+    MPI_TRY("MPI_Comm_rank", MPI_Comm_rank(comm, &rank));
+    MPI_TRY("MPI_Comm_size", MPI_Comm_size(comm, &size));
+    size_t tlen = strlen(text) + 1;
+    if (tlen > INT_MAX / 2) tlen = INT_MAX / 2;
+    int mine[2] = {failed != 0, (int)tlen};
+    int *info = NULL, *counts = NULL, *displs = NULL;
+    char *all = NULL;
+    const char **texts = NULL;
+    enum loom_status s = LOOM_OK;
+    if (rank == 0) {
+        info = malloc(2 * (size_t)size * sizeof *info);
+        counts = malloc((size_t)size * sizeof *counts);
+        displs = malloc((size_t)size * sizeof *displs);
+        texts = malloc((size_t)size * sizeof *texts);
+        if (!info || !counts || !displs || !texts) s = loom_fail(LOOM_ERR_OOM, "start-up agreement: out of memory");
+    }
+    /* every rank takes part in every call, whatever rank 0 met; rank 0 alone may then decide
+     * that the job fails because of its own trouble */
+    int rc = MPI_Gather(mine, 2, MPI_INT, s == LOOM_OK ? info : NULL, 2, MPI_INT, 0, comm);
+    if (rc != MPI_SUCCESS) return mpi_err("start-up agreement: MPI_Gather", rc);
+    int64_t total = 0;
+    if (rank == 0 && s == LOOM_OK) {
+        for (int r = 0; r < size; r++) {
+            counts[r] = info[2 * r + 1];
+            displs[r] = (int)total;
+            total += counts[r];
+        }
+        if (total > INT_MAX) s = loom_fail(LOOM_ERR_UNSUPPORTED, "start-up agreement: %lld bytes of records exceed MPI's limit", (long long)total);
+        else if (!(all = malloc((size_t)total))) s = loom_fail(LOOM_ERR_OOM, "start-up agreement: out of memory");
+    }
+    const int ok0 = rank == 0 && s == LOOM_OK;
+    rc = MPI_Gatherv(text, (int)tlen, MPI_CHAR, ok0 ? all : NULL, ok0 ? counts : NULL,
+                     ok0 ? displs : NULL, MPI_CHAR, 0, comm);
+    if (rc != MPI_SUCCESS && s == LOOM_OK) s = mpi_err("start-up agreement: MPI_Gatherv", rc);
+    int outcome = 0;
+    verdict[0] = 0;
+    if (rank == 0) {
+        if (s == LOOM_OK) {
+            int *fails = counts; /* reused: the counts are no longer needed */
+            for (int r = 0; r < size; r++) {
+                all[displs[r] + counts[r] - 1] = 0;
+                texts[r] = all + displs[r];
+            }
+            for (int r = 0; r < size; r++) fails[r] = info[2 * r];
+            outcome = loom_comm_agree_verdict(size, fails, texts, verdict, cap);
+        } else {
+            outcome = 1;
+            snprintf(verdict, cap, "%s", loom_last_error());
+        }
+    }
+    free(info);
+    free(counts);
+    free(displs);
+    free(texts);
+    free(all);
+    rc = MPI_Bcast(&outcome, 1, MPI_INT, 0, comm);
+    if (rc != MPI_SUCCESS) return mpi_err("start-up agreement: MPI_Bcast", rc);
+    *job_failed = outcome;
+    return LOOM_OK;
+}
+
+enum loom_status loom_comm_mpi_agree(int failed, const char *text, int *job_failed, char *verdict,
+                                     size_t cap, int *argc, char ***argv) {
+    *job_failed = 0;
+    if (cap) verdict[0] = 0;
+    LOOM_CHECK(start_mpi(argc, argv));
+    MPI_Comm comm;
+    MPI_TRY("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+    enum loom_status s = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN) == MPI_SUCCESS
+                             ? agree_on(comm, failed, text ? text : "", job_failed, verdict, cap)
+                             : loom_fail(LOOM_ERR_COMM, "start-up agreement: MPI_Comm_set_errhandler failed");
+    MPI_Comm_free(&comm);
+    return s;
 }
 
 void loom_comm_mpi_finalize(void) {
