@@ -67,4 +67,9 @@ enum loom_status loom_ckpt_write_meta(const char *path, const struct loom_family
                                       const void *cfg, const struct loom_train_state *st,
                                       int64_t optim_step);
 
+/* LOOM_OK when the n values of x (tensor `name` of `file`) are all finite; else an error naming
+ * the tensor, the element and what it holds (NaN or Inf). */
+enum loom_status loom_ckpt_check_finite(const char *file, const char *name, const float *x,
+                                        int64_t n);
+
 #endif

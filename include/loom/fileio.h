@@ -90,7 +90,11 @@ enum loom_status loom_dir_writable(const char *path);
  * Refuses "", "/", "." and "..". */
 enum loom_status loom_rm_rf(const char *path);
 
-/* Read a whole file into a malloc'd buffer (free with free()). The buffer is NUL-terminated one
+/* Open `path` for reading (*fd, close with close()) when it is a regular file; anything else (a
+ * FIFO, a device, a directory) is a LOOM_ERR_IO error naming it, at once: a FIFO never blocks. */
+enum loom_status loom_open_regular(const char *path, int *fd);
+
+/* Read a whole regular file (see loom_open_regular) into a malloc'd buffer (free with free()). The buffer is NUL-terminated one
  * byte past *out_len, so text files can be used as C strings. A file larger than max_bytes is a
  * LOOM_ERR_FORMAT error naming the file and both sizes. out_len may be NULL. */
 enum loom_status loom_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len);

@@ -57,6 +57,12 @@ void loom_gpt_chunk_layers(const struct loom_transformer_config *c, int pp, int 
 int loom_gpt_layer_stage(const struct loom_transformer_config *c, int pp, int vpp, int64_t l);
 /* Parameter count N (tied embedding counted once, padded vocabulary rows included). */
 int64_t loom_gpt_num_params(const struct loom_transformer_config *c);
+/* The same count in double precision (never overflows: the bound check of finalize) */
+double loom_gpt_num_params_approx(const struct loom_transformer_config *c);
+/* Bounds finalize puts on the configuration: layers, each other size, the parameter count */
+#define LOOM_GPT_MAX_LAYERS ((int64_t)1 << 16)
+#define LOOM_GPT_MAX_DIM ((int64_t)1 << 31)
+#define LOOM_GPT_MAX_PARAMS 1e12
 
 struct loom_gpt_layer_ptrs {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;

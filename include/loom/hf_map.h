@@ -49,6 +49,11 @@ struct loom_hf_map {
      * present say (optional heads, name prefixes) and their checks. NULL: nothing. */
     enum loom_status (*weights_read)(const struct loom_safetensors *st, struct loom_transformer_config *c,
                                      struct loom_hf_form *form);
+    /* Whether tensor `name` of the weights' file, not one of the sources of any parameter, is
+     * one the mapping knows and leaves (buffers, tied copies weights_read checked); any other
+     * is an error naming it. NULL: none. */
+    int (*tensor_known)(const struct loom_transformer_config *c, const struct loom_hf_form *form,
+                        const char *name);
     /* A finalized configuration (from a checkpoint): whether Hugging Face has it, as which form;
      * else a one-line error saying why not */
     enum loom_status (*export_check)(const struct loom_transformer_config *c, struct loom_hf_form *form);

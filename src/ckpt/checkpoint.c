@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,8 @@
 
 #define LATEST_FILE "latest_checkpointed_iteration.txt"
 #define FORMAT_VERSION 1
+/* meta.json is a few kilobytes */
+#define META_MAX_BYTES ((size_t)1 << 20)
 
 /* ---- which ranks hold a parameter ---- */
 static int holder_rank(const struct loom_model *m, const struct loom_param *p, int tp_rank) {
@@ -497,11 +500,18 @@ enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap) {
         snprintf(dir, cap, "%s", found);
         return LOOM_OK;
     }
-    char *end = NULL;
-    long long it = strtoll(text, &end, 10);
-    int bad = end == text || it < 0;
+    /* decimal digits, then at most a line end: "4abc" is not 4 */
+    size_t nd = 0;
+    while (nd < len && text[nd] >= '0' && text[nd] <= '9') nd++;
+    size_t rest = nd;
+    if (rest < len && text[rest] == '\r') rest++;
+    if (rest < len && text[rest] == '\n') rest++;
+    long long it = -1;
+    if (nd > 0 && nd <= 18 && rest == len) it = strtoll(text, NULL, 10);
     free(text);
-    if (bad) return loom_fail(LOOM_ERR_FORMAT, "%s: expected an iteration number", path);
+    if (it < 0)
+        return loom_fail(LOOM_ERR_FORMAT, "%s: expected an iteration number (decimal digits and "
+                         "a line end)", path);
     snprintf(dir, cap, "%s/iter_%07lld", root, it);
     if (complete_dir(dir)) return LOOM_OK;
     long long got = newest_complete(root, found, sizeof found);
@@ -558,6 +568,16 @@ static enum loom_status get_samples(json_t *o, const char *key, const char *file
  * such checkpoints held) */
 static enum loom_status meta_family(json_t *o, const char *file,
                                     const struct loom_family_config_desc **fam) {
+    if (!json_is_object(o))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: not a JSON object", file);
+    json_t *fv = json_object_get(o, "format_version");
+    if (fv && (!json_is_integer(fv) || json_integer_value(fv) != FORMAT_VERSION))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"format_version\" must be the integer %d (a "
+                         "version this loom reads)", file, FORMAT_VERSION);
+    json_t *fmt = json_object_get(o, "format");
+    if (fmt && (!json_is_string(fmt) || !loom_family_config_by_format(json_string_value(fmt))))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"format\" is not a checkpoint format loom knows",
+                         file);
     json_t *f = json_object_get(o, "family");
     if (f) {
         const char *name = json_string_value(f);
@@ -565,17 +585,25 @@ static enum loom_status meta_family(json_t *o, const char *file,
             return loom_fail(LOOM_ERR_FORMAT, "%s: \"family\" %s%s%s is not a model family loom knows "
                              "(%s)", file, name ? "\"" : "", name ? name : "(not a string)",
                              name ? "\"" : "", loom_family_config_names());
+        if (fmt && loom_family_config_by_format(json_string_value(fmt)) != *fam)
+            return loom_fail(LOOM_ERR_FORMAT, "%s: \"format\" is not the %s family's", file,
+                             (*fam)->name);
         return LOOM_OK;
     }
-    *fam = loom_family_config_by_format(json_string_value(json_object_get(o, "format")));
+    *fam = loom_family_config_by_format(json_string_value(fmt));
     if (!*fam) *fam = loom_family_config_default();
     return LOOM_OK;
+}
+
+static int lr_present_bad(json_t *o) {
+    json_t *lr = json_object_get(o, "lr_schedule");
+    return lr && !json_is_object(lr);
 }
 
 static enum loom_status parse_meta(json_t *o, const char *file,
                                    const struct loom_family_config_desc *want, void *cfg,
                                    struct loom_train_state *st, int64_t *optim_step) {
-    const struct loom_family_config_desc *fam;
+    const struct loom_family_config_desc *fam = NULL;
     LOOM_CHECK(meta_family(o, file, &fam));
     if (fam != want)
         return loom_fail(LOOM_ERR_INVALID_ARG, "%s: a %s model's checkpoint, not a %s model's", file,
@@ -590,16 +618,24 @@ static enum loom_status parse_meta(json_t *o, const char *file,
     LOOM_CHECK(get_count(o, "consumed_samples", file, &st->consumed_samples));
     st->consumed_valid_samples = -1; /* -1: not recorded */
     LOOM_CHECK(get_count(o, "consumed_valid_samples", file, &st->consumed_valid_samples));
-    if (get_int(o, "seed", file, &v) == LOOM_OK) st->seed = (uint64_t)v;
+    if (json_object_get(o, "seed")) {
+        LOOM_CHECK(get_int(o, "seed", file, &v));
+        st->seed = (uint64_t)v;
+    }
     LOOM_CHECK(get_count(o, "optimizer_step", file, optim_step));
     LOOM_CHECK(get_count(o, "skipped_iterations", file, &st->skipped));
     st->scheduler_samples = -1;
     LOOM_CHECK(get_count(o, "scheduler_samples", file, &st->scheduler_samples));
     LOOM_CHECK(get_count(o, "loss_scale_growth_tracker", file, &st->growth_tracker));
     LOOM_CHECK(get_count(o, "loss_scale_hysteresis_tracker", file, &st->hysteresis_tracker));
-    double ls = 0;
-    if (get_num(o, "loss_scale", file, &ls) == LOOM_OK) st->loss_scale = ls;
-    loom_clear_error();
+    if (json_object_get(o, "loss_scale")) {
+        LOOM_CHECK(get_num(o, "loss_scale", file, &st->loss_scale));
+        if (!(st->loss_scale >= 0) || !isfinite(st->loss_scale))
+            return loom_fail(LOOM_ERR_FORMAT, "%s: \"loss_scale\" must be finite and >= 0",
+                             file);
+    }
+    if (lr_present_bad(o))
+        return loom_fail(LOOM_ERR_FORMAT, "%s: \"lr_schedule\" is not an object", file);
     json_t *lr = json_object_get(o, "lr_schedule");
     if (lr) {
         const int sv = loom_lr_style_parse(json_string_value(json_object_get(lr, "decay_style")));
@@ -639,8 +675,13 @@ static enum loom_status parse_meta(json_t *o, const char *file,
 /* meta.json of the checkpoint directory dir, parsed (with o_out: kept, for the caller to free) */
 static enum loom_status load_meta_json(const char *dir, json_t **o_out, char *path, size_t cap) {
     snprintf(path, cap, "%s/meta.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    *o_out = NULL;
+    LOOM_CHECK(loom_read_file(path, META_MAX_BYTES, &text, &len));
     json_error_t err;
-    *o_out = json_load_file(path, 0, &err);
+    *o_out = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    free(text);
     if (!*o_out)
         return loom_fail(LOOM_ERR_FORMAT, "%s: cannot read checkpoint metadata (%s, line %d)", path,
                          err.text, err.line);
@@ -693,6 +734,43 @@ static int64_t file_rows(const struct loom_model *m, const struct loom_safetenso
     return p->shape[0]; /* the shape check below reports the mismatch */
 }
 
+/* The tensors of `st` are exactly the parameters of m (names prefixed by each of prefixes[0..n)):
+ * a tensor the model has no parameter for means the checkpoint is of another model than its
+ * meta.json says (or was edited), and is an error naming it, as is a missing one. */
+static enum loom_status same_tensor_set(const struct loom_model *m,
+                                        const struct loom_safetensors *st,
+                                        const char *const *prefixes, int n) {
+    for (int64_t i = 0; i < loom_safetensors_count(st); i++) {
+        const char *name = loom_safetensors_entry_at(st, i)->name;
+        int known = 0;
+        for (int k = 0; k < n && !known; k++) {
+            size_t pl = strlen(prefixes[k]);
+            known = strncmp(name, prefixes[k], pl) == 0 && loom_model_find_param(m, name + pl);
+        }
+        if (!known)
+            return loom_fail(LOOM_ERR_FORMAT, "%s: tensor '%s' is not a parameter of the model its "
+                             "meta.json describes", loom_safetensors_path(st), name);
+    }
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < m->nparams; i++) {
+            char name[200];
+            snprintf(name, sizeof name, "%s%s", prefixes[k], m->params[i].name);
+            if (!loom_safetensors_find(st, name))
+                return loom_fail(LOOM_ERR_FORMAT, "%s: no tensor '%s' (a parameter of the model "
+                                 "its meta.json describes)", loom_safetensors_path(st), name);
+        }
+    return LOOM_OK;
+}
+
+enum loom_status loom_ckpt_check_finite(const char *file, const char *name, const float *x,
+                                        int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return loom_fail(LOOM_ERR_FORMAT, "%s: tensor '%s' holds %s at element %lld: not "
+                             "finite", file, name, isnan(x[i]) ? "NaN" : "Inf", (long long)i);
+    return LOOM_OK;
+}
+
 /* Keep this rank's slice of every local parameter from `st` (names prefixed) into dst. Padding
  * rows of the vocabulary that the checkpoint lacks start at zero (they are never read by the
  * forward pass and get no gradient, so they stay zero). */
@@ -715,6 +793,7 @@ static enum loom_status load_slices(struct loom_model *m, const struct loom_safe
             return loom_fail(LOOM_ERR_OOM, "out of memory loading %s", p->name);
         }
         enum loom_status s = loom_safetensors_read_f32(st, name, full, n);
+        if (s == LOOM_OK) s = loom_ckpt_check_finite(loom_safetensors_path(st), name, full, n);
         if (s == LOOM_OK) {
             for (int64_t k = 0; k < ln; k++) {
                 int64_t g = loom_param_global_index(p, tpr, tp, k);
@@ -775,12 +854,16 @@ enum loom_status loom_ckpt_load(const char *root, struct loom_model *m, struct l
     struct loom_safetensors *sf;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     LOOM_CHECK(loom_safetensors_open(&sf, path));
-    s = load_slices(m, sf, "", m->param_mem);
+    static const char *const model_prefix[] = {""}, *const optim_prefixes[] = {"exp_avg.",
+                                                                              "exp_avg_sq."};
+    s = same_tensor_set(m, sf, model_prefix, 1);
+    if (s == LOOM_OK) s = load_slices(m, sf, "", m->param_mem);
     loom_safetensors_close(sf);
     LOOM_CHECK(s);
     if (opt) {
         snprintf(path, sizeof path, "%s/optim.safetensors", dir);
         LOOM_CHECK(loom_safetensors_open(&sf, path));
+        s = same_tensor_set(m, sf, optim_prefixes, 2);
         /* with the distributed optimizer each moment goes through the gradient buffer (free
          * between steps), from which the rank takes its share */
         for (int k = 0; k < 2 && s == LOOM_OK; k++) {

@@ -102,6 +102,16 @@ static enum loom_status conversion_init(struct conversion *cv, const char *what)
 
 static enum loom_status import_hf(struct conversion *cv, const struct loom_safetensors *st) {
     enum loom_status s = LOOM_OK;
+    for (int64_t t = 0; t < loom_safetensors_count(st) && s == LOOM_OK; t++) {
+        const char *name = loom_safetensors_entry_at(st, t)->name;
+        int known = cv->map->tensor_known && cv->map->tensor_known(&cv->cfg, &cv->form, name);
+        for (int i = 0; i < cv->nparams && !known; i++)
+            for (int k = 0; k < cv->maps[i].n && !known; k++)
+                known = !strcmp(cv->maps[i].name[k], name);
+        if (!known)
+            s = loom_fail(LOOM_ERR_FORMAT, "%s: tensor '%s' is not one of the model that "
+                          "config.json describes", loom_safetensors_path(st), name);
+    }
     for (int i = 0; i < cv->nparams && s == LOOM_OK; i++)
         for (int k = 0; k < cv->maps[i].n && s == LOOM_OK; k++) {
             int64_t shp[2] = {cv->maps[i].shape[k][0], cv->maps[i].shape[k][1]};
@@ -110,6 +120,9 @@ static enum loom_status import_hf(struct conversion *cv, const struct loom_safet
             if (s == LOOM_OK)
                 s = loom_safetensors_read_f32(st, cv->maps[i].name[k], cv->hd[i][k],
                                               shp[0] * (nd > 1 ? shp[1] : 1));
+            if (s == LOOM_OK)
+                s = loom_ckpt_check_finite(loom_safetensors_path(st), cv->maps[i].name[k],
+                                           cv->hd[i][k], shp[0] * (nd > 1 ? shp[1] : 1));
         }
     if (s == LOOM_OK) map_tensors(cv, 1);
     return s;
@@ -145,10 +158,20 @@ static enum loom_status load_loom(struct conversion *cv, const char *loom_dir) {
     struct loom_safetensors *st;
     LOOM_CHECK(loom_safetensors_open(&st, path));
     enum loom_status s = LOOM_OK;
+    for (int64_t t = 0; t < loom_safetensors_count(st) && s == LOOM_OK; t++) {
+        const char *name = loom_safetensors_entry_at(st, t)->name;
+        int known = 0;
+        for (int i = 0; i < cv->nparams && !known; i++) known = !strcmp(cv->params[i].name, name);
+        if (!known)
+            s = loom_fail(LOOM_ERR_FORMAT, "%s: tensor '%s' is not a parameter of the model its "
+                          "meta.json describes", path, name);
+    }
     for (int i = 0; i < cv->nparams && s == LOOM_OK; i++) {
         const struct loom_param *p = &cv->params[i];
         s = loom_safetensors_expect_shape(st, p->name, p->ndim, p->shape);
         if (s == LOOM_OK) s = loom_safetensors_read_f32(st, p->name, cv->ld[i], p->shape[0] * p->shape[1]);
+        if (s == LOOM_OK)
+            s = loom_ckpt_check_finite(path, p->name, cv->ld[i], p->shape[0] * p->shape[1]);
         /* zero-centred norm weights (--apply-layernorm-1p): Hugging Face's are the scale, 1 + w */
         const size_t nl = strlen(p->name), sl = strlen("layernorm.weight");
         if (s == LOOM_OK && cv->cfg.layernorm_1p && nl >= sl &&
@@ -202,9 +225,17 @@ static enum loom_status save_hf(struct conversion *cv, const char *hf_dir) {
 static enum loom_status read_hf_config(const char *dir, struct conversion *cv) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    LOOM_CHECK(loom_read_file(path, (size_t)1 << 24, &text, &len));
     json_error_t err;
-    json_t *o = json_load_file(path, 0, &err);
+    json_t *o = json_loadb(text, len, 0, &err);
+    free(text);
     if (!o) return loom_fail(LOOM_ERR_FORMAT, "--load-dir: cannot read %s (%s)", path, err.text);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return loom_fail(LOOM_ERR_FORMAT, "--load-dir: %s is not a JSON object", path);
+    }
     const char *type = json_string_value(json_object_get(o, "model_type"));
     enum loom_status s;
     if (!(cv->map = loom_hf_map_for_type(type)))

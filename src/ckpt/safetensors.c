@@ -334,14 +334,13 @@ void loom_safetensors_close(struct loom_safetensors *st) {
 
 /* Map (or, where mapping is not possible, read) the whole file. */
 static enum loom_status load_bytes(struct loom_safetensors *st) {
-    int fd = open(st->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return loom_fail(LOOM_ERR_IO, "cannot open %s: %s", st->path, strerror(errno));
+    int fd;
+    LOOM_CHECK(loom_open_regular(st->path, &fd));
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         int err = errno;
         close(fd);
-        return loom_fail(LOOM_ERR_IO, "cannot read %s: %s", st->path,
-                         err ? strerror(err) : "not a regular file");
+        return loom_fail(LOOM_ERR_IO, "cannot read %s: %s", st->path, strerror(err));
     }
     st->size = (size_t)sb.st_size;
     if (st->size < 8) {
@@ -534,7 +533,23 @@ static enum loom_status parse_header(struct loom_safetensors *st) {
                           (unsigned long long)it->e.offset, (unsigned long long)it->end);
             goto done;
         }
+        /* no gap either: the tensors cover the data section exactly, as Hugging Face's
+         * reader requires (a header whose length is off by a byte leaves one) */
+        if (it->e.offset != (prev ? prev->end : 0)) {
+            s = loom_fail(LOOM_ERR_FORMAT, "%s: tensor '%s' starts at byte %llu of the data "
+                          "section, after %llu bytes no tensor holds (header length wrong?)",
+                          st->path, it->e.name, (unsigned long long)it->e.offset,
+                          (unsigned long long)(it->e.offset - (prev ? prev->end : 0)));
+            goto done;
+        }
         prev = it;
+    }
+    if ((prev ? prev->end : 0) != data_size) {
+        s = loom_fail(LOOM_ERR_FORMAT, "%s: the tensors end at byte %llu of the %llu-byte data "
+                      "section: the rest is no tensor's (header length wrong, or trailing bytes)",
+                      st->path, (unsigned long long)(prev ? prev->end : 0),
+                      (unsigned long long)data_size);
+        goto done;
     }
     for (int64_t i = 0; i < st->n; i++) {
         struct st_item *it = &st->items[i];

@@ -605,6 +605,9 @@ static enum loom_status check_run_flags(struct train_cmd *t) {
     if (f->valid_data_path && !f->train_data_path) FAIL("--valid-data-path needs --train-data-path");
     if (f->test_data_path && !f->train_data_path) FAIL("--test-data-path needs --train-data-path");
     if (f->log_interval < 1) FAIL("--log-interval must be at least 1");
+    if (f->global < 0)
+        FAIL("--global-batch-size must be positive, or 0 for --micro-batch-size x the data-parallel "
+             "size (got %lld)", (long long)f->global);
     if (f->eval_iters < 0 || f->eval_interval < 0) FAIL("--eval-iters and --eval-interval must be >= 0");
     if (f->tb_interval < 1) FAIL("--tensorboard-log-interval must be >= 1 (got %lld)", (long long)f->tb_interval);
     if (f->exit_interval < 0) FAIL("--exit-interval must be >= 0");

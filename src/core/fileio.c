@@ -406,10 +406,10 @@ enum loom_status loom_rm_rf(const char *path) {
 
 /* ---- reading --------------------------------------------------------------------------------- */
 
-enum loom_status loom_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len) {
-    *out = NULL;
-    if (out_len) *out_len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+enum loom_status loom_open_regular(const char *path, int *out) {
+    *out = -1;
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return loom_fail(LOOM_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -417,18 +417,41 @@ enum loom_status loom_read_file(const char *path, size_t max_bytes, char **out, 
         close(fd);
         return loom_fail(LOOM_ERR_IO, "cannot stat %s: %s", path, strerror(err));
     }
-    if (S_ISDIR(st.st_mode)) {
+    if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return loom_fail(LOOM_ERR_IO, "cannot read %s: is a directory", path);
+        return loom_fail(LOOM_ERR_IO, "cannot read %s: not a regular file (%s)", path,
+                         S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                         : S_ISSOCK(st.st_mode) ? "a socket" : "a device");
     }
-    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > (uint64_t)max_bytes) {
+    /* back to blocking reads */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == -1) {
+        int err = errno;
+        close(fd);
+        return loom_fail(LOOM_ERR_IO, "cannot open %s: %s", path, strerror(err));
+    }
+    *out = fd;
+    return LOOM_OK;
+}
+
+enum loom_status loom_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len) {
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    int fd;
+    LOOM_CHECK(loom_open_regular(path, &fd));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return loom_fail(LOOM_ERR_IO, "cannot stat %s: %s", path, strerror(err));
+    }
+    if ((uint64_t)st.st_size > (uint64_t)max_bytes) {
         close(fd);
         return loom_fail(LOOM_ERR_FORMAT, "%s is %lld bytes, more than the %zu allowed", path,
                          (long long)st.st_size, max_bytes);
     }
-    /* Regular files: size known (the loop still copes with a file that grows or shrinks);
-     * pipes and devices: grow the buffer as data comes. */
-    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 65536;
+    /* The size is known (the loop still copes with a file that grows or shrinks). */
+    size_t cap = (size_t)st.st_size + 1;
     size_t len = 0;
     char *buf = malloc(cap);
     enum loom_status s = LOOM_OK;

@@ -311,11 +311,15 @@ enum loom_status loom_settings_hf_read(const struct loom_family_config_desc *d, 
         case LOOM_SETTING_DOUBLE:
             if ((!v || json_is_null(v)) && (k->flags & LOOM_HF_REQUIRED))
                 return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" is missing", file, k->key);
+            if (v && !json_is_null(v) && !json_is_number(v))
+                return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" is not a number", file, k->key);
             set_d(s, cfg, json_is_number(v) ? json_number_value(v) : k->dflt);
             break;
         case LOOM_SETTING_BOOL:
             if ((!v || json_is_null(v)) && (k->flags & LOOM_HF_REQUIRED))
                 return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" is missing", file, k->key);
+            if (v && !json_is_null(v) && !json_is_boolean(v))
+                return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" is not a boolean", file, k->key);
             set_i(s, cfg, json_is_boolean(v) ? json_is_true(v) : (int64_t)k->dflt);
             break;
         }

@@ -27,8 +27,18 @@ const char *loom_status_str(enum loom_status s) {
 enum loom_status loom_fail(enum loom_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    char raw[sizeof g_msg];
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    /* one line, printable: control bytes (from file names or file contents) as \xNN */
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)raw; *p && o + 5 < sizeof g_msg; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(g_msg + o, sizeof g_msg - o, "\\x%02x", *p);
+        else
+            g_msg[o++] = (char)*p;
+    }
+    g_msg[o] = 0;
     g_trace[0] = 0;
     return s;
 }

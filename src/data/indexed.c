@@ -115,7 +115,8 @@ struct loom_indexed {
 static enum loom_status map_file(const char *path, uint8_t **map, size_t *size) {
     *map = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO is refused below instead of waiting for a writer */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return loom_fail(LOOM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -125,7 +126,7 @@ static enum loom_status map_file(const char *path, uint8_t **map, size_t *size) 
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return loom_fail(LOOM_ERR_IO, "%s: not a regular file", path);
+        return loom_fail(LOOM_ERR_IO, "cannot read %s: not a regular file", path);
     }
     if (st.st_size > 0) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);

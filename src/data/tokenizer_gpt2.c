@@ -411,7 +411,7 @@ static enum loom_status load_vocab(struct gpt2 *g, const char *path, json_t **vo
     size_t len;
     LOOM_CHECK(loom_read_file(path, VOCAB_MAX_BYTES, &buf, &len));
     json_error_t err;
-    json_t *v = json_loadb(buf, len, 0, &err);
+    json_t *v = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &err);
     free(buf);
     if (!v)
         return loom_fail(LOOM_ERR_FORMAT, "%s: not valid JSON (line %d, column %d: %s)", path,
@@ -450,6 +450,12 @@ static enum loom_status load_vocab(struct gpt2 *g, const char *path, json_t **vo
     size_t off = 0;
     json_object_keylen_foreach(v, key, klen, val) {
         int64_t id = json_integer_value(val);
+        if (g->tok_len[id] >= 0) { /* two tokens, one id: decoding it would be ambiguous */
+            json_decref(v);
+            return loom_fail(LOOM_ERR_FORMAT, "%s: id %lld is given twice (again to token "
+                             "\"%.*s\"): a duplicate id", path, (long long)id,
+                             (int)(klen > 60 ? 60 : klen), key);
+        }
         size_t b = key_bytes(key, klen, cp_to_byte, g->tok_bytes + off);
         g->tok_start[id] = (int64_t)off;
         g->tok_len[id] = (int32_t)b;

@@ -462,14 +462,22 @@ static void test_malformed(void) {
     write_st(p, "{\"__metadata__\":[\"k\"]}", TRUE_LEN, 0);
     EXPECT_BAD(p, "__metadata__", "not a JSON object");
 
-    /* Valid edge cases: an empty tensor inside another's range, holes and trailing bytes,
-     * unaligned data, dtypes loom has no enum value for, spaces and newlines in the header. */
-    write_st(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},\n"
+    /* The tensors must cover the data exactly: a hole, trailing bytes (a header length one
+     * byte short leaves one) are refused. */
+    write_st(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
+                "\"f\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[9,13]}}", TRUE_LEN, 13);
+    EXPECT_BAD(p, "'f'", "no tensor holds");
+    write_st(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}", TRUE_LEN, 9);
+    EXPECT_BAD(p, "the rest is no tensor's");
+
+    /* Valid edge cases: an empty tensor inside another's range, unaligned data, dtypes loom has
+     * no enum value for, spaces and newlines in the header. */
+    write_st(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[9],\"data_offsets\":[0,9]},\n"
                 " \"e\":{\"dtype\":\"F32\",\"shape\":[0, 5],\"data_offsets\":[4,4]},\n"
                 " \"f\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[9,13]},\n"
                 " \"flags\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[13,15]},\n"
                 " \"u\":{\"dtype\":\"U32\",\"shape\":[1],\"data_offsets\":[15,19]}}  ",
-             TRUE_LEN, 21);
+             TRUE_LEN, 19);
     struct loom_safetensors *st = NULL;
     EXPECT_OK(loom_safetensors_open(&st, p));
     if (st) {

@@ -18,11 +18,12 @@
  * -ffast-math). x = k ln2 + r with |r| <= ln2/2; exp(r) by its Taylor series to degree 7
  * (truncation below 1e-8 relative) in Horner form with fused multiply-adds; 2^k through the
  * exponent bits. 0 below -87.33 (where the result would be subnormal); the argument is clamped
- * at 88.37 (just below FLT_MAX). */
+ * at 88.37 (just below FLT_MAX); NaN gives NaN. */
 static inline float loom_cpu_expf(float x) {
     const float lo = -87.33f;
     float xc = x < lo ? lo : x;
     xc = xc > 88.37f ? 88.37f : xc;
+    xc = xc == xc ? xc : 0.0f; /* NaN: any finite k (the result is x itself, below) */
     const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float k = LOOM_CPU_FMA(xc, 1.44269504088896341f, shift) - shift;
     float r = LOOM_CPU_FMA(-k, 0.693145751953125f, xc); /* ln2 in a short high part and the rest */
@@ -35,10 +36,10 @@ static inline float loom_cpu_expf(float x) {
     p = LOOM_CPU_FMA(p, r, 0.5f);
     p = LOOM_CPU_FMA(p, r, 1.0f);
     p = LOOM_CPU_FMA(p, r, 1.0f);
-    int32_t bits = ((int32_t)k + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23; /* k + 127 is in [1, 255] */
     float s;
     memcpy(&s, &bits, sizeof s);
-    return x < lo ? 0.0f : p * s;
+    return x < lo ? 0.0f : x == x ? p * s : x;
 }
 
 #endif

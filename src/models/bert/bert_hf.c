@@ -357,6 +357,15 @@ static enum loom_status bert_weights_read(const struct loom_safetensors *st,
     return check_tied(st, "cls.predictions.decoder.bias", "cls.predictions.bias", 1, bias);
 }
 
+/* the tied decoder's copies, checked by bert_weights_read */
+static int bert_tensor_known(const struct loom_transformer_config *c,
+                             const struct loom_hf_form *form, const char *name) {
+    (void)c;
+    (void)form;
+    return !strcmp(name, "cls.predictions.decoder.weight") ||
+           !strcmp(name, "cls.predictions.decoder.bias");
+}
+
 static const char *const bert_types[] = {"megatron-bert", NULL};
 static const char *const bert_refused[] = {"bert", NULL};
 const struct loom_hf_map loom_bert_hf_map = {
@@ -365,6 +374,7 @@ const struct loom_hf_map loom_bert_hf_map = {
     .refused_types = bert_refused,
     .config_read = bert_config_read,
     .weights_read = bert_weights_read,
+    .tensor_known = bert_tensor_known,
     .export_check = bert_export_check,
     .config_write = bert_config_write,
     .sources = bert_sources,

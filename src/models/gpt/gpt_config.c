@@ -18,6 +18,29 @@ enum loom_status loom_gpt_config_finalize(struct loom_transformer_config *c, int
     if (c->lm_head_transform && c->norm != LOOM_NORM_LAYERNORM)
         BAD("--normalization %s: an encoder (BERT) model takes LayerNorm", "RMSNorm");
     if (c->num_layers < 1) BAD("--num-layers must be at least 1 (got %lld)", (long long)c->num_layers);
+    /* bounds that keep every size product below in range (and the parameter table's count, an
+     * int, too): far above any model a machine holds, so a size read from a file that is wrong
+     * by orders of magnitude is an error here, not an allocation that never ends */
+    const struct {
+        const char *flag;
+        int64_t v, max;
+    } dims[] = {
+        {"--num-layers", c->num_layers, LOOM_GPT_MAX_LAYERS},
+        {"--hidden-size", c->hidden, LOOM_GPT_MAX_DIM},
+        {"--num-attention-heads", c->heads, LOOM_GPT_MAX_DIM},
+        {"--kv-channels", c->head_size, LOOM_GPT_MAX_DIM},
+        {"--num-query-groups", c->query_groups, LOOM_GPT_MAX_DIM},
+        {"--ffn-hidden-size", c->ffn_hidden, LOOM_GPT_MAX_DIM},
+        {"--seq-length", c->seq_length, LOOM_GPT_MAX_DIM},
+        {"--max-position-embeddings", c->max_positions, LOOM_GPT_MAX_DIM},
+        {"--vocab-size", c->vocab_size, LOOM_GPT_MAX_DIM},
+        {"--make-vocab-size-divisible-by", c->divisible_by, LOOM_GPT_MAX_DIM},
+        {"--num-tokentypes", c->num_tokentypes, LOOM_GPT_MAX_DIM},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v > dims[i].max)
+            BAD("%s %lld is too large (at most %lld)", dims[i].flag, (long long)dims[i].v,
+                (long long)dims[i].max);
     if (c->hidden < 1) BAD("--hidden-size must be positive (got %lld)", (long long)c->hidden);
     if (c->heads < 1) BAD("--num-attention-heads must be positive (got %lld)", (long long)c->heads);
     if (c->head_size < 0)
@@ -119,7 +142,34 @@ enum loom_status loom_gpt_config_finalize(struct loom_transformer_config *c, int
     /* Megatron pads the vocabulary to a multiple of divisible_by * tp */
     int64_t m = c->divisible_by * tp;
     c->padded_vocab = (c->vocab_size + m - 1) / m * m;
+    /* the parameter count, in floating point (no overflow), bounded before any table or buffer
+     * of that size is made */
+    const double np = loom_gpt_num_params_approx(c);
+    if (!(np <= LOOM_GPT_MAX_PARAMS))
+        BAD("the model is too large: %.3g parameters (at most %.3g; --num-layers %lld, "
+            "--hidden-size %lld, --ffn-hidden-size %lld, vocabulary %lld)",
+            np, LOOM_GPT_MAX_PARAMS, (long long)c->num_layers, (long long)c->hidden,
+            (long long)c->ffn_hidden, (long long)c->padded_vocab);
     return LOOM_OK;
+}
+
+double loom_gpt_num_params_approx(const struct loom_transformer_config *c) {
+    const double C = (double)c->hidden, HS = (double)loom_gpt_head_size(c), NH = (double)c->heads;
+    const double NKV = (double)c->query_groups, F = (double)c->ffn_hidden, b = c->bias ? 1 : 0;
+    const double qkv = (NH + 2 * NKV) * HS, fc1 = c->swiglu ? 2 * F : F;
+    const double norm = c->norm == LOOM_NORM_LAYERNORM ? 2 * C : C;
+    double layer = norm + qkv * C + (b || c->qkv_bias ? qkv : 0) + C * NH * HS + b * C + norm +
+                   fc1 * C + b * fc1 + C * F + b * C;
+    if (c->qk_layernorm) layer += 2 * (c->norm == LOOM_NORM_LAYERNORM ? 2 * HS : HS);
+    const double V = (double)c->padded_vocab;
+    double n = (double)c->num_layers * layer + norm + V * C;
+    if (c->posemb == LOOM_POSEMB_LEARNED) n += (double)c->max_positions * C;
+    if (c->untie) n += V * C;
+    n += (double)c->num_tokentypes * C;
+    if (c->lm_head_transform) n += C * C + 3 * C;
+    if (c->output_bias) n += V;
+    if (c->binary_head) n += C * C + C + 2 * C + 2;
+    return n;
 }
 
 int64_t loom_gpt_num_params(const struct loom_transformer_config *c) {

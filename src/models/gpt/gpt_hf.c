@@ -327,6 +327,21 @@ static enum loom_status gpt_weights_read(const struct loom_safetensors *st,
     return LOOM_OK;
 }
 
+/* Buffers that transformers' checkpoints may carry: GPT-2's causal masks, the rotary
+ * frequencies (both derived from config.json) */
+static int gpt_tensor_known(const struct loom_transformer_config *c,
+                            const struct loom_hf_form *form, const char *name) {
+    (void)c;
+    (void)form;
+    static const char *const tails[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        const size_t t = strlen(tails[i]);
+        if (n > t && !strcmp(name + n - t, tails[i])) return 1;
+    }
+    return 0;
+}
+
 static enum loom_status arch_of(const struct loom_transformer_config *c, enum arch *arch) {
     int gpt2 = c->norm == LOOM_NORM_LAYERNORM && !c->swiglu && c->posemb == LOOM_POSEMB_LEARNED &&
                c->bias && !c->untie && c->query_groups == c->heads;
@@ -465,6 +480,7 @@ const struct loom_hf_map loom_gpt_hf_map = {
     .model_types = gpt_types,
     .config_read = gpt_config_read,
     .weights_read = gpt_weights_read,
+    .tensor_known = gpt_tensor_known,
     .export_check = gpt_export_check,
     .config_write = gpt_config_write,
     .sources = gpt_sources,
