@@ -6,7 +6,8 @@
  *   - a micro-batch of 2^36 samples: the parameters fit, the activations do not (GPT-2-style, and
  *     Llama-style with query-key norms and zero-centred norm weights, whose norm weights' copy is
  *     made before the activations; one and two micro-batch slots);
- *   - a vocabulary of 2^42 tokens: the parameters do not fit;
+ *   - a vocabulary of 2^29 tokens on a hidden size of 1024 (within the configuration's limits,
+ *     2 TiB of parameters): the parameters do not fit;
  *   - BERT through its family's create, whose stack fails first.
  * A model that fits is then made and freed on the same backend. */
 #include <stdio.h>
@@ -77,7 +78,9 @@ int main(void) {
     small(&c, 1);
     refused("llama, two slots, activations", &c, &par, be, huge_batch, 2, "activations");
     small(&c, 0);
-    c.vocab_size = (int64_t)1 << 42;
+    c.vocab_size = (int64_t)1 << 29; /* 2^29 x 1024: 5.5e11 parameters, 2 TiB, within the limits */
+    c.hidden = 1024;
+    c.heads = 8;
     refused("gpt, parameters", &c, &par, be, 2, 1, "parameters");
 
     /* BERT: the family's create */
