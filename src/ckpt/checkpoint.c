@@ -488,14 +488,18 @@ enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap) {
     size_t len = 0;
     char found[4400];
     static int warned; /* once a process: the configuration and the tensors resolve alike */
-    if (loom_read_file(path, 64, &text, &len) != LOOM_OK) {
+    /* a pointer that is there but cannot be read (not a regular file, say) is an error; a
+     * missing one falls back to the newest complete checkpoint */
+    if (loom_file_exists(path)) {
+        LOOM_CHECK(loom_read_file(path, 64, &text, &len));
+    } else {
         long long it = newest_complete(root, found, sizeof found);
         if (it < 0)
             return loom_fail(LOOM_ERR_IO, "%s: not a loom checkpoint (no meta.json and no %s)",
                              root, LATEST_FILE);
         loom_clear_error();
         if (!warned++ && loom_log_rank() == 0)
-            loom_log_warn("%s: no readable %s; loading %s, the newest complete checkpoint", root,
+            loom_log_warn("%s: no %s; loading %s, the newest complete checkpoint", root,
                           LATEST_FILE, found);
         snprintf(dir, cap, "%s", found);
         return LOOM_OK;
