@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential cmake pkg-config libopenblas-dev libomp-dev libopenmpi-dev openmpi-bin \
-libjansson-dev libpcre2-dev python3 python3-torch python3-numpy"
+libjansson-dev libpcre2-dev python3 python3-torch python3-numpy \
+clang libclang-rt-14-dev"
+# clang and libclang-rt-14-dev (libFuzzer, sanitizer runtimes): the fuzz targets of tests/fuzz,
+# which CTest's fuzz/test_fuzz_corpus replays on their corpora (scripts/fuzz.sh fuzzes them)
 
 missing=""
 for p in $PKGS; do
