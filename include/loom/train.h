@@ -75,6 +75,7 @@ struct loom_train_config {
     /* or a train and (may be NULL) a valid dataset of their own, each whole (Megatron-LM's
      * --train-data-path and --valid-data-path; --split unused) */
     const char *train_data_path, *valid_data_path, *test_data_path;
+    const char *data_cache_path; /* --data-cache-path: Megatron's dataset index cache (NULL: none) */
     int per_token_loss; /* --calculate-per-token-loss: with a loss mask, the mean over the global
                            batch's tokens, not over micro-batches of their means */
     /* evaluation and logging */

@@ -841,17 +841,28 @@ static enum loom_status open_datasets(struct trainer *t, const struct loom_token
     }
     LOOM_CHECK(open_split(t, &t->train_src, train_path, train_split, LOOM_SPLIT_TRAIN, n_train,
                           tok));
-    t->have_valid = c->eval_iters > 0 && valid_path;
+    /* a --split weight of 0 leaves that split out, its evaluation skipped (as Megatron-LM) */
+    int64_t docs = 0;
+    int present = valid_path != NULL;
+    if (c->eval_iters > 0 && valid_path && !c->train_data_path)
+        LOOM_CHECK(loom_data_split_documents(valid_path, valid_split, LOOM_SPLIT_VALID, &docs,
+                                             &present));
+    t->have_valid = c->eval_iters > 0 && present;
+    if (c->eval_iters > 0 && valid_path && !present)
+        loom_log_info("loom: --split %s gives the validation split weight 0: no validation",
+                      valid_split ? valid_split : "969,30,1");
     if (t->have_valid)
         LOOM_CHECK(open_split(t, &t->valid_src, valid_path, valid_split, LOOM_SPLIT_VALID, n_valid,
                               tok));
-    /* the test split (--split's third part, or --test-data-path), when it has documents */
+    /* the test split (--split's third part, or --test-data-path), when present and not empty */
     const char *test_path = c->train_data_path ? c->test_data_path : c->data_path;
     const char *test_split = c->train_data_path ? "0,0,1" : c->split;
     int64_t test_docs = 0;
+    present = 0;
     if (c->eval_iters > 0 && test_path)
-        LOOM_CHECK(loom_data_split_documents(test_path, test_split, LOOM_SPLIT_TEST, &test_docs));
-    if (test_docs > 0) {
+        LOOM_CHECK(loom_data_split_documents(test_path, test_split, LOOM_SPLIT_TEST, &test_docs,
+                                             &present));
+    if (present && test_docs > 0) {
         LOOM_CHECK(open_split(t, &t->test_src, test_path, test_split, LOOM_SPLIT_TEST,
                               c->eval_iters * c->global_batch, tok));
         t->have_test = 1;
