@@ -99,7 +99,8 @@ struct loom_train_config {
      * (Megatron-LM's --override-opt_param-scheduler, --use-checkpoint-opt_param-scheduler) */
     int override_lr_schedule, use_checkpoint_lr_schedule;
     /* device */
-    const char *save_grads; /* write the first iteration's reduced gradients here (testing) */
+    const char *save_grads; /* the reduced gradients of the first iteration this run trains
+                               (testing); a run that trains none is an error */
     const char *device;
     const char *comm;   /* "auto" | "self" | "mpi" | "nccl" */
     int bf16;           /* matrix products with bf16 inputs (cuda) */

@@ -388,7 +388,7 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--account-for-embedding-in-pipeline-split", LOOM_FLAG_BOOL, &f->embed_in_split, "split the layers over the pipeline stages as if the embedding were one more layer on the first stage (it then holds one layer fewer)", NULL, 0},
         {"--decoder-last-pipeline-num-layers", LOOM_FLAG_INT, &f->last_stage_layers, "layers of the last pipeline stage (0 = an equal share)", NULL, 0},
         {"--sequence-parallel", LOOM_FLAG_BOOL, &f->sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
-        {"--save-grads", LOOM_FLAG_STR, &f->save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
+        {"--save-grads", LOOM_FLAG_STR, &f->save_grads, "write the gradients of the first iteration this run trains (iteration 1, or the one after --load's) as a checkpoint directory (for testing)", NULL, 0},
         {"--ddp-bucket-size-mb", LOOM_FLAG_INT, &f->bucket_mb, "data-parallel gradient bucket (MiB), reduced while the backward runs", NULL, 0},
         {"--ddp-bucket-size", LOOM_FLAG_INT, &f->bucket_size, "data-parallel gradient bucket in parameters (0: --ddp-bucket-size-mb's)", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &f->device, "compute device", "cpu|cuda", 0},
