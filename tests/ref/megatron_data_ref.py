@@ -143,23 +143,14 @@ class GPT:
             self.doc = numpy.concatenate((doc_index(epochs - 1), doc_index(1)))
         else:
             self.doc = doc_index(epochs)
-        # sample index: walk the concatenation T tokens at a time, T + 1 tokens a sample
+        # sample index: sample j starts at token j*T of the documents concatenated in document
+        # index order (T + 1 tokens a sample, the last partial one dropped), given as (position
+        # in the document index, offset), the position that of the document holding that token
         ns = (epochs * tpe - 1) // T
-        sample = numpy.zeros((ns + 1, 2), dtype=numpy.int64)
-        di, off = 0, 0
-        lens = sizes[self.doc].astype(numpy.int64)
-        for j in range(1, ns + 1):
-            rem = T + 1
-            while rem != 0:
-                dl = int(lens[di]) - off
-                rem -= dl
-                if rem <= 0:
-                    off += rem + dl - 1
-                    rem = 0
-                else:
-                    di += 1
-                    off = 0
-            sample[j] = (di, off)
+        cum = numpy.concatenate(([0], numpy.cumsum(sizes[self.doc].astype(numpy.int64))))
+        start = numpy.arange(ns + 1, dtype=numpy.int64) * T
+        pos = numpy.searchsorted(cum, start, side="right") - 1
+        sample = numpy.stack((pos, start - cum[pos]), axis=1)
         self.sample = sample
         first = sans_final if separate else ns
         dt = numpy.uint32 if ns < numpy.iinfo(numpy.uint32).max - 1 else numpy.int64
