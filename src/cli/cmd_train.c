@@ -30,8 +30,8 @@ struct train_flags {
         tb_world_size, tb_timers, tb_no_loss_scale, tb_no_lr, reset_pos, reset_mask,
         embed_in_split;
     int check_nan; /* --check-for-nan-in-loss-and-grad */
-    const char *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path,
-        *valid_data_path, *test_data_path, *save, *load, *metrics, *comm, *attention_backend,
+    const char *decay_style, *wsd_style, *wd_style, *device, *data_path, *split,
+        *data_cache_path, *train_data_path, *valid_data_path, *test_data_path, *save, *load, *metrics, *comm, *attention_backend,
         *save_grads, *tokenizer_type, *vocab_file, *merge_file, *rampup, *tb_dir;
     double start_wd, end_wd, decoupled_lr, decoupled_min_lr;
     double mask_prob, short_seq_prob; /* BERT's samples */
@@ -112,8 +112,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--fp32-residual-connection", 0, "the residual stream is always fp32 (with --bf16 too)",
      NULL, NULL},
     {"--use-checkpoint-args", 0, "--load always takes the model's shape from the checkpoint",
-     NULL, NULL},
-    {"--data-cache-path", 1, "the dataset's sample indices are computed in memory, not cached",
      NULL, NULL},
     {"--recompute-activations", 0, SELECTIVE_RECOMPUTE, NULL, NULL},
     {"--recompute-granularity", 1, SELECTIVE_RECOMPUTE, MLP_RECOMPUTE_ONLY, "selective"},
@@ -349,6 +347,7 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--split", LOOM_FLAG_STR, &f->split, "train,valid,test document weights", NULL, 0},
         {"--mask-prob", LOOM_FLAG_FLOAT, &f->mask_prob, "BERT's samples (--model bert): the share of the tokens masked for the language-model loss", NULL, 0},
         {"--short-seq-prob", LOOM_FLAG_FLOAT, &f->short_seq_prob, "BERT's samples (--model bert): the probability that a sample's target length is drawn shorter than --seq-length", NULL, 0},
+        {"--data-cache-path", LOOM_FLAG_STR, &f->data_cache_path, "folder of Megatron's dataset index cache (<md5>-GPTDataset-<split>-*.npy, <md5>-BlendedDataset-*): indices found there that match the request are read, others built and written there (default: built in memory, not cached)", NULL, 0},
         {"--train-data-path", LOOM_FLAG_LIST, &f->train_data_path, "a training dataset of its own, whole (instead of --data-path and --split)", NULL, 0},
         {"--valid-data-path", LOOM_FLAG_LIST, &f->valid_data_path, "a validation dataset of its own, whole (with --train-data-path)", NULL, 0},
         {"--test-data-path", LOOM_FLAG_LIST, &f->test_data_path, "a test dataset of its own, whole (with --train-data-path), evaluated after training", NULL, 0},
@@ -389,7 +388,7 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--account-for-embedding-in-pipeline-split", LOOM_FLAG_BOOL, &f->embed_in_split, "split the layers over the pipeline stages as if the embedding were one more layer on the first stage (it then holds one layer fewer)", NULL, 0},
         {"--decoder-last-pipeline-num-layers", LOOM_FLAG_INT, &f->last_stage_layers, "layers of the last pipeline stage (0 = an equal share)", NULL, 0},
         {"--sequence-parallel", LOOM_FLAG_BOOL, &f->sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
-        {"--save-grads", LOOM_FLAG_STR, &f->save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
+        {"--save-grads", LOOM_FLAG_STR, &f->save_grads, "write the gradients of the first iteration this run trains (iteration 1, or the one after --load's) as a checkpoint directory (for testing)", NULL, 0},
         {"--ddp-bucket-size-mb", LOOM_FLAG_INT, &f->bucket_mb, "data-parallel gradient bucket (MiB), reduced while the backward runs", NULL, 0},
         {"--ddp-bucket-size", LOOM_FLAG_INT, &f->bucket_size, "data-parallel gradient bucket in parameters (0: --ddp-bucket-size-mb's)", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &f->device, "compute device", "cpu|cuda", 0},
@@ -813,6 +812,7 @@ static void fill_train_config(struct train_cmd *t) {
     c->mask_prob = f->mask_prob;
     c->short_seq_prob = f->short_seq_prob;
     c->train_data_path = f->train_data_path;
+    c->data_cache_path = f->data_cache_path;
     c->valid_data_path = f->valid_data_path;
     c->test_data_path = f->test_data_path;
     c->eval_interval = f->eval_interval;
