@@ -652,6 +652,11 @@ static enum loom_status t5_layer_backward(struct loom_model *mm, int slot, int64
             3 * A);
     loom_op(be, layernorm_backward, dres, NULL, NULL, g->ln1_w, g->ln1_b, m->dln, LOOM_DTYPE_F32,
             a->x, w->ln1_w, a->ln1_m, a->ln1_r, N, C);
+    /* the key biases (of every head: [q | k | v] and [k | v] of HS each) only add q . b_k to every
+     * score of a query's row, which the softmax ignores: their gradient is exactly zero, kept so
+     * rather than as rounding noise (which AdamW would turn into steps) */
+    if (g->qkv_b) loom_op(be, zero_strided, g->qkv_b + HS, m->NH, HS, 3 * HS);
+    if (g->ckv_b) loom_op(be, zero_strided, g->ckv_b, m->NH, HS, 2 * HS);
     return LOOM_OK;
 }
 
