@@ -461,6 +461,11 @@ static enum loom_status t5_micro_begin(struct loom_model *mm, int slot,
             return free(enc), loom_fail(LOOM_ERR_INVALID_ARG,
                                         "token id %d outside the vocabulary [0, %lld)", enc[i],
                                         (long long)m->V);
+    for (int64_t i = 0; i < B * Td; i++)
+        if (q->host_targets[i] >= m->V)
+            return free(enc), loom_fail(LOOM_ERR_INVALID_ARG,
+                                        "label id %d outside the vocabulary [0, %lld)",
+                                        q->host_targets[i], (long long)m->V);
     be->ops->to_device(be, q->enc_tok, enc, (size_t)(B * Te) * sizeof(int32_t));
     be->ops->to_device(be, q->dec_tok, dec, (size_t)(B * Td) * sizeof(int32_t));
     be->ops->to_device(be, q->enc_len, len, (size_t)B * sizeof(int32_t));
