@@ -99,7 +99,7 @@ void loom_tokenizer_free(struct loom_tokenizer *t) {
 
 enum loom_status loom_tokenizer_encode(const struct loom_tokenizer *t, const char *text,
                                        size_t len, int32_t **ids, size_t *n, size_t *cap) {
-    if (len == 0) return LOOM_OK;
+    if (len == 0) text = ""; /* some tokenizers still add ids (a beginning-of-sequence token) */
     if (!text) return loom_fail(LOOM_ERR_INVALID_ARG, "tokenizer encode: NULL text of %zu bytes", len);
     size_t bad = loom_utf8_invalid_offset(text, len);
     if (bad != len)
