@@ -66,6 +66,11 @@ struct loom_tokenizer_spec {
     int64_t tiktoken_num_special_tokens; /* --tiktoken-num-special-tokens (< 0: 1000) */
 };
 
+/* The valid --tokenizer-type values, as a LOOM_FLAG_CHOICE list. */
+#define LOOM_TOKENIZER_CHOICES                                                                   \
+    "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase|HuggingFaceTokenizer|"            \
+    "SentencePieceTokenizer|GPTSentencePieceTokenizer|Llama2Tokenizer|TikTokenizer|NullTokenizer"
+
 /* The valid --tokenizer-type values, comma-separated (for messages). */
 extern const char *const LOOM_TOKENIZER_TYPES;
 
