@@ -59,6 +59,9 @@ int loom_gpt_layer_stage(const struct loom_transformer_config *c, int pp, int vp
 int64_t loom_gpt_num_params(const struct loom_transformer_config *c);
 /* The same count in double precision (never overflows: the bound check of finalize) */
 double loom_gpt_num_params_approx(const struct loom_transformer_config *c);
+/* The parameters a token's forward uses (with MoE layers: the router, its k experts and the
+ * shared experts of each; otherwise loom_gpt_num_params): FLOPs are counted on these */
+double loom_gpt_num_active_params(const struct loom_transformer_config *c);
 /* Bounds finalize puts on the configuration: layers, each other size, the parameter count */
 #define LOOM_GPT_MAX_LAYERS ((int64_t)1 << 16)
 #define LOOM_GPT_MAX_DIM ((int64_t)1 << 31)
@@ -68,6 +71,10 @@ struct loom_gpt_layer_ptrs {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
     float *q_ln_w, *q_ln_b, *k_ln_w, *k_ln_b; /* qk_layernorm only */
+    /* an MoE layer's router, expert bias, shared experts and their gate (the experts' own
+     * pointers are the MoE layer's, struct loom_moe_layer) */
+    float *router_w, *expert_bias, *sh_fc1_w, *sh_fc1_b, *sh_fc2_w, *sh_fc2_b, *sh_gate_w;
+    float *expert_first; /* set by the table for no one: where the experts' entries point */
 };
 struct loom_gpt_ptrs {
     float *wte, *wpe, *lnf_w, *lnf_b, *out_w;

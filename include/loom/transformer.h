@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "loom/backend.h"
+#include "loom/moe.h"
 
 enum loom_norm { LOOM_NORM_LAYERNORM = 0, LOOM_NORM_RMSNORM };
 enum loom_posemb { LOOM_POSEMB_LEARNED = 0, LOOM_POSEMB_ROPE, LOOM_POSEMB_NONE };
@@ -75,6 +76,8 @@ struct loom_transformer_config {
     enum loom_gelu head_gelu;
     double hidden_dropout, attention_dropout;
     double init_std;
+    /* mixture-of-experts MLPs (loom/moe.h; num_experts 0: the dense MLP in every layer) */
+    struct loom_moe_config moe;
     /* Flags that give settings above without being one of their own (rows of GPT's settings
      * table, src/models/gpt/gpt_settings.c, whose from_flags hook turns them into the settings):
      * what `loom train` was given; not kept in checkpoints. */
