@@ -85,6 +85,7 @@ struct loom_gpt_ptrs {
 };
 
 struct loom_gpt_acts; /* private: activation and scratch buffers for one micro-batch */
+struct loom_gpt_moe;  /* private: the MoE layers (src/models/gpt/gpt_moe.c) */
 
 struct loom_gpt {
     struct loom_model base; /* first: a struct loom_model * of the family is a struct loom_gpt * */
@@ -97,6 +98,7 @@ struct loom_gpt {
     float *norm_eff;
     int64_t layer_begin, layer_end; /* decoder layers held by this rank */
     struct loom_gpt_acts *acts; /* [nslots] */
+    struct loom_gpt_moe *moe;   /* the MoE layers' state (NULL without --num-experts) */
     /* state of the heads of a family built on this stack (the encoder form's), freed with it */
     void *heads;
     void (*heads_free)(struct loom_gpt *m);

@@ -109,4 +109,35 @@ void loom_moe_route_backward(const struct loom_moe_route *r, const struct loom_m
 /* The expert bias update from the counts c[E] of a global batch (bias += rate * sign(mean - c)) */
 void loom_moe_bias_update(float *bias, const double *counts, int64_t E, double rate);
 
+
+/* ---- the layer ---- */
+#include "loom/backend.h"
+
+/* One MoE layer's parameters, or their gradients (device pointers; NULL: absent). The experts'
+ * are arrays of E pointers, one tensor per expert. */
+struct loom_moe_weights {
+    float *router_w, *expert_bias;
+    float **fc1_w, **fc1_b, **fc2_w, **fc2_b;
+    float *sh_fc1_w, *sh_fc1_b, *sh_fc2_w, *sh_fc2_b, *sh_gate_w;
+};
+
+/* The layers of a model: B sequences of T tokens of hidden size C, the experts' activation
+ * (swiglu, else GELU of form gelu), biases on the products or not, and room for `nacts` saved
+ * forwards (micro-batch slots x MoE layers) */
+struct loom_moe;
+enum loom_status loom_moe_create(struct loom_moe **out, const struct loom_moe_config *c,
+                                 struct loom_backend *be, int64_t B, int64_t T, int64_t C,
+                                 int swiglu, enum loom_gelu gelu, int bias, int64_t nacts);
+void loom_moe_free(struct loom_moe *moe);
+/* y [N, C] (assigned) = the layer of x [N, C], its activations kept in saved forward `act` */
+enum loom_status loom_moe_forward(struct loom_moe *moe, int64_t act, float *y, const float *x,
+                                  const struct loom_moe_weights *w);
+/* dx [N, C] (assigned) from dy [N, C] for saved forward `act` of input x; parameter gradients
+ * accumulate into g; the balancing and z-loss gradients are weighted by `scale` */
+enum loom_status loom_moe_backward(struct loom_moe *moe, int64_t act, float *dx, const float *dy,
+                                   const float *x, const struct loom_moe_weights *w,
+                                   const struct loom_moe_weights *g, double scale);
+/* The routing of saved forward `act` (host) */
+const struct loom_moe_route *loom_moe_route_of(const struct loom_moe *moe, int64_t act);
+
 #endif

@@ -151,6 +151,7 @@ const struct loom_family loom_gpt_family = {
     .first_backward = loom_gpt_family_first_backward,
     .boundary = loom_gpt_family_boundary,
     .flops_per_sample = loom_gpt_family_flops_per_sample,
+    .step_end = loom_gpt_moe_step_end,
     .decode_config = gpt_decode_config,
     .decoder_create = gpt_decoder_create,
     .decoder_step = gpt_decoder_step,
