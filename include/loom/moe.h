@@ -65,9 +65,10 @@ struct loom_moe_config {
     int shared_gate;                    /* --moe-shared-expert-gate */
 };
 
-/* Check the MoE flags against each other and the model (L layers, tensor-parallel size tp): a
- * one-line error naming the flag and what is valid (LOOM_ERR_INVALID_ARG). ffn: the dense
- * --ffn-hidden-size, taken for an expert's when moe_ffn is 0. */
+/* Check the MoE flags against each other and the model (L layers, tensor-parallel size tp, which
+ * must divide the experts' and shared experts' sizes): a one-line error naming the flag and what
+ * is valid (LOOM_ERR_INVALID_ARG). ffn: the dense --ffn-hidden-size, taken for an expert's when
+ * moe_ffn is 0. */
 enum loom_status loom_moe_config_check(struct loom_moe_config *c, int64_t L, int64_t ffn, int tp);
 /* Whether layer l (of L) is an MoE layer: the layer pattern of layer_freq (checked first) */
 int loom_moe_is_moe_layer(const struct loom_moe_config *c, int64_t L, int64_t l);
@@ -123,11 +124,19 @@ struct loom_moe_weights {
 
 /* The layers of a model: B sequences of T tokens of hidden size C, the experts' activation
  * (swiglu, else GELU of form gelu), biases on the products or not, and room for `nacts` saved
- * forwards (micro-batch slots x MoE layers) */
+ * forwards (micro-batch slots x MoE layers).
+ * Tensor parallelism (tp: the group, NULL for one rank; every rank has all N tokens): the
+ * experts' and the shared experts' fc1 are split by columns, fc2 by rows, as the dense MLP's
+ * (their weights are this rank's slices, F / tp of each expert's F). The layer's output is then
+ * this rank's share, to be summed over the group by the caller (fc2's biases added by rank 0); its
+ * input gradient likewise (the router's and the gate's part from rank 0); the router and the gate
+ * are replicated and their gradients the same on every rank. */
+struct loom_comm;
 struct loom_moe;
 enum loom_status loom_moe_create(struct loom_moe **out, const struct loom_moe_config *c,
                                  struct loom_backend *be, int64_t B, int64_t T, int64_t C,
-                                 int swiglu, enum loom_gelu gelu, int bias, int64_t nacts);
+                                 int swiglu, enum loom_gelu gelu, int bias, int64_t nacts,
+                                 struct loom_comm *tp);
 void loom_moe_free(struct loom_moe *moe);
 /* y [N, C] (assigned) = the layer of x [N, C], its activations kept in saved forward `act` */
 enum loom_status loom_moe_forward(struct loom_moe *moe, int64_t act, float *y, const float *x,

@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
     float *dx = g_be->ops->malloc(g_be, (size_t)(N * C) * sizeof(float));
 
     struct loom_moe *moe;
-    CK(loom_moe_create(&moe, &c, g_be, B, T, C, swiglu, LOOM_GELU_TANH, 0, 1));
+    CK(loom_moe_create(&moe, &c, g_be, B, T, C, swiglu, LOOM_GELU_TANH, 0, 1, NULL));
     CK(loom_moe_forward(moe, 0, y, x, &w));
     CK(loom_moe_backward(moe, 0, dx, dy, x, &w, &g, scale));
     const struct loom_moe_route *r = loom_moe_route_of(moe, 0);

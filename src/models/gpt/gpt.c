@@ -763,7 +763,11 @@ static enum loom_status moe_branch_forward(struct loom_gpt *m, int slot, int64_t
     if (act_dtype(m) != LOOM_DTYPE_F32)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "--num-experts: MoE layers run with fp32 "
                          "activations only for now (leave out --bf16 / --fp16)");
-    LOOM_CHECK(loom_gpt_moe_forward(m, slot, l, y, la->ln2_full, ctx->training));
+    /* under tensor parallelism each rank's output is its share, summed (or reduce-scattered
+     * over the sequence) as a row-parallel product's */
+    float *full = d.sp ? m->acts[0].full : y;
+    LOOM_CHECK(loom_gpt_moe_forward(m, slot, l, full, la->ln2_full, ctx->training));
+    LOOM_CHECK(region_leave(m, y, full));
     struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
     if (dr.p > 0) loom_op(m->base.be, dropout_forward, y, y, d.B, d.Tl, d.C, &dr);
     if (feeds_local_layer(m, l)) {
@@ -984,7 +988,10 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
         float *dmoe;
         LOOM_ASSERT(!a->dres16);
         LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dmoe));
-        LOOM_CHECK(loom_gpt_moe_backward(m, slot, l, a->full, dmoe, la->ln2_full, ctx->aux_scale));
+        /* under sequence parallelism d(output) is the gathered one in full: dx goes to dc */
+        float *dxm = d.sp ? a->dc : a->full;
+        LOOM_CHECK(loom_gpt_moe_backward(m, slot, l, dxm, dmoe, la->ln2_full, ctx->aux_scale));
+        if (d.sp) be->ops->copy(be, a->full, a->dc, (size_t)(d.N * d.C) * sizeof(float));
     } else {
     LOOM_CHECK(next_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy, &dy_dt, &db));
     if (c->swiglu) {

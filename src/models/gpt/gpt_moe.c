@@ -103,7 +103,8 @@ enum loom_status loom_gpt_moe_create(struct loom_gpt *m) {
         expert_ptrs(m, l, m->base.grad_mem, &s->g[l], slots + 4 * E);
     }
     return loom_moe_create(&s->layer, &c->moe, m->base.be, m->base.B, c->seq_length, c->hidden,
-                           c->swiglu, c->gelu, c->bias, s->nlocal * m->base.nslots);
+                           c->swiglu, c->gelu, c->bias, s->nlocal * m->base.nslots,
+                           m->base.par->group[LOOM_PDIM_TP]);
 }
 
 void loom_gpt_moe_free(struct loom_gpt *m) {

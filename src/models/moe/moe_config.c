@@ -138,8 +138,11 @@ enum loom_status loom_moe_config_check(struct loom_moe_config *c, int64_t L, int
         BAD("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
     if (c->aux_coeff < 0) BAD("--moe-aux-loss-coeff must be >= 0 (got %g)", c->aux_coeff);
     if (c->z_coeff < 0) BAD("--moe-z-loss-coeff must be >= 0 (got %g)", c->z_coeff);
-    if (tp > 1)
-        BAD("--num-experts with --tensor-model-parallel-size %d: MoE layers run on one "
-            "tensor-parallel rank for now", tp);
+    if (c->ffn_hidden % tp)
+        BAD("--tensor-model-parallel-size %d does not divide the experts' hidden size %lld "
+            "(--moe-ffn-hidden-size, by default --ffn-hidden-size)", tp, (long long)c->ffn_hidden);
+    if (c->shared_ffn % tp)
+        BAD("--tensor-model-parallel-size %d does not divide "
+            "--moe-shared-expert-intermediate-size %lld", tp, (long long)c->shared_ffn);
     return LOOM_OK;
 }

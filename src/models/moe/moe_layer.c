@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loom/comm.h"
 #include "loom/moe.h"
 
 struct moe_act { /* one saved forward */
@@ -34,6 +35,8 @@ struct loom_moe {
     int64_t B, T, N, C, E, K, F, F1, Fs, F1s, Rmax, nacts;
     int swiglu, bias;
     enum loom_gelu gelu;
+    struct loom_comm *tp; /* NULL: one tensor-parallel rank */
+    int tp_rank;
     struct moe_act *acts;
     int32_t *ident; /* [N] device: 0 .. N-1 (the shared gate's rows) */
     /* backward scratch (device) */
@@ -58,7 +61,8 @@ static void devfree(struct loom_moe *m, void *p) {
 
 enum loom_status loom_moe_create(struct loom_moe **out, const struct loom_moe_config *c,
                                  struct loom_backend *be, int64_t B, int64_t T, int64_t C,
-                                 int swiglu, enum loom_gelu gelu, int bias, int64_t nacts) {
+                                 int swiglu, enum loom_gelu gelu, int bias, int64_t nacts,
+                                 struct loom_comm *tp) {
     if (!be->ops->moe_permute || !be->ops->grouped_linear_forward)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "--num-experts: MoE layers are not supported on "
                          "%s yet (run them on the cpu backend)", be->ops->name);
@@ -72,9 +76,12 @@ enum loom_status loom_moe_create(struct loom_moe **out, const struct loom_moe_co
     m->C = C;
     m->E = c->num_experts;
     m->K = c->topk;
-    m->F = c->ffn_hidden;
+    const int tps = tp ? loom_comm_size(tp) : 1;
+    m->tp = tps > 1 ? tp : NULL;
+    m->tp_rank = tps > 1 ? loom_comm_rank(tp) : 0;
+    m->F = c->ffn_hidden / tps;
     m->F1 = swiglu ? 2 * m->F : m->F;
-    m->Fs = c->shared_ffn;
+    m->Fs = c->shared_ffn / tps;
     m->F1s = swiglu ? 2 * m->Fs : m->Fs;
     m->swiglu = swiglu;
     m->gelu = gelu;
@@ -213,15 +220,18 @@ enum loom_status loom_moe_forward(struct loom_moe *m, int64_t act, float *y, con
     loom_op(be, grouped_linear_forward, a->f1, a->xp, (const float *const *)w->fc1_w,
             (const float *const *)w->fc1_b, r->rows, E, C, m->F1);
     activation(m, a->a, a->f1, R, m->F);
+    /* fc2's bias: once over the tensor-parallel ranks (rank 0's share) */
+    float *const *fc2_b = m->tp_rank == 0 ? w->fc2_b : NULL;
     loom_op(be, grouped_linear_forward, a->eo, a->a, (const float *const *)w->fc2_w,
-            (const float *const *)w->fc2_b, r->rows, E, m->F, C);
+            (const float *const *)fc2_b, r->rows, E, m->F, C);
     be->ops->zero(be, y, FL(N * C));
     loom_op(be, moe_unpermute, y, a->eo, a->tok, a->prob, R, N, C);
     if (m->Fs <= 0) return LOOM_OK;
     /* shared experts: every token, times its gate */
     loom_op(be, linear_forward, a->sf1, x, w->sh_fc1_w, w->sh_fc1_b, N, C, m->F1s);
     activation(m, a->sa, a->sf1, N, m->Fs);
-    loom_op(be, linear_forward, a->sout, a->sa, w->sh_fc2_w, w->sh_fc2_b, N, m->Fs, C);
+    loom_op(be, linear_forward, a->sout, a->sa, w->sh_fc2_w, m->tp_rank == 0 ? w->sh_fc2_b : NULL,
+            N, m->Fs, C);
     if (!w->sh_gate_w) {
         be->ops->add(be, y, y, a->sout, N * C);
         return LOOM_OK;
@@ -264,6 +274,8 @@ enum loom_status loom_moe_backward(struct loom_moe *m, int64_t act, float *dx, c
     /* the experts: d(prob) of each row, then back through fc2, the activation and fc1 */
     loom_op(be, moe_row_dot, m->drow, a->eo, dy, a->tok, R, C);
     be->ops->to_host(be, m->hrow, m->drow, FL(R));
+    if (m->tp) /* each rank's rows are its share of the experts' outputs */
+        LOOM_CHECK(loom_comm_allreduce(m->tp, m->hrow, R, LOOM_DTYPE_F32, LOOM_REDOP_SUM));
     loom_op(be, moe_permute, m->deo, dy, a->tok, a->prob, R, C);
     loom_op(be, grouped_linear_backward, m->da, g->fc2_w, g->fc2_b, m->deo, a->a,
             (const float *const *)w->fc2_w, r->rows, E, m->F, C);
@@ -292,6 +304,8 @@ enum loom_status loom_moe_backward(struct loom_moe *m, int64_t act, float *dx, c
          * joins the router's on the host */
         loom_op(be, moe_row_dot, m->drow, a->sout, dy, m->ident, N, C);
         be->ops->to_host(be, m->hrow, m->drow, FL(N));
+        if (m->tp)
+            LOOM_CHECK(loom_comm_allreduce(m->tp, m->hrow, N, LOOM_DTYPE_F32, LOOM_REDOP_SUM));
         float *gate = malloc(FL(N));
         double *dgl = malloc((size_t)N * sizeof(double));
         if (!gate || !dgl) {
@@ -309,8 +323,11 @@ enum loom_status loom_moe_backward(struct loom_moe *m, int64_t act, float *dx, c
         free(gate);
         free(dgl);
     }
-    be->ops->to_device(be, m->dtmp, m->hdx, FL(N * C));
-    be->ops->add(be, dx, dx, m->dtmp, N * C);
+    /* the replicated router's and gate's part of dx: once over the tensor-parallel ranks */
+    if (m->tp_rank == 0) {
+        be->ops->to_device(be, m->dtmp, m->hdx, FL(N * C));
+        be->ops->add(be, dx, dx, m->dtmp, N * C);
+    }
     if (m->Fs <= 0) return LOOM_OK;
     /* the shared experts */
     loom_op(be, moe_permute, m->ds_out, dy, m->ident, w->sh_gate_w ? a->gate : NULL, N, C);
