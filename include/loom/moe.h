@@ -41,6 +41,7 @@ enum loom_moe_drop { LOOM_MOE_DROP_PROBS = 0, LOOM_MOE_DROP_POSITION };
 enum loom_moe_dtype { LOOM_MOE_ROUTER_FP32 = 0, LOOM_MOE_ROUTER_FP64 };
 
 #define LOOM_MOE_FREQ_LEN 128
+#define LOOM_MOE_MAX_EXPERTS 4096 /* the router keeps per-token arrays of E on the stack */
 
 /* Megatron-LM's MoE flags (the transformer configuration's `moe`); num_experts 0: no MoE. */
 struct loom_moe_config {
@@ -91,6 +92,9 @@ struct loom_moe_route {
     int64_t *rows;     /* [E] rows of each expert in the permuted buffer */
     int32_t *row_token; /* [R] the token of each row (-1: padding) */
     int32_t *row_pair;  /* [R] its pair n*K + k (-1: padding) */
+    double *bcount;     /* [nseq, E] with seq_aux_loss, else [1, E]: the tokens of each sequence
+                           (of the micro-batch) that chose each expert, for the balancing loss */
+    int32_t *pairs;     /* [2 N K] scratch */
     double aux, z;     /* the balancing measure and the z-loss, without their coefficients */
 };
 

@@ -8,6 +8,7 @@
 #   z_loss are logged on their own line and in the metrics file, with each MoE layer's expert load
 #   (shares summing to 1);
 # - --moe-layer-freq as a list leaves the layers it marks 0 dense (in the checkpoint and the log);
+#   such a checkpoint's export to Hugging Face is a one-line error;
 # - the expert bias (sigmoid scores, --moe-router-enable-expert-bias) moves, is kept in
 #   checkpoints, and a run resumed from one trains as the straight run, bit for bit;
 # - capacity with padding and group-limited routing train.
@@ -92,6 +93,15 @@ if grep -q "expert load layer 1" "$tmp/freq.log" && ! grep -q "expert load layer
   echo "ok   --moe-layer-freq ([0]*1+[1]*1): layer 0 dense, layer 1 MoE"
 else
   echo "FAIL: --moe-layer-freq ([0]*1+[1]*1)"; fail=1
+fi
+
+# no Hugging Face form yet: a one-line error, nothing written
+out=$("$LOOM" convert --loader loom --saver hf --load-dir "$tmp/freq" --save-dir "$tmp/freq_hf" 2>&1)
+if [ $? -ne 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && printf '%s' "$out" | grep -q -- "--num-experts" &&
+   [ ! -e "$tmp/freq_hf/model.safetensors" ]; then
+  echo "ok   export to Hugging Face refused: $out"
+else
+  echo "FAIL: export of an MoE checkpoint: $out"; fail=1
 fi
 
 # the expert bias: moves, is kept, resumes

@@ -1,4 +1,5 @@
 /* GPT configuration: defaults, validation against the layout, vocabulary padding. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "loom/gpt.h"
@@ -169,8 +170,10 @@ static double moe_params_delta(const struct loom_transformer_config *c, int acti
                  (active ? (double)m->topk : (double)m->num_experts) * expert;
     if (Fs > 0) moe += sw * Fs * C + b * sw * Fs + C * Fs + b * C + (m->shared_gate ? C : 0);
     double layers = 0;
-    for (int64_t l = 0; l < c->num_layers; l++)
-        layers += loom_moe_is_moe_layer(m, c->num_layers, l);
+    uint8_t *is_moe = malloc((size_t)(c->num_layers > 0 ? c->num_layers : 1));
+    if (is_moe && loom_moe_layer_pattern(m->layer_freq, c->num_layers, is_moe) == LOOM_OK)
+        for (int64_t l = 0; l < c->num_layers; l++) layers += is_moe[l];
+    free(is_moe);
     return layers * (moe - dense);
 }
 

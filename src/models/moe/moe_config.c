@@ -88,6 +88,8 @@ enum loom_status loom_moe_config_check(struct loom_moe_config *c, int64_t L, int
     const int64_t E = c->num_experts;
     if (E < 0) BAD("--num-experts must be >= 0 (got %lld; 0: no MoE layers)", (long long)E);
     if (E == 0) return LOOM_OK;
+    if (E > LOOM_MOE_MAX_EXPERTS)
+        BAD("--num-experts %lld: at most %d", (long long)E, LOOM_MOE_MAX_EXPERTS);
     uint8_t *m = malloc((size_t)(L > 0 ? L : 1));
     if (!m) return loom_fail(LOOM_ERR_OOM, "out of memory checking --moe-layer-freq");
     enum loom_status s = loom_moe_layer_pattern(c->layer_freq, L, m);

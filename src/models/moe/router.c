@@ -49,8 +49,10 @@ enum loom_status loom_moe_route_alloc(struct loom_moe_route *r, const struct loo
     r->rows = malloc((size_t)E * sizeof(int64_t));
     r->row_token = malloc((size_t)(R > 0 ? R : 1) * sizeof(int32_t));
     r->row_pair = malloc((size_t)(R > 0 ? R : 1) * sizeof(int32_t));
+    r->bcount = malloc((size_t)(nseq * E) * sizeof(double));
+    r->pairs = malloc((size_t)(N * K > 0 ? N * K : 1) * 2 * sizeof(int32_t));
     if (!r->logits || !r->expert || !r->prob || !r->kept || !r->count || !r->rows ||
-        !r->row_token || !r->row_pair) {
+        !r->row_token || !r->row_pair || !r->bcount || !r->pairs) {
         loom_moe_route_free(r);
         return loom_fail(LOOM_ERR_OOM, "out of memory for the MoE router (%lld tokens, %lld "
                          "experts)", (long long)N, (long long)E);
@@ -67,6 +69,8 @@ void loom_moe_route_free(struct loom_moe_route *r) {
     free(r->rows);
     free(r->row_token);
     free(r->row_pair);
+    free(r->bcount);
+    free(r->pairs);
     memset(r, 0, sizeof *r);
 }
 
@@ -163,18 +167,25 @@ static void route_token(const struct loom_moe_config *c, const double *l, const 
         for (int64_t k = 0; k < K; k++) p[k] *= c->topk_scaling;
 }
 
-/* Order of the pairs routed to one expert for the capacity: by probability (highest first,
- * ties by token), or by position */
-static const struct loom_moe_route *g_sort_route;
-static int by_prob(const void *a, const void *b) {
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    const double px = g_sort_route->prob[x], py = g_sort_route->prob[y];
-    if (px != py) return px > py ? -1 : 1;
-    return x < y ? -1 : x > y;
+/* The pairs routed to one expert, in the order the capacity keeps them: by probability (highest
+ * first, ties by pair), or by position (pair order) */
+static int before(const struct loom_moe_route *r, int by_prob, int32_t x, int32_t y) {
+    if (by_prob && r->prob[x] != r->prob[y]) return r->prob[x] > r->prob[y];
+    return x < y;
 }
-static int by_pair(const void *a, const void *b) {
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return x < y ? -1 : x > y;
+/* merge sort of v[n] by `before`, with tmp[n] as scratch (stable, n log n) */
+static void sort_pairs(const struct loom_moe_route *r, int by_prob, int32_t *v, int32_t *tmp,
+                       int64_t n) {
+    for (int64_t w = 1; w < n; w *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * w) {
+            const int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int64_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) tmp[k++] = before(r, by_prob, v[j], v[i]) ? v[j++] : v[i++];
+            while (i < mid) tmp[k++] = v[i++];
+            while (j < hi) tmp[k++] = v[j++];
+        }
+        memcpy(v, tmp, (size_t)n * sizeof *v);
+    }
 }
 
 void loom_moe_route(struct loom_moe_route *r, const struct loom_moe_config *c, const float *x,
@@ -202,49 +213,45 @@ void loom_moe_route(struct loom_moe_route *r, const struct loom_moe_config *c, c
     memset(r->count, 0, (size_t)E * sizeof(int64_t));
     for (int64_t n = 0; n < N * K; n++) r->count[r->expert[n]]++;
     const int64_t S = N / r->nseq;
-    double aux = 0, z = 0;
-    double *s = malloc((size_t)E * sizeof(double) * 3);
-    double *P = s + E, *cnt = s + 2 * E;
     const int seq = c->balance == LOOM_MOE_SEQ_AUX_LOSS;
-    for (int64_t b = 0; b < (seq ? r->nseq : 1); b++) {
+    const int64_t nb = seq ? r->nseq : 1;
+    memset(r->bcount, 0, (size_t)(nb * E) * sizeof(double));
+    for (int64_t n = 0; n < N * K; n++) r->bcount[(seq ? n / K / S : 0) * E + r->expert[n]] += 1;
+    double aux = 0, z = 0, s[E], P[E];
+    for (int64_t b = 0; b < nb; b++) {
         const int64_t t0 = seq ? b * S : 0, t1 = seq ? t0 + S : N;
-        memset(P, 0, (size_t)E * sizeof(double) * 2);
+        memset(P, 0, sizeof P);
         for (int64_t t = t0; t < t1; t++) {
             balance_scores(c, r->logits + t * E, E, s);
             for (int64_t e = 0; e < E; e++) P[e] += s[e];
-            for (int64_t k = 0; k < K; k++) cnt[r->expert[t * K + k]] += 1;
         }
         const double T = (double)(t1 - t0);
         double sum = 0;
-        for (int64_t e = 0; e < E; e++) sum += P[e] * cnt[e];
+        for (int64_t e = 0; e < E; e++) sum += P[e] * r->bcount[b * E + e];
         aux += sum * (double)E / ((double)K * T * T);
     }
-    r->aux = c->balance == LOOM_MOE_BALANCE_NONE ? 0 : aux / (seq ? (double)r->nseq : 1.0);
+    r->aux = c->balance == LOOM_MOE_BALANCE_NONE ? 0 : aux / (double)nb;
     for (int64_t t = 0; t < N; t++) {
         const double lse = softmax(r->logits + t * E, E, s);
         z += lse * lse;
     }
     r->z = z / (double)N;
-    free(s);
     /* capacity and the dispatch order: each expert's kept pairs in token order */
     memset(r->kept, 1, (size_t)(N * K));
-    int32_t *pairs = malloc((size_t)(N * K > 0 ? N * K : 1) * sizeof(int32_t));
+    int32_t *pairs = r->pairs, *tmp = r->pairs + (N * K > 0 ? N * K : 1);
     int64_t row = 0;
     for (int64_t e = 0; e < E; e++) {
         int64_t np = 0;
         for (int64_t n = 0; n < N * K; n++)
             if (r->expert[n] == e) pairs[np++] = (int32_t)n;
         if (c->capacity_factor > 0 && np > r->cap) {
-            if (c->drop_policy == LOOM_MOE_DROP_PROBS) {
-                g_sort_route = r;
-                qsort(pairs, (size_t)np, sizeof *pairs, by_prob);
-            }
+            if (c->drop_policy == LOOM_MOE_DROP_PROBS) sort_pairs(r, 1, pairs, tmp, np);
             for (int64_t j = r->cap; j < np; j++) {
                 r->kept[pairs[j]] = 0;
                 r->prob[pairs[j]] = 0;
             }
             np = r->cap;
-            qsort(pairs, (size_t)np, sizeof *pairs, by_pair);
+            sort_pairs(r, 0, pairs, tmp, np);
         }
         const int64_t nrows = c->pad_to_capacity ? r->cap : np;
         for (int64_t j = 0; j < nrows; j++, row++) {
@@ -254,7 +261,6 @@ void loom_moe_route(struct loom_moe_route *r, const struct loom_moe_config *c, c
         r->rows[e] = nrows;
     }
     r->R = row;
-    free(pairs);
 }
 
 void loom_moe_route_backward(const struct loom_moe_route *r, const struct loom_moe_config *c,
@@ -266,8 +272,7 @@ void loom_moe_route_backward(const struct loom_moe_route *r, const struct loom_m
     /* the tokens per expert the balancing loss weighs the scores with: of the micro-batch, or
      * of each sequence */
     const int64_t nb = seq ? r->nseq : 1;
-    double *cnt = calloc((size_t)(nb * E), sizeof(double));
-    for (int64_t n = 0; n < N * K; n++) cnt[(seq ? n / K / S : 0) * E + r->expert[n]] += 1;
+    const double *cnt = r->bcount;
     const double T = seq ? (double)S : (double)N;
     const double aux_k = aux_w * (double)E / ((double)K * T * T * (double)nb);
 #pragma omp parallel for schedule(static)
@@ -333,7 +338,6 @@ void loom_moe_route_backward(const struct loom_moe_route *r, const struct loom_m
             for (int64_t e = 0; e < E; e++) dl[e] += z_w * 2.0 * lse * s[e] / (double)N;
         }
     }
-    free(cnt);
 }
 
 void loom_moe_bias_update(float *bias, const double *counts, int64_t E, double rate) {
