@@ -254,13 +254,22 @@ static void host_weight_grad(struct loom_moe *m, float *g_dev, const double *coe
     struct loom_backend *be = m->be;
     const int64_t N = m->N, C = m->C;
     be->ops->to_host(be, m->hg, g_dev, FL(rows * C));
+    /* by blocks of columns, the tokens in order within each: contiguous reads of x */
+    const int64_t blk = 64;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < C; i++)
+    for (int64_t i0 = 0; i0 < C; i0 += blk) {
+        const int64_t n = i0 + blk < C ? blk : C - i0;
+        double acc[64];
         for (int64_t e = 0; e < rows; e++) {
-            double acc = 0;
-            for (int64_t t = 0; t < N; t++) acc += coef[t * rows + e] * (double)m->hx[t * C + i];
-            m->hg[e * C + i] += (float)acc;
+            for (int64_t i = 0; i < n; i++) acc[i] = 0;
+            for (int64_t t = 0; t < N; t++) {
+                const double k = coef[t * rows + e];
+                const float *x = m->hx + t * C + i0;
+                for (int64_t i = 0; i < n; i++) acc[i] += k * (double)x[i];
+            }
+            for (int64_t i = 0; i < n; i++) m->hg[e * C + i0 + i] += (float)acc[i];
         }
+    }
     be->ops->to_device(be, g_dev, m->hg, FL(rows * C));
 }
 
