@@ -6,7 +6,8 @@
  * Its metadata gives the configuration: B, T, swiglu, scale (the weight of the balancing and
  * z-loss gradients), bias_steps, and the MoE settings under loom/moe.h's field names
  * (num_experts, topk, ffn_hidden, pre_softmax, score "softmax|sigmoid", topk_scaling,
- * num_groups, group_topk, balance "aux_loss|seq_aux_loss|none", aux_coeff, z_coeff,
+ * num_groups, group_topk, router_dtype "fp32|fp64", balance "aux_loss|seq_aux_loss|none",
+ * aux_coeff, z_coeff,
  * expert_bias, capacity_factor, drop_policy "probs|position", pad_to_capacity, shared_ffn,
  * shared_gate).
  * OUT: y, dx, expert [N, K], kept [N, K], prob [N, K], aux [1], z [1], the gradients as
@@ -110,6 +111,7 @@ int main(int argc, char **argv) {
     c.pad_to_capacity = (int)meta_num("pad_to_capacity", 0);
     c.shared_ffn = (int64_t)meta_num("shared_ffn", 0);
     c.shared_gate = (int)meta_num("shared_gate", 0);
+    c.router_dtype = meta_is("router_dtype", "fp64") ? LOOM_MOE_ROUTER_FP64 : LOOM_MOE_ROUTER_FP32;
     const double scale = meta_num("scale", 1);
     const int steps = (int)meta_num("bias_steps", 0);
     const struct loom_safetensors_entry *xe = loom_safetensors_find(in, "x");

@@ -39,6 +39,8 @@ torch.set_default_dtype(torch.float64)
 CASES = {
     # name: the layer's settings (metadata of in.safetensors, as moe_layer_check reads them)
     "softmax": dict(num_experts=8, topk=2, aux_coeff=1e-1, z_coeff=1e-3),
+    "softmax_fp64": dict(num_experts=8, topk=3, router_dtype="fp64", aux_coeff=1e-1,
+                         balance="seq_aux_loss"),
     "pre_softmax": dict(num_experts=8, topk=2, pre_softmax=1, swiglu=1, balance="seq_aux_loss",
                         aux_coeff=1e-2),
     "sigmoid_bias": dict(num_experts=8, topk=2, score="sigmoid", expert_bias=1, topk_scaling=2.5,

@@ -320,6 +320,9 @@ static enum loom_status gpt_build(struct loom_gpt *m) {
     LOOM_CHECK(set_ptrs(m, m->base.grad_mem, &m->g));
     LOOM_CHECK(norm_weights_create(m));
     LOOM_CHECK(loom_gpt_moe_create(m));
+    if (m->moe && act_dtype_now(m) != LOOM_DTYPE_F32)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--num-experts: MoE layers run with fp32 "
+                         "activations only for now (leave out --bf16 / --fp16)");
 
     m->acts = calloc((size_t)nslots, sizeof *m->acts);
     if (!m->acts) return loom_fail(LOOM_ERR_OOM, "out of memory for the activations' layout");
