@@ -74,7 +74,9 @@ struct loom_gpt_layer_ptrs {
     /* an MoE layer's router, expert bias, shared experts and their gate (the experts' own
      * pointers are the MoE layer's, struct loom_moe_layer) */
     float *router_w, *expert_bias, *sh_fc1_w, *sh_fc1_b, *sh_fc2_w, *sh_fc2_b, *sh_gate_w;
-    float *expert_first; /* set by the table for no one: where the experts' entries point */
+    /* the field the experts' own table entries name; each expert's pointers are the MoE
+     * layer's (gpt_moe.c finds them by name), so what is left here is unused */
+    float *experts;
 };
 struct loom_gpt_ptrs {
     float *wte, *wpe, *lnf_w, *lnf_b, *out_w;

@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loom/backend.h"
 #include "loom/status.h"
 
 enum loom_moe_score { LOOM_MOE_SCORE_SOFTMAX = 0, LOOM_MOE_SCORE_SIGMOID };
@@ -71,8 +72,6 @@ struct loom_moe_config {
  * is valid (LOOM_ERR_INVALID_ARG). ffn: the dense --ffn-hidden-size, taken for an expert's when
  * moe_ffn is 0. */
 enum loom_status loom_moe_config_check(struct loom_moe_config *c, int64_t L, int64_t ffn, int tp);
-/* Whether layer l (of L) is an MoE layer: the layer pattern of layer_freq (checked first) */
-int loom_moe_is_moe_layer(const struct loom_moe_config *c, int64_t L, int64_t l);
 /* Parse layer_freq for L layers into is_moe[L] (0/1); a one-line error naming --moe-layer-freq */
 enum loom_status loom_moe_layer_pattern(const char *freq, int64_t L, uint8_t *is_moe);
 
@@ -116,8 +115,6 @@ void loom_moe_bias_update(float *bias, const double *counts, int64_t E, double r
 
 
 /* ---- the layer ---- */
-#include "loom/backend.h"
-
 /* One MoE layer's parameters, or their gradients (device pointers; NULL: absent). The experts'
  * are arrays of E pointers, one tensor per expert. */
 struct loom_moe_weights {

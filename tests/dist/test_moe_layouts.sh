@@ -4,7 +4,8 @@
 # z-losses) and a Llama-style one (every layer MoE: 4 SwiGLU experts, sigmoid scores with the
 # expert bias, a capacity factor, shared experts with their gate), 20 iterations with dropout, in
 # fp32 under MPI: the first at TP=2 with sequence parallelism (the experts' fc1 split by columns
-# and fc2 by rows as the dense MLP's), DP=2 and TP=2 x PP=2, the second at TP=2 and PP=2. Loss, grad norm and the
+# and fc2 by rows as the dense MLP's), DP=2 and TP=2 x PP=2, the second at TP=2, PP=2 and DP=2
+# with the distributed optimizer (the expert bias, updated alike on every rank, stays whole). Loss, grad norm and the
 # parameters' norm at every iteration, every parameter after training (the expert bias too), and
 # the logged load_balancing_loss, z_loss and expert load must equal the single-rank run within
 # 1e-5 relative.
@@ -32,7 +33,7 @@ llama=(--hidden-size 32 --num-attention-heads 4 --ffn-hidden-size 48 --normaliza
        --moe-shared-expert-gate --moe-aux-loss-coeff 1e-2)
 fail=0 pass=0
 gpt_layouts=("2 1 1 sp" "1 1 2" "2 2 1")
-llama_layouts=("2 1 1" "1 2 1")
+llama_layouts=("2 1 1" "1 2 1" "1 1 2 do")
 for model in gpt llama; do
   declare -n margs=$model lays=${model}_layouts
   ref="$tmp/$model-ref"
@@ -41,6 +42,7 @@ for model in gpt llama; do
     set -- $l
     tp=$1 pp=$2 dp=$3 extra=()
     [ "${4:-}" = sp ] && extra=(--sequence-parallel)
+    [ "${4:-}" = do ] && extra=(--use-distributed-optimizer)
     n=$((tp * pp * dp))
     out="$tmp/$model-$tp-$pp-$dp${4:-}" label="$model TP=$tp PP=$pp DP=$dp ${4:-}"
     if ! loom_mpirun "$n" "$LOOM" train "${common[@]}" "${margs[@]}" --tensor-model-parallel-size "$tp" \

@@ -129,15 +129,15 @@ static void add_moe(struct table_builder *tb, const struct loom_transformer_conf
         if (shared) snprintf(pre, sizeof pre, "shared_experts");
         else snprintf(pre, sizeof pre, "experts.local_experts.%lld", (long long)e);
         add(tb, MNAME("%s.linear_fc1.weight", pre), 2, F1, C, 0, (int)l, LOOM_INIT_NORMAL,
-            shared ? LAYER(sh_fc1_w) : LAYER(expert_first))->tp_chunks = c->swiglu ? 2 : 1;
+            shared ? LAYER(sh_fc1_w) : LAYER(experts))->tp_chunks = c->swiglu ? 2 : 1;
         if (c->bias)
             add(tb, MNAME("%s.linear_fc1.bias", pre), 1, F1, 0, 0, (int)l, LOOM_INIT_ZEROS,
-                shared ? LAYER(sh_fc1_b) : LAYER(expert_first))->tp_chunks = c->swiglu ? 2 : 1;
+                shared ? LAYER(sh_fc1_b) : LAYER(experts))->tp_chunks = c->swiglu ? 2 : 1;
         add(tb, MNAME("%s.linear_fc2.weight", pre), 2, C, F, 1, (int)l, LOOM_INIT_NORMAL_SCALED,
-            shared ? LAYER(sh_fc2_w) : LAYER(expert_first));
+            shared ? LAYER(sh_fc2_w) : LAYER(experts));
         if (c->bias)
             add(tb, MNAME("%s.linear_fc2.bias", pre), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS,
-                shared ? LAYER(sh_fc2_b) : LAYER(expert_first));
+                shared ? LAYER(sh_fc2_b) : LAYER(experts));
     }
     if (mc->shared_ffn > 0 && mc->shared_gate)
         add(tb, MNAME("shared_experts.gate_weight"), 2, 1, C, -1, (int)l, LOOM_INIT_NORMAL,

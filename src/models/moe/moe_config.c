@@ -75,15 +75,6 @@ bad:
         "or \"([0]*3+[1]*29)\"", freq);
 }
 
-int loom_moe_is_moe_layer(const struct loom_moe_config *c, int64_t L, int64_t l) {
-    if (c->num_experts <= 0 || l < 0 || l >= L) return 0;
-    uint8_t *m = malloc((size_t)L);
-    int r = 0;
-    if (m && loom_moe_layer_pattern(c->layer_freq, L, m) == LOOM_OK) r = m[l];
-    free(m);
-    return r;
-}
-
 enum loom_status loom_moe_config_check(struct loom_moe_config *c, int64_t L, int64_t ffn, int tp) {
     const int64_t E = c->num_experts;
     if (E < 0) BAD("--num-experts must be >= 0 (got %lld; 0: no MoE layers)", (long long)E);
