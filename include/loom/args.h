@@ -24,6 +24,8 @@ enum loom_flag_type {
     LOOM_FLAG_CLEAR,  /* int *, takes no value, sets 0 (a negative switch such as
                          --disable-bias-linear; --help shows it on when the int is 0) */
     LOOM_FLAG_ENUM,   /* int *, value must be one of `choices` ("a|b|c"): sets its index */
+    LOOM_FLAG_TEXT,   /* char[LOOM_FLAG_TEXT_LEN], the value copied in (a longer one is an
+                         error) */
 };
 
 struct loom_flag {
@@ -34,6 +36,7 @@ struct loom_flag {
     const char *choices; /* LOOM_FLAG_CHOICE and LOOM_FLAG_ENUM only */
     int given;           /* set by loom_flags_parse */
 };
+#define LOOM_FLAG_TEXT_LEN 128
 
 /* Parse argv[first..argc). Sets *help when --help/-h is present (then nothing else is checked). */
 enum loom_status loom_flags_parse(struct loom_flag *flags, int nflags, int argc, char **argv,

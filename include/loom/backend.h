@@ -315,6 +315,28 @@ struct loom_backend_ops {
                            int64_t N, int64_t F);
     void (*swiglu_backward)(struct loom_backend *be, void *dinp, const void *dout, const void *inp,
                             enum loom_dtype dt, int64_t N, int64_t F);
+    /* ---- mixture of experts (the permuted rows of loom/moe.h) ----
+     * permute: out[r] = scale[r] * inp[tok[r]] for r < R (scale NULL: 1; tok[r] < 0: a zero
+     * row), out[R,C], inp[N,C]. unpermute: out[tok[r]] += scale[r] * inp[r] (scale NULL: 1; rows
+     * with tok[r] < 0 skipped), out[N,C] accumulated in the order of r. row_dot: out[r] =
+     * inp[r] . other[tok[r]] (0 for tok[r] < 0). tok[R] int32 and scale[R] on the device. */
+    void (*moe_permute)(struct loom_backend *be, float *out, const float *inp, const int32_t *tok,
+                        const float *scale, int64_t R, int64_t C);
+    void (*moe_unpermute)(struct loom_backend *be, float *out, const float *inp,
+                          const int32_t *tok, const float *scale, int64_t R, int64_t N, int64_t C);
+    void (*moe_row_dot)(struct loom_backend *be, float *out, const float *inp, const float *other,
+                        const int32_t *tok, int64_t R, int64_t C);
+    /* Grouped linear: G groups of consecutive rows (rows[g] each) of inp[sum rows, C], group g
+     * with its own w[g] [OC,C] and b[g] (b NULL or b[g] NULL: none): out = inp . w[g]^T + b[g].
+     * Backward as linear_backward per group: dinp assigned (NULL: skipped), dw[g] and db[g]
+     * (NULL: skipped) accumulate. The pointer arrays live on the host. */
+    void (*grouped_linear_forward)(struct loom_backend *be, float *out, const float *inp,
+                                   const float *const *w, const float *const *b,
+                                   const int64_t *rows, int64_t G, int64_t C, int64_t OC);
+    void (*grouped_linear_backward)(struct loom_backend *be, float *dinp, float *const *dw,
+                                    float *const *db, const float *dout, const float *inp,
+                                    const float *const *w, const int64_t *rows, int64_t G,
+                                    int64_t C, int64_t OC);
     /* out = inp * keep / (1 - p) over a local [B,T,C] block (out may alias inp) */
     void (*dropout_forward)(struct loom_backend *be, float *out, const float *inp, int64_t B,
                             int64_t T, int64_t C, const struct loom_dropout *d);

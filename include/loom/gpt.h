@@ -59,6 +59,9 @@ int loom_gpt_layer_stage(const struct loom_transformer_config *c, int pp, int vp
 int64_t loom_gpt_num_params(const struct loom_transformer_config *c);
 /* The same count in double precision (never overflows: the bound check of finalize) */
 double loom_gpt_num_params_approx(const struct loom_transformer_config *c);
+/* The parameters a token's forward uses (with MoE layers: the router, its k experts and the
+ * shared experts of each; otherwise loom_gpt_num_params): FLOPs are counted on these */
+double loom_gpt_num_active_params(const struct loom_transformer_config *c);
 /* Bounds finalize puts on the configuration: layers, each other size, the parameter count */
 #define LOOM_GPT_MAX_LAYERS ((int64_t)1 << 16)
 #define LOOM_GPT_MAX_DIM ((int64_t)1 << 31)
@@ -68,6 +71,12 @@ struct loom_gpt_layer_ptrs {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
     float *q_ln_w, *q_ln_b, *k_ln_w, *k_ln_b; /* qk_layernorm only */
+    /* an MoE layer's router, expert bias, shared experts and their gate (the experts' own
+     * pointers are the MoE layer's, struct loom_moe_layer) */
+    float *router_w, *expert_bias, *sh_fc1_w, *sh_fc1_b, *sh_fc2_w, *sh_fc2_b, *sh_gate_w;
+    /* the field the experts' own table entries name; each expert's pointers are the MoE
+     * layer's (gpt_moe.c finds them by name), so what is left here is unused */
+    float *experts;
 };
 struct loom_gpt_ptrs {
     float *wte, *wpe, *lnf_w, *lnf_b, *out_w;
@@ -78,6 +87,7 @@ struct loom_gpt_ptrs {
 };
 
 struct loom_gpt_acts; /* private: activation and scratch buffers for one micro-batch */
+struct loom_gpt_moe;  /* private: the MoE layers (src/models/gpt/gpt_moe.c) */
 
 struct loom_gpt {
     struct loom_model base; /* first: a struct loom_model * of the family is a struct loom_gpt * */
@@ -90,6 +100,7 @@ struct loom_gpt {
     float *norm_eff;
     int64_t layer_begin, layer_end; /* decoder layers held by this rank */
     struct loom_gpt_acts *acts; /* [nslots] */
+    struct loom_gpt_moe *moe;   /* the MoE layers' state (NULL without --num-experts) */
     /* state of the heads of a family built on this stack (the encoder form's), freed with it */
     void *heads;
     void (*heads_free)(struct loom_gpt *m);

@@ -88,6 +88,20 @@ struct loom_step_ctx {
      * query attends to a key of an earlier document. */
     int32_t doc_eod;
     int reset_position_ids, reset_attention_mask;
+    /* the weight of a micro-batch's auxiliary losses in the step's gradient (MoE's balancing and
+     * z-losses: 1 / the global batch's micro-batches, times the loss scale); 0: none */
+    double aux_scale;
+};
+
+/* What a family reports of a training step besides its losses (struct loom_family.step_end):
+ * named values for the log line and the metrics file, and lines of its own. */
+#define LOOM_MAX_REPORTED 4
+struct loom_step_report {
+    int n;
+    const char *names[LOOM_MAX_REPORTED];
+    double values[LOOM_MAX_REPORTED];
+    char *lines;   /* extra log lines ("\n"-separated; NULL: none), owned by the model */
+    char *metrics; /* extra metrics-file members ("\"key\": value, ..."; NULL: none), the model's */
 };
 
 /* One micro-batch of B samples of T positions, on the host. Fields a family does not read may be
@@ -203,6 +217,10 @@ struct loom_family {
      * side, in an order both sides agree on; returns how many (at most LOOM_MAX_STAGE_TENSORS). */
     int (*boundary)(struct loom_model *m, int slot, int64_t l, enum loom_boundary_side side,
                     struct loom_stage_tensor *t);
+    /* After each training step's optimizer update, on every rank (it may communicate): the
+     * family's updates that are not gradient steps (MoE's expert bias), and with `report` set
+     * its statistics since the last report into *r (the same on every rank). NULL: none. */
+    enum loom_status (*step_end)(struct loom_model *m, int report, struct loom_step_report *r);
     /* model FLOPs of one sample's forward and backward (6 N per token plus attention) */
     double (*flops_per_sample)(const struct loom_model *m);
 

@@ -30,7 +30,9 @@ enum loom_setting_type {
     LOOM_SETTING_DOUBLE, /* double */
     LOOM_SETTING_BOOL,   /* int, 0 or 1 */
     LOOM_SETTING_ENUM,   /* an enum stored as int: 0, 1, ... named by `names` */
+    LOOM_SETTING_TEXT,   /* char[LOOM_SETTING_TEXT_LEN]; its default is `names` */
 };
+#define LOOM_SETTING_TEXT_LEN LOOM_FLAG_TEXT_LEN
 
 /* What --load does with a setting whose flag was or was not given. */
 enum loom_setting_load {

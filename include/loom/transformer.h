@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "loom/backend.h"
+#include "loom/moe.h"
 
 enum loom_norm { LOOM_NORM_LAYERNORM = 0, LOOM_NORM_RMSNORM };
 /* RELATIVE: T5's relative position bias (the T5 family only) */
@@ -86,6 +87,8 @@ struct loom_transformer_config {
     } t5;
     double hidden_dropout, attention_dropout;
     double init_std;
+    /* mixture-of-experts MLPs (loom/moe.h; num_experts 0: the dense MLP in every layer) */
+    struct loom_moe_config moe;
     /* Flags that give settings above without being one of their own (rows of GPT's settings
      * table, src/models/gpt/gpt_settings.c, whose from_flags hook turns them into the settings):
      * what `loom train` was given; not kept in checkpoints. */

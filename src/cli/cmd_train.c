@@ -128,7 +128,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--ckpt-format", 1, NULL, "checkpoints are safetensors with meta.json (loom convert exchanges "
      "Hugging Face directories)", NULL},
     {"--fp8-format", 1, NULL, "FP8 training is not implemented", NULL},
-    {"--num-experts", 1, NULL, "mixture-of-experts models are not implemented", NULL},
     {"--apply-query-key-layer-scaling", 0, "the scores are divided by the layer number and the "
      "softmax multiplies them back: the same probabilities, a guard against fp16 overflow that "
      "loom's attention does not need (its scores and softmax are fp32)", NULL, NULL},
@@ -1041,6 +1040,7 @@ static void record_flag(struct record *r, const struct loom_flag *fl, int megatr
         else record_add(r, fl->name, "%s", (*(const int *)p != 0) == (fl->type == LOOM_FLAG_BOOL) ? "on" : "off");
         break;
     case LOOM_FLAG_ENUM: record_add(r, fl->name, "%d", *(const int *)p); break;
+    case LOOM_FLAG_TEXT: record_add(r, fl->name, "%s", (const char *)p); break;
     case LOOM_FLAG_STR:
     case LOOM_FLAG_CHOICE:
     case LOOM_FLAG_LIST: {
@@ -1077,6 +1077,7 @@ static void record_setting(struct record *r, const struct loom_setting *row, con
         else record_add(r, key, "%d", v);
         break;
     }
+    case LOOM_SETTING_TEXT: record_add(r, key, "%s", field); break;
     }
 }
 

@@ -77,6 +77,12 @@ static enum loom_status set_value(struct loom_flag *f, const char *v) {
     case LOOM_FLAG_LIST:
         *(const char **)f->ptr = v;
         break;
+    case LOOM_FLAG_TEXT:
+        if (strlen(v) >= LOOM_FLAG_TEXT_LEN)
+            return loom_fail(LOOM_ERR_INVALID_ARG, "%s: '%s' is longer than %d characters",
+                             f->name, v, LOOM_FLAG_TEXT_LEN - 1);
+        memcpy(f->ptr, v, strlen(v) + 1);
+        break;
     case LOOM_FLAG_BOOL:
         *(int *)f->ptr = 1;
         break;
@@ -158,6 +164,7 @@ void loom_flags_print_help(const char *usage, const struct loom_flag *flags, int
         case LOOM_FLAG_BOOL: snprintf(def, sizeof def, "%s", *(int *)f->ptr ? "on" : "off"); break;
         case LOOM_FLAG_CLEAR: snprintf(def, sizeof def, "%s", *(int *)f->ptr ? "off" : "on"); break;
         case LOOM_FLAG_ENUM: choice_name(f->choices, *(int *)f->ptr, def, sizeof def); break;
+        case LOOM_FLAG_TEXT: snprintf(def, sizeof def, "%s", (const char *)f->ptr); break;
         default: {
             const char *s = *(const char **)f->ptr;
             snprintf(def, sizeof def, "%s", s ? s : "none");

@@ -66,9 +66,14 @@ static void set_d(const struct loom_setting *s, void *cfg, double v) {
     *(double *)field(s, cfg) = v;
 }
 static int same(const struct loom_setting *s, const void *a, const void *b) {
+    if (s->type == LOOM_SETTING_TEXT) return !strcmp(cfield(s, a), cfield(s, b));
     return s->type == LOOM_SETTING_DOUBLE ? get_d(s, a) == get_d(s, b) : get_i(s, a) == get_i(s, b);
 }
+static void set_text(const struct loom_setting *s, void *cfg, const char *v) {
+    snprintf(field(s, cfg), LOOM_SETTING_TEXT_LEN, "%s", v ? v : "");
+}
 static int is_default(const struct loom_setting *s, const void *cfg) {
+    if (s->type == LOOM_SETTING_TEXT) return !strcmp(cfield(s, cfg), s->names ? s->names : "");
     return s->type == LOOM_SETTING_DOUBLE ? get_d(s, cfg) == s->dflt
                                           : get_i(s, cfg) == (int64_t)s->dflt;
 }
@@ -117,7 +122,9 @@ const struct loom_setting *loom_settings_find(const struct loom_family_config_de
 void loom_settings_defaults(const struct loom_family_config_desc *d, void *cfg) {
     for (int i = 0; i < d->nsettings; i++) {
         const struct loom_setting *s = &d->settings[i];
-        if (s->type == LOOM_SETTING_DOUBLE)
+        if (s->type == LOOM_SETTING_TEXT)
+            set_text(s, cfg, s->names);
+        else if (s->type == LOOM_SETTING_DOUBLE)
             set_d(s, cfg, s->dflt);
         else
             set_i(s, cfg, (int64_t)s->dflt);
@@ -134,6 +141,7 @@ int loom_settings_flags(const struct loom_family_config_desc *d, void *cfg, stru
         enum loom_flag_type t = s->type == LOOM_SETTING_INT      ? LOOM_FLAG_INT
                                 : s->type == LOOM_SETTING_DOUBLE ? LOOM_FLAG_FLOAT
                                 : s->type == LOOM_SETTING_ENUM   ? LOOM_FLAG_ENUM
+                                : s->type == LOOM_SETTING_TEXT   ? LOOM_FLAG_TEXT
                                 : s->negate                      ? LOOM_FLAG_CLEAR
                                                                  : LOOM_FLAG_BOOL;
         out[n++] = (struct loom_flag){s->flag, t, field(s, cfg), s->help,
@@ -203,6 +211,10 @@ static enum loom_status apply_rows(const struct loom_family_config_desc *d, void
                                      "%s contradicts the checkpoint %s, which was trained without "
                                      "it",
                                      s->flag, load);
+                case LOOM_SETTING_TEXT:
+                    return loom_fail(LOOM_ERR_INVALID_ARG, "%s %s contradicts the checkpoint %s (%s)",
+                                     s->flag, (const char *)cfield(s, cfg), load,
+                                     (const char *)cfield(s, saved));
                 case LOOM_SETTING_ENUM:
                     return loom_fail(LOOM_ERR_INVALID_ARG, "%s %s contradicts the checkpoint %s (%s)",
                                      s->flag, enum_name(s, get_i(s, cfg), a, sizeof a), load,
@@ -211,7 +223,9 @@ static enum loom_status apply_rows(const struct loom_family_config_desc *d, void
             }
             break;
         }
-        if (s->type == LOOM_SETTING_DOUBLE)
+        if (s->type == LOOM_SETTING_TEXT)
+            set_text(s, cfg, cfield(s, saved));
+        else if (s->type == LOOM_SETTING_DOUBLE)
             set_d(s, cfg, get_d(s, saved));
         else
             set_i(s, cfg, get_i(s, saved));
@@ -226,7 +240,8 @@ void loom_settings_meta_write(const struct loom_family_config_desc *d, const voi
         const struct loom_setting *s = &d->settings[i];
         if (!s->meta || ((s->meta_flags & LOOM_META_IF_SET) && is_default(s, cfg))) continue;
         char name[64];
-        json_t *v = s->type == LOOM_SETTING_INT      ? json_integer(get_i(s, cfg))
+        json_t *v = s->type == LOOM_SETTING_TEXT     ? json_string(cfield(s, cfg))
+                    : s->type == LOOM_SETTING_INT    ? json_integer(get_i(s, cfg))
                     : s->type == LOOM_SETTING_DOUBLE ? json_real(get_d(s, cfg))
                     : s->type == LOOM_SETTING_BOOL
                         ? json_boolean(get_i(s, cfg))
@@ -244,13 +259,21 @@ enum loom_status loom_settings_meta_read(const struct loom_family_config_desc *d
         if (!s->meta || (s->meta_flags & LOOM_META_WRITE_ONLY)) continue;
         json_t *v = json_object_get(model, s->meta);
         if (!v && (s->meta_flags & LOOM_META_OPTIONAL)) {
-            if (s->type == LOOM_SETTING_DOUBLE)
+            if (s->type == LOOM_SETTING_TEXT)
+                set_text(s, cfg, s->names);
+            else if (s->type == LOOM_SETTING_DOUBLE)
                 set_d(s, cfg, s->dflt);
             else
                 set_i(s, cfg, (int64_t)s->dflt);
             continue;
         }
         switch (s->type) {
+        case LOOM_SETTING_TEXT:
+            if (!json_is_string(v) || strlen(json_string_value(v)) >= LOOM_SETTING_TEXT_LEN)
+                return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" missing or not a string of at most "
+                                 "%d characters", file, s->meta, LOOM_SETTING_TEXT_LEN - 1);
+            set_text(s, cfg, json_string_value(v));
+            break;
         case LOOM_SETTING_INT:
             if (!json_is_integer(v))
                 return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" missing or not an integer", file,
@@ -323,6 +346,8 @@ enum loom_status loom_settings_hf_read(const struct loom_family_config_desc *d, 
                 return loom_fail(LOOM_ERR_FORMAT, "%s: \"%s\" is not a boolean", file, k->key);
             set_i(s, cfg, json_is_boolean(v) ? json_is_true(v) : (int64_t)k->dflt);
             break;
+        case LOOM_SETTING_TEXT: /* no plain Hugging Face key */
+            break;
         }
     }
     return LOOM_OK;
@@ -353,6 +378,9 @@ void loom_settings_describe(const struct loom_family_config_desc *d, const void 
         case LOOM_SETTING_INT: snprintf(buf + len, cap - len, s->note, (long long)get_i(s, cfg)); break;
         case LOOM_SETTING_DOUBLE: snprintf(buf + len, cap - len, s->note, get_d(s, cfg)); break;
         case LOOM_SETTING_BOOL: snprintf(buf + len, cap - len, "%s", s->note); break;
+        case LOOM_SETTING_TEXT:
+            snprintf(buf + len, cap - len, s->note, (const char *)cfield(s, cfg));
+            break;
         case LOOM_SETTING_ENUM:
             snprintf(buf + len, cap - len, s->note, enum_name(s, get_i(s, cfg), name, sizeof name));
             break;

@@ -65,6 +65,7 @@ struct trainer {
     int64_t stepped_since_log; /* and their number (the log line's losses are their means) */
     /* of those, the iterations that had each loss (loss_reported) */
     int64_t had_loss_since_log[LOOM_MAX_LOSSES];
+    struct loom_step_report report; /* the family's statistics at the last log (step_end) */
     int64_t batch;             /* the global batch of the last training iteration */
     double lr_decoupled;       /* its word embedding's and output layer's learning rate */
     int64_t num_zeros;         /* its gradient's elements equal to zero (-1: not counted) */
@@ -227,8 +228,14 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
         .doc_eod = (int32_t)c->doc_eod,
         .reset_position_ids = c->reset_position_ids,
         .reset_attention_mask = c->reset_attention_mask,
+        /* the auxiliary losses of each micro-batch (MoE's): its share of the step, as
+         * Megatron-LM scales them (1 / the micro-batches) */
+        .aux_scale = training ? 1.0 / (double)(num_micro * loom_dp_size(&t->par)) : 0.0,
     };
-    if (training && c->fp16) ctx.dloss = (float)(ctx.dloss * t->scaler.scale);
+    if (training && c->fp16) {
+        ctx.dloss = (float)(ctx.dloss * t->scaler.scale);
+        ctx.aux_scale *= t->scaler.scale;
+    }
     struct fetch_ctx fc = {t, src, base};
     struct loom_pipeline_stats ps;
     if (training) loom_grad_sync_begin(t->gsync);
@@ -582,6 +589,15 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
         "%.3f%s%s | tokens/s: %.0f | TFLOP/s per rank: %.3f | MFU: %.1f%%",
         stamp, (long long)it, (long long)c->train_iters, (long long)t->st.consumed_samples, ms, lr,
         dlr_s, (long long)batch, loss_s, gnorm, zeros_s, params_s, tps, tflops, mfu);
+    /* the family's own statistics (MoE: the balancing and z-losses, the expert load) */
+    if (t->report.n > 0) {
+        char aux_s[256] = "";
+        for (int i = 0; i < t->report.n; i++)
+            snprintf(aux_s + strlen(aux_s), sizeof aux_s - strlen(aux_s), "%s %s: %.6E",
+                     i ? " |" : "", t->report.names[i], t->report.values[i]);
+        loom_log_info("%s", aux_s);
+    }
+    if (t->report.lines) loom_log_info("%s", t->report.lines);
     if (t->peak_mem >= 0)
         loom_log_info(" peak device memory per rank: %.1f MiB", (double)t->peak_mem / 1048576.0);
     if (t->cfg->fp16)
@@ -604,6 +620,9 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
         if (val) metrics_losses(t, "val_", val);
         if (t->ramp.start > 0)
             fprintf(t->metrics, ", \"global_batch_size\": %lld", (long long)batch);
+        for (int i = 0; i < t->report.n; i++)
+            fprintf(t->metrics, ", \"%s\": %.17g", t->report.names[i], t->report.values[i]);
+        if (t->report.metrics) fprintf(t->metrics, ", %s", t->report.metrics);
         if (pnorm >= 0) fprintf(t->metrics, ", \"params_norm\": %.17g", pnorm);
         if (t->num_zeros >= 0)
             fprintf(t->metrics, ", \"num_zeros\": %lld", (long long)t->num_zeros);
@@ -1303,6 +1322,11 @@ static enum loom_status train_loop(struct trainer *t) {
                 }
             t->stepped_since_log++;
         }
+        /* the family's updates after a step (MoE's expert bias) and, at a log, its statistics */
+        if (t->family->step_end)
+            LOOM_CHECK(t->family->step_end(t->model, it % c->log_interval == 0 ||
+                                                         it == c->train_iters,
+                                           &t->report));
         /* the step's traffic, the distributed optimizer's gathering of the parameters included */
         t->step_bytes[0] = group_bytes(t->par.group[LOOM_PDIM_TP]);
         t->step_bytes[1] = group_bytes(t->par.group[LOOM_PDIM_PP]);

@@ -118,6 +118,20 @@ void loom_cpu_swiglu_forward(struct loom_backend *be, void *out, const void *inp
                              enum loom_dtype dt, int64_t N, int64_t F);
 void loom_cpu_swiglu_backward(struct loom_backend *be, void *dinp, const void *dout,
                               const void *inp, enum loom_dtype dt, int64_t N, int64_t F);
+void loom_cpu_moe_permute(struct loom_backend *be, float *out, const float *inp, const int32_t *tok,
+                          const float *scale, int64_t R, int64_t C);
+void loom_cpu_moe_unpermute(struct loom_backend *be, float *out, const float *inp,
+                            const int32_t *tok, const float *scale, int64_t R, int64_t N,
+                            int64_t C);
+void loom_cpu_moe_row_dot(struct loom_backend *be, float *out, const float *inp,
+                          const float *other, const int32_t *tok, int64_t R, int64_t C);
+void loom_cpu_grouped_linear_forward(struct loom_backend *be, float *out, const float *inp,
+                                     const float *const *w, const float *const *b,
+                                     const int64_t *rows, int64_t G, int64_t C, int64_t OC);
+void loom_cpu_grouped_linear_backward(struct loom_backend *be, float *dinp, float *const *dw,
+                                      float *const *db, const float *dout, const float *inp,
+                                      const float *const *w, const int64_t *rows, int64_t G,
+                                      int64_t C, int64_t OC);
 void loom_cpu_dropout_forward(struct loom_backend *be, float *out, const float *inp, int64_t B,
                               int64_t T, int64_t C, const struct loom_dropout *d);
 void loom_cpu_dropout_backward(struct loom_backend *be, float *dinp, const float *dout, int64_t B,

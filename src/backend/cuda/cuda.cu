@@ -230,6 +230,12 @@ static const struct loom_backend_ops g_cuda_ops = {
     .gelu_backward = loom_cuda_gelu_backward,
     .swiglu_forward = loom_cuda_swiglu_forward,
     .swiglu_backward = loom_cuda_swiglu_backward,
+    /* the mixture-of-experts ops: not yet on cuda (MoE layers are refused there) */
+    .moe_permute = nullptr,
+    .moe_unpermute = nullptr,
+    .moe_row_dot = nullptr,
+    .grouped_linear_forward = nullptr,
+    .grouped_linear_backward = nullptr,
     .dropout_forward = loom_cuda_dropout_forward,
     .dropout_backward = loom_cuda_dropout_backward,
     .xent_forward = loom_cuda_xent_forward,

@@ -319,6 +319,10 @@ static enum loom_status gpt_build(struct loom_gpt *m) {
     LOOM_CHECK(set_ptrs(m, m->base.param_mem, &m->w));
     LOOM_CHECK(set_ptrs(m, m->base.grad_mem, &m->g));
     LOOM_CHECK(norm_weights_create(m));
+    LOOM_CHECK(loom_gpt_moe_create(m));
+    if (m->moe && act_dtype_now(m) != LOOM_DTYPE_F32)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--num-experts: MoE layers run with fp32 "
+                         "activations only for now (leave out --bf16 / --fp16)");
 
     m->acts = calloc((size_t)nslots, sizeof *m->acts);
     if (!m->acts) return loom_fail(LOOM_ERR_OOM, "out of memory for the activations' layout");
@@ -404,6 +408,7 @@ void loom_gpt_free(struct loom_gpt *m) {
     if (!m) return;
     struct loom_backend *be = m->base.be;
     if (m->heads_free) m->heads_free(m);
+    loom_gpt_moe_free(m);
     if (m->acts) {
         if (m->acts[0].mem) be->ops->free(be, m->acts[0].mem);
         for (int s = 0; s < m->base.nslots; s++) {
@@ -685,6 +690,9 @@ static int feeds_local_layer(const struct loom_gpt *m, int64_t l) {
  * the backward makes it again from fc1 (the same op on the same values: the same bits) for fc2's
  * weight gradient. That pass costs about 2% of a step and saves N x Fl elements a layer (1.1 GB at
  * GPT-2 124M, 2.9 GB at 350M, with micro-batch 16). */
+static enum loom_status moe_branch_forward(struct loom_gpt *m, int slot, int64_t l,
+                                           const struct loom_step_ctx *ctx, float *y);
+
 enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
                                         const struct loom_step_ctx *ctx) {
     struct dims d = dims_of(m);
@@ -723,6 +731,7 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
     /* MLP branch: the activation goes to the layer's own buffer where it keeps it
      * (kept_act_layers), else to the shared one, which the backward remakes */
     LOOM_CHECK(region_enter(m, la->ln2_full, la->ln2));
+    if (loom_gpt_moe_layer(m, l)) return moe_branch_forward(m, slot, l, ctx, y);
     if (c->swiglu) {
         loom_op(be, linear_forward_typed, la->fc1, act, la->ln2_full, ln_dt, w->fc1_w, w->fc1_b,
                 d.N, d.C, d.F1l);
@@ -743,6 +752,34 @@ enum loom_status loom_gpt_layer_forward(struct loom_gpt *m, int slot, int64_t l,
         LOOM_CHECK(branch_forward(m, y, &r, &r_dt, LOOM_DTYPE_F32, &dr, la->act, act, w->fc2_w,
                                   w->fc2_b, d.Fl));
         loom_op(be, add, y, y, la->xmid, d.Nr * d.C);
+    }
+    return LOOM_OK;
+}
+
+/* An MoE layer's MLP branch (gpt_moe.c) on its norm's output, in fp32: y = xmid +
+ * dropout(moe(ln2)), and the next local layer's first norm fused with that add as the dense
+ * branch does */
+static enum loom_status moe_branch_forward(struct loom_gpt *m, int slot, int64_t l,
+                                           const struct loom_step_ctx *ctx, float *y) {
+    struct dims d = dims_of(m);
+    struct loom_gpt_layer_acts *la = &m->acts[slot].layers[l];
+    if (act_dtype(m) != LOOM_DTYPE_F32)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "--num-experts: MoE layers run with fp32 "
+                         "activations only for now (leave out --bf16 / --fp16)");
+    /* under tensor parallelism each rank's output is its share, summed (or reduce-scattered
+     * over the sequence) as a row-parallel product's */
+    float *full = d.sp ? m->acts[0].full : y;
+    LOOM_CHECK(loom_gpt_moe_forward(m, slot, l, full, la->ln2_full, ctx->training));
+    LOOM_CHECK(region_leave(m, y, full));
+    struct loom_dropout dr = hidden_dropout(m, ctx, l, LOOM_DROP_MLP_OUT);
+    if (dr.p > 0) loom_op(m->base.be, dropout_forward, y, y, d.B, d.Tl, d.C, &dr);
+    if (feeds_local_layer(m, l)) {
+        struct loom_gpt_layer_acts *nx = &m->acts[slot].layers[l + 1];
+        const struct loom_gpt_layer_ptrs *nw = &m->w.layers[l + 1], *nwn = &m->wn.layers[l + 1];
+        residual_norm_forward(m, y, nx->ln1, LOOM_DTYPE_F32, nx->ln1_mean, nx->ln1_rstd, la->xmid,
+                              y, LOOM_DTYPE_F32, nwn->ln1_w, nw->ln1_b, d.Nr);
+    } else {
+        loom_op(m->base.be, add, y, y, la->xmid, d.Nr * d.C);
     }
     return LOOM_OK;
 }
@@ -950,6 +987,15 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
     float *db = g->fc2_b;
     const enum loom_dtype act = act_dtype(m);
     const enum loom_dtype ln_dt = ln_dtype(m, act), dln_dt = dln_dtype(m, act);
+    if (loom_gpt_moe_layer(m, l)) { /* the MoE MLP, fp32: its input gradient into full */
+        float *dmoe;
+        LOOM_ASSERT(!a->dres16);
+        LOOM_CHECK(branch_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dmoe));
+        /* under sequence parallelism d(output) is the gathered one in full: dx goes to dc */
+        float *dxm = d.sp ? a->dc : a->full;
+        LOOM_CHECK(loom_gpt_moe_backward(m, slot, l, dxm, dmoe, la->ln2_full, ctx->aux_scale));
+        if (d.sp) be->ops->copy(be, a->full, a->dc, (size_t)(d.N * d.C) * sizeof(float));
+    } else {
     LOOM_CHECK(next_output_grad(m, a, ctx, l, LOOM_DROP_MLP_OUT, &dy, &dy_dt, &db));
     if (c->swiglu) {
         if (la->act == a->act) /* remade: see the forward */
@@ -966,6 +1012,7 @@ enum loom_status loom_gpt_layer_backward(struct loom_gpt *m, int slot, int64_t l
                 la->act, la->fc1, w->fc2_w, d.N, d.Fl, d.C);
         loom_op(be, linear_backward_typed, a->full, dln_dt, g->fc1_w, NULL, a->dwide, act,
                 la->ln2_full, ln_dt, w->fc1_w, d.N, d.C, d.Fl);
+    }
     }
     LOOM_CHECK(region_enter_backward(m, a->dc, a->full));
     norm_backward(m, a, g->ln2_w, g->ln2_b, d.sp ? a->dc : a->full, dln_dt, la->xmid, wn->ln2_w,

@@ -1,4 +1,5 @@
 /* GPT configuration: defaults, validation against the layout, vocabulary padding. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "loom/gpt.h"
@@ -139,6 +140,7 @@ enum loom_status loom_gpt_config_finalize(struct loom_transformer_config *c, int
             "first and last stages' layers: --decoder-first/last-pipeline-num-layers)",
             pp, (long long)c->num_layers);
     }
+    LOOM_CHECK(loom_moe_config_check(&c->moe, c->num_layers, c->ffn_hidden, tp));
     /* Megatron pads the vocabulary to a multiple of divisible_by * tp */
     int64_t m = c->divisible_by * tp;
     c->padded_vocab = (c->vocab_size + m - 1) / m * m;
@@ -151,6 +153,28 @@ enum loom_status loom_gpt_config_finalize(struct loom_transformer_config *c, int
             np, LOOM_GPT_MAX_PARAMS, (long long)c->num_layers, (long long)c->hidden,
             (long long)c->ffn_hidden, (long long)c->padded_vocab);
     return LOOM_OK;
+}
+
+/* What the MoE layers change in the count: each one's MLP (dense: fc1, fc2 and their biases)
+ * replaced by the router (its weight and expert bias), the experts (every one, or with `active`
+ * the k a token takes) and the shared experts with their gate */
+static double moe_params_delta(const struct loom_transformer_config *c, int active) {
+    const struct loom_moe_config *m = &c->moe;
+    if (m->num_experts <= 0) return 0;
+    const double C = (double)c->hidden, b = c->bias ? 1 : 0, F = (double)c->ffn_hidden;
+    const double sw = c->swiglu ? 2 : 1;
+    const double dense = sw * F * C + b * sw * F + C * F + b * C;
+    const double Fe = (double)m->ffn_hidden, Fs = (double)m->shared_ffn;
+    const double expert = sw * Fe * C + b * sw * Fe + C * Fe + b * C;
+    double moe = (double)m->num_experts * (C + (m->expert_bias ? 1 : 0)) +
+                 (active ? (double)m->topk : (double)m->num_experts) * expert;
+    if (Fs > 0) moe += sw * Fs * C + b * sw * Fs + C * Fs + b * C + (m->shared_gate ? C : 0);
+    double layers = 0;
+    uint8_t *is_moe = malloc((size_t)(c->num_layers > 0 ? c->num_layers : 1));
+    if (is_moe && loom_moe_layer_pattern(m->layer_freq, c->num_layers, is_moe) == LOOM_OK)
+        for (int64_t l = 0; l < c->num_layers; l++) layers += is_moe[l];
+    free(is_moe);
+    return layers * (moe - dense);
 }
 
 double loom_gpt_num_params_approx(const struct loom_transformer_config *c) {
@@ -169,7 +193,11 @@ double loom_gpt_num_params_approx(const struct loom_transformer_config *c) {
     if (c->lm_head_transform) n += C * C + 3 * C;
     if (c->output_bias) n += V;
     if (c->binary_head) n += C * C + C + 2 * C + 2;
-    return n;
+    return n + moe_params_delta(c, 0);
+}
+
+double loom_gpt_num_active_params(const struct loom_transformer_config *c) {
+    return (double)loom_gpt_num_params(c) + moe_params_delta(c, 1) - moe_params_delta(c, 0);
 }
 
 int64_t loom_gpt_num_params(const struct loom_transformer_config *c) {
@@ -189,5 +217,5 @@ int64_t loom_gpt_num_params(const struct loom_transformer_config *c) {
     if (c->lm_head_transform) n += C * C + 3 * C;
     if (c->output_bias) n += c->padded_vocab;
     if (c->binary_head) n += C * C + C + 2 * C + 2;
-    return n;
+    return n + (int64_t)moe_params_delta(c, 0);
 }

@@ -21,6 +21,9 @@ enum loom_status loom_gpt_decoder_create(struct loom_gpt_decoder **out, struct l
     const struct loom_transformer_config *c = &m->cfg;
     if (loom_tp_size(m->base.par) != 1 || loom_pp_size(m->base.par) != 1)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "generation runs on one rank (TP = PP = 1)");
+    if (c->moe.num_experts > 0)
+        return loom_fail(LOOM_ERR_UNSUPPORTED, "generation with MoE layers (--num-experts %lld) "
+                         "is not supported yet", (long long)c->moe.num_experts);
     if (c->posemb == LOOM_POSEMB_LEARNED && max_len > c->max_positions)
         return loom_fail(LOOM_ERR_INVALID_ARG, "prompt + --max-new-tokens = %lld exceeds the "
                          "model's %lld learned positions", (long long)max_len,

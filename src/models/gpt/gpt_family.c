@@ -99,12 +99,12 @@ int loom_gpt_family_boundary(struct loom_model *m, int slot, int64_t l, enum loo
     return 1;
 }
 
-/* 6 N per token for the products (N the parameters) and 12 L NH HS T for attention's scores and
+/* 6 N per token for the products (N the parameters a token uses: loom_gpt_num_active_params) and 12 L NH HS T for attention's scores and
  * mixing, forward and backward (Megatron-LM's count with causal masking ignored) */
 double loom_gpt_family_flops_per_sample(const struct loom_model *m) {
     const struct loom_transformer_config *c = m->config;
     const double T = (double)c->seq_length;
-    const double per_token = 6.0 * (double)loom_gpt_num_params(c) +
+    const double per_token = 6.0 * loom_gpt_num_active_params(c) +
                              12.0 * (double)c->num_layers * (double)c->heads *
                                  (double)loom_gpt_head_size(c) * T;
     return per_token * T;
@@ -151,6 +151,7 @@ const struct loom_family loom_gpt_family = {
     .first_backward = loom_gpt_family_first_backward,
     .boundary = loom_gpt_family_boundary,
     .flops_per_sample = loom_gpt_family_flops_per_sample,
+    .step_end = loom_gpt_moe_step_end,
     .decode_config = gpt_decode_config,
     .decoder_create = gpt_decoder_create,
     .decoder_step = gpt_decoder_step,

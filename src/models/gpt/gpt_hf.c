@@ -343,6 +343,11 @@ static int gpt_tensor_known(const struct loom_transformer_config *c,
 }
 
 static enum loom_status arch_of(const struct loom_transformer_config *c, enum arch *arch) {
+    if (c->moe.num_experts > 0)
+        return loom_fail(LOOM_ERR_UNSUPPORTED,
+                         "this model has MoE layers (--num-experts %lld), which loom does not "
+                         "convert to Hugging Face's form yet",
+                         (long long)c->moe.num_experts);
     int gpt2 = c->norm == LOOM_NORM_LAYERNORM && !c->swiglu && c->posemb == LOOM_POSEMB_LEARNED &&
                c->bias && !c->untie && c->query_groups == c->heads;
     int llama = c->norm == LOOM_NORM_RMSNORM && c->swiglu && c->posemb == LOOM_POSEMB_ROPE && !c->bias;

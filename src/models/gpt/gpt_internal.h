@@ -115,6 +115,21 @@ enum loom_status loom_gpt_gather_sequence(struct loom_gpt *m, float *full, const
 void loom_gpt_sequence_shard(struct loom_gpt *m, float *shard, const float *full);
 void loom_gpt_final_norm_backward(struct loom_gpt *m, int slot, const float *dlnf);
 
+/* The MoE layers (gpt_moe.c): made after the parameters' pointers, freed with the model */
+enum loom_status loom_gpt_moe_create(struct loom_gpt *m);
+void loom_gpt_moe_free(struct loom_gpt *m);
+/* whether layer l's MLP is an MoE layer */
+int loom_gpt_moe_layer(const struct loom_gpt *m, int64_t l);
+/* layer l's MoE MLP: y [N, C] (assigned) of its norm's output x [N, C]; training: its statistics
+ * counted for the step */
+enum loom_status loom_gpt_moe_forward(struct loom_gpt *m, int slot, int64_t l, float *y,
+                                      const float *x, int training);
+/* dx [N, C] (assigned) from dy; the balancing and z-losses weighted by scale */
+enum loom_status loom_gpt_moe_backward(struct loom_gpt *m, int slot, int64_t l, float *dx,
+                                       const float *dy, const float *x, double scale);
+enum loom_status loom_gpt_moe_step_end(struct loom_model *m, int report,
+                                       struct loom_step_report *r);
+
 /* The GPT family's operations, which the families built on the same stack share */
 enum loom_status loom_gpt_family_create(struct loom_model **out, const void *config,
                                         struct loom_parallel *par, struct loom_backend *be,

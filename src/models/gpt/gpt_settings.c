@@ -26,6 +26,7 @@ const struct loom_setting loom_gpt_settings[] = {
     LOOM_GPT_ROWS_ROPE
     LOOM_GPT_ROWS_BIAS
     LOOM_GPT_ROWS_QKV_BIAS_UNTIE
+    LOOM_GPT_ROWS_MOE
     LOOM_GPT_ROWS_DROPOUT_INIT
 };
 const int loom_gpt_num_settings = (int)(sizeof loom_gpt_settings / sizeof loom_gpt_settings[0]);

@@ -13,6 +13,7 @@
 #include "models/gpt/gpt_settings.h"
 
 #define LOOM_GPT_AT(f) offsetof(struct loom_transformer_config, f)
+_Static_assert(LOOM_MOE_FREQ_LEN == LOOM_SETTING_TEXT_LEN, "--moe-layer-freq is a TEXT setting");
 
 /* the shape: layers, hidden size, heads, head size */
 #define LOOM_GPT_ROWS_SHAPE \
@@ -197,6 +198,86 @@
     /* end */
 
 /* dropouts and the initialisation */
+/* mixture-of-experts MLPs (loom/moe.h), under Megatron-LM's flags and argument names */
+#define LOOM_GPT_MOE_ROW(nm, ty, fld, fl, df, ld, hp) \
+    {.name = nm, .type = ty, .offset = LOOM_GPT_AT(moe.fld), .flag = fl, .dflt = df, .meta = nm, \
+     .meta_flags = LOOM_META_OPTIONAL | LOOM_META_IF_SET, .load = ld, .help = hp}
+#define LOOM_GPT_ROWS_MOE \
+    {.name = "num_experts", .type = LOOM_SETTING_INT, .offset = LOOM_GPT_AT(moe.num_experts), \
+     .flag = "--num-experts", .dflt = 0, .meta = "num_experts", \
+     .meta_flags = LOOM_META_OPTIONAL | LOOM_META_IF_SET, .load = LOOM_LOAD_ARCH, \
+     .note = ", MoE: %lld experts", \
+     .help = "experts of each MoE layer (0 = no MoE layers: the dense MLP everywhere)"}, \
+    {.name = "moe_layer_freq", .type = LOOM_SETTING_TEXT, .offset = LOOM_GPT_AT(moe.layer_freq), \
+     .flag = "--moe-layer-freq", .names = "1", .meta = "moe_layer_freq", \
+     .meta_flags = LOOM_META_OPTIONAL | LOOM_META_IF_SET, .load = LOOM_LOAD_ARCH, \
+     .note = " (MoE layers %s)", \
+     .help = "which layers are MoE layers: N = every N-th from layer 0, or a list of 0/1 per " \
+             "layer such as \"([0]*3+[1]*29)\""}, \
+    LOOM_GPT_MOE_ROW("moe_ffn_hidden_size", LOOM_SETTING_INT, ffn_hidden, "--moe-ffn-hidden-size", \
+                     0, LOOM_LOAD_ARCH, "an expert's MLP hidden size (0 = --ffn-hidden-size)"), \
+    LOOM_GPT_MOE_ROW("moe_router_topk", LOOM_SETTING_INT, topk, "--moe-router-topk", 2, \
+                     LOOM_LOAD_ARCH, "experts each token is routed to (k)"), \
+    LOOM_GPT_MOE_ROW("moe_router_pre_softmax", LOOM_SETTING_BOOL, pre_softmax, \
+                     "--moe-router-pre-softmax", 0, LOOM_LOAD_ARCH, \
+                     "softmax over all experts before the top-k (the k probabilities not " \
+                     "renormalised)"), \
+    {.name = "moe_router_score_function", .type = LOOM_SETTING_ENUM, \
+     .offset = LOOM_GPT_AT(moe.score), .flag = "--moe-router-score-function", \
+     .names = "softmax|sigmoid", .meta = "moe_router_score_function", \
+     .meta_flags = LOOM_META_OPTIONAL | LOOM_META_IF_SET, .load = LOOM_LOAD_ARCH, \
+     .help = "the router's score function"}, \
+    LOOM_GPT_MOE_ROW("moe_router_topk_scaling_factor", LOOM_SETTING_DOUBLE, topk_scaling, \
+                     "--moe-router-topk-scaling-factor", 0, LOOM_LOAD_ARCH, \
+                     "factor on the routing probabilities (0 = none)"), \
+    LOOM_GPT_MOE_ROW("moe_router_num_groups", LOOM_SETTING_INT, num_groups, \
+                     "--moe-router-num-groups", 0, LOOM_LOAD_ARCH, \
+                     "expert groups of group-limited routing (0 = none)"), \
+    LOOM_GPT_MOE_ROW("moe_router_group_topk", LOOM_SETTING_INT, group_topk, \
+                     "--moe-router-group-topk", 0, LOOM_LOAD_ARCH, \
+                     "groups kept by group-limited routing"), \
+    {.name = "moe_router_dtype", .type = LOOM_SETTING_ENUM, .offset = LOOM_GPT_AT(moe.router_dtype), \
+     .flag = "--moe-router-dtype", .names = "fp32|fp64", .meta = "moe_router_dtype", \
+     .meta_flags = LOOM_META_OPTIONAL | LOOM_META_IF_SET, .load = LOOM_LOAD_OVERRIDE, \
+     .help = "the router's product in this type (its scores and losses are in double)"}, \
+    {.name = "moe_router_load_balancing_type", .type = LOOM_SETTING_ENUM, \
+     .offset = LOOM_GPT_AT(moe.balance), .flag = "--moe-router-load-balancing-type", \
+     .names = "aux_loss|seq_aux_loss|none", .meta = "moe_router_load_balancing_type", \
+     .meta_flags = LOOM_META_OPTIONAL | LOOM_META_IF_SET, .load = LOOM_LOAD_OVERRIDE, \
+     .help = "the load-balancing loss"}, \
+    LOOM_GPT_MOE_ROW("moe_aux_loss_coeff", LOOM_SETTING_DOUBLE, aux_coeff, "--moe-aux-loss-coeff", \
+                     0, LOOM_LOAD_OVERRIDE, "weight of the load-balancing loss"), \
+    LOOM_GPT_MOE_ROW("moe_z_loss_coeff", LOOM_SETTING_DOUBLE, z_coeff, "--moe-z-loss-coeff", 0, \
+                     LOOM_LOAD_OVERRIDE, "weight of the router's z-loss (0 = none)"), \
+    LOOM_GPT_MOE_ROW("moe_router_enable_expert_bias", LOOM_SETTING_BOOL, expert_bias, \
+                     "--moe-router-enable-expert-bias", 0, LOOM_LOAD_ARCH, \
+                     "aux-loss-free balancing: a bias per expert on the sigmoid scores for the " \
+                     "selection, updated after each global batch"), \
+    LOOM_GPT_MOE_ROW("moe_router_bias_update_rate", LOOM_SETTING_DOUBLE, bias_rate, \
+                     "--moe-router-bias-update-rate", 1e-3, LOOM_LOAD_OVERRIDE, \
+                     "the expert bias's step per global batch"), \
+    LOOM_GPT_MOE_ROW("moe_expert_capacity_factor", LOOM_SETTING_DOUBLE, capacity_factor, \
+                     "--moe-expert-capacity-factor", 0, LOOM_LOAD_OVERRIDE, \
+                     "an expert takes at most ceil(tokens x k / experts x this) tokens (0 = " \
+                     "dropless)"), \
+    {.name = "moe_token_drop_policy", .type = LOOM_SETTING_ENUM, \
+     .offset = LOOM_GPT_AT(moe.drop_policy), .flag = "--moe-token-drop-policy", \
+     .names = "probs|position", .meta = "moe_token_drop_policy", \
+     .meta_flags = LOOM_META_OPTIONAL | LOOM_META_IF_SET, .load = LOOM_LOAD_OVERRIDE, \
+     .help = "which tokens over the capacity are dropped: the lowest probabilities or the " \
+             "latest positions"}, \
+    LOOM_GPT_MOE_ROW("moe_pad_expert_input_to_capacity", LOOM_SETTING_BOOL, pad_to_capacity, \
+                     "--moe-pad-expert-input-to-capacity", 0, LOOM_LOAD_OVERRIDE, \
+                     "every expert computes exactly its capacity of rows"), \
+    LOOM_GPT_MOE_ROW("moe_shared_expert_intermediate_size", LOOM_SETTING_INT, shared_ffn, \
+                     "--moe-shared-expert-intermediate-size", 0, LOOM_LOAD_ARCH, \
+                     "hidden size of the shared experts' MLP, which every token takes (0 = " \
+                     "none)"), \
+    LOOM_GPT_MOE_ROW("moe_shared_expert_gate", LOOM_SETTING_BOOL, shared_gate, \
+                     "--moe-shared-expert-gate", 0, LOOM_LOAD_ARCH, \
+                     "the shared experts' output times sigmoid(x . g)"), \
+    /* end */
+
 #define LOOM_GPT_ROWS_DROPOUT_INIT \
     /* kept as trained, but the flags hold on --load */ \
     {.name = "hidden_dropout", .type = LOOM_SETTING_DOUBLE, .offset = LOOM_GPT_AT(hidden_dropout), \

@@ -10,6 +10,10 @@
  *   decoder.layers.{i}.pre_mlp_layernorm.{weight,bias}
  *   decoder.layers.{i}.mlp.linear_fc1.{weight,bias}  [F or 2F, C]  dim 0 (2 chunks for SwiGLU)
  *   decoder.layers.{i}.mlp.linear_fc2.{weight,bias}  [C, F]        dim 1
+ *   an MoE layer's MLP instead (--num-experts, --moe-layer-freq):
+ *   decoder.layers.{i}.mlp.router.weight         [E, C]   decoder.layers.{i}.mlp.router.expert_bias [E]
+ *   decoder.layers.{i}.mlp.experts.local_experts.{e}.linear_fc{1,2}.{weight,bias}  as the MLP's
+ *   decoder.layers.{i}.mlp.shared_experts.linear_fc{1,2}.{weight,bias}, .gate_weight [1, C]
  *   decoder.final_layernorm.{weight,bias}
  *   output_layer.weight                          [Vp, C]        (untied only) dim 0
  */
@@ -103,6 +107,44 @@ int loom_gpt_layer_is_local(const struct loom_transformer_config *c, const struc
     return loom_gpt_layer_stage(c, loom_pp_size(par), vpp, layer) == loom_pp_rank(par);
 }
 
+/* An MoE layer's MLP (Megatron-Core's names): the router, its expert bias, every expert's own
+ * fc1 and fc2 (one logical tensor each), the shared experts and their gate. */
+static void add_moe(struct table_builder *tb, const struct loom_transformer_config *c, int64_t l,
+                    const char *stack) {
+    const struct loom_moe_config *mc = &c->moe;
+    const int64_t C = c->hidden, E = mc->num_experts;
+    char name[128];
+#define MNAME(...) (snprintf(name, sizeof name, "%s.layers.%lld.mlp.", stack, (long long)l), \
+                    snprintf(name + strlen(name), sizeof name - strlen(name), __VA_ARGS__), name)
+    add(tb, MNAME("router.weight"), 2, E, C, -1, (int)l, LOOM_INIT_NORMAL, LAYER(router_w));
+    if (mc->expert_bias) /* not trained (its gradient stays zero): updated after each step */
+        add(tb, MNAME("router.expert_bias"), 1, E, 0, -1, (int)l, LOOM_INIT_ZEROS,
+            LAYER(expert_bias));
+    /* an MLP of F: fc1 [F or 2F, C] (SwiGLU's [gate; up]), fc2 [C, F], their biases */
+    for (int64_t e = 0; e <= E; e++) {
+        const int shared = e == E;
+        const int64_t F = shared ? mc->shared_ffn : mc->ffn_hidden, F1 = c->swiglu ? 2 * F : F;
+        if (F <= 0) continue;
+        char pre[64];
+        if (shared) snprintf(pre, sizeof pre, "shared_experts");
+        else snprintf(pre, sizeof pre, "experts.local_experts.%lld", (long long)e);
+        add(tb, MNAME("%s.linear_fc1.weight", pre), 2, F1, C, 0, (int)l, LOOM_INIT_NORMAL,
+            shared ? LAYER(sh_fc1_w) : LAYER(experts))->tp_chunks = c->swiglu ? 2 : 1;
+        if (c->bias)
+            add(tb, MNAME("%s.linear_fc1.bias", pre), 1, F1, 0, 0, (int)l, LOOM_INIT_ZEROS,
+                shared ? LAYER(sh_fc1_b) : LAYER(experts))->tp_chunks = c->swiglu ? 2 : 1;
+        add(tb, MNAME("%s.linear_fc2.weight", pre), 2, C, F, 1, (int)l, LOOM_INIT_NORMAL_SCALED,
+            shared ? LAYER(sh_fc2_w) : LAYER(experts));
+        if (c->bias)
+            add(tb, MNAME("%s.linear_fc2.bias", pre), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS,
+                shared ? LAYER(sh_fc2_b) : LAYER(experts));
+    }
+    if (mc->shared_ffn > 0 && mc->shared_gate)
+        add(tb, MNAME("shared_experts.gate_weight"), 2, 1, C, -1, (int)l, LOOM_INIT_NORMAL,
+            LAYER(sh_gate_w));
+#undef MNAME
+}
+
 enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
     const struct loom_transformer_config *c = &m->cfg;
     struct table_builder tb = {0};
@@ -124,6 +166,16 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
     const char *stack = c->encoder ? "encoder" : "decoder";
     /* the norms' weights: 1, or with zero-centred weights (--apply-layernorm-1p) 0 */
     const enum loom_init gamma = c->layernorm_1p ? LOOM_INIT_ZEROS : LOOM_INIT_ONES;
+    uint8_t *is_moe = NULL; /* the MoE layers (--moe-layer-freq) */
+    if (c->moe.num_experts > 0) {
+        is_moe = malloc((size_t)c->num_layers);
+        if (!is_moe) return loom_fail(LOOM_ERR_OOM, "out of memory for the parameter table");
+        const enum loom_status st = loom_moe_layer_pattern(c->moe.layer_freq, c->num_layers, is_moe);
+        if (st != LOOM_OK) {
+            free(is_moe);
+            return st;
+        }
+    }
     for (int64_t l = 0; l < c->num_layers; l++) {
 #define LNAME(suffix) (snprintf(name, sizeof name, "%s.layers.%lld.%s", stack, (long long)l, suffix), name)
         add(&tb, LNAME("input_layernorm.weight"), 1, C, 0, -1, (int)l, gamma, LAYER(ln1_w));
@@ -156,6 +208,10 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
         if (ln)
             add(&tb, LNAME("pre_mlp_layernorm.bias"), 1, C, 0, -1, (int)l, LOOM_INIT_ZEROS,
                 LAYER(ln2_b));
+        if (is_moe && is_moe[l]) {
+            add_moe(&tb, c, l, stack);
+            continue;
+        }
         int64_t F1 = c->swiglu ? 2 * F : F;
         struct loom_param *fc1 =
             add(&tb, LNAME("mlp.linear_fc1.weight"), 2, F1, C, 0, (int)l, LOOM_INIT_NORMAL,
@@ -199,6 +255,7 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
         add(&tb, "binary_head.bias", 1, 2, 0, -1, LOOM_UNIT_LAST, LOOM_INIT_ZEROS, TOP(bin_b));
     }
 
+    free(is_moe);
     if (tb.oom) {
         free(tb.p);
         return loom_fail(LOOM_ERR_OOM, "out of memory for the parameter table");
