@@ -129,6 +129,8 @@ enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_model *model,
                 (float)o->weight_decay, o->step, (float)grad_scale);
     }
     if (!o->distributed) return LOOM_OK;
+    /* sharded parameters: each rank keeps its pieces, gathered where they are used */
+    if (loom_grad_sync_strategy(o->shards) == LOOM_SHARD_OPTIM_GRADS_PARAMS) return LOOM_OK;
     if (o->overlap_gather) return loom_grad_sync_gather_start(o->shards, model->param_mem);
     return loom_grad_sync_gather(o->shards, model->param_mem);
 }
