@@ -216,8 +216,15 @@ enum loom_status loom_grad_sync_use(struct loom_grad_sync *gs, int64_t unit, int
     }
     /* the started gathers (these, or the distributed optimizer's overlapped one) */
     LOOM_CHECK(loom_grad_sync_gather_wait(gs, unit));
-    if (sharded_params(gs) && next != LOOM_UNIT_NONE)
+    if (sharded_params(gs) && next != LOOM_UNIT_NONE) {
         LOOM_CHECK(loom_grad_sync_gather_wait(gs, next));
+        /* prefetch: the layer after `next` in the pass, when this rank holds it (a neighbour
+         * layer on the same rank is in the same chunk: the chunks of a rank are pp > 1 stages
+         * apart), gathered while this piece computes */
+        const int64_t after = next >= 0 ? next + (backward ? -1 : 1) : -1;
+        if (after >= 0 && after < gs->m->num_layers && gs->layer[after].hi > gs->layer[after].lo)
+            LOOM_CHECK(start_gathers(gs, after));
+    }
     if (backward && sharded_grads(gs)) {
         /* the backward adds to these gradients: their buckets' reductions must be done */
         LOOM_CHECK(drain_unit(gs, unit));

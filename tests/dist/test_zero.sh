@@ -99,5 +99,22 @@ case_ 2 dp2-3z3 3 optim_grads optim_grads_params --
 EXACT=0 DPDIV=2 case_ 4 tp2sp 1 optim optim_grads_params -- --tensor-model-parallel-size 2 --sequence-parallel
 DPDIV=2 case_ 4 vpp 2 optim optim_grads_params -- --pipeline-model-parallel-size 2 \
   --num-layers-per-virtual-pipeline-stage 1
+# data-parallel bytes of a step (rank 0) with one micro-batch: ZeRO-2 those of ZeRO-1 (a
+# reduce-scatter of the gradients and a gather of the parameters), ZeRO-3 1.5 times (two gathers,
+# before the forward and the backward); besides them every strategy all-reduces the loss (two
+# doubles), the grad norm's partial sum (one double) and its count of zeros (--log-num-zeros-in-grad,
+# one int64): 2 (d-1) S / d bytes each
+dpbytes() { grep -o '"dp": [0-9]*' "$tmp/$1.jsonl" | tail -1 | grep -oE '[0-9]+'; }
+for c in "2 dp2" "3 dp3" "4 dp4"; do
+  set -- $c
+  d=$1 z1=$(dpbytes "$2-optim") z3=$(dpbytes "$2-optim_grads_params")
+  z2=$([ "$2" = dp2 ] && dpbytes "$2-optim_grads" || echo "$z1")
+  scalars=$((2 * (d - 1) * 16 / d + 2 * (2 * (d - 1) * 8 / d)))
+  if [ -n "$z1" ] && [ "$z2" = "$z1" ] && [ $(( 2 * (z3 - scalars) )) = $(( 3 * (z1 - scalars) )) ]; then
+    ok "DP=$d, data-parallel bytes a step: ZeRO-1 $z1, ZeRO-2 $z2, ZeRO-3 $z3 (1.5 x besides $scalars of scalars)"
+  else
+    bad "DP=$d, data-parallel bytes a step: ZeRO-1 $z1, ZeRO-2 $z2, ZeRO-3 $z3"
+  fi
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
