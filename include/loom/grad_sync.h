@@ -67,6 +67,9 @@ enum loom_dp_sharding loom_grad_sync_strategy(const struct loom_grad_sync *gs);
 void loom_grad_sync_memory(const struct loom_grad_sync *gs, int64_t *param_floats,
                            int64_t *grad_floats);
 void loom_grad_sync_free(struct loom_grad_sync *gs);
+/* local: from the next step on, reduce nothing (each rank keeps its own gradients: 1-bit Adam
+ * after its warmup); 0 again reduces. Not with a sharding strategy. */
+void loom_grad_sync_set_local(struct loom_grad_sync *gs, int local);
 /* Start a step (nothing reduced yet). */
 void loom_grad_sync_begin(struct loom_grad_sync *gs);
 /* Layer `layer`'s gradients are final for this step. */

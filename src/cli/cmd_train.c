@@ -33,7 +33,9 @@ struct train_flags {
     int check_nan; /* --check-for-nan-in-loss-and-grad */
     const char *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path,
         *valid_data_path, *test_data_path, *save, *load, *metrics, *comm, *attention_backend,
-        *save_grads, *tokenizer_type, *vocab_file, *merge_file, *rampup, *tb_dir, *sharding;
+        *save_grads, *tokenizer_type, *vocab_file, *merge_file, *rampup, *tb_dir, *sharding,
+        *optimizer;
+    int64_t onebit_freeze;
     double start_wd, end_wd, decoupled_lr, decoupled_min_lr;
     double mask_prob, short_seq_prob; /* BERT's samples */
     double lr, min_lr, warmup_init, warmup_fraction, wd, b1, b2, eps, clip, peak, loss_scale,
@@ -138,7 +140,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--dataloader-type", 1, "samples are read in order, as Megatron's single sampler reads them",
      "only 'single': samples are read in order (no cyclic random sampler, no external loader)",
      "single"},
-    {"--optimizer", 1, "the optimizer is AdamW", "only 'adam': the optimizer is AdamW", "adam"},
     {"--main-grads-dtype", 1, FP32_STATE, FP32_STATE_ONLY, "fp32"},
     {"--exp-avg-dtype", 1, FP32_STATE, FP32_STATE_ONLY, "fp32"},
     {"--exp-avg-sq-dtype", 1, FP32_STATE, FP32_STATE_ONLY, "fp32"},
@@ -281,6 +282,7 @@ struct train_cmd {
 /* Every flag at its default: the family's settings in t->c.model, the rest in t->f */
 static void set_defaults(struct train_cmd *t) {
     t->f = (struct train_flags){
+        .optimizer = "adam", .onebit_freeze = 100000,
         .decay_style = "linear", .wsd_style = "exponential", .wd_style = "constant",
         .warmup_fraction = -1, .device = "cpu", .split = "969,30,1", .comm = "auto",
         .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer", .lr = 1e-4,
@@ -340,6 +342,8 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--start-weight-decay", LOOM_FLAG_FLOAT, &f->start_wd, "weight decay at the start (with --weight-decay-incr-style linear|cosine)", NULL, 0},
         {"--end-weight-decay", LOOM_FLAG_FLOAT, &f->end_wd, "weight decay at the end of training (with --weight-decay-incr-style linear|cosine)", NULL, 0},
         {"--weight-decay-incr-style", LOOM_FLAG_CHOICE, &f->wd_style, "weight decay over training: constant (--weight-decay) or from --start-weight-decay to --end-weight-decay", "constant|linear|cosine", 0},
+        {"--optimizer", LOOM_FLAG_CHOICE, &f->optimizer, "adam: AdamW; onebit-adam: 1-bit Adam (DeepSpeed's: --onebit-freeze-step warmup steps of Adam without bias correction, then the momentum all-reduced compressed to one bit an element with error feedback and the variance frozen; not with the distributed optimizer)", "adam|onebit-adam", 0},
+        {"--onebit-freeze-step", LOOM_FLAG_INT, &f->onebit_freeze, "--optimizer onebit-adam: the warmup's steps (at least 1), after which the variance is frozen and the momentum compressed", NULL, 0},
         {"--adam-beta1", LOOM_FLAG_FLOAT, &f->b1, "AdamW beta1", NULL, 0},
         {"--adam-beta2", LOOM_FLAG_FLOAT, &f->b2, "AdamW beta2", NULL, 0},
         {"--adam-eps", LOOM_FLAG_FLOAT, &f->eps, "AdamW epsilon", NULL, 0},
@@ -698,6 +702,15 @@ static enum loom_status check_layout(struct train_cmd *t) {
         FAIL("--use-distributed-optimizer shards the optimizer (optim); "
              "--data-parallel-sharding-strategy no_shard excludes it");
     t->c.dp_sharding = f->dist_opt && sharding < LOOM_SHARD_OPTIM ? LOOM_SHARD_OPTIM : sharding;
+    t->c.onebit_adam = !strcmp(f->optimizer, "onebit-adam");
+    t->c.onebit_freeze_step = f->onebit_freeze;
+    if (t->c.onebit_adam && t->c.dp_sharding != LOOM_SHARD_NO_SHARD)
+        FAIL("--optimizer onebit-adam keeps the whole moments on every data-parallel rank: not "
+             "with %s", f->sharding ? "--data-parallel-sharding-strategy other than no_shard"
+                                    : "--use-distributed-optimizer");
+    if (t->c.onebit_adam && f->onebit_freeze < 1)
+        FAIL("--onebit-freeze-step %lld: give at least 1 warmup step (the variance it freezes "
+             "must have been estimated)", (long long)f->onebit_freeze);
     if (f->overlap_gather && t->c.dp_sharding == LOOM_SHARD_NO_SHARD)
         FAIL("--overlap-param-gather overlaps the distributed optimizer's gather: it needs "
              "--use-distributed-optimizer or a --data-parallel-sharding-strategy other than "

@@ -151,7 +151,11 @@ void loom_grad_sync_begin(struct loom_grad_sync *gs) {
 }
 
 static int active(const struct loom_grad_sync *gs) {
-    return gs->dp_size > 1;
+    return gs->dp_size > 1 && !gs->local;
+}
+
+void loom_grad_sync_set_local(struct loom_grad_sync *gs, int local) {
+    gs->local = local;
 }
 
 static enum loom_status launch(struct loom_grad_sync *gs, struct bucket *b) {

@@ -31,6 +31,7 @@ struct loom_grad_sync {
     struct loom_comm *dp;
     int scatter, dp_size, dp_rank;
     enum loom_dp_sharding strategy;
+    int local; /* no reduction at all: each rank keeps its own gradients (1-bit Adam) */
     struct range *layer; /* [L] range of each local layer (empty when not local) */
     char *layer_done;    /* [L] */
     struct bucket *b;    /* [nb] from the top of the buffer down: the order a backward frees them */

@@ -1017,6 +1017,15 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
     t->opt.eps = c->adam_eps;
     t->opt.weight_decay = c->weight_decay;
     LOOM_CHECK(loom_adamw_init(&t->opt, t->model, t->gsync, c->lr.decoupled_max_lr >= 0));
+    if (c->onebit_adam) {
+        LOOM_CHECK(loom_onebit_adam_init(&t->opt, t->model, c->onebit_freeze_step));
+        loom_log_info("loom: 1-bit Adam: %lld warmup steps of Adam without bias correction "
+                      "(all-reduced gradients), then the momentum of %lld floats compressed to "
+                      "one bit an element over the %d data-parallel ranks (error buffers start "
+                      "from zero)",
+                      (long long)c->onebit_freeze_step, (long long)t->model->num_local,
+                      loom_dp_size(&t->par));
+    }
     const enum loom_dp_sharding shard = loom_grad_sync_strategy(t->gsync);
     t->opt.overlap_gather = t->opt.distributed && c->overlap_param_gather &&
                             shard != LOOM_SHARD_OPTIM_GRADS_PARAMS;
@@ -1246,6 +1255,8 @@ static enum loom_status train_loop(struct trainer *t) {
         be->ops->zero(be, t->model->grad_mem, (size_t)t->model->num_local * sizeof(float));
         reset_comm_counters(t);
         t->pipe_busy_s = t->pipe_wait_s = 0;
+        /* 1-bit Adam after its warmup: no gradient reduction (the momentum's instead) */
+        loom_grad_sync_set_local(t->gsync, loom_adamw_local_grads(&t->opt));
         struct loom_losses losses;
         t->batch = loom_batch_at(&t->ramp, t->st.consumed_samples);
         LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, t->batch, it, 1, &losses));
@@ -1260,6 +1271,9 @@ static enum loom_status train_loop(struct trainer *t) {
         t->num_zeros = -1;
         LOOM_CHECK(
             loom_grad_norm(&t->opt, t->model, &gnorm, c->log_num_zeros ? &t->num_zeros : NULL));
+        /* 1-bit Adam's compressed steps: each rank's own gradient, whose share (1 / the ranks)
+         * the buffer holds: its norm is the one clipped (and logged: rank 0's) */
+        if (loom_adamw_local_grads(&t->opt)) gnorm *= loom_dp_size(&t->par);
         double unscale = 1.0;
         int skip = 0;
         if (c->fp16) {
