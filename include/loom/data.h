@@ -113,11 +113,16 @@ void loom_indexed_builder_free(struct loom_indexed_builder *b);
 enum loom_split { LOOM_SPLIT_TRAIN = 0, LOOM_SPLIT_VALID, LOOM_SPLIT_TEST, LOOM_SPLIT_COUNT };
 
 /* Parse --split ("969,30,1", "98/2/0", "1"): up to three non-negative numbers separated by ','
- * or '/', missing ones are 0, normalised to sum 1 (sum must be > 0). */
+ * or '/', missing ones are 0, normalised as Megatron's normalize() (sum must be > 0). */
 enum loom_status loom_data_parse_split(const char *split, double weights[3]);
-/* Contiguous ranges of n documents: split s is [bounds[s], bounds[s+1]), bounds[0] = 0,
- * bounds[3] = n, with Megatron's rounding (see gpt_dataset.c). */
-enum loom_status loom_data_split_bounds(const char *split, int64_t n, int64_t bounds[4]);
+/* Current Megatron-core's split matrix over n documents (see data_split.c): split s is
+ * [bounds[s], bounds[s+1]); present[s] (may be NULL) is 0 for a split of weight 0, which is
+ * absent (not built, not evaluated). */
+enum loom_status loom_data_split_bounds(const char *split, int64_t n, int64_t bounds[4],
+                                        int present[3]);
+/* numpy.sum over n doubles (pairwise summation, bit for bit), and w / numpy.sum(w) in place. */
+double loom_data_np_sum(const double *a, int64_t n);
+void loom_data_normalize(double *w, int64_t n);
 
 /* Parse --data-path: "PREFIX" (one dataset, *weights[0] = 1, *is_blend = 0) or
  * "W1 P1 W2 P2 ..." (weights >= 0, normalised to sum 1, *is_blend = 1). Release the returned
@@ -143,23 +148,31 @@ struct loom_gpt_dataset_config {
     enum loom_split which; /* the split to build */
     int64_t num_samples;   /* samples the trainer will draw from this split (>= 0) */
     int64_t seq_length;    /* --seq-length T (> 0) */
-    uint64_t seed;         /* --seed */
+    uint64_t seed;         /* --seed (0 .. 2^32-1: numpy's RandomState(seed)) */
+    int per_split;         /* data_path is this split's own dataset(s), whole (--train-data-path,
+                              --valid-data-path, --test-data-path); `split` unused */
+    const char *cache_path; /* --data-cache-path: Megatron's index cache; NULL: none */
+    /* the tokenizer, as the cache's description names it (NULL where not given) */
+    const char *tokenizer_type, *vocab_file, *merge_file;
 };
 
-/* Builds the index in memory (doc order, sample starts, sample shuffle; for a blend, the
- * dataset-choice index). A split with no documents gives an empty dataset when num_samples is
- * 0 and an error otherwise. */
+/* Builds the indices (document, sample and shuffle index; for a blend, the dataset and dataset
+ * sample index), or reads them from cache_path. A split of weight 0 or with no documents is an
+ * error naming it (the caller leaves out a split that is absent). */
 enum loom_status loom_gpt_dataset_open(struct loom_gpt_dataset **out,
                                        const struct loom_gpt_dataset_config *cfg);
 void loom_gpt_dataset_free(struct loom_gpt_dataset *ds);
 /* The documents of split `which` (--split weights `split`, NULL for the default) over every
- * dataset of data_path, as loom_gpt_dataset_open would take them. */
+ * dataset of data_path, as loom_gpt_dataset_open would take them; *present 0 (and *ndocs 0) for
+ * a split of weight 0. */
 enum loom_status loom_data_split_documents(const char *data_path, const char *split,
-                                          enum loom_split which, int64_t *ndocs);
+                                          enum loom_split which, int64_t *ndocs, int *present);
+/* 1 when every index of the dataset was read from --data-cache-path rather than built */
+int loom_gpt_dataset_from_cache(const struct loom_gpt_dataset *ds);
 
 /* Number of samples available: for one dataset, every sample of the epochs built (>=
- * num_samples, as Megatron's GPTDataset); for a blend, exactly num_samples (as its
- * BlendedDataset). */
+ * num_samples, as Megatron's GPTDataset); for a blend, sum over datasets of
+ * ceil(num_samples * w_d) (as its BlendedDataset). */
 int64_t loom_gpt_dataset_len(const struct loom_gpt_dataset *ds);
 int64_t loom_gpt_dataset_seq_length(const struct loom_gpt_dataset *ds);
 /* Sample k of the global order, 0 <= k < len: tokens_out[seq_length + 1]. */
@@ -265,12 +278,11 @@ enum loom_status loom_preprocess_jsonl(const struct loom_preprocess_config *cfg,
 /* ---- the families' sample sources (struct loom_sample_source, loom/train.h) ---- */
 struct loom_sample_source;
 
-/* Samples of one split of --data-path (Megatron GPT dataset semantics, see loom/data.h): the
- * first T of a sample's T + 1 tokens and the next-token labels, as the mock source's.
- * `split` is an enum loom_split; tokens outside [0, vocab) are an error naming the dataset. */
-enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *data_path,
-                                      const char *split_weights, int split, int64_t T,
-                                      int64_t num_samples, uint64_t seed, int64_t vocab);
+/* Samples of one split (Megatron GPT dataset semantics, struct loom_gpt_dataset_config): the
+ * first T of a sample's T + 1 tokens and the next-token labels, as the mock source's. Tokens
+ * outside [0, vocab) are an error naming the dataset. */
+enum loom_status loom_gpt_data_source(struct loom_sample_source *s,
+                                      const struct loom_gpt_dataset_config *dc, int64_t vocab);
 
 /* BERT's synthetic data (--mock-data --model bert), every choice drawn from the counter-based RNG
  * keyed by (seed, split, index): ids 0 [PAD], 1 [CLS], 2 [SEP], 3 [MASK], the others (4 ..

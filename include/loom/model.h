@@ -220,6 +220,11 @@ struct loom_family {
     void (*decoder_free)(void *dec);
 };
 
+/* Every local parameter from the counter-based RNG keyed by (seed, name, global index), by its
+ * init: LOOM_INIT_NORMAL N(0, std), LOOM_INIT_NORMAL_SCALED N(0, scaled_std), with xavier_init
+ * every matrix of those two uniform in +-sqrt(6 / (rows + columns)) instead; ones; zeros. */
+enum loom_status loom_model_init_params(struct loom_model *m, uint64_t seed, double std,
+                                        double scaled_std, int xavier_init);
 /* The family of that name ("gpt"), or NULL. */
 const struct loom_family *loom_family_find(const char *name);
 /* The parameter of that name, or NULL. */

@@ -1,9 +1,16 @@
-/* Tokenizers: GPT-2 byte-level BPE and BERT WordPiece, under Megatron's names.
+/* Tokenizers under Megatron-LM's --tokenizer-type names (docs/tokenizers.md has the details):
  *
- *   type                      files                                  Megatron flag
- *   "GPT2BPETokenizer"        vocab.json + merges.txt                --tokenizer-type GPT2BPETokenizer
- *   "BertWordPieceLowerCase"  vocab.txt (merge_file NULL)            --tokenizer-type BertWordPieceLowerCase
- *   "BertWordPieceCase"       vocab.txt (merge_file NULL)            --tokenizer-type BertWordPieceCase
+ *   type                       files
+ *   GPT2BPETokenizer           --vocab-file vocab.json --merge-file merges.txt
+ *   BertWordPieceLowerCase     --vocab-file vocab.txt
+ *   BertWordPieceCase          --vocab-file vocab.txt
+ *   HuggingFaceTokenizer       --tokenizer-model tokenizer.json, or a folder holding one (and
+ *                              tokenizer_config.json, for the end-of-document token)
+ *   SentencePieceTokenizer     --tokenizer-model tokenizer.model (SentencePiece ModelProto, BPE)
+ *   GPTSentencePieceTokenizer  --tokenizer-model tokenizer.model
+ *   Llama2Tokenizer            --tokenizer-model tokenizer.model
+ *   TikTokenizer               --tokenizer-model a tiktoken rank file, --tiktoken-pattern
+ *   NullTokenizer              --vocab-size N: text is ids written as decimal numbers
  *
  * GPT-2 gives exactly the ids of OpenAI's encoder (and of the gpt-3-encoder npm package, which the
  * tests run as the oracle). Pre-tokenization uses the GPT-2 pattern with JavaScript's meaning of
@@ -38,6 +45,39 @@
 
 struct loom_tokenizer;
 
+/* The three SentencePiece front ends of Megatron-LM, over one model reader. */
+enum loom_spm_flavor {
+    LOOM_SPM_MEGATRON, /* SentencePieceTokenizer: adds <CLS> <SEP> <EOD> <MASK> (and <PAD>/<BOS>/
+                          <EOS> the model lacks) after the model's pieces, found in the text as
+                          literals; the end of document is <EOD> */
+    LOOM_SPM_GPT,      /* GPTSentencePieceTokenizer: the model's ids; end of document </s> */
+    LOOM_SPM_LLAMA2,   /* Llama2Tokenizer: <s> first, then the model's ids; end of document </s> */
+};
+
+/* Everything a tokenizer may be built from (the flags of the same names). */
+struct loom_tokenizer_spec {
+    const char *type;             /* --tokenizer-type */
+    const char *vocab_file;       /* --vocab-file */
+    const char *merge_file;       /* --merge-file */
+    const char *tokenizer_model;  /* --tokenizer-model */
+    int64_t vocab_size;           /* --vocab-size: NullTokenizer's ids before the end-of-document
+                                     one; TikTokenizer's total (0: every rank in the file) */
+    const char *tiktoken_pattern; /* --tiktoken-pattern v1|v2|cl100k|o200k (NULL: v2) */
+    int64_t tiktoken_num_special_tokens; /* --tiktoken-num-special-tokens (< 0: 1000) */
+};
+
+/* The valid --tokenizer-type values, as a LOOM_FLAG_CHOICE list. */
+#define LOOM_TOKENIZER_CHOICES                                                                   \
+    "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase|HuggingFaceTokenizer|"            \
+    "SentencePieceTokenizer|GPTSentencePieceTokenizer|Llama2Tokenizer|TikTokenizer|NullTokenizer"
+
+/* The valid --tokenizer-type values, comma-separated (for messages). */
+extern const char *const LOOM_TOKENIZER_TYPES;
+
+/* Build a tokenizer from a spec. Missing or unusable files and flags are one-line errors that
+ * name the flag or file. */
+enum loom_status loom_tokenizer_open(struct loom_tokenizer **out, const struct loom_tokenizer_spec *spec);
+
 /* Load a tokenizer. type: one of the names above (anything else is LOOM_ERR_INVALID_ARG listing
  * the valid names). merge_file: the GPT-2 merges file; must be NULL or is ignored for WordPiece.
  * A missing, unreadable or malformed file is a one-line error naming the file and the problem. */
@@ -61,10 +101,13 @@ enum loom_status loom_tokenizer_decode(const struct loom_tokenizer *t, const int
 
 /* Number of ids (largest id + 1): 50257 for GPT-2, 30522 for bert-base vocab.txt. */
 int64_t loom_tokenizer_vocab_size(const struct loom_tokenizer *t);
-/* End-of-document id: <|endoftext|> for GPT-2, [SEP] for BERT; -1 if the vocabulary lacks it. */
+/* End-of-document id: <|endoftext|> for GPT-2, [SEP] for BERT, the eos_token of
+ * tokenizer_config.json for HuggingFaceTokenizer, </s> or <EOD> for SentencePiece, </s> (after the
+ * special tokens) for TikTokenizer, vocab size for NullTokenizer; -1 if there is none. */
 int32_t loom_tokenizer_eod(const struct loom_tokenizer *t);
-/* BERT special ids by name: "[CLS]" "[SEP]" "[MASK]" "[PAD]" "[UNK]" (also accepted without the
- * brackets, any case); -1 for GPT-2 or an unknown name. */
+/* Special ids by name: "[CLS]" "[SEP]" "[MASK]" "[PAD]" "[UNK]" (also accepted without the
+ * brackets, any case), and "BOS": the id that encode puts in front of every text (Llama 2's <s>,
+ * a tokenizer.json template's first token); -1 where the tokenizer has none. */
 int32_t loom_tokenizer_special(const struct loom_tokenizer *t, const char *name);
 /* The type name the tokenizer was loaded with. */
 const char *loom_tokenizer_type(const struct loom_tokenizer *t);

@@ -77,6 +77,7 @@ struct loom_train_config {
     /* or a train and (may be NULL) a valid dataset of their own, each whole (Megatron-LM's
      * --train-data-path and --valid-data-path; --split unused) */
     const char *train_data_path, *valid_data_path, *test_data_path;
+    const char *data_cache_path; /* --data-cache-path: Megatron's dataset index cache (NULL: none) */
     int per_token_loss; /* --calculate-per-token-loss: with a loss mask, the mean over the global
                            batch's tokens, not over micro-batches of their means */
     /* evaluation and logging */
@@ -100,7 +101,8 @@ struct loom_train_config {
      * (Megatron-LM's --override-opt_param-scheduler, --use-checkpoint-opt_param-scheduler) */
     int override_lr_schedule, use_checkpoint_lr_schedule;
     /* device */
-    const char *save_grads; /* write the first iteration's reduced gradients here (testing) */
+    const char *save_grads; /* the reduced gradients of the first iteration this run trains
+                               (testing); a run that trains none is an error */
     const char *device;
     const char *comm;   /* "auto" | "self" | "mpi" | "nccl" */
     int bf16;           /* matrix products with bf16 inputs (cuda) */

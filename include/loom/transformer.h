@@ -10,7 +10,8 @@
 #include "loom/backend.h"
 
 enum loom_norm { LOOM_NORM_LAYERNORM = 0, LOOM_NORM_RMSNORM };
-enum loom_posemb { LOOM_POSEMB_LEARNED = 0, LOOM_POSEMB_ROPE, LOOM_POSEMB_NONE };
+/* RELATIVE: T5's relative position bias (the T5 family only) */
+enum loom_posemb { LOOM_POSEMB_LEARNED = 0, LOOM_POSEMB_ROPE, LOOM_POSEMB_NONE, LOOM_POSEMB_RELATIVE };
 
 struct loom_transformer_config {
     int64_t num_layers;      /* L */
@@ -73,6 +74,16 @@ struct loom_transformer_config {
     int64_t num_tokentypes;
     int lm_head_transform, output_bias, binary_head;
     enum loom_gelu head_gelu;
+    /* The encoder-decoder form (the T5 family, loom/t5.h; unused by the others): the encoder's
+     * and the decoder's layers (0: num_layers) and sequence lengths, and the relative position
+     * bias's buckets and largest distance (with posemb LOOM_POSEMB_RELATIVE). Its finalize sets
+     * num_layers to enc_layers + dec_layers (the pipeline units: the encoder's layers, then the
+     * decoder's) and seq_length to enc_seq + dec_seq (a micro-batch row: the encoder's positions,
+     * then the decoder's). */
+    struct loom_t5_config {
+        int64_t enc_layers, dec_layers, enc_seq, dec_seq;
+        int64_t rel_buckets, rel_max_distance;
+    } t5;
     double hidden_dropout, attention_dropout;
     double init_std;
     /* Flags that give settings above without being one of their own (rows of GPT's settings

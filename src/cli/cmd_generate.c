@@ -73,7 +73,9 @@ static int32_t pick(const float *logits, int64_t V, const struct sample_cfg *s, 
 
 int loom_cmd_generate(int argc, char **argv) {
     const char *load = NULL, *prompt = "", *device = "cpu", *tok_type = "GPT2BPETokenizer",
-               *vocab_file = NULL, *merge_file = NULL;
+               *vocab_file = NULL, *merge_file = NULL, *tok_model = NULL, *tik_pattern = NULL;
+    int64_t tok_vocab_size = 0, tik_specials = 1000;
+    char tok_json[4200];
     int64_t max_new = 64, top_k = 0, seed = 1234;
     double temperature = 1.0, top_p = 0.0;
     int greedy = 0, stop_at_eod = 0;
@@ -87,7 +89,11 @@ int loom_cmd_generate(int argc, char **argv) {
         {"--greedy", LOOM_FLAG_BOOL, &greedy, "always take the most likely token", NULL, 0},
         {"--seed", LOOM_FLAG_INT, &seed, "sampling seed", NULL, 0},
         {"--stop-at-eod", LOOM_FLAG_BOOL, &stop_at_eod, "stop at the end-of-document token", NULL, 0},
-        {"--tokenizer-type", LOOM_FLAG_CHOICE, &tok_type, "tokenizer", "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase", 0},
+        {"--tokenizer-type", LOOM_FLAG_CHOICE, &tok_type, "tokenizer (HuggingFaceTokenizer when --load holds a tokenizer.json and no tokenizer file is given)", LOOM_TOKENIZER_CHOICES, 0},
+        {"--tokenizer-model", LOOM_FLAG_STR, &tok_model, "tokenizer.json (or its folder), tokenizer.model or tiktoken rank file", NULL, 0},
+        {"--tiktoken-pattern", LOOM_FLAG_STR, &tik_pattern, "TikTokenizer: v1, v2, cl100k, o200k", NULL, 0},
+        {"--tiktoken-num-special-tokens", LOOM_FLAG_INT, &tik_specials, "TikTokenizer: special tokens before the ranks", NULL, 0},
+        {"--vocab-size", LOOM_FLAG_INT, &tok_vocab_size, "NullTokenizer: ids before the end-of-document one", NULL, 0},
         {"--vocab-file", LOOM_FLAG_STR, &vocab_file, "tokenizer vocabulary", NULL, 0},
         {"--merge-file", LOOM_FLAG_STR, &merge_file, "GPT-2 merges", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &device, "compute device", "cpu|cuda", 0},
@@ -109,19 +115,34 @@ int loom_cmd_generate(int argc, char **argv) {
     char *text = NULL;
     enum loom_status s = loom_flags_parse(flags, nf, argc, argv, 2, &help);
     if (s == LOOM_OK && help) {
-        loom_flags_print_help("usage: loom generate --load CKPT --vocab-file F [--merge-file F] "
+        loom_flags_print_help("usage: loom generate --load CKPT [--vocab-file F [--merge-file F] | "
+                              "--tokenizer-model F] "
                               "--prompt TEXT [flags]", flags, nf);
         return 0;
     }
 #define FAIL(...) do { s = loom_fail(LOOM_ERR_INVALID_ARG, __VA_ARGS__); goto out; } while (0)
     if (s != LOOM_OK) goto out;
     if (!load) FAIL("--load CKPT is required");
-    if (!vocab_file) FAIL("--vocab-file is required (and --merge-file for GPT2BPETokenizer)");
+    if (!vocab_file && !tok_model && strcmp(tok_type, "NullTokenizer") != 0) {
+        /* the tokenizer files loom convert put beside the checkpoint */
+        snprintf(tok_json, sizeof tok_json, "%s/tokenizer.json", load);
+        FILE *tf = fopen(tok_json, "rb");
+        if (!tf)
+            FAIL("no tokenizer: give --vocab-file (and --merge-file) or --tokenizer-model, or "
+                 "--load a checkpoint that holds a tokenizer.json (loom convert copies it)");
+        fclose(tf);
+        tok_type = "HuggingFaceTokenizer";
+        tok_model = load;
+    }
     if (max_new < 0) FAIL("--max-new-tokens must be >= 0");
     if (temperature < 0) FAIL("--temperature must be >= 0");
     if (top_k < 0) FAIL("--top-k must be >= 0");
     if (top_p < 0 || top_p > 1) FAIL("--top-p must be in [0, 1]");
-    if ((s = loom_tokenizer_load(&tok, tok_type, vocab_file, merge_file)) != LOOM_OK) goto out;
+    struct loom_tokenizer_spec tspec = {
+        .type = tok_type, .vocab_file = vocab_file, .merge_file = merge_file,
+        .tokenizer_model = tok_model, .vocab_size = tok_vocab_size,
+        .tiktoken_pattern = tik_pattern, .tiktoken_num_special_tokens = tik_specials};
+    if ((s = loom_tokenizer_open(&tok, &tspec)) != LOOM_OK) goto out;
     /* the checkpoint's family, which must generate text, and its configuration */
     struct loom_train_state st;
     int has_optim;
@@ -141,7 +162,7 @@ int loom_cmd_generate(int argc, char **argv) {
     int64_t vocab, max_positions;
     family->decode_config(cfg, &vocab, &max_positions);
     if (loom_tokenizer_vocab_size(tok) > vocab)
-        FAIL("--vocab-file has %lld tokens but the checkpoint's vocabulary is %lld",
+        FAIL("the tokenizer has %lld tokens but the checkpoint's vocabulary is %lld",
              (long long)loom_tokenizer_vocab_size(tok), (long long)vocab);
     if ((s = loom_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n, &cap)) != LOOM_OK) goto out;
     if (n == 0) {

@@ -30,6 +30,8 @@ static int split_words(char *s, const char **out, int max) {
 int loom_cmd_preprocess(int argc, char **argv) {
     const char *input = NULL, *json_keys = "text", *output_prefix = NULL, *tokenizer_type = NULL;
     const char *vocab_file = NULL, *merge_file = NULL, *dataset_impl = "mmap";
+    const char *tokenizer_model = NULL, *tiktoken_pattern = NULL;
+    int64_t vocab_size = 0, tiktoken_specials = 1000;
     int append_eod = 0, split_sentences = 0, keep_newlines = 0;
     int64_t workers = 1, log_interval = 1000;
     struct loom_flag flags[] = {
@@ -39,10 +41,19 @@ int loom_cmd_preprocess(int argc, char **argv) {
         {"--output-prefix", LOOM_FLAG_STR, &output_prefix,
          "outputs PREFIX_{key}_document.bin/.idx (required)", NULL, 0},
         {"--tokenizer-type", LOOM_FLAG_CHOICE, &tokenizer_type, "tokenizer (required)",
-         "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase", 0},
+         LOOM_TOKENIZER_CHOICES, 0},
         {"--vocab-file", LOOM_FLAG_STR, &vocab_file,
-         "vocabulary: vocab.json (GPT-2) or vocab.txt (BERT) (required)", NULL, 0},
+         "vocabulary: vocab.json (GPT-2) or vocab.txt (BERT)", NULL, 0},
         {"--merge-file", LOOM_FLAG_STR, &merge_file, "BPE merges.txt (GPT-2 only)", NULL, 0},
+        {"--tokenizer-model", LOOM_FLAG_STR, &tokenizer_model,
+         "HuggingFaceTokenizer: tokenizer.json or its folder; SentencePiece types: "
+         "tokenizer.model; TikTokenizer: the rank file", NULL, 0},
+        {"--tiktoken-pattern", LOOM_FLAG_STR, &tiktoken_pattern,
+         "TikTokenizer's split pattern: v1, v2 (Megatron-LM's), cl100k, o200k", NULL, 0},
+        {"--tiktoken-num-special-tokens", LOOM_FLAG_INT, &tiktoken_specials,
+         "TikTokenizer: special tokens before the ranks", NULL, 0},
+        {"--vocab-size", LOOM_FLAG_INT, &vocab_size,
+         "NullTokenizer: ids before the end-of-document one; TikTokenizer: total ids kept", NULL, 0},
         {"--append-eod", LOOM_FLAG_BOOL, &append_eod,
          "append the end-of-document token to every non-empty document", NULL, 0},
         {"--workers", LOOM_FLAG_INT, &workers,
@@ -65,7 +76,7 @@ int loom_cmd_preprocess(int argc, char **argv) {
     if (help) {
         loom_flags_print_help(
             "usage: loom preprocess --input FILE.jsonl --output-prefix PREFIX --tokenizer-type "
-            "TYPE --vocab-file FILE [--merge-file FILE] [--json-keys text ...] [--append-eod] "
+            "TYPE (--vocab-file FILE [--merge-file FILE] | --tokenizer-model FILE) [--json-keys text ...] [--append-eod] "
             "[--workers N] [--split-sentences [--keep-newlines]]\n\nTokenizes JSON lines into "
             "Megatron indexed datasets PREFIX_{key}_document.bin/.idx (one document per line; "
             "PREFIX_{key}_sentence.bin/.idx with --split-sentences).",
@@ -81,20 +92,10 @@ int loom_cmd_preprocess(int argc, char **argv) {
         return fail();
     }
     if (!tokenizer_type) {
-        loom_fail(LOOM_ERR_INVALID_ARG, "--tokenizer-type: required; one of GPT2BPETokenizer, "
-                  "BertWordPieceLowerCase, BertWordPieceCase");
-        return fail();
-    }
-    if (!vocab_file) {
-        loom_fail(LOOM_ERR_INVALID_ARG, "--vocab-file: required");
+        loom_fail(LOOM_ERR_INVALID_ARG, "--tokenizer-type: required; one of %s", LOOM_TOKENIZER_TYPES);
         return fail();
     }
     int gpt2 = strcmp(tokenizer_type, "GPT2BPETokenizer") == 0;
-    if (gpt2 && !merge_file) {
-        loom_fail(LOOM_ERR_INVALID_ARG, "--merge-file: required with --tokenizer-type "
-                  "GPT2BPETokenizer (merges.txt)");
-        return fail();
-    }
     if (keep_newlines && !split_sentences) /* Megatron takes it silently there too */
         loom_log_info("loom: note: flags with no effect: --keep-newlines (without "
                       "--split-sentences each text is kept whole, newlines included)");
@@ -121,8 +122,11 @@ int loom_cmd_preprocess(int argc, char **argv) {
 
     struct loom_tokenizer *tok = NULL;
     int rc = 0;
-    if (loom_tokenizer_load(&tok, tokenizer_type, vocab_file, gpt2 ? merge_file : NULL) !=
-        LOOM_OK) {
+    struct loom_tokenizer_spec spec = {
+        .type = tokenizer_type, .vocab_file = vocab_file, .merge_file = gpt2 ? merge_file : NULL,
+        .tokenizer_model = tokenizer_model, .vocab_size = vocab_size,
+        .tiktoken_pattern = tiktoken_pattern, .tiktoken_num_special_tokens = tiktoken_specials};
+    if (loom_tokenizer_open(&tok, &spec) != LOOM_OK) {
         rc = fail();
         goto out;
     }

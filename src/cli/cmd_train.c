@@ -31,11 +31,11 @@ struct train_flags {
         tb_world_size, tb_timers, tb_no_loss_scale, tb_no_lr, reset_pos, reset_mask,
         embed_in_split;
     int check_nan; /* --check-for-nan-in-loss-and-grad */
-    const char *decay_style, *wsd_style, *wd_style, *device, *data_path, *split, *train_data_path,
-        *valid_data_path, *test_data_path, *save, *load, *metrics, *comm, *attention_backend,
-        *save_grads, *tokenizer_type, *vocab_file, *merge_file, *rampup, *tb_dir, *sharding,
-        *optimizer;
-    int64_t onebit_freeze;
+    const char *decay_style, *wsd_style, *wd_style, *device, *data_path, *split,
+        *data_cache_path, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
+        *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file,
+        *merge_file, *rampup, *tb_dir, *tokenizer_model, *tiktoken_pattern, *sharding, *optimizer;
+    int64_t tiktoken_specials, onebit_freeze;
     double start_wd, end_wd, decoupled_lr, decoupled_min_lr;
     double mask_prob, short_seq_prob; /* BERT's samples */
     double lr, min_lr, warmup_init, warmup_fraction, wd, b1, b2, eps, clip, peak, loss_scale,
@@ -116,8 +116,6 @@ static const struct megatron_flag megatron_flags[] = {
      NULL, NULL},
     {"--use-checkpoint-args", 0, "--load always takes the model's shape from the checkpoint",
      NULL, NULL},
-    {"--data-cache-path", 1, "the dataset's sample indices are computed in memory, not cached",
-     NULL, NULL},
     {"--recompute-activations", 0, SELECTIVE_RECOMPUTE, NULL, NULL},
     {"--recompute-granularity", 1, SELECTIVE_RECOMPUTE, MLP_RECOMPUTE_ONLY, "selective"},
     {"--recompute-modules", 2, NULL, MLP_RECOMPUTE_ONLY, NULL},
@@ -187,9 +185,6 @@ static const struct megatron_flag megatron_flags[] = {
      "(--use-distributed-optimizer shards the optimizer's moments)", NULL},
     {"--tp-comm-overlap", 0, NULL, "tensor-parallel communication is not overlapped with the "
      "products", NULL},
-    {"--tokenizer-model", 1, NULL, "SentencePiece and Hugging Face tokenizers are not "
-     "implemented (--tokenizer-type GPT2BPETokenizer, BertWordPieceLowerCase/Case or "
-     "NullTokenizer)", NULL},
     {"--profile", 0, NULL, NO_PROFILER, NULL},
     {"--log-progress", 0, NULL, "no progress file: " JSON_METRICS, NULL},
     {"--mmap-bin-files", 0, "indexed datasets are always memory-mapped", NULL, NULL},
@@ -285,7 +280,7 @@ static void set_defaults(struct train_cmd *t) {
         .optimizer = "adam", .onebit_freeze = 100000,
         .decay_style = "linear", .wsd_style = "exponential", .wd_style = "constant",
         .warmup_fraction = -1, .device = "cpu", .split = "969,30,1", .comm = "auto",
-        .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer", .lr = 1e-4,
+        .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer", .tiktoken_specials = 1000, .lr = 1e-4,
         .min_lr = 0, .wd = 0.01, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .clip = 1.0, .micro = 1,
         .global = 0, .iters = 0, .warmup = 0, .decay_iters = 0, .seed = 1234,
         .save_interval = 0, .eval_interval = 1000, .eval_iters = 100, .log_interval = 100,
@@ -355,10 +350,14 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--split", LOOM_FLAG_STR, &f->split, "train,valid,test document weights", NULL, 0},
         {"--mask-prob", LOOM_FLAG_FLOAT, &f->mask_prob, "BERT's samples (--model bert): the share of the tokens masked for the language-model loss", NULL, 0},
         {"--short-seq-prob", LOOM_FLAG_FLOAT, &f->short_seq_prob, "BERT's samples (--model bert): the probability that a sample's target length is drawn shorter than --seq-length", NULL, 0},
+        {"--data-cache-path", LOOM_FLAG_STR, &f->data_cache_path, "folder of Megatron's dataset index cache (<md5>-GPTDataset-<split>-*.npy, <md5>-BlendedDataset-*): indices found there that match the request are read, others built and written there (default: built in memory, not cached)", NULL, 0},
         {"--train-data-path", LOOM_FLAG_LIST, &f->train_data_path, "a training dataset of its own, whole (instead of --data-path and --split)", NULL, 0},
         {"--valid-data-path", LOOM_FLAG_LIST, &f->valid_data_path, "a validation dataset of its own, whole (with --train-data-path)", NULL, 0},
         {"--test-data-path", LOOM_FLAG_LIST, &f->test_data_path, "a test dataset of its own, whole (with --train-data-path), evaluated after training", NULL, 0},
-        {"--tokenizer-type", LOOM_FLAG_CHOICE, &f->tokenizer_type, "tokenizer (for the vocabulary size; NullTokenizer: --vocab-size ids and an end-of-document one, as Megatron-LM)", "GPT2BPETokenizer|BertWordPieceLowerCase|BertWordPieceCase|NullTokenizer", 0},
+        {"--tokenizer-type", LOOM_FLAG_CHOICE, &f->tokenizer_type, "tokenizer (for the vocabulary size; NullTokenizer: --vocab-size ids and an end-of-document one, as Megatron-LM)", LOOM_TOKENIZER_CHOICES, 0},
+        {"--tokenizer-model", LOOM_FLAG_STR, &f->tokenizer_model, "tokenizer.json (or its folder), tokenizer.model or tiktoken rank file", NULL, 0},
+        {"--tiktoken-pattern", LOOM_FLAG_STR, &f->tiktoken_pattern, "TikTokenizer: v1, v2, cl100k, o200k", NULL, 0},
+        {"--tiktoken-num-special-tokens", LOOM_FLAG_INT, &f->tiktoken_specials, "TikTokenizer: special tokens before the ranks", NULL, 0},
         {"--vocab-file", LOOM_FLAG_STR, &f->vocab_file, "tokenizer vocabulary", NULL, 0},
         {"--merge-file", LOOM_FLAG_STR, &f->merge_file, "GPT-2 merges", NULL, 0},
         {"--save", LOOM_FLAG_STR, &f->save, "checkpoint directory to save to", NULL, 0},
@@ -395,7 +394,7 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--account-for-embedding-in-pipeline-split", LOOM_FLAG_BOOL, &f->embed_in_split, "split the layers over the pipeline stages as if the embedding were one more layer on the first stage (it then holds one layer fewer)", NULL, 0},
         {"--decoder-last-pipeline-num-layers", LOOM_FLAG_INT, &f->last_stage_layers, "layers of the last pipeline stage (0 = an equal share)", NULL, 0},
         {"--sequence-parallel", LOOM_FLAG_BOOL, &f->sequence_parallel, "split norm/dropout regions along the sequence", NULL, 0},
-        {"--save-grads", LOOM_FLAG_STR, &f->save_grads, "write the first iteration's gradients as a checkpoint directory (for testing)", NULL, 0},
+        {"--save-grads", LOOM_FLAG_STR, &f->save_grads, "write the gradients of the first iteration this run trains (iteration 1, or the one after --load's) as a checkpoint directory (for testing)", NULL, 0},
         {"--ddp-bucket-size-mb", LOOM_FLAG_INT, &f->bucket_mb, "data-parallel gradient bucket (MiB), reduced while the backward runs", NULL, 0},
         {"--ddp-bucket-size", LOOM_FLAG_INT, &f->bucket_size, "data-parallel gradient bucket in parameters (0: --ddp-bucket-size-mb's)", NULL, 0},
         {"--device", LOOM_FLAG_CHOICE, &f->device, "compute device", "cpu|cuda", 0},
@@ -539,16 +538,22 @@ static enum loom_status tokenizer_ids(struct train_cmd *t) {
     t->docs = f->reset_pos || f->reset_mask;
     if (strcmp(f->tokenizer_type, "NullTokenizer") == 0) {
         t->eod = *vocab - 1;
-    } else if ((*vocab == 0 || f->eod_mask || t->docs) && f->vocab_file) {
+    } else if ((*vocab == 0 || f->eod_mask || t->docs) && (f->vocab_file || f->tokenizer_model)) {
         struct loom_tokenizer *tok;
-        LOOM_CHECK(loom_tokenizer_load(&tok, f->tokenizer_type, f->vocab_file, f->merge_file));
+        struct loom_tokenizer_spec sp = {
+            .type = f->tokenizer_type, .vocab_file = f->vocab_file, .merge_file = f->merge_file,
+            .tokenizer_model = f->tokenizer_model, .tiktoken_pattern = f->tiktoken_pattern,
+            .tiktoken_num_special_tokens = f->tiktoken_specials,
+            .vocab_size = strcmp(f->tokenizer_type, "TikTokenizer") == 0 ? *vocab : 0};
+        LOOM_CHECK(loom_tokenizer_open(&tok, &sp));
         if (*vocab == 0) *vocab = loom_tokenizer_vocab_size(tok);
         t->eod = loom_tokenizer_eod(tok);
         loom_tokenizer_free(tok);
     }
     if ((f->eod_mask || t->docs) && t->eod < 0)
         FAIL("%s needs the tokenizer's end-of-document id: give --vocab-file (and "
-             "--merge-file) of a tokenizer that has one, or --tokenizer-type NullTokenizer",
+             "--merge-file) or --tokenizer-model of a tokenizer that has one, or "
+             "--tokenizer-type NullTokenizer",
              f->eod_mask    ? "--eod-mask-loss"
              : f->reset_pos ? "--reset-position-ids"
                             : "--reset-attention-mask");
@@ -833,6 +838,7 @@ static void fill_train_config(struct train_cmd *t) {
     c->mask_prob = f->mask_prob;
     c->short_seq_prob = f->short_seq_prob;
     c->train_data_path = f->train_data_path;
+    c->data_cache_path = f->data_cache_path;
     c->valid_data_path = f->valid_data_path;
     c->test_data_path = f->test_data_path;
     c->eval_interval = f->eval_interval;

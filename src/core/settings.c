@@ -9,10 +9,11 @@
 
 #include "models/bert/bert_settings.h"
 #include "models/gpt/gpt_settings.h"
+#include "models/t5/t5_settings.h"
 
 /* ---- the families ---- */
-static const struct loom_family_config_desc *const families[] = {&loom_gpt_config_desc,
-                                                                  &loom_bert_config_desc};
+static const struct loom_family_config_desc *const families[] = {
+    &loom_gpt_config_desc, &loom_bert_config_desc, &loom_t5_config_desc};
 #define NFAMILIES ((int)(sizeof families / sizeof families[0]))
 
 const struct loom_family_config_desc *loom_family_config_find(const char *name) {

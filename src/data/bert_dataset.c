@@ -300,7 +300,7 @@ enum loom_status loom_bert_dataset_open(struct loom_bert_dataset **out,
     int64_t b[4];
     if (st == LOOM_OK)
         st = loom_data_split_bounds(cfg->split ? cfg->split : "969,30,1",
-                                    loom_indexed_num_documents(ds->ix), b);
+                                    loom_indexed_num_documents(ds->ix), b, NULL);
     if (st == LOOM_OK) {
         ds->doc_begin = b[cfg->which];
         ds->doc_end = b[cfg->which + 1];

@@ -1,205 +1,40 @@
-/* GPT samples over Megatron indexed datasets: train/valid/test split, epochs, shuffles, blends.
+/* GPT samples over Megatron indexed datasets: Megatron-core's GPTDataset and BlendedDataset.
  *
- * What matches Megatron-LM (legacy gpt_dataset.py / megatron.core GPTDataset, BlendedDataset):
- *  - "documents" of the split are the dataset's SEQUENCES (Megatron indexes sizes[], i.e. the
- *    sequence lengths; for files written without sentence splitting a sequence is a document).
- *  - --split: the same parsing (',' or '/' separated, padded to three with 0, normalised) and
- *    the same rounding (see split_bounds below).
- *  - Epochs: the smallest E with (E * tokens_per_epoch - 1) / T >= num_samples.
- *  - "Separate last epoch": when E > 1 and the last epoch contributes fewer than
- *    int(0.80 * samples_per_epoch) samples, the first E-1 epochs and the last one are shuffled
- *    separately (documents and samples), exactly as Megatron decides it.
- *  - doc_idx: E copies of the split's document ids, shuffled as ONE array (or two, as above):
- *    like Megatron, documents are not shuffled epoch by epoch, the E-1 first epochs are mixed.
- *  - sample_idx: sample j starts at token j*T of the concatenation of documents in doc_idx
- *    order and has T+1 tokens (consecutive samples share one token); Megatron stores (position
- *    in doc_idx, offset in document) pairs built by the same walk, and so do we.
- *  - shuffle_idx: a permutation of the samples (the first-epochs part and the separate last
- *    part shuffled independently); len() is every sample built, as GPTDataset.__len__.
- *  - Blend: weights normalised; each dataset is asked for ceil(N * w * 1.005) samples; the
- *    dataset of blended sample i is the one with the largest w_d * max(i, 1) - drawn_d (ties
- *    to the lower index), as Megatron's build_blending_indices; the blend has exactly N samples.
- *    (One difference: a dataset of weight 0 is never chosen; Megatron can pick it on a tie at
- *    sample 1 and then reads past its empty index.)
- *
- * What differs:
- *  - The shuffles use loom's counter-based RNG (Philox, loom/rng.h) in a Fisher-Yates walk,
- *    keyed by (--seed, purpose, position), instead of numpy's RandomState: the structure is the
- *    same, the permutations are not bit-identical to Megatron's.
- *  - Nothing is cached on disk (Megatron saves doc/sample/shuffle .npy files); building the
- *    index is linear in its size and done at open.
- *  - A split bound that Megatron's rounding would make negative (possible only in corner cases
- *    such as "0,3,7" over 5 documents) is clamped so that the ranges stay ordered.
+ * Sample for sample and in the same order as Megatron-core (megatron/core/datasets, 2025):
+ *  - "documents" of a split are the dataset's SEQUENCES (GPTDataset splits sequence_lengths);
+ *    --split gives their ranges as the split matrix does (loom_data_split_bounds, data_split.c);
+ *    a split of weight 0 is absent.
+ *  - Epochs: the smallest E with E * tokens_per_epoch >= N * T + 1 (N samples asked, T
+ *    --seq-length; one extra token per sample).
+ *  - Separate last epoch: when E > 1 and the last epoch contributes fewer than
+ *    int(0.80 * samples_per_epoch) samples, the document index is built as E-1 epochs then 1
+ *    epoch, each shuffled on its own, and so is the shuffle index (samples of the first E-1
+ *    epochs, then the rest).
+ *  - Random numbers: ONE numpy RandomState(--seed) stream per dataset and split (loom/np_random.h)
+ *    draws, in this order, the document shuffle(s) then the sample shuffle(s), exactly as many
+ *    draws as numpy's shuffle makes.
+ *  - document_index: E copies of the split's document ids, shuffled; sample_index: sample j
+ *    starts at (position in document_index, offset) found by walking T tokens at a time, a sample
+ *    holding T + 1 tokens (Megatron's build_sample_idx, the last partial sample dropped);
+ *    shuffle_index: the permutation above. len() of one dataset is every sample built.
+ *  - Blend (--data-path W1 P1 W2 P2 ...): weights normalised as numpy does (twice for the
+ *    blend itself, as Megatron normalises them again); dataset d is asked for
+ *    ceil(ceil(N * w_d) * 1.005) samples; the blend holds sum_d ceil(N * w_d) samples; blended
+ *    sample i comes from the dataset with the largest w_d * max(i, 1) - drawn_d (first on a tie),
+ *    Megatron's build_blending_indices.
+ *  - Datasets of their own per split (--train-data-path ...): the whole dataset is the split.
+ *  - With --data-cache-path the indices are read from, or written to, Megatron's cache files
+ *    (index_cache.c); a cache that does not match the request is rebuilt.
  */
 #include "loom/data.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "loom/rng.h"
-
-/* ---------------------------------------------------------------------------------------- */
-/* --split                                                                                  */
-
-enum loom_status loom_data_parse_split(const char *split, double weights[3]) {
-    if (!split || !*split)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--split: empty; expected e.g. 969,30,1");
-    char sep = strchr(split, ',') ? ',' : strchr(split, '/') ? '/' : 0;
-    double v[3] = {0, 0, 0};
-    int n = 0;
-    const char *p = split;
-    for (;;) {
-        const char *e = sep ? strchr(p, sep) : NULL;
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        char tmp[64];
-        if (n == 3)
-            return loom_fail(LOOM_ERR_INVALID_ARG, "--split: '%s' has more than three parts "
-                             "(train,valid,test)", split);
-        if (len == 0 || len >= sizeof tmp)
-            return loom_fail(LOOM_ERR_INVALID_ARG, "--split: '%s': empty or overlong part; "
-                             "expected numbers such as 969,30,1", split);
-        memcpy(tmp, p, len);
-        tmp[len] = 0;
-        char *end;
-        errno = 0;
-        double x = strtod(tmp, &end);
-        while (*end && isspace((unsigned char)*end)) end++;
-        if (end == tmp || *end || errno || !isfinite(x) || x < 0)
-            return loom_fail(LOOM_ERR_INVALID_ARG, "--split: '%s' is not a non-negative number "
-                             "(in '%s')", tmp, split);
-        v[n++] = x;
-        if (!e) break;
-        p = e + 1;
-    }
-    double sum = v[0] + v[1] + v[2];
-    if (!(sum > 0))
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--split: '%s' sums to 0; at least one part must "
-                         "be positive", split);
-    for (int i = 0; i < 3; i++) weights[i] = v[i] / sum;
-    return LOOM_OK;
-}
-
-/* Megatron's get_train_valid_test_split_ (and megatron.core's _get_split_indices):
- *   bounds[0] = 0; bounds[i+1] = bounds[i] + int(round(w_i * float(n)))   (i = 0, 1, 2)
- *   diff = bounds[3] - n; bounds[1..3] -= diff
- * Python's round() rounds half to even; rint() in the default rounding mode does the same on
- * the same double product. The final correction puts the whole rounding surplus or deficit on
- * the train split (the three later bounds move together). Then, unlike Megatron, bounds are
- * clamped to stay ordered (only matters in the corner case noted at the top). */
-enum loom_status loom_data_split_bounds(const char *split, int64_t n, int64_t bounds[4]) {
-    double w[3];
-    LOOM_CHECK(loom_data_parse_split(split, w));
-    if (n < 0) return loom_fail(LOOM_ERR_INVALID_ARG, "split: negative document count");
-    bounds[0] = 0;
-    for (int i = 0; i < 3; i++) bounds[i + 1] = bounds[i] + (int64_t)rint(w[i] * (double)n);
-    int64_t diff = bounds[3] - n;
-    for (int i = 1; i < 4; i++) bounds[i] -= diff;
-    for (int i = 1; i < 4; i++) {
-        if (bounds[i] < bounds[i - 1]) bounds[i] = bounds[i - 1];
-        if (bounds[i] > n) bounds[i] = n;
-    }
-    bounds[3] = n;
-    return LOOM_OK;
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* --data-path                                                                              */
-
-void loom_data_blend_free(int n, char **prefixes, double *weights) {
-    if (prefixes)
-        for (int i = 0; i < n; i++) free(prefixes[i]);
-    free(prefixes);
-    free(weights);
-}
-
-enum loom_status loom_data_parse_blend(const char *data_path, int *n_out, char ***prefixes_out,
-                                       double **weights_out, int *is_blend) {
-    *n_out = 0;
-    *prefixes_out = NULL;
-    *weights_out = NULL;
-    *is_blend = 0;
-    if (!data_path)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: missing; give PREFIX or "
-                         "'W1 PREFIX1 W2 PREFIX2 ...'");
-    /* split into words */
-    int nw = 0;
-    for (const char *p = data_path; *p;) {
-        while (*p && isspace((unsigned char)*p)) p++;
-        if (!*p) break;
-        nw++;
-        while (*p && !isspace((unsigned char)*p)) p++;
-    }
-    if (nw == 0)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: empty; give PREFIX or "
-                         "'W1 PREFIX1 W2 PREFIX2 ...'");
-    if (nw > 1 && nw % 2)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: %d words; expected one PREFIX or "
-                         "pairs 'W1 PREFIX1 W2 PREFIX2 ...'", nw);
-    char **words = calloc((size_t)nw, sizeof *words);
-    if (!words) return loom_fail(LOOM_ERR_OOM, "--data-path: out of memory");
-    int k = 0;
-    for (const char *p = data_path; *p;) {
-        while (*p && isspace((unsigned char)*p)) p++;
-        if (!*p) break;
-        const char *s = p;
-        while (*p && !isspace((unsigned char)*p)) p++;
-        words[k] = strndup(s, (size_t)(p - s));
-        if (!words[k]) {
-            loom_data_blend_free(nw, words, NULL);
-            return loom_fail(LOOM_ERR_OOM, "--data-path: out of memory");
-        }
-        k++;
-    }
-    int n = nw == 1 ? 1 : nw / 2;
-    char **prefixes = calloc((size_t)n, sizeof *prefixes);
-    double *weights = calloc((size_t)n, sizeof *weights);
-    if (!prefixes || !weights) {
-        loom_data_blend_free(nw, words, NULL);
-        loom_data_blend_free(0, prefixes, weights);
-        return loom_fail(LOOM_ERR_OOM, "--data-path: out of memory");
-    }
-    if (nw == 1) {
-        prefixes[0] = words[0];
-        weights[0] = 1.0;
-        free(words);
-    } else {
-        double sum = 0;
-        for (int i = 0; i < n; i++) {
-            char *end;
-            errno = 0;
-            double w = strtod(words[2 * i], &end);
-            if (end == words[2 * i] || *end || errno || !isfinite(w) || w < 0) {
-                enum loom_status s = loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: '%s' is not a "
-                                               "non-negative weight; expected 'W1 PREFIX1 W2 "
-                                               "PREFIX2 ...'", words[2 * i]);
-                loom_data_blend_free(nw, words, NULL);
-                loom_data_blend_free(0, prefixes, weights);
-                return s;
-            }
-            weights[i] = w;
-            sum += w;
-            prefixes[i] = words[2 * i + 1];
-            words[2 * i + 1] = NULL;
-        }
-        loom_data_blend_free(nw, words, NULL);
-        if (!(sum > 0)) {
-            loom_data_blend_free(n, prefixes, weights);
-            return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: the weights sum to 0");
-        }
-        for (int i = 0; i < n; i++) weights[i] /= sum;
-        *is_blend = 1;
-    }
-    *n_out = n;
-    *prefixes_out = prefixes;
-    *weights_out = weights;
-    return LOOM_OK;
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* one dataset's sample index                                                               */
+#include "data/index_cache.h"
+#include "loom/log.h"
+#include "loom/np_random.h"
 
 struct gpt_source {
     struct loom_indexed *indexed;
@@ -212,9 +47,9 @@ struct gpt_source {
     int64_t num_samples;      /* samples built */
     int32_t *doc_idx;         /* num_epochs * ndocs */
     int64_t doc_idx_len;
-    int64_t *sample_pos;      /* [num_samples + 1]: position in doc_idx where sample j starts */
-    int32_t *sample_off;      /* [num_samples + 1]: token offset in that document */
+    int64_t *sample_idx;      /* [num_samples + 1][2]: position in doc_idx, token offset */
     int64_t *shuffle_idx;     /* [num_samples] */
+    int from_cache;
 };
 
 struct loom_gpt_dataset {
@@ -223,48 +58,15 @@ struct loom_gpt_dataset {
     int nsrc;
     struct gpt_source *src;
     /* blends only: blended sample i = sample blend_sample[i] of source blend_source[i] */
-    int32_t *blend_source;
+    int64_t *blend_source;
     int64_t *blend_sample;
+    int blend_from_cache;
 };
-
-/* Shuffle purposes (Megatron draws all of them from one RandomState(seed)). */
-#define PURPOSE_DOCS_MAIN 0x646f632d6d61696eull /* "doc-main" */
-#define PURPOSE_DOCS_LAST 0x646f632d6c617374ull /* "doc-last" */
-#define PURPOSE_SMPL_MAIN 0x736d702d6d61696eull /* "smp-main" */
-#define PURPOSE_SMPL_LAST 0x736d702d6c617374ull /* "smp-last" */
-
-/* Uniform integer in [0, m) for position i of stream (seed, purpose). The modulo bias of a
- * 64-bit draw is below m / 2^64, far below anything observable. */
-static inline uint64_t rng_below(uint64_t seed, uint64_t purpose, uint64_t i, uint64_t m) {
-    uint32_t w[4];
-    loom_rng_u32x4(seed, purpose, i, w);
-    uint64_t r = (uint64_t)w[0] | (uint64_t)w[1] << 32;
-    return r % m;
-}
-
-/* Fisher-Yates: for i = n-1 .. 1, swap a[i] with a[j], j uniform in [0, i]. */
-static void shuffle_i32(int32_t *a, int64_t n, uint64_t seed, uint64_t purpose) {
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)rng_below(seed, purpose, (uint64_t)i, (uint64_t)i + 1);
-        int32_t t = a[i];
-        a[i] = a[j];
-        a[j] = t;
-    }
-}
-static void shuffle_i64(int64_t *a, int64_t n, uint64_t seed, uint64_t purpose) {
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)rng_below(seed, purpose, (uint64_t)i, (uint64_t)i + 1);
-        int64_t t = a[i];
-        a[i] = a[j];
-        a[j] = t;
-    }
-}
 
 static void source_release(struct gpt_source *s) {
     loom_indexed_free(s->indexed);
     free(s->doc_idx);
-    free(s->sample_pos);
-    free(s->sample_off);
+    free(s->sample_idx);
     free(s->shuffle_idx);
     memset(s, 0, sizeof *s);
 }
@@ -273,20 +75,20 @@ static const char *split_name(enum loom_split w) {
     return w == LOOM_SPLIT_TRAIN ? "train" : w == LOOM_SPLIT_VALID ? "valid" : "test";
 }
 
-/* Build doc_idx, sample_idx and shuffle_idx of `s` (indexed, doc range, num_requested set). */
-static enum loom_status source_build(struct gpt_source *s, int64_t T, uint64_t seed,
-                                     const char *split, enum loom_split which) {
+/* Epochs, the separate-last-epoch decision and the number of samples of `s` (indexed, doc
+ * range, num_requested set). */
+static enum loom_status source_plan(struct gpt_source *s, int64_t T, enum loom_split which,
+                                    const char *split) {
     const char *prefix = loom_indexed_prefix(s->indexed);
     int64_t ndocs = s->doc_end - s->doc_begin;
     int64_t N = s->num_requested;
-    if (ndocs == 0) {
-        if (N > 0)
-            return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: %s has no documents in the %s "
-                             "split (--split %s over its %lld documents), but %lld samples are "
-                             "needed from it", prefix, split_name(which), split,
-                             (long long)loom_indexed_num_sequences(s->indexed), (long long)N);
-        return LOOM_OK; /* empty */
-    }
+    if (ndocs == 0 && N == 0) return LOOM_OK; /* an empty split nothing is asked of */
+    if (ndocs == 0)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: %s has no documents in the %s "
+                         "split (--split %s over its %lld documents), but it is asked for %lld "
+                         "samples; give the split more weight or leave it out (weight 0)",
+                         prefix, split_name(which), split ? split : "(whole dataset)",
+                         (long long)loom_indexed_num_sequences(s->indexed), (long long)N);
     if (s->doc_end > INT32_MAX)
         return loom_fail(LOOM_ERR_UNSUPPORTED, "%s: %lld sequences; the sample index supports "
                          "up to 2^31-1", prefix, (long long)s->doc_end);
@@ -294,18 +96,18 @@ static enum loom_status source_build(struct gpt_source *s, int64_t T, uint64_t s
     for (int64_t d = s->doc_begin; d < s->doc_end; d++)
         tpe += loom_indexed_sequence_length(s->indexed, d);
     s->tokens_per_epoch = tpe;
-    if (tpe < 1)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: the %s split of %s holds no tokens",
-                         split_name(which), prefix);
+    if (tpe < 2)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: the %s split of %s holds %s; a "
+                         "sample needs at least 2 tokens", split_name(which), prefix,
+                         tpe ? "1 token" : "no tokens");
     if (N > (INT64_MAX / 4) / T)
         return loom_fail(LOOM_ERR_INVALID_ARG, "%lld samples of %lld tokens: too many",
                          (long long)N, (long long)T);
-
-    /* smallest E with (E * tpe - 1) / T >= N, i.e. E * tpe >= N * T + 1 */
     int64_t need = N * T + 1;
     int64_t E = (need + tpe - 1) / tpe;
     if (E < 1) E = 1;
     s->num_epochs = E;
+    s->separate_last_epoch = 0;
     if (E > 1) {
         int64_t from_first = ((E - 1) * tpe - 1) / T;
         int64_t last = N - from_first;
@@ -316,41 +118,41 @@ static enum loom_status source_build(struct gpt_source *s, int64_t T, uint64_t s
     if (ndocs > (INT64_MAX / 8) / E)
         return loom_fail(LOOM_ERR_OOM, "%s: document order of %lld epochs x %lld documents is "
                          "too large", prefix, (long long)E, (long long)ndocs);
-
-    /* doc_idx */
     s->doc_idx_len = E * ndocs;
+    s->num_samples = (E * tpe - 1) / T;
+    return LOOM_OK;
+}
+
+/* document_index, sample_index and shuffle_index of a planned source, drawn from
+ * RandomState(seed) as Megatron's GPTDataset draws them. */
+static enum loom_status source_build(struct gpt_source *s, int64_t T, uint32_t seed) {
+    const char *prefix = loom_indexed_prefix(s->indexed);
+    const int64_t ndocs = s->doc_end - s->doc_begin, E = s->num_epochs, ns = s->num_samples;
     s->doc_idx = malloc((size_t)s->doc_idx_len * sizeof *s->doc_idx);
-    if (!s->doc_idx)
-        return loom_fail(LOOM_ERR_OOM, "%s: out of memory for a document order of %lld entries",
-                         prefix, (long long)s->doc_idx_len);
+    s->sample_idx = malloc((size_t)(ns + 1) * 2 * sizeof *s->sample_idx);
+    s->shuffle_idx = malloc((size_t)(ns > 0 ? ns : 1) * sizeof *s->shuffle_idx);
+    if (!s->doc_idx || !s->sample_idx || !s->shuffle_idx)
+        return loom_fail(LOOM_ERR_OOM, "%s: out of memory for %lld samples over %lld documents",
+                         prefix, (long long)ns, (long long)s->doc_idx_len);
     for (int64_t e = 0; e < E; e++)
         for (int64_t d = 0; d < ndocs; d++) s->doc_idx[e * ndocs + d] = (int32_t)(s->doc_begin + d);
-    if (s->separate_last_epoch) {
-        shuffle_i32(s->doc_idx, (E - 1) * ndocs, seed, PURPOSE_DOCS_MAIN);
-        shuffle_i32(s->doc_idx + (E - 1) * ndocs, ndocs, seed, PURPOSE_DOCS_LAST);
-    } else {
-        shuffle_i32(s->doc_idx, E * ndocs, seed, PURPOSE_DOCS_MAIN);
-    }
+    struct loom_np_random rs;
+    loom_np_random_seed(&rs, seed);
+    const int64_t docs_main = s->separate_last_epoch ? (E - 1) * ndocs : E * ndocs;
+    loom_np_random_shuffle_i32(&rs, s->doc_idx, docs_main);
+    loom_np_random_shuffle_i32(&rs, s->doc_idx + docs_main, s->doc_idx_len - docs_main);
 
-    /* sample_idx: walk the concatenation T tokens at a time (Megatron's build_sample_idx) */
-    int64_t ns = (E * tpe - 1) / T;
-    s->num_samples = ns;
-    s->sample_pos = malloc((size_t)(ns + 1) * sizeof *s->sample_pos);
-    s->sample_off = malloc((size_t)(ns + 1) * sizeof *s->sample_off);
-    s->shuffle_idx = malloc((size_t)(ns > 0 ? ns : 1) * sizeof *s->shuffle_idx);
-    if (!s->sample_pos || !s->sample_off || !s->shuffle_idx)
-        return loom_fail(LOOM_ERR_OOM, "%s: out of memory for %lld samples", prefix,
-                         (long long)ns);
+    /* walk the concatenation T tokens at a time; a sample ends inside a document and the next
+     * one starts on its last token */
     int64_t pos = 0, off = 0;
-    s->sample_pos[0] = 0;
-    s->sample_off[0] = 0;
+    s->sample_idx[0] = 0;
+    s->sample_idx[1] = 0;
     for (int64_t j = 1; j <= ns; j++) {
         int64_t remaining = T + 1;
         while (remaining != 0) {
             int64_t doc_len = loom_indexed_sequence_length(s->indexed, s->doc_idx[pos]) - off;
             remaining -= doc_len;
             if (remaining <= 0) {
-                /* the sample ends inside this document; the next starts on its last token */
                 off += remaining + doc_len - 1;
                 remaining = 0;
             } else {
@@ -359,23 +161,21 @@ static enum loom_status source_build(struct gpt_source *s, int64_t T, uint64_t s
                 LOOM_ASSERT(pos < s->doc_idx_len);
             }
         }
-        s->sample_pos[j] = pos;
-        s->sample_off[j] = (int32_t)off;
+        s->sample_idx[2 * j] = pos;
+        s->sample_idx[2 * j + 1] = off;
     }
 
-    /* shuffle_idx */
-    int64_t n_main = ns;
-    if (s->separate_last_epoch) n_main = ((E - 1) * tpe - 1) / T;
+    const int64_t n_main = s->separate_last_epoch ? ((E - 1) * s->tokens_per_epoch - 1) / T : ns;
     for (int64_t j = 0; j < ns; j++) s->shuffle_idx[j] = j;
-    shuffle_i64(s->shuffle_idx, n_main, seed, PURPOSE_SMPL_MAIN);
-    shuffle_i64(s->shuffle_idx + n_main, ns - n_main, seed, PURPOSE_SMPL_LAST);
+    loom_np_random_shuffle_i64(&rs, s->shuffle_idx, n_main);
+    loom_np_random_shuffle_i64(&rs, s->shuffle_idx + n_main, ns - n_main);
     return LOOM_OK;
 }
 
 /* Tokens of unshuffled sample j of source s. */
 static enum loom_status source_sample(const struct gpt_source *s, int64_t j, int64_t T,
                                       int32_t *out) {
-    int64_t pos = s->sample_pos[j], off = s->sample_off[j];
+    int64_t pos = s->sample_idx[2 * j], off = s->sample_idx[2 * j + 1];
     int64_t need = T + 1;
     while (need > 0) {
         LOOM_ASSERT(pos < s->doc_idx_len);
@@ -403,8 +203,9 @@ void loom_gpt_dataset_free(struct loom_gpt_dataset *ds) {
     free(ds);
 }
 
-/* Megatron's build_blending_indices: greedy, the dataset furthest behind its share goes next. */
-static enum loom_status build_blend(struct loom_gpt_dataset *ds, int64_t N) {
+/* Megatron's build_blending_indices: greedy, the dataset furthest behind its share goes next
+ * (the first one on a tie). */
+static enum loom_status build_blend(struct loom_gpt_dataset *ds, const double *w, int64_t N) {
     ds->blend_source = malloc((size_t)(N > 0 ? N : 1) * sizeof *ds->blend_source);
     ds->blend_sample = malloc((size_t)(N > 0 ? N : 1) * sizeof *ds->blend_sample);
     int64_t *drawn = calloc((size_t)ds->nsrc, sizeof *drawn);
@@ -414,13 +215,12 @@ static enum loom_status build_blend(struct loom_gpt_dataset *ds, int64_t N) {
                          (long long)N);
     }
     for (int64_t i = 0; i < N; i++) {
-        double x = i > 1 ? (double)i : 1.0; /* max(i, 1), as Megatron */
-        int best = -1;
-        double best_err = 0;
-        for (int d = 0; d < ds->nsrc; d++) {
-            if (!(ds->src[d].weight > 0)) continue; /* see below */
-            double err = ds->src[d].weight * x - (double)drawn[d];
-            if (best < 0 || err > best_err) {
+        const double x = i > 1 ? (double)i : 1.0; /* max(i, 1) */
+        int best = 0;
+        double best_err = w[0] * x - (double)drawn[0];
+        for (int d = 1; d < ds->nsrc; d++) {
+            double err = w[d] * x - (double)drawn[d];
+            if (err > best_err) {
                 best_err = err;
                 best = d;
             }
@@ -428,14 +228,99 @@ static enum loom_status build_blend(struct loom_gpt_dataset *ds, int64_t N) {
         ds->blend_source[i] = best;
         ds->blend_sample[i] = drawn[best]++;
     }
-    enum loom_status st = LOOM_OK;
-    for (int d = 0; d < ds->nsrc; d++)
-        if (drawn[d] > ds->src[d].num_samples) /* cannot happen with the 0.5% surplus */
-            st = loom_fail(LOOM_ERR_INTERNAL, "blend draws %lld samples from %s, which has %lld",
-                           (long long)drawn[d], loom_indexed_prefix(ds->src[d].indexed),
-                           (long long)ds->src[d].num_samples);
     free(drawn);
-    return st;
+    return LOOM_OK;
+}
+
+/* The blend must not ask a dataset for more samples than it built (Megatron's IndexError). */
+static enum loom_status check_blend(const struct loom_gpt_dataset *ds) {
+    for (int64_t i = 0; i < ds->len; i++) {
+        const int64_t d = ds->blend_source[i];
+        if (d < 0 || d >= ds->nsrc || ds->blend_sample[i] < 0 ||
+            ds->blend_sample[i] >= ds->src[d].num_samples)
+            return loom_fail(LOOM_ERR_INVALID_ARG, "--data-path: blended sample %lld asks "
+                             "dataset %lld for its sample %lld, beyond the %lld it holds",
+                             (long long)i, (long long)d, (long long)ds->blend_sample[i],
+                             d >= 0 && d < ds->nsrc ? (long long)ds->src[d].num_samples : 0LL);
+    }
+    return LOOM_OK;
+}
+
+static void cache_key(struct loom_index_cache_key *k, const struct loom_gpt_dataset_config *cfg,
+                      const char *prefix, int64_t num_samples, const char *split) {
+    *k = (struct loom_index_cache_key){
+        .cache_path = cfg->cache_path,
+        .dataset_path = prefix,
+        .num_samples = num_samples,
+        .which = cfg->which,
+        .seed = (uint32_t)cfg->seed,
+        .seq_length = cfg->seq_length,
+        .split = split,
+        .tokenizer_type = cfg->tokenizer_type,
+        .vocab_file = cfg->vocab_file,
+        .merge_file = cfg->merge_file,
+    };
+}
+
+/* A planned source's indices from the cache, taken only if they are what this request needs:
+ * the document index holds each of the split's documents once per epoch; the sample index
+ * starts at (0, 0) and each next entry lies exactly T tokens further along the document index
+ * (which determines it); the shuffle index is a permutation of the samples. */
+static enum loom_status source_load(struct gpt_source *s, const struct loom_index_cache_key *key,
+                                    int64_t T) {
+    int32_t *doc = NULL;
+    int64_t *smp = NULL, *shf = NULL, ndoc = 0, nsmp = 0, nshf = 0;
+    enum loom_status st = loom_index_cache_load(key, &doc, &ndoc, &smp, &nsmp, &shf, &nshf);
+    const char *why = NULL;
+    const int64_t nd = s->doc_end - s->doc_begin, ns = s->num_samples;
+    int64_t *count = NULL;
+    if (st != LOOM_OK) goto out;
+    if (ndoc != s->doc_idx_len || nsmp != ns + 1 || nshf != ns) {
+        why = "array sizes differ from the request's";
+        goto out;
+    }
+    count = calloc((size_t)(nd > ns ? nd : ns) + 1, sizeof *count);
+    if (!count) {
+        why = "out of memory";
+        goto out;
+    }
+    for (int64_t i = 0; i < ndoc && !why; i++) {
+        if (doc[i] < s->doc_begin || doc[i] >= s->doc_end) why = "document outside the split";
+        else if (++count[doc[i] - s->doc_begin] > s->num_epochs) why = "document repeated";
+    }
+    /* token position of each sample start: prefix lengths along the document index */
+    int64_t pos = 0, base = 0;
+    for (int64_t j = 0; j <= ns && !why; j++) {
+        const int64_t p = smp[2 * j], o = smp[2 * j + 1];
+        if (p < pos || p >= ndoc) {
+            why = "sample index out of order";
+            break;
+        }
+        while (pos < p) base += loom_indexed_sequence_length(s->indexed, doc[pos++]);
+        if (o < 0 || o >= loom_indexed_sequence_length(s->indexed, doc[p]) || base + o != j * T)
+            why = "sample index does not step by --seq-length";
+    }
+    memset(count, 0, (size_t)(nd > ns ? nd : ns) * sizeof *count);
+    for (int64_t j = 0; j < ns && !why; j++)
+        if (shf[j] < 0 || shf[j] >= ns || count[shf[j]]++) why = "shuffle index not a permutation";
+out:
+    free(count);
+    if (st == LOOM_OK && why) {
+        loom_log_info("loom: --data-cache-path: the cached %s indices of %s do not hold (%s); "
+                      "rebuilding them", split_name(key->which), key->dataset_path, why);
+        st = LOOM_ERR_FORMAT;
+    }
+    if (st != LOOM_OK) {
+        free(doc);
+        free(smp);
+        free(shf);
+        return st;
+    }
+    s->doc_idx = doc;
+    s->sample_idx = smp;
+    s->shuffle_idx = shf;
+    s->from_cache = 1;
+    return LOOM_OK;
 }
 
 enum loom_status loom_gpt_dataset_open(struct loom_gpt_dataset **out,
@@ -450,9 +335,19 @@ enum loom_status loom_gpt_dataset_open(struct loom_gpt_dataset **out,
     if ((int)cfg->which < 0 || cfg->which >= LOOM_SPLIT_COUNT)
         return loom_fail(LOOM_ERR_INVALID_ARG, "GPT dataset: split %d is not train/valid/test",
                          (int)cfg->which);
-    const char *split = cfg->split ? cfg->split : "969,30,1";
-    double sw[3];
-    LOOM_CHECK(loom_data_parse_split(split, sw));
+    if (cfg->seed > 0xffffffffu)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--seed %llu: the data order is numpy's "
+                         "RandomState(seed), which takes 0 .. 4294967295",
+                         (unsigned long long)cfg->seed);
+    const char *split = cfg->per_split ? NULL : cfg->split ? cfg->split : "969,30,1";
+    if (split) {
+        int present[3];
+        int64_t b[4];
+        LOOM_CHECK(loom_data_split_bounds(split, 0, b, present));
+        if (!present[cfg->which])
+            return loom_fail(LOOM_ERR_INVALID_ARG, "--split %s: the %s split has weight 0 and "
+                             "is absent", split, split_name(cfg->which));
+    }
 
     int n;
     char **prefixes;
@@ -467,24 +362,72 @@ enum loom_status loom_gpt_dataset_open(struct loom_gpt_dataset **out,
     }
     ds->seq_length = cfg->seq_length;
     ds->nsrc = n;
+    int64_t blend_size = 0;
     for (int i = 0; i < n; i++) {
         struct gpt_source *s = &ds->src[i];
         s->weight = weights[i];
         if ((st = loom_indexed_open(&s->indexed, prefixes[i])) != LOOM_OK) goto done;
-        int64_t b[4];
-        if ((st = loom_data_split_bounds(split, loom_indexed_num_sequences(s->indexed), b)) !=
-            LOOM_OK)
-            goto done;
-        s->doc_begin = b[cfg->which];
-        s->doc_end = b[cfg->which + 1];
-        s->num_requested = is_blend ? (int64_t)ceil((double)cfg->num_samples * weights[i] * 1.005)
-                                    : cfg->num_samples;
-        if ((st = source_build(s, cfg->seq_length, cfg->seed, split, cfg->which)) != LOOM_OK)
+        const int64_t nseq = loom_indexed_num_sequences(s->indexed);
+        int64_t b[4] = {0, nseq, nseq, nseq};
+        if (split && (st = loom_data_split_bounds(split, nseq, b, NULL)) != LOOM_OK) goto done;
+        s->doc_begin = split ? b[cfg->which] : 0;
+        s->doc_end = split ? b[cfg->which + 1] : nseq;
+        s->num_requested = cfg->num_samples;
+        if (is_blend) {
+            const double target = ceil((double)cfg->num_samples * weights[i]);
+            blend_size += (int64_t)target;
+            s->num_requested = (int64_t)ceil(target * (1.0 + 0.005));
+        }
+        if ((st = source_plan(s, cfg->seq_length, cfg->which, split)) != LOOM_OK) goto done;
+        if (s->doc_end == s->doc_begin) continue; /* empty, no samples */
+        struct loom_index_cache_key key;
+        cache_key(&key, cfg, prefixes[i], s->num_requested, split);
+        if (cfg->cache_path && source_load(s, &key, cfg->seq_length) == LOOM_OK) continue;
+        if ((st = source_build(s, cfg->seq_length, (uint32_t)cfg->seed)) != LOOM_OK) goto done;
+        if (cfg->cache_path &&
+            (st = loom_index_cache_save(&key, s->doc_idx, s->doc_idx_len, s->sample_idx,
+                                        s->num_samples, s->shuffle_idx)) != LOOM_OK)
             goto done;
     }
     if (is_blend) {
-        if ((st = build_blend(ds, cfg->num_samples)) != LOOM_OK) goto done;
-        ds->len = cfg->num_samples;
+        /* Megatron's BlendedDataset normalises the (normalised) weights once more */
+        double *w2 = malloc((size_t)n * sizeof *w2);
+        if (!w2) {
+            st = loom_fail(LOOM_ERR_OOM, "GPT dataset: out of memory");
+            goto done;
+        }
+        memcpy(w2, weights, (size_t)n * sizeof *w2);
+        loom_data_normalize(w2, n);
+        ds->len = blend_size;
+        struct loom_index_cache_key *keys = calloc((size_t)n, sizeof *keys);
+        if (!keys) {
+            free(w2);
+            st = loom_fail(LOOM_ERR_OOM, "GPT dataset: out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n; i++)
+            cache_key(&keys[i], cfg, prefixes[i], ds->src[i].num_requested, split);
+        struct loom_blend_cache_key bkey = {.cache_path = cfg->cache_path, .which = cfg->which,
+                                            .datasets = keys, .n = n, .weights = w2,
+                                            .size = blend_size};
+        st = build_blend(ds, w2, blend_size);
+        if (st == LOOM_OK) st = check_blend(ds);
+        if (st == LOOM_OK && cfg->cache_path) {
+            /* a cached blend is taken only where it equals the one just built (building it is
+             * cheap); any other is rewritten */
+            int64_t *cs = NULL, *cn = NULL, len = 0;
+            if (loom_blend_cache_load(&bkey, &cs, &cn, &len) == LOOM_OK && len == blend_size &&
+                (len == 0 || (memcmp(cs, ds->blend_source, (size_t)len * sizeof *cs) == 0 &&
+                              memcmp(cn, ds->blend_sample, (size_t)len * sizeof *cn) == 0)))
+                ds->blend_from_cache = 1;
+            else
+                st = loom_blend_cache_save(&bkey, ds->blend_source, ds->blend_sample);
+            free(cs);
+            free(cn);
+        }
+        free(keys);
+        free(w2);
+        if (st != LOOM_OK) goto done;
     } else {
         ds->len = ds->src[0].num_samples;
     }
@@ -499,12 +442,18 @@ done:
 }
 
 enum loom_status loom_data_split_documents(const char *data_path, const char *split,
-                                          enum loom_split which, int64_t *ndocs) {
+                                          enum loom_split which, int64_t *ndocs, int *present) {
     *ndocs = 0;
+    *present = 0;
     if ((int)which < 0 || which >= LOOM_SPLIT_COUNT)
         return loom_fail(LOOM_ERR_INVALID_ARG, "GPT dataset: split %d is not train/valid/test",
                          (int)which);
     if (!split) split = "969,30,1";
+    int p[3];
+    int64_t b[4];
+    LOOM_CHECK(loom_data_split_bounds(split, 0, b, p));
+    if (!p[which]) return LOOM_OK;
+    *present = 1;
     int n, is_blend;
     char **prefixes;
     double *weights;
@@ -513,13 +462,18 @@ enum loom_status loom_data_split_documents(const char *data_path, const char *sp
     for (int i = 0; i < n && st == LOOM_OK; i++) {
         struct loom_indexed *ix;
         if ((st = loom_indexed_open(&ix, prefixes[i])) != LOOM_OK) break;
-        int64_t b[4];
-        st = loom_data_split_bounds(split, loom_indexed_num_sequences(ix), b);
+        st = loom_data_split_bounds(split, loom_indexed_num_sequences(ix), b, NULL);
         if (st == LOOM_OK) *ndocs += b[which + 1] - b[which];
         loom_indexed_free(ix);
     }
     loom_data_blend_free(n, prefixes, weights);
     return st;
+}
+
+int loom_gpt_dataset_from_cache(const struct loom_gpt_dataset *ds) {
+    int all = ds->blend_source ? ds->blend_from_cache : 1;
+    for (int i = 0; i < ds->nsrc; i++) all = all && ds->src[i].from_cache;
+    return all;
 }
 
 int64_t loom_gpt_dataset_len(const struct loom_gpt_dataset *ds) { return ds->len; }

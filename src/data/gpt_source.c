@@ -35,24 +35,16 @@ static void gpt_free(void *ctx) {
     free(g);
 }
 
-enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *data_path,
-                                      const char *split_weights, int split, int64_t T,
-                                      int64_t num_samples, uint64_t seed, int64_t vocab) {
+enum loom_status loom_gpt_data_source(struct loom_sample_source *s,
+                                      const struct loom_gpt_dataset_config *dc, int64_t vocab) {
+    const int64_t T = dc->seq_length;
     struct gpt_source *g = calloc(1, sizeof *g);
     if (g) g->tokens = malloc((size_t)(T + 1) * sizeof(int32_t));
     if (!g || !g->tokens) {
         free(g);
         return loom_fail(LOOM_ERR_OOM, "out of memory");
     }
-    struct loom_gpt_dataset_config dc = {
-        .data_path = data_path,
-        .split = split_weights,
-        .which = (enum loom_split)split,
-        .num_samples = num_samples,
-        .seq_length = T,
-        .seed = seed,
-    };
-    enum loom_status st = loom_gpt_dataset_open(&g->ds, &dc);
+    enum loom_status st = loom_gpt_dataset_open(&g->ds, dc);
     if (st != LOOM_OK) {
         free(g->tokens);
         free(g);
@@ -60,7 +52,7 @@ enum loom_status loom_gpt_data_source(struct loom_sample_source *s, const char *
     }
     g->T = T;
     g->vocab = vocab;
-    g->path = data_path;
+    g->path = dc->data_path;
     g->len = loom_gpt_dataset_len(g->ds);
     s->ctx = g;
     s->num_samples = g->len;

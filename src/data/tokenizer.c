@@ -1,46 +1,94 @@
 /* Tokenizer front door: picks the implementation from Megatron's type name, validates UTF-8
  * once for every implementation, and holds the helpers they share. */
 #include <ctype.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/tokenizer_impl.h"
 
-static const char *const TYPE_NAMES = "GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase";
+const char *const LOOM_TOKENIZER_TYPES =
+    "GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, HuggingFaceTokenizer, "
+    "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, TikTokenizer, "
+    "NullTokenizer";
 
-enum loom_status loom_tokenizer_load(struct loom_tokenizer **out, const char *type,
-                                     const char *vocab_file, const char *merge_file) {
-    *out = NULL;
-    if (!type) return loom_fail(LOOM_ERR_INVALID_ARG, "tokenizer type missing; valid: %s", TYPE_NAMES);
-    if (!vocab_file || !*vocab_file)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "tokenizer %s needs a vocab file (--vocab-file)", type);
-    struct loom_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return loom_fail(LOOM_ERR_OOM, "out of memory loading tokenizer %s", type);
-    t->eod = t->cls = t->sep = t->mask = t->pad = t->unk = -1;
-    enum loom_status s;
+static const char *const SPM_NAMES[] = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer",
+                                        "Llama2Tokenizer"};
+static const enum loom_spm_flavor SPM_FLAVORS[] = {LOOM_SPM_MEGATRON, LOOM_SPM_GPT, LOOM_SPM_LLAMA2};
+
+static enum loom_status need(const char *value, const char *type, const char *flag, const char *what) {
+    if (value && *value) return LOOM_OK;
+    return loom_fail(LOOM_ERR_INVALID_ARG, "--tokenizer-type %s needs %s %s", type, flag, what);
+}
+
+static enum loom_status dispatch(struct loom_tokenizer *t, const struct loom_tokenizer_spec *sp) {
+    const char *type = sp->type;
     if (strcmp(type, "GPT2BPETokenizer") == 0) {
         t->type = "GPT2BPETokenizer";
-        if (!merge_file || !*merge_file)
-            s = loom_fail(LOOM_ERR_INVALID_ARG,
-                          "tokenizer GPT2BPETokenizer needs a merges file (--merge-file)");
-        else
-            s = loom_tokenizer_gpt2_load(t, vocab_file, merge_file);
-    } else if (strcmp(type, "BertWordPieceLowerCase") == 0) {
-        t->type = "BertWordPieceLowerCase";
-        s = loom_tokenizer_wordpiece_load(t, vocab_file, true);
-    } else if (strcmp(type, "BertWordPieceCase") == 0) {
-        t->type = "BertWordPieceCase";
-        s = loom_tokenizer_wordpiece_load(t, vocab_file, false);
-    } else {
-        s = loom_fail(LOOM_ERR_INVALID_ARG, "unknown tokenizer type '%s'; valid: %s", type,
-                      TYPE_NAMES);
+        LOOM_CHECK(need(sp->vocab_file, type, "--vocab-file", "(vocab.json)"));
+        LOOM_CHECK(need(sp->merge_file, type, "--merge-file", "(merges.txt)"));
+        return loom_tokenizer_gpt2_load(t, sp->vocab_file, sp->merge_file);
     }
+    if (strncmp(type, "BertWordPiece", 13) == 0 &&
+        (strcmp(type + 13, "LowerCase") == 0 || strcmp(type + 13, "Case") == 0)) {
+        bool lower = strcmp(type + 13, "LowerCase") == 0;
+        t->type = lower ? "BertWordPieceLowerCase" : "BertWordPieceCase";
+        LOOM_CHECK(need(sp->vocab_file, type, "--vocab-file", "(vocab.txt)"));
+        return loom_tokenizer_wordpiece_load(t, sp->vocab_file, lower);
+    }
+    if (strcmp(type, "HuggingFaceTokenizer") == 0) {
+        t->type = "HuggingFaceTokenizer";
+        LOOM_CHECK(need(sp->tokenizer_model, type, "--tokenizer-model",
+                        "(a tokenizer.json, or a folder that holds one)"));
+        return loom_tokenizer_hf_load(t, sp->tokenizer_model);
+    }
+    for (size_t k = 0; k < sizeof SPM_NAMES / sizeof SPM_NAMES[0]; k++)
+        if (strcmp(type, SPM_NAMES[k]) == 0) {
+            t->type = SPM_NAMES[k];
+            LOOM_CHECK(need(sp->tokenizer_model, type, "--tokenizer-model",
+                            "(a SentencePiece tokenizer.model)"));
+            return loom_tokenizer_spm_load(t, sp->tokenizer_model, SPM_FLAVORS[k]);
+        }
+    if (strcmp(type, "TikTokenizer") == 0) {
+        t->type = "TikTokenizer";
+        LOOM_CHECK(need(sp->tokenizer_model, type, "--tokenizer-model",
+                        "(a tiktoken rank file: .tiktoken lines or Megatron's JSON list)"));
+        return loom_tokenizer_tiktoken_load(t, sp);
+    }
+    if (strcmp(type, "NullTokenizer") == 0) {
+        t->type = "NullTokenizer";
+        if (sp->vocab_size <= 0 || sp->vocab_size >= INT32_MAX)
+            return loom_fail(LOOM_ERR_INVALID_ARG, "--tokenizer-type NullTokenizer needs "
+                             "--vocab-size N (the ids before the end-of-document one), 0 < N < "
+                             "2^31-1; got %lld", (long long)sp->vocab_size);
+        return loom_tokenizer_null_load(t, sp->vocab_size);
+    }
+    return loom_fail(LOOM_ERR_INVALID_ARG, "--tokenizer-type: unknown '%s'; valid: %s", type,
+                     LOOM_TOKENIZER_TYPES);
+}
+
+enum loom_status loom_tokenizer_open(struct loom_tokenizer **out, const struct loom_tokenizer_spec *spec) {
+    *out = NULL;
+    if (!spec->type || !*spec->type)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--tokenizer-type: missing; valid: %s",
+                         LOOM_TOKENIZER_TYPES);
+    struct loom_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return loom_fail(LOOM_ERR_OOM, "out of memory loading tokenizer %s", spec->type);
+    t->eod = t->cls = t->sep = t->mask = t->pad = t->unk = t->bos = -1;
+    enum loom_status s = dispatch(t, spec);
     if (s != LOOM_OK) {
         free(t);
         return s;
     }
     *out = t;
     return LOOM_OK;
+}
+
+enum loom_status loom_tokenizer_load(struct loom_tokenizer **out, const char *type,
+                                     const char *vocab_file, const char *merge_file) {
+    struct loom_tokenizer_spec sp = {.type = type, .vocab_file = vocab_file,
+                                     .merge_file = merge_file, .tiktoken_num_special_tokens = -1};
+    return loom_tokenizer_open(out, &sp);
 }
 
 void loom_tokenizer_free(struct loom_tokenizer *t) {
@@ -51,7 +99,7 @@ void loom_tokenizer_free(struct loom_tokenizer *t) {
 
 enum loom_status loom_tokenizer_encode(const struct loom_tokenizer *t, const char *text,
                                        size_t len, int32_t **ids, size_t *n, size_t *cap) {
-    if (len == 0) return LOOM_OK;
+    if (len == 0) text = ""; /* some tokenizers still add ids (a beginning-of-sequence token) */
     if (!text) return loom_fail(LOOM_ERR_INVALID_ARG, "tokenizer encode: NULL text of %zu bytes", len);
     size_t bad = loom_utf8_invalid_offset(text, len);
     if (bad != len)
@@ -90,8 +138,8 @@ int32_t loom_tokenizer_special(const struct loom_tokenizer *t, const char *name)
         name++;
         l -= 2;
     }
-    static const char *const names[] = {"CLS", "SEP", "MASK", "PAD", "UNK"};
-    const int32_t vals[] = {t->cls, t->sep, t->mask, t->pad, t->unk};
+    static const char *const names[] = {"CLS", "SEP", "MASK", "PAD", "UNK", "BOS"};
+    const int32_t vals[] = {t->cls, t->sep, t->mask, t->pad, t->unk, t->bos};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         if (strlen(names[k]) != l) continue;
         size_t i = 0;

@@ -14,14 +14,12 @@
  *    and stale heap entries are recognised by their ids. O(n log n) per piece.
  * 4. A per-thread direct-mapped cache maps short pieces to their ids (most pieces repeat).
  *
- * Pairs live in an open-addressing hash table keyed by (left id, right id) -> (rank, merged id).
+ * The merge loop, the pair table and the cache are tokenizer_bpe.c's.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
 #include <jansson.h>
 #include <pcre2.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,279 +35,33 @@
 static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS
                                    "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS "])|[" WS "]+";
 
-struct pair_slot {
-    uint64_t key; /* (left << 32) | right; PAIR_EMPTY when free */
-    int32_t rank;
-    int32_t merged;
-};
-#define PAIR_EMPTY UINT64_MAX
-
 struct gpt2 {
     int64_t vocab_size;
     int32_t byte_id[256];   /* id of the one-byte token of each byte */
     int64_t *tok_start;     /* bytes of id i: tok_bytes[tok_start[i] .. + tok_len[i]) */
     int32_t *tok_len;       /* -1: no token has this id */
     char *tok_bytes;
-    struct pair_slot *pairs;
-    size_t pair_mask;
+    struct loom_bpe_pairs pairs;
     pcre2_code *re;
     bool jit;
     uint32_t serial; /* identifies this tokenizer in the per-thread caches */
 };
 
-/* ---- bytes <-> unicode ---------------------------------------------------------------------- */
-
-/* GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 bytes to
- * U+0100.. in increasing byte order. */
-static void byte_alphabet(uint32_t byte_to_cp[256], int16_t cp_to_byte[324]) {
-    for (int c = 0; c < 324; c++) cp_to_byte[c] = -1;
-    int extra = 0;
-    for (int b = 0; b < 256; b++) {
-        bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-        uint32_t cp = printable ? (uint32_t)b : (uint32_t)(256 + extra++);
-        byte_to_cp[b] = cp;
-        cp_to_byte[cp] = (int16_t)b;
-    }
-}
-
-/* ---- pair table ----------------------------------------------------------------------------- */
-
-static inline uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
-
-static inline size_t pair_hash(uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return (size_t)k;
-}
-
-static inline const struct pair_slot *pair_find(const struct gpt2 *g, int32_t a, int32_t b) {
-    uint64_t k = pair_key(a, b);
-    size_t i = pair_hash(k) & g->pair_mask;
-    for (;;) {
-        const struct pair_slot *s = &g->pairs[i];
-        if (s->key == k) return s;
-        if (s->key == PAIR_EMPTY) return NULL;
-        i = (i + 1) & g->pair_mask;
-    }
-}
-
-static void pair_put(struct gpt2 *g, int32_t a, int32_t b, int32_t rank, int32_t merged) {
-    uint64_t k = pair_key(a, b);
-    size_t i = pair_hash(k) & g->pair_mask;
-    while (g->pairs[i].key != PAIR_EMPTY && g->pairs[i].key != k) i = (i + 1) & g->pair_mask;
-    /* a repeated merge keeps its last rank, as a Python dict built from the list does */
-    g->pairs[i] = (struct pair_slot){k, rank, merged};
-}
-
-/* ---- per-thread piece cache ----------------------------------------------------------------- */
-
-#define CACHE_SLOTS 65536 /* power of two */
-#define CACHE_KEY_MAX 22
-#define CACHE_IDS_MAX 7
-
-struct cache_slot {
-    uint32_t serial; /* 0: empty */
-    uint32_t hash;
-    uint8_t klen, nids;
-    char key[CACHE_KEY_MAX];
-    int32_t ids[CACHE_IDS_MAX];
-};
-
-struct piece_cache {
-    struct cache_slot slot[CACHE_SLOTS];
-};
-
-static atomic_uint g_serial;
-static pthread_once_t g_cache_key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t g_cache_key;
-static bool g_cache_key_ok;
-static _Thread_local struct piece_cache *tl_cache;
-static _Thread_local bool tl_cache_failed;
-
-static void cache_destroy(void *p) { free(p); }
-static void cache_key_init(void) { g_cache_key_ok = pthread_key_create(&g_cache_key, cache_destroy) == 0; }
-
-/* This thread's cache, NULL when it cannot have one (then every piece runs BPE). */
-static struct piece_cache *thread_cache(void) {
-    if (tl_cache || tl_cache_failed) return tl_cache;
-    pthread_once(&g_cache_key_once, cache_key_init);
-    struct piece_cache *c = g_cache_key_ok ? calloc(1, sizeof *c) : NULL;
-    if (c && pthread_setspecific(g_cache_key, c) != 0) {
-        free(c);
-        c = NULL;
-    }
-    if (!c) tl_cache_failed = true;
-    tl_cache = c;
-    return c;
-}
-
-static inline uint32_t piece_hash(const unsigned char *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        h = (h ^ v) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-        p += 8;
-        n -= 8;
-    }
-    uint64_t v = 0;
-    memcpy(&v, p, n);
-    h ^= v;
-    h ^= h >> 33; /* final avalanche: every input bit reaches the low (index) bits */
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return (uint32_t)h;
-}
-
 /* ---- BPE on one piece ----------------------------------------------------------------------- */
 
-struct cand {
-    int32_t rank, pos, left, right;
-};
-
-static inline bool cand_less(const struct cand *a, const struct cand *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
-
-static void heap_push(struct cand *h, size_t *n, struct cand c) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!cand_less(&c, &h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = c;
-}
-
-static struct cand heap_pop(struct cand *h, size_t *n) {
-    struct cand top = h[0];
-    struct cand last = h[--(*n)];
-    size_t i = 0, m = *n;
-    for (;;) {
-        size_t l = 2 * i + 1;
-        if (l >= m) break;
-        size_t c = (l + 1 < m && cand_less(&h[l + 1], &h[l])) ? l + 1 : l;
-        if (!cand_less(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (m) h[i] = last;
-    return top;
-}
-
-struct bpe_work {
-    int32_t *id, *prev, *next;
-    struct cand *heap, *pending;
-};
-
-#define SMALL_PIECE 128
-
-/* Merge the piece w[0..n) (n >= 2) into ids written to out; returns the count. w_* hold n
- * symbols and 3n candidates each. */
-static size_t bpe_run(const struct gpt2 *g, const unsigned char *w, size_t n, struct bpe_work *wk,
-                      int32_t *out) {
-    int32_t *id = wk->id, *prev = wk->prev, *next = wk->next;
-    struct cand *heap = wk->heap, *pend = wk->pending;
-    size_t nh = 0, np = 0;
-    for (size_t i = 0; i < n; i++) {
-        id[i] = g->byte_id[w[i]];
-        prev[i] = (int32_t)i - 1;
-        next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
-    }
-    for (size_t i = 0; i + 1 < n; i++) {
-        const struct pair_slot *s = pair_find(g, id[i], id[i + 1]);
-        if (s) heap_push(heap, &nh, (struct cand){s->rank, (int32_t)i, id[i], id[i + 1]});
-    }
-    int32_t pass_rank = -1;
-    for (;;) {
-        if (nh == 0 || heap[0].rank != pass_rank) {
-            /* the pass of pass_rank is over: its new pairs become candidates */
-            if (np) {
-                for (size_t k = 0; k < np; k++) heap_push(heap, &nh, pend[k]);
-                np = 0;
-                continue;
-            }
-            if (nh == 0) break;
-            pass_rank = heap[0].rank;
-        }
-        struct cand c = heap_pop(heap, &nh);
-        int32_t p = c.pos, q = next[p];
-        /* stale: p was absorbed (id -1), changed, or its right neighbour changed */
-        if (id[p] != c.left || q < 0 || id[q] != c.right) continue;
-        const struct pair_slot *s = pair_find(g, c.left, c.right);
-        id[p] = s->merged;
-        id[q] = -1;
-        next[p] = next[q];
-        if (next[q] >= 0) prev[next[q]] = p;
-        if (prev[p] >= 0) {
-            int32_t a = prev[p];
-            const struct pair_slot *t = pair_find(g, id[a], id[p]);
-            if (t) pend[np++] = (struct cand){t->rank, a, id[a], id[p]};
-        }
-        if (next[p] >= 0) {
-            int32_t b = next[p];
-            const struct pair_slot *t = pair_find(g, id[p], id[b]);
-            if (t) pend[np++] = (struct cand){t->rank, p, id[p], id[b]};
-        }
-    }
-    size_t k = 0;
-    for (int32_t i = 0; i >= 0; i = next[i]) out[k++] = id[i];
-    return k;
-}
-
 /* ids of one piece appended at out (room for n ids); returns the count or 0 on OOM */
-static size_t bpe_piece(const struct gpt2 *g, struct piece_cache *cache, const unsigned char *w,
+static size_t bpe_piece(const struct gpt2 *g, struct loom_piece_cache *cache, const unsigned char *w,
                         size_t n, int32_t *out) {
     if (n == 1) {
         out[0] = g->byte_id[w[0]];
         return 1;
     }
-    struct cache_slot *slot = NULL;
     uint32_t h = 0;
-    if (cache && n <= CACHE_KEY_MAX) {
-        h = piece_hash(w, n);
-        slot = &cache->slot[h & (CACHE_SLOTS - 1)];
-        if (slot->serial == g->serial && slot->hash == h && slot->klen == n &&
-            memcmp(slot->key, w, n) == 0) {
-            memcpy(out, slot->ids, slot->nids * sizeof *out);
-            return slot->nids;
-        }
-    }
-    size_t k;
-    if (n <= SMALL_PIECE) {
-        int32_t id[SMALL_PIECE], prev[SMALL_PIECE], next[SMALL_PIECE];
-        struct cand heap[3 * SMALL_PIECE], pend[2 * SMALL_PIECE];
-        struct bpe_work wk = {id, prev, next, heap, pend};
-        k = bpe_run(g, w, n, &wk, out);
-    } else {
-        struct bpe_work wk;
-        wk.id = malloc(3 * n * sizeof(int32_t));
-        wk.heap = malloc(5 * n * sizeof(struct cand));
-        if (!wk.id || !wk.heap) {
-            free(wk.id);
-            free(wk.heap);
-            return 0;
-        }
-        wk.prev = wk.id + n;
-        wk.next = wk.id + 2 * n;
-        wk.pending = wk.heap + 3 * n;
-        k = bpe_run(g, w, n, &wk, out);
-        free(wk.id);
-        free(wk.heap);
-    }
-    if (slot && k <= CACHE_IDS_MAX) {
-        slot->serial = g->serial;
-        slot->hash = h;
-        slot->klen = (uint8_t)n;
-        slot->nids = (uint8_t)k;
-        memcpy(slot->key, w, n);
-        memcpy(slot->ids, out, k * sizeof *out);
-    }
+    size_t k = loom_piece_cache_lookup(cache, g->serial, w, n, out, &h);
+    if (k) return k;
+    for (size_t i = 0; i < n; i++) out[i] = g->byte_id[w[i]];
+    k = loom_bpe_merge(&g->pairs, out, n);
+    loom_piece_cache_store(cache, g->serial, h, w, n, out, k);
     return k;
 }
 
@@ -320,7 +72,7 @@ static enum loom_status gpt2_encode(const void *impl, const char *text, size_t l
     const struct gpt2 *g = impl;
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(g->re, NULL);
     if (!md) return loom_fail(LOOM_ERR_OOM, "out of memory for a GPT-2 pre-tokenizer match");
-    struct piece_cache *cache = thread_cache();
+    struct loom_piece_cache *cache = loom_piece_cache_get();
     const PCRE2_SPTR subj = (PCRE2_SPTR)text;
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     enum loom_status s = LOOM_OK;
@@ -377,7 +129,7 @@ static void gpt2_free(void *impl) {
     free(g->tok_start);
     free(g->tok_len);
     free(g->tok_bytes);
-    free(g->pairs);
+    loom_bpe_pairs_free(&g->pairs);
     pcre2_code_free(g->re);
     free(g);
 }
@@ -392,18 +144,12 @@ static const struct loom_tokenizer_ops GPT2_OPS = {
 
 /* Bytes of a vocabulary key: each character mapped back through the byte alphabet; a key with
  * a character outside it (a special token someone added) is kept as its UTF-8 bytes. Returns
- * the byte count written to out (room for strlen(key) bytes). */
+ * the byte count written to out (room for klen bytes). */
 static size_t key_bytes(const char *key, size_t klen, const int16_t cp_to_byte[324], char *out) {
-    size_t i = 0, k = 0;
-    while (i < klen) {
-        uint32_t c = loom_utf8_next((const unsigned char *)key, &i);
-        if (c >= 324 || cp_to_byte[c] < 0) {
-            memcpy(out, key, klen);
-            return klen;
-        }
-        out[k++] = (char)cp_to_byte[c];
-    }
-    return k;
+    size_t k;
+    if (loom_byte_alphabet_decode(cp_to_byte, key, klen, out, &k)) return k;
+    memcpy(out, key, klen);
+    return klen;
 }
 
 static enum loom_status load_vocab(struct gpt2 *g, const char *path, json_t **vocab_out) {
@@ -438,7 +184,7 @@ static enum loom_status load_vocab(struct gpt2 *g, const char *path, json_t **vo
     g->vocab_size = max_id + 1;
     uint32_t byte_to_cp[256];
     int16_t cp_to_byte[324];
-    byte_alphabet(byte_to_cp, cp_to_byte);
+    loom_byte_alphabet(byte_to_cp, cp_to_byte);
     g->tok_start = malloc((size_t)g->vocab_size * sizeof *g->tok_start);
     g->tok_len = malloc((size_t)g->vocab_size * sizeof *g->tok_len);
     g->tok_bytes = malloc(total + 1); /* UTF-8 key lengths bound the byte lengths */
@@ -489,15 +235,11 @@ static enum loom_status load_merges(struct gpt2 *g, const char *path, json_t *vo
     }
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += buf[i] == '\n';
-    size_t slots = 1024;
-    while (slots < 2 * lines) slots *= 2;
-    g->pairs = malloc(slots * sizeof *g->pairs);
-    if (!g->pairs) {
+    enum loom_status ps = loom_bpe_pairs_init(&g->pairs, lines);
+    if (ps != LOOM_OK) {
         free(buf);
-        return loom_fail(LOOM_ERR_OOM, "%s: out of memory for %zu merges", path, lines);
+        return ps;
     }
-    for (size_t i = 0; i < slots; i++) g->pairs[i].key = PAIR_EMPTY;
-    g->pair_mask = slots - 1;
 
     enum loom_status s = LOOM_OK;
     int32_t rank = 0;
@@ -553,8 +295,10 @@ static enum loom_status load_merges(struct gpt2 *g, const char *path, json_t *vo
                           (int)(wl > 60 ? 60 : wl), which, vocab_path);
             break;
         }
-        pair_put(g, (int32_t)json_integer_value(a), (int32_t)json_integer_value(b), rank++,
-                 (int32_t)json_integer_value(ab));
+        /* a repeated merge keeps its last rank, as a Python dict built from the list does */
+        s = loom_bpe_pairs_put(&g->pairs, (int32_t)json_integer_value(a),
+                               (int32_t)json_integer_value(b), rank++,
+                               (int32_t)json_integer_value(ab), false);
     }
     free(merged);
     free(buf);
@@ -593,8 +337,7 @@ enum loom_status loom_tokenizer_gpt2_load(struct loom_tokenizer *t, const char *
         gpt2_free(g);
         return s;
     }
-    do g->serial = atomic_fetch_add(&g_serial, 1) + 1; /* 0 marks an empty cache slot */
-    while (g->serial == 0);
+    g->serial = loom_tokenizer_serial();
     t->ops = &GPT2_OPS;
     t->impl = g;
     t->vocab_size = g->vocab_size;

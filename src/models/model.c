@@ -1,11 +1,14 @@
 /* What every model family shares: the parameter table's index map and look-up, the tensor-
  * parallel sums the roles ask for, and which stage owns a parameter. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "loom/comm.h"
 #include "loom/hf_map.h"
 #include "loom/model.h"
+#include "loom/rng.h"
 
 int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_size, int64_t i) {
     if (p->tp_dim < 0 || tp_size == 1) return i;
@@ -28,9 +31,47 @@ int64_t loom_param_global_index(const struct loom_param *p, int tp_rank, int tp_
     return r * p->shape[1] + gc;
 }
 
+enum loom_status loom_model_init_params(struct loom_model *m, uint64_t seed, double std,
+                                        double scaled_std, int xavier_init) {
+    const int tp = loom_tp_size(m->par), tpr = loom_tp_rank(m->par);
+    for (int i = 0; i < m->nparams; i++) {
+        const struct loom_param *p = &m->params[i];
+        if (!p->local) continue;
+        int64_t n = p->local_shape[0] * p->local_shape[1];
+        float *host = malloc((size_t)n * sizeof(float));
+        if (!host) return loom_fail(LOOM_ERR_OOM, "out of memory initialising %s", p->name);
+        uint64_t purpose = loom_hash_str(p->name);
+        const double sd = p->init == LOOM_INIT_NORMAL_SCALED ? scaled_std : std;
+        /* --init-method-xavier-uniform (Megatron-LM's, torch's xavier_uniform_ of the whole
+         * logical matrix): every matrix, the embeddings and the output layers' too, uniform in
+         * +-sqrt(6 / (fan_in + fan_out)) */
+        const int xavier = xavier_init && p->ndim == 2 &&
+                           (p->init == LOOM_INIT_NORMAL || p->init == LOOM_INIT_NORMAL_SCALED);
+        const double bound = xavier ? sqrt(6.0 / (double)(p->shape[0] + p->shape[1])) : 0.0;
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < n; k++) {
+            switch (p->init) {
+            case LOOM_INIT_ONES: host[k] = 1.0f; break;
+            case LOOM_INIT_ZEROS: host[k] = 0.0f; break;
+            default: {
+                int64_t g = loom_param_global_index(p, tpr, tp, k);
+                host[k] = xavier
+                              ? (float)(bound *
+                                        (2.0 * loom_rng_uniform(seed, purpose, (uint64_t)g) - 1.0))
+                              : (float)(sd * loom_rng_normal(seed, purpose, (uint64_t)g));
+            }
+            }
+        }
+        m->be->ops->to_device(m->be, m->param_mem + p->offset, host, (size_t)n * sizeof(float));
+        free(host);
+    }
+    return LOOM_OK;
+}
+
 /* Every family loom has; a new family is one more entry (its declaration in its header). */
-extern const struct loom_family loom_gpt_family, loom_bert_family;
-static const struct loom_family *const families[] = {&loom_gpt_family, &loom_bert_family};
+extern const struct loom_family loom_gpt_family, loom_bert_family, loom_t5_family;
+static const struct loom_family *const families[] = {&loom_gpt_family, &loom_bert_family,
+                                                     &loom_t5_family};
 
 const struct loom_family *loom_family_find(const char *name) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)

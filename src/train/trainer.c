@@ -43,6 +43,7 @@ struct trainer {
     struct loom_model *model;
     struct loom_adamw opt;
     struct loom_sample_source train_src, valid_src, test_src;
+    int64_t save_grads_iter; /* the iteration whose gradients --save-grads writes */
     int have_valid, have_test; /* have_test: evaluated after training, as Megatron-LM's do_test */
     struct loom_train_state st;
     int64_t num_micro;           /* micro-batches per rank per iteration at the final batch */
@@ -848,17 +849,28 @@ static enum loom_status open_datasets(struct trainer *t, const struct loom_token
     }
     LOOM_CHECK(open_split(t, &t->train_src, train_path, train_split, LOOM_SPLIT_TRAIN, n_train,
                           tok));
-    t->have_valid = c->eval_iters > 0 && valid_path;
+    /* a --split weight of 0 leaves that split out, its evaluation skipped (as Megatron-LM) */
+    int64_t docs = 0;
+    int present = valid_path != NULL;
+    if (c->eval_iters > 0 && valid_path && !c->train_data_path)
+        LOOM_CHECK(loom_data_split_documents(valid_path, valid_split, LOOM_SPLIT_VALID, &docs,
+                                             &present));
+    t->have_valid = c->eval_iters > 0 && present;
+    if (c->eval_iters > 0 && valid_path && !present)
+        loom_log_info("loom: --split %s gives the validation split weight 0: no validation",
+                      valid_split ? valid_split : "969,30,1");
     if (t->have_valid)
         LOOM_CHECK(open_split(t, &t->valid_src, valid_path, valid_split, LOOM_SPLIT_VALID, n_valid,
                               tok));
-    /* the test split (--split's third part, or --test-data-path), when it has documents */
+    /* the test split (--split's third part, or --test-data-path), when present and not empty */
     const char *test_path = c->train_data_path ? c->test_data_path : c->data_path;
     const char *test_split = c->train_data_path ? "0,0,1" : c->split;
     int64_t test_docs = 0;
+    present = 0;
     if (c->eval_iters > 0 && test_path)
-        LOOM_CHECK(loom_data_split_documents(test_path, test_split, LOOM_SPLIT_TEST, &test_docs));
-    if (test_docs > 0) {
+        LOOM_CHECK(loom_data_split_documents(test_path, test_split, LOOM_SPLIT_TEST, &test_docs,
+                                             &present));
+    if (present && test_docs > 0) {
         LOOM_CHECK(open_split(t, &t->test_src, test_path, test_split, LOOM_SPLIT_TEST,
                               c->eval_iters * c->global_batch, tok));
         t->have_test = 1;
@@ -1109,6 +1121,15 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                              c->metrics_file);
     }
     /* the checkpoint folders exist and take files before training starts */
+    /* --save-grads writes the gradients of the first iteration this run trains: there must be one
+     * (a resumed run's next iteration), else it is an error, before any folder is made */
+    if (c->save_grads && (c->skip_train || t->st.iteration >= c->train_iters))
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--save-grads %s: this run trains no iteration (%s), so it has no "
+                         "gradients to save",
+                         c->save_grads,
+                         c->skip_train ? "--skip-train" : "--load's iteration reaches --train-iters");
+    t->save_grads_iter = t->st.iteration + 1;
     const char *outdirs[][2] = {{"--save", c->save}, {"--save-grads", c->save_grads}};
     for (int i = 0; i < 2 && t->par.rank == 0; i++)
         if (outdirs[i][1] && loom_dir_writable(outdirs[i][1]) != LOOM_OK) {
@@ -1262,7 +1283,7 @@ static enum loom_status train_loop(struct trainer *t) {
         LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, t->batch, it, 1, &losses));
         const double loss = total_loss(t, &losses);
         LOOM_CHECK(sync_grads(t));
-        if (c->save_grads && it == 1) {
+        if (c->save_grads && it == t->save_grads_iter) {
             /* every rank's reduced pieces (the distributed optimizer), then the whole buffer */
             LOOM_CHECK(loom_grad_sync_gather(t->gsync, t->model->grad_mem));
             LOOM_CHECK(loom_ckpt_save_buffer(c->save_grads, t->model, t->model->grad_mem));

@@ -1123,6 +1123,9 @@ static int run(int argc, char **argv) {
         test_elementwise(2 * 64 * 96);
         test_embedding(2, 64, 96, 500, 100, 300, 3);
         test_embedding(2, 64, 50, 500, 100, 300, 3); /* C not a multiple of 4 */
+        /* tables of few rows (BERT's token types; a shard of 3 rows of 6): summed by segments */
+        test_embedding(2, 100, 96, 2, 0, 2, 0);
+        test_embedding(2, 100, 50, 6, 2, 3, 0);
         test_layernorm(2 * 64, 96, 1);
         test_layernorm(2 * 64, 96, 0);
         test_rmsnorm(2 * 64, 96);
@@ -1169,6 +1172,7 @@ static int run(int argc, char **argv) {
             printf("-- large: B=4 T=256 C=768 NH=12 HS=64\n");
             test_elementwise(4 * 256 * 768);
             test_embedding(4, 256, 768, 16384, 4096, 8192, 0);
+            test_embedding(8, 512, 1024, 2, 0, 2, 0); /* BERT-large's token types */
             test_layernorm(4 * 256, 768, 1);
             test_rmsnorm(4 * 256, 768);
             test_linear(4 * 256, 768, 3 * 768, 1, 1);

@@ -16,38 +16,44 @@ static char g_dir[256];
 /* split rounding: expected values computed with Megatron's get_train_valid_test_split_       */
 
 static void test_split_bounds(void) {
+    /* expected values: Megatron-core's split matrix computed with Python floats and numpy's
+     * normalisation (int(round(bookend * n)); absent where a weight is 0) */
     static const struct {
         const char *split;
         int64_t n;
         int64_t b[4];
+        int present[3];
     } cases[] = {
-        {"969,30,1", 1000, {0, 969, 999, 1000}},
-        {"969, 30, 1", 1000, {0, 969, 999, 1000}}, /* Megatron's default string has spaces */
-        {"969,30,1", 17, {0, 16, 17, 17}},
-        {"969,30,1", 0, {0, 0, 0, 0}},
-        {"98,2,0", 100, {0, 98, 100, 100}},
-        {"98,2,0", 7, {0, 7, 7, 7}},
-        {"1", 5, {0, 5, 5, 5}},
-        {"1,1", 5, {0, 3, 5, 5}},     /* 2.5 rounds to 2 (half to even), deficit goes to train */
-        {"1,1", 7, {0, 3, 7, 7}},     /* 3.5 rounds to 4 twice, surplus taken from train */
-        {"1,1,1", 2, {0, 0, 1, 2}},
-        {"1,1,1", 1, {0, 1, 1, 1}},
-        {"80/10/10", 33, {0, 27, 30, 33}},
-        {"949,50,1", 12345, {0, 11716, 12333, 12345}},
-        {"2,1,1", 6, {0, 2, 4, 6}},
-        {"1,1,2", 10, {0, 3, 5, 10}},
-        {"3,3,2", 3, {0, 1, 2, 3}},
-        {"99,1", 50, {0, 50, 50, 50}},
-        {"1,2,1", 2, {0, 1, 2, 2}},
-        {"0,3,7", 5, {0, 0, 1, 5}}, /* Megatron: {0, -1, 1, 5}; loom clamps */
+        {"969,30,1", 1000, {0, 969, 999, 1000}, {1, 1, 1}},
+        {"969, 30, 1", 1000, {0, 969, 999, 1000}, {1, 1, 1}},
+        {"969,30,1", 17, {0, 16, 17, 17}, {1, 1, 1}},
+        {"969,30,1", 0, {0, 0, 0, 0}, {1, 1, 1}},
+        {"98,2,0", 100, {0, 98, 100, 100}, {1, 1, 0}},
+        {"98,2,0", 7, {0, 7, 7, 7}, {1, 1, 0}},
+        {"1", 5, {0, 5, 5, 5}, {1, 0, 0}},
+        {"1,1", 5, {0, 2, 5, 5}, {1, 1, 0}},
+        {"1,1", 7, {0, 4, 7, 7}, {1, 1, 0}},
+        {"1,1,1", 2, {0, 1, 1, 2}, {1, 1, 1}},
+        {"1,1,1", 1, {0, 0, 1, 1}, {1, 1, 1}},
+        {"80/10/10", 33, {0, 26, 30, 33}, {1, 1, 1}},
+        {"949,50,1", 12345, {0, 11715, 12333, 12345}, {1, 1, 1}},
+        {"2,1,1", 6, {0, 3, 4, 6}, {1, 1, 1}},
+        {"1,1,2", 10, {0, 2, 5, 10}, {1, 1, 1}},
+        {"3,3,2", 3, {0, 1, 2, 3}, {1, 1, 1}},
+        {"99,1", 50, {0, 50, 50, 50}, {1, 1, 0}},
+        {"1,2,1", 2, {0, 0, 2, 2}, {1, 1, 1}},
+        {"0,3,7", 5, {0, 0, 2, 5}, {0, 1, 1}},
+        {"8,1,1", 15, {0, 12, 14, 15}, {1, 1, 1}},
+        {"98,2,0", 25, {0, 24, 25, 25}, {1, 1, 0}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t b[4];
-        EXPECT(loom_data_split_bounds(cases[i].split, cases[i].n, b) == LOOM_OK);
-        if (memcmp(b, cases[i].b, sizeof b) != 0) {
-            fprintf(stderr, "FAIL split %s over %lld: got %lld %lld %lld %lld\n", cases[i].split,
-                    (long long)cases[i].n, (long long)b[0], (long long)b[1], (long long)b[2],
-                    (long long)b[3]);
+        int p[3];
+        EXPECT(loom_data_split_bounds(cases[i].split, cases[i].n, b, p) == LOOM_OK);
+        if (memcmp(b, cases[i].b, sizeof b) != 0 || memcmp(p, cases[i].present, sizeof p) != 0) {
+            fprintf(stderr, "FAIL split %s over %lld: got %lld %lld %lld %lld (%d %d %d)\n",
+                    cases[i].split, (long long)cases[i].n, (long long)b[0], (long long)b[1],
+                    (long long)b[2], (long long)b[3], p[0], p[1], p[2]);
             expect_failures++;
         }
     }
@@ -56,7 +62,7 @@ static void test_split_bounds(void) {
     for (size_t s = 0; s < sizeof splits / sizeof splits[0]; s++)
         for (int64_t n = 0; n < 300; n++) {
             int64_t b[4];
-            EXPECT(loom_data_split_bounds(splits[s], n, b) == LOOM_OK);
+            EXPECT(loom_data_split_bounds(splits[s], n, b, NULL) == LOOM_OK);
             EXPECT(b[0] == 0 && b[0] <= b[1] && b[1] <= b[2] && b[2] <= b[3] && b[3] == n);
         }
     double w[3];
@@ -266,8 +272,18 @@ static void test_single(void) {
             int64_t b[4];
             struct loom_indexed *ix;
             EXPECT(loom_indexed_open(&ix, a) == LOOM_OK);
-            EXPECT(loom_data_split_bounds(cases[i].split, 200, b) == LOOM_OK);
+            int p[3];
+            EXPECT(loom_data_split_bounds(cases[i].split, 200, b, p) == LOOM_OK);
             loom_indexed_free(ix);
+            if (!p[w]) {
+                /* a split of weight 0 is absent: opening it is an error naming it */
+                struct loom_gpt_dataset_config c = {.data_path = a, .split = cases[i].split,
+                                                    .which = (enum loom_split)w, .num_samples = 5,
+                                                    .seq_length = cases[i].T, .seed = 1};
+                struct loom_gpt_dataset *ds = NULL;
+                EXPECT_FAIL(loom_gpt_dataset_open(&ds, &c), LOOM_ERR_INVALID_ARG, "weight 0");
+                continue;
+            }
             if (b[w + 1] == b[w]) {
                 /* empty split: fine with 0 samples, an error naming the split with more */
                 struct loom_gpt_dataset_config c = {.data_path = a, .split = cases[i].split,
@@ -327,7 +343,11 @@ static void test_partition(void) {
     for (size_t s = 0; s < sizeof splits / sizeof splits[0]; s++) {
         int seen[101] = {0};
         int64_t prev_end = 0;
+        int64_t bb[4];
+        int present[3];
+        EXPECT(loom_data_split_bounds(splits[s], 101, bb, present) == LOOM_OK);
         for (int w = 0; w < 3; w++) {
+            if (!present[w]) continue; /* weight 0: absent */
             struct loom_gpt_dataset *ds = open_ds(a, splits[s], (enum loom_split)w, 0, 4, 7);
             if (!ds) continue;
             struct loom_gpt_source_info si;
@@ -376,16 +396,18 @@ static void test_blend(void) {
     const int64_t N = 2000, T = 16;
     struct loom_gpt_dataset *ds = open_ds(path, "969,30,1", LOOM_SPLIT_TRAIN, N, T, 99);
     if (!ds) return;
-    EXPECT(loom_gpt_dataset_len(ds) == N);
-    EXPECT(loom_gpt_dataset_num_sources(ds) == 3);
     const double w[3] = {0.5, 0.3, 0.2};
+    /* Megatron-core's blend: sum over the datasets of ceil(N * w) samples */
+    EXPECT(loom_gpt_dataset_len(ds) ==
+           (int64_t)(ceil(N * w[0]) + ceil(N * w[1]) + ceil(N * w[2])));
+    EXPECT(loom_gpt_dataset_num_sources(ds) == 3);
     int32_t *streams[3];
     int64_t slen[3], count[3] = {0, 0, 0};
     for (int d = 0; d < 3; d++) {
         struct loom_gpt_source_info si;
         EXPECT(loom_gpt_dataset_source(ds, d, &si) == LOOM_OK);
         EXPECT(fabs(si.weight - w[d]) < 1e-12);
-        EXPECT(si.num_requested == (int64_t)ceil((double)N * w[d] * 1.005));
+        EXPECT(si.num_requested == (int64_t)ceil(ceil((double)N * w[d]) * 1.005));
         check_source(ds, d, T);
         streams[d] = source_stream(&si, &slen[d]);
     }
@@ -420,7 +442,8 @@ static void test_blend(void) {
                                           .which = LOOM_SPLIT_VALID, .num_samples = 10,
                                           .seq_length = 4, .seed = 1};
     EXPECT_FAIL(loom_gpt_dataset_open(&ds, &cfg), LOOM_ERR_INVALID_ARG, "blend_tiny", "valid");
-    /* a weight-0 dataset is never drawn */
+    /* a weight-0 dataset is drawn once, at blended sample 1, where every error is 0 and the
+     * first dataset wins the tie (Megatron's build_blending_indices), then never again */
     snprintf(path, sizeof path, "0 %s 1 %s", b, a);
     ds = open_ds(path, "1", LOOM_SPLIT_TRAIN, 100, 8, 5);
     if (ds) {
@@ -428,7 +451,7 @@ static void test_blend(void) {
             int d;
             int64_t j;
             loom_gpt_dataset_locate(ds, k, &d, &j);
-            EXPECT(d == 1);
+            EXPECT(d == (k == 1 ? 0 : 1));
         }
         loom_gpt_dataset_free(ds);
     }

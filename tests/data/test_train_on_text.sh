@@ -11,7 +11,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 TOK=(--tokenizer-type GPT2BPETokenizer --vocab-file "$SRC/data/gpt2/vocab.json" --merge-file "$SRC/data/gpt2/merges.txt")
 head -n 4 "$SRC/data/shakespeare.jsonl" > "$tmp/a.jsonl"
-tail -n 3 "$SRC/data/shakespeare.jsonl" > "$tmp/b.jsonl"
+# 4 documents: --split 2,1,1 gives 2/1/1 (3 would give 2/0/1 by the split matrix)
+tail -n 4 "$SRC/data/shakespeare.jsonl" > "$tmp/b.jsonl"
 "$LOOM" preprocess --input "$tmp/a.jsonl" --output-prefix "$tmp/a" "${TOK[@]}" --append-eod --workers 2 > /dev/null
 "$LOOM" preprocess --input "$tmp/b.jsonl" --output-prefix "$tmp/b" "${TOK[@]}" --append-eod --workers 2 > /dev/null
 "$LOOM" train --data-path 0.7 "$tmp/a_text_document" 0.3 "$tmp/b_text_document" --split 2,1,1 "${TOK[@]}" \

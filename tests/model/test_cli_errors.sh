@@ -118,9 +118,9 @@ mkdir -p "$tmp/badgelu/iter_0000001" && echo 1 > "$tmp/badgelu/latest_checkpoint
 sed 's/"gelu": "tanh"/"gelu": "cubic"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
 expect_error "bad gelu in meta.json" "\"gelu\" must be \"tanh\" or \"erf\"" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
 # the model family: --model names one loom knows; a checkpoint's "family" must be one too
-expect_error "unknown model family" "--model: 't5' is not one of gpt|bert" "$LOOM" "${T[@]}" --model t5
-sed 's/"family": "gpt"/"family": "t5"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
-expect_error "unknown family in meta.json" "\"family\" \"t5\" is not a model family loom knows (gpt|bert)" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
+expect_error "unknown model family" "--model: 'vit' is not one of gpt|bert|t5" "$LOOM" "${T[@]}" --model vit
+sed 's/"family": "gpt"/"family": "vit"/' "$tmp/gck/iter_0000002/meta.json" > "$tmp/badgelu/iter_0000001/meta.json"
+expect_error "unknown family in meta.json" "\"family\" \"vit\" is not a model family loom knows (gpt|bert|t5)" "$LOOM" "${T[@]}" --load "$tmp/badgelu"
 # BERT's settings and data flags: learned positions and LayerNorm only, its data flags with it
 # alone, GPT's end-of-document flags not with it, its dataset read with a WordPiece tokenizer
 expect_error "bert with rope" "--position-embedding-type rope: BERT models take learned absolute positions only" \

@@ -93,6 +93,15 @@ void loom_cpu_attention_backward(struct loom_backend *be, void *dqkv, const void
                                  const void *out, const float *lse, const void *qkv,
                                  const struct loom_attn *a);
 
+/* attention_general.c */
+void loom_cpu_attention_general_forward(struct loom_backend *be, float *out, float *lse,
+                                        const float *q, const float *k, const float *v,
+                                        const struct loom_attn_general *a);
+void loom_cpu_attention_general_backward(struct loom_backend *be, float *dq, float *dk, float *dv,
+                                         float *dbias, const float *dout, const float *out,
+                                         const float *lse, const float *q, const float *k,
+                                         const float *v, const struct loom_attn_general *a);
+
 /* decode.c */
 void loom_cpu_attention_decode(struct loom_backend *be, float *out, const float *q,
                                const float *kcache, const float *vcache, int64_t L, int64_t NH,

@@ -122,6 +122,54 @@ __global__ void embedding_wpe_backward_kernel(float *dwpe, const float *dout, in
     }
 }
 
+/* Tables of few rows (token types: Vl <= EMB_FEW_IDS) make runs of thousands of rows that one
+ * block per id would add alone (BERT-large's 4096 token types took 0.9 ms so). Instead block
+ * (segment s, column chunk) adds the EMB_SEG_ROWS rows of its segment into one partial sum per id,
+ * partial[(s Vl + k) C + c], in ascending row order, and embedding_few_sum_kernel adds them to dst
+ * in segment order: a fixed order, so two runs give the same bits. */
+#define EMB_FEW_IDS 8
+#define EMB_SEG_ROWS 64
+__global__ void embedding_few_partial_kernel(float *partial, const float *dout, const int32_t *ids,
+                                             int64_t N, int64_t C, int64_t v0, int64_t Vl) {
+    const int64_t s = blockIdx.x, c = blockIdx.y * (int64_t)blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc[EMB_FEW_IDS];
+#pragma unroll
+    for (int k = 0; k < EMB_FEW_IDS; k++) acc[k] = 0.0f;
+    const int64_t r1 = (s + 1) * EMB_SEG_ROWS < N ? (s + 1) * EMB_SEG_ROWS : N;
+    for (int64_t n = s * EMB_SEG_ROWS; n < r1; n++) {
+        const int64_t id = (int64_t)ids[n] - v0;
+        const float d = dout[n * C + c];
+#pragma unroll
+        for (int k = 0; k < EMB_FEW_IDS; k++)
+            if (k == id) acc[k] += d;
+    }
+    for (int64_t k = 0; k < Vl; k++) partial[(s * Vl + k) * C + c] = acc[k];
+}
+
+__global__ void embedding_few_sum_kernel(float *dst, const float *partial, int64_t S, int64_t C,
+                                         int64_t Vl) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= Vl * C) return;
+    float a = dst[i];
+    for (int64_t s = 0; s < S; s++) a += partial[s * Vl * C + i];
+    dst[i] = a;
+}
+
+static void add_rows_few_ids(struct loom_backend *be, float *dst, const float *dout,
+                             const int32_t *ids, int64_t N, int64_t C, int64_t v0, int64_t Vl) {
+    cudaStream_t s = loom_cuda_stream(be);
+    const int64_t S = (N + EMB_SEG_ROWS - 1) / EMB_SEG_ROWS;
+    float *partial = (float *)loom_cuda_scratch(be, (size_t)(S * Vl * C) * sizeof(float));
+    const unsigned threads = 256;
+    const dim3 grid((unsigned)S, (unsigned)((C + threads - 1) / threads));
+    embedding_few_partial_kernel<<<grid, threads, 0, s>>>(partial, dout, ids, N, C, v0, Vl);
+    LOOM_CUDA_LAUNCHED();
+    embedding_few_sum_kernel<<<(unsigned)((Vl * C + threads - 1) / threads), threads, 0, s>>>(
+        dst, partial, S, C, Vl);
+    LOOM_CUDA_LAUNCHED();
+}
+
 static int key_bits(int64_t Vl) {
     int bits = 1;
     while (bits < 32 && ((int64_t)1 << bits) <= Vl) bits++;
@@ -130,10 +178,15 @@ static int key_bits(int64_t Vl) {
 
 /* dst[k] += the rows n of dout[N,C] whose key is k < Vl, in ascending n: the keys (local token
  * ids of tokens, or with tokens NULL the positions pos) sorted with their rows by a stable radix
- * sort, then one block per run of equal keys (keys Vl and above are skipped). */
+ * sort, then one block per run of equal keys (keys Vl and above are skipped); a table of few rows
+ * through add_rows_few_ids instead. */
 static void add_rows_by_key(struct loom_backend *be, float *dst, const float *dout,
                             const int32_t *tokens, const int32_t *pos, int64_t N, int64_t C,
                             int64_t v0, int64_t Vl) {
+    if (tokens && Vl <= EMB_FEW_IDS) {
+        add_rows_few_ids(be, dst, dout, tokens, N, C, v0, Vl);
+        return;
+    }
     cudaStream_t s = loom_cuda_stream(be);
     LOOM_ASSERT(N <= INT_MAX && Vl < UINT32_MAX);
 

@@ -28,7 +28,8 @@
  * followed by the plain forward, which runs the same code on xs. r is fp32 or bf16 (a branch's
  * output in the activation type, widened exactly as it is loaded).
  *
- * Backward: block b owns rows [64 b, 64 b + 64) (NORM_BWD_ROWS), taken in turn by its groups. One
+ * Backward: block b owns rows [R b, R b + R) (R = 64, NORM_BWD_ROWS, or fewer when that leaves SMs
+ * idle: norm_bwd_rows), taken in turn by its groups. One
  * pass over x and dout (fp32 or bf16, read as stored) gives the row sums and, in each thread, fp32
  * sums over its group's rows of dout * xhat and dout for its columns; a second pass updates dinp
  * from the registers. The groups of a block run independently: a row sum synchronises only its
@@ -38,7 +39,7 @@
  * and arithmetic, so the same bits, as reading them directly). While the block's column sums fit
  * in shared memory and the row in registers (C up to 2944 for LayerNorm, 4096 for RMSNorm) the
  * groups add theirs there in double, in group order, and the block writes one partial row;
- * beyond, a second kernel makes the same partial rows from x and dout. The ceil(N / 64) partial
+ * beyond, a second kernel makes the same partial rows from x and dout. The ceil(N / R) partial
  * rows are then added in a fixed order. No atomics: two runs give the same bits, on any GPU.
  */
 #include <cuda_bf16.h>
@@ -48,7 +49,8 @@
 #define NORM_THREADS 256           /* threads of a block, and the most one row gets */
 #define NORM_FWD_CHUNKS 8          /* float4 chunks a thread keeps: forward */
 #define NORM_BWD_CHUNKS 4          /* backward (x and dout, plus the column sums) */
-#define NORM_BWD_ROWS 64           /* rows of a backward block, and of one partial row */
+#define NORM_BWD_ROWS 64           /* rows of a backward block, and of one partial row, at most */
+#define NORM_BWD_MIN_ROWS 16       /* ... and at least (norm_bwd_rows) */
 #define NORM_FUSED_SMEM (46 * 1024) /* shared memory of the backward's column sums, at most */
 
 typedef __nv_bfloat16 bf16;
@@ -304,14 +306,14 @@ template <bool RMS, typename DT, int K, bool WGRAD>
 __global__ void __launch_bounds__(NORM_THREADS, 2)
     norm_backward_kernel(float *dinp, bf16 *dcopy, int dsum, double *partial, const DT *dout,
                          const float *inp, const float *w, const float *mean, const float *rstd,
-                         int64_t N, int64_t C, int vec) {
+                         int64_t N, int64_t C, int vec, int R) {
     typedef typename norm_chunk<DT>::type chunk;
     extern __shared__ __align__(16) double colsum[];
     __shared__ double2 sh[NORM_THREADS / 32];
     const int t = threadIdx.x, groups = blockDim.y;
     const int64_t step = 4 * (int64_t)blockDim.x;
-    const int64_t r0 = blockIdx.x * (int64_t)NORM_BWD_ROWS;
-    const int rows = N - r0 < NORM_BWD_ROWS ? (int)(N - r0) : NORM_BWD_ROWS;
+    const int64_t r0 = blockIdx.x * (int64_t)R;
+    const int rows = N - r0 < R ? (int)(N - r0) : R;
     /* WGRAD: this thread's sums of dout * xhat, of dout and (dsum) of the updated dinp */
     float4 aw[K], ab[K], ay[K];
 #pragma unroll
@@ -480,12 +482,12 @@ template <bool RMS, typename DT>
 __global__ void __launch_bounds__(NORM_THREADS)
     norm_weight_partial_kernel(double *partial, const DT *dout, const float *inp,
                                const float *mean, const float *rstd, int64_t N, int64_t C,
-                               int vec) {
+                               int vec, int R) {
     __shared__ float4 sw[8][32], sb[8][32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t c = 4 * (blockIdx.y * (int64_t)32 + tx);
-    const int64_t r0 = blockIdx.x * (int64_t)NORM_BWD_ROWS;
-    const int64_t r1 = r0 + NORM_BWD_ROWS < N ? r0 + NORM_BWD_ROWS : N;
+    const int64_t r0 = blockIdx.x * (int64_t)R;
+    const int64_t r1 = r0 + R < N ? r0 + R : N;
     float4 aw = make_float4(0.0f, 0.0f, 0.0f, 0.0f), ab = aw;
     if (c < C)
         for (int64_t row = r0 + ty; row < r1; row += 8) {
@@ -600,6 +602,16 @@ static void norm_forward(struct loom_backend *be, OT *out, float *mean, float *r
     LOOM_CUDA_LAUNCHED();
 }
 
+/* Rows of a backward block: NORM_BWD_ROWS, halved (down to NORM_BWD_MIN_ROWS) while the grid
+ * would give fewer than two blocks an SM (the kernel's occupancy): BERT-large's N = 4096 rows of
+ * C = 1024 made 64 blocks on 132 SMs, and its LayerNorm backward took 78 us. A function of N and
+ * the GPU alone, so two runs still give the same bits. */
+static int norm_bwd_rows(int64_t N, int sms) {
+    int R = NORM_BWD_ROWS;
+    while (R > NORM_BWD_MIN_ROWS && (N + R - 1) / R < 2 * (int64_t)sms) R /= 2;
+    return R;
+}
+
 /* Column-sum rows of the backward: dw, then db (LayerNorm), then with dsum the updated dinp's (in
  * the third row for both norms) */
 template <bool RMS> static int norm_sum_rows(int dsum) {
@@ -621,11 +633,11 @@ static void norm_backward_launch(cudaStream_t st, unsigned grid, dim3 block, siz
                                  float *dinp, bf16 *dcopy, int dsum, double *partial,
                                  const DT *dout, const float *inp, const float *w,
                                  const float *mean, const float *rstd, int64_t N, int64_t C,
-                                 int vec) {
+                                 int vec, int R) {
     LOOM_CUDA_CHECK(cudaFuncSetAttribute(norm_backward_kernel<RMS, DT, K, WGRAD>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     norm_backward_kernel<RMS, DT, K, WGRAD><<<grid, block, smem, st>>>(
-        dinp, dcopy, dsum, partial, dout, inp, w, mean, rstd, N, C, vec);
+        dinp, dcopy, dsum, partial, dout, inp, w, mean, rstd, N, C, vec, R);
     LOOM_CUDA_LAUNCHED();
 }
 
@@ -645,7 +657,8 @@ static void norm_backward(struct loom_backend *be, float *dinp, bf16 *dcopy, flo
     norm_bwd_shape(C, &tpr, &k);
     const int groups = NORM_THREADS / tpr;
     const dim3 block((unsigned)tpr, (unsigned)groups);
-    const int64_t G = (N + NORM_BWD_ROWS - 1) / NORM_BWD_ROWS;
+    const int R = norm_bwd_rows(N, loom_cuda_impl(be)->num_sms);
+    const int64_t G = (N + R - 1) / R;
     /* fused: the weight sums in the kernel's shared memory; fsum: dsum's sums there too */
     const size_t row = (size_t)C * sizeof(double);
     const int fused =
@@ -665,11 +678,11 @@ static void norm_backward(struct loom_backend *be, float *dinp, bf16 *dcopy, flo
         if (fused)                                                                                 \
             norm_backward_launch<RMS, DT, KK, true>(st, (unsigned)G, block, smem, dinp, fcopy,     \
                                                     fsum, partial, dout, inp, w, mean, rstd, N, C, \
-                                                    vec);                                          \
+                                                    vec, R);                                       \
         else                                                                                       \
             norm_backward_launch<RMS, DT, KK, false>(st, (unsigned)G, block, smem, dinp, NULL, 0,  \
                                                      partial, dout, inp, w, mean, rstd, N, C,      \
-                                                     vec);                                         \
+                                                     vec, R);                                      \
         break;
         switch (k) {
             NORM_BWD_CASE(1)
@@ -683,7 +696,7 @@ static void norm_backward(struct loom_backend *be, float *dinp, bf16 *dcopy, flo
         if (!fused) {
             const dim3 grid((unsigned)G, (unsigned)((C + 127) / 128));
             norm_weight_partial_kernel<RMS, DT>
-                <<<grid, dim3(32, 8), 0, st>>>(partial, dout, inp, mean, rstd, N, C, vec);
+                <<<grid, dim3(32, 8), 0, st>>>(partial, dout, inp, mean, rstd, N, C, vec, R);
             LOOM_CUDA_LAUNCHED();
         }
         const dim3 grid((unsigned)((C + 31) / 32), fsum ? 3u : db ? 2u : 1u);

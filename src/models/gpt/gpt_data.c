@@ -10,8 +10,20 @@ enum loom_status loom_gpt_open_source(struct loom_sample_source *src,
                                       const struct loom_tokenizer *tok, int split,
                                       const char *path, const char *weights, int64_t n) {
     (void)tok;
-    return loom_gpt_data_source(src, path, weights, split, c->model.seq_length, n, c->seed,
-                                c->model.vocab_size);
+    const struct loom_gpt_dataset_config dc = {
+        .data_path = path,
+        .split = weights,
+        .which = (enum loom_split)split,
+        .num_samples = n,
+        .seq_length = c->model.seq_length,
+        .seed = c->seed,
+        .per_split = c->train_data_path != NULL,
+        .cache_path = c->data_cache_path,
+        .tokenizer_type = c->tokenizer_type,
+        .vocab_file = c->vocab_file,
+        .merge_file = c->merge_file,
+    };
+    return loom_gpt_data_source(src, &dc, c->model.vocab_size);
 }
 
 enum loom_status loom_gpt_mock_source(struct loom_sample_source *src,

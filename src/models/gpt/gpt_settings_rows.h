@@ -50,12 +50,16 @@
      .help = "key/value groups with --group-query-attention (0 = heads)"}, \
     /* end */
 
-/* MLP size, sequence length and positions, vocabulary and its padding, the norm and its epsilon */
-#define LOOM_GPT_ROWS_SIZES \
+/* MLP size, sequence length and positions, vocabulary and its padding, the norm and its epsilon
+ * (the encoder-decoder form, T5, has lengths of its own: the three groups apart) */
+#define LOOM_GPT_ROWS_SIZES LOOM_GPT_ROWS_FFN LOOM_GPT_ROWS_SEQ LOOM_GPT_ROWS_POS_VOCAB_NORM
+#define LOOM_GPT_ROWS_FFN \
     {.name = "ffn_hidden_size", .type = LOOM_SETTING_INT, .offset = LOOM_GPT_AT(ffn_hidden), \
      .flag = "--ffn-hidden-size", .dflt = 0, .meta = "ffn_hidden_size", .load = LOOM_LOAD_ARCH, \
      .hf = {[LOOM_GPT_HF_LLAMA] = {"intermediate_size", LOOM_HF_REQUIRED, 0}}, \
      .help = "MLP hidden size (0 = 4 x hidden)"}, \
+    /* end */
+#define LOOM_GPT_ROWS_SEQ \
     /* another length may fine-tune a checkpoint (learned positions must cover it) */ \
     {.name = "seq_length", .type = LOOM_SETTING_INT, .offset = LOOM_GPT_AT(seq_length), \
      .flag = "--seq-length", .dflt = 1024, .meta = "seq_length", .load = LOOM_LOAD_OVERRIDE, \
@@ -64,6 +68,8 @@
      .flag = "--encoder-seq-length", \
      .help = "the sequence length under its other Megatron-LM name (as --seq-length; 0 = not " \
              "given)"}, \
+    /* end */
+#define LOOM_GPT_ROWS_POS_VOCAB_NORM \
     {.name = "max_position_embeddings", .type = LOOM_SETTING_INT, .offset = LOOM_GPT_AT(max_positions), \
      .flag = "--max-position-embeddings", .dflt = 0, .meta = "max_position_embeddings", \
      .load = LOOM_LOAD_ARCH, \
@@ -115,8 +121,9 @@
              "rotary embedding"}, \
     /* end */
 
-/* the GELU's form by Megatron-LM's rule, and the position embedding's type */
-#define LOOM_GPT_ROWS_GELU_POSEMB \
+/* the GELU's form by Megatron-LM's rule, and the position embedding's type (T5 has its own) */
+#define LOOM_GPT_ROWS_GELU_POSEMB LOOM_GPT_ROWS_GELU LOOM_GPT_ROWS_POSEMB
+#define LOOM_GPT_ROWS_GELU \
     {.name = "openai_gelu", .type = LOOM_SETTING_BOOL, .offset = LOOM_GPT_AT(in.openai_gelu), \
      .flag = "--openai-gelu", .load = LOOM_LOAD_FAMILY, \
      .help = "the GELU's tanh form in every case"}, \
@@ -127,6 +134,8 @@
     {.name = "gelu", .type = LOOM_SETTING_ENUM, .offset = LOOM_GPT_AT(gelu), .names = "tanh|erf", \
      .dflt = LOOM_GELU_TANH, .meta = "gelu", .meta_flags = LOOM_META_OPTIONAL, \
      .load = LOOM_LOAD_FAMILY}, \
+    /* end */
+#define LOOM_GPT_ROWS_POSEMB \
     {.name = "position_embedding_type", .type = LOOM_SETTING_ENUM, .offset = LOOM_GPT_AT(posemb), \
      .flag = "--position-embedding-type", .names = "learned_absolute|rope|none", \
      .dflt = LOOM_POSEMB_LEARNED, .meta = "position_embedding_type", .load = LOOM_LOAD_ARCH, \

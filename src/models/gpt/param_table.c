@@ -245,38 +245,6 @@ enum loom_status loom_gpt_build_table(struct loom_gpt *m) {
 
 enum loom_status loom_gpt_init_weights(struct loom_gpt *m, uint64_t seed) {
     const struct loom_transformer_config *c = &m->cfg;
-    int tp = loom_tp_size(m->base.par), tpr = loom_tp_rank(m->base.par);
-    double scaled = c->init_std / sqrt(2.0 * (double)c->num_layers);
-    for (int i = 0; i < m->base.nparams; i++) {
-        const struct loom_param *p = &m->base.params[i];
-        if (!p->local) continue;
-        int64_t n = p->local_shape[0] * p->local_shape[1];
-        float *host = malloc((size_t)n * sizeof(float));
-        if (!host) return loom_fail(LOOM_ERR_OOM, "out of memory initialising %s", p->name);
-        uint64_t purpose = loom_hash_str(p->name);
-        double std = p->init == LOOM_INIT_NORMAL_SCALED ? scaled : c->init_std;
-        /* --init-method-xavier-uniform (Megatron-LM's, torch's xavier_uniform_ of the whole
-         * logical matrix): every matrix, the embeddings and the output layers' too, uniform in
-         * +-sqrt(6 / (fan_in + fan_out)) */
-        const int xavier = c->xavier_init && p->ndim == 2 &&
-                           (p->init == LOOM_INIT_NORMAL || p->init == LOOM_INIT_NORMAL_SCALED);
-        const double bound = xavier ? sqrt(6.0 / (double)(p->shape[0] + p->shape[1])) : 0.0;
-#pragma omp parallel for schedule(static)
-        for (int64_t k = 0; k < n; k++) {
-            switch (p->init) {
-            case LOOM_INIT_ONES: host[k] = 1.0f; break;
-            case LOOM_INIT_ZEROS: host[k] = 0.0f; break;
-            default: {
-                int64_t g = loom_param_global_index(p, tpr, tp, k);
-                host[k] = xavier
-                              ? (float)(bound *
-                                        (2.0 * loom_rng_uniform(seed, purpose, (uint64_t)g) - 1.0))
-                              : (float)(std * loom_rng_normal(seed, purpose, (uint64_t)g));
-            }
-            }
-        }
-        m->base.be->ops->to_device(m->base.be, m->base.param_mem + p->offset, host, (size_t)n * sizeof(float));
-        free(host);
-    }
-    return LOOM_OK;
+    return loom_model_init_params(&m->base, seed, c->init_std,
+                                  c->init_std / sqrt(2.0 * (double)c->num_layers), c->xavier_init);
 }
