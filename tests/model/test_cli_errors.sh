@@ -67,7 +67,10 @@ expect_error "position reset without a tokenizer" "--reset-position-ids needs th
 expect_error "document mask without a tokenizer" "--reset-attention-mask needs the tokenizer's end-of-document id" "$LOOM" "${T[@]}" --reset-attention-mask
 expect_error "document mask with cuDNN's attention" "--reset-attention-mask and --attention-backend fused exclude each other" "$LOOM" "${T[@]}" --tokenizer-type NullTokenizer --vocab-size 49 --reset-position-ids --reset-attention-mask --attention-backend fused
 expect_error "dist ckpt" "--use-dist-ckpt: checkpoints are safetensors" "$LOOM" "${T[@]}" --use-dist-ckpt
-expect_error "sentencepiece" "--tokenizer-model: SentencePiece and Hugging Face tokenizers are not implemented" "$LOOM" "${T[@]}" --tokenizer-model tok.model
+printf '{"text": "a"}\n' > "$tmp/in.jsonl"
+expect_error "sentencepiece model missing" "cannot open $tmp/missing.model" "$LOOM" preprocess \
+  --input "$tmp/in.jsonl" --output-prefix "$tmp/out" --tokenizer-type Llama2Tokenizer \
+  --tokenizer-model "$tmp/missing.model"
 expect_error "ckpt-step without load" "--ckpt-step needs --load" "$LOOM" "${T[@]}" --ckpt-step 3
 expect_error "ckpt-step missing" "--ckpt-step 7: --load $tmp has no checkpoint of that iteration (no $tmp/iter_0000007/meta.json)" "$LOOM" "${T[@]}" --load "$tmp" --ckpt-step 7
 expect_error "negative duration" "--exit-duration-in-mins must be >= 0 (got -1)" "$LOOM" "${T[@]}" --exit-duration-in-mins -1
