@@ -105,7 +105,18 @@ struct loom_adamw {
     int64_t *run_off, *run_soff, *run_len;
     uint8_t *run_decay;
     int nruns, nruns_main;
+    /* --optimizer onebit-adam (loom/onebit.h; loom_onebit_adam_init): the step is 1-bit Adam's,
+     * whose steps after freeze_step take the ranks' own gradients (loom_adamw_local_grads) */
+    struct loom_onebit_adam *onebit;
+    int64_t freeze_step;
 };
+/* 1-bit Adam instead of AdamW from the next step on (after loom_adamw_init; every local
+ * parameter: not with the distributed optimizer). */
+enum loom_status loom_onebit_adam_init(struct loom_adamw *o, struct loom_model *model,
+                                       int64_t freeze_step);
+/* Whether the coming step takes each data-parallel rank's own gradients, unreduced (1-bit Adam
+ * after its warmup). */
+int loom_adamw_local_grads(const struct loom_adamw *o);
 
 /* shards: the data-parallel gradient reduction; when it reduce-scatters (the distributed
  * optimizer) the moments and the update are this rank's pieces of its buckets, else (or NULL)

@@ -50,9 +50,12 @@ void loom_pipeline_free(struct loom_pipeline *pl);
  * into the model's gradient buffer. When a chunk's last backward of the step has run, each of
  * its layers' tensor-parallel partial gradients are summed (LOOM_ROLE_TP_PARTIAL) and the layer
  * is handed to `gs` (data-parallel bucket reduction; may be NULL). Tied embeddings and the
- * non-layer parameters are left to the caller. The parameters of a gather that `gs` has started
- * (the overlapped gather of the distributed optimizer) are waited for before the forward that
- * first reads them. `mb` is the caller's micro-batch buffer that fetch fills. */
+ * non-layer parameters are left to the caller. `gs`'s hooks run around each piece
+ * (loom_grad_sync_use before it, with the unit the operation runs next; _layer_done after a
+ * layer; _op_done after each operation): they wait for a started gather of the parameters (the
+ * distributed optimizer's overlapped one) before the piece that first reads them, and with
+ * sharded gradients or parameters reduce every micro-batch and gather and clear the parameters
+ * (loom/grad_sync.h). `mb` is the caller's micro-batch buffer that fetch fills. */
 struct loom_grad_sync;
 enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_model *m,
                                    int64_t num_micro, int training, struct loom_grad_sync *gs,

@@ -25,8 +25,10 @@ struct loom_train_config {
     double initial_loss_scale, min_loss_scale;
     int64_t loss_scale_window, hysteresis;
     int64_t dp_bucket_bytes;   /* data-parallel gradient bucket size (bytes of fp32 gradients) */
-    int distributed_optimizer; /* --use-distributed-optimizer: the optimizer's moments and update
-                                  sharded over the data-parallel ranks */
+    int dp_sharding; /* enum loom_dp_sharding: what the data-parallel ranks shard
+                        (--data-parallel-sharding-strategy; --use-distributed-optimizer: optim) */
+    int onebit_adam;            /* --optimizer onebit-adam: 1-bit Adam instead of AdamW */
+    int64_t onebit_freeze_step; /* --onebit-freeze-step: its warmup steps */
     int overlap_param_gather;  /* --overlap-param-gather: its gather overlaps the next forward */
     int64_t eod_mask_id; /* --eod-mask-loss: no loss where the input is this token (-1: off) */
     /* documents packed into samples, split after each input token equal to doc_eod (the

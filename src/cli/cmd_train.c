@@ -16,6 +16,7 @@
 #include "loom/ckpt.h"
 #include "loom/comm.h"
 #include "loom/fileio.h"
+#include "loom/grad_sync.h"
 #include "loom/log.h"
 #include "loom/settings.h"
 #include "loom/tokenizer.h"
@@ -33,8 +34,8 @@ struct train_flags {
     const char *decay_style, *wsd_style, *wd_style, *device, *data_path, *split,
         *data_cache_path, *train_data_path, *valid_data_path, *test_data_path, *save, *load,
         *metrics, *comm, *attention_backend, *save_grads, *tokenizer_type, *vocab_file,
-        *merge_file, *rampup, *tb_dir, *tokenizer_model, *tiktoken_pattern;
-    int64_t tiktoken_specials;
+        *merge_file, *rampup, *tb_dir, *tokenizer_model, *tiktoken_pattern, *sharding, *optimizer;
+    int64_t tiktoken_specials, onebit_freeze;
     double start_wd, end_wd, decoupled_lr, decoupled_min_lr;
     double mask_prob, short_seq_prob; /* BERT's samples */
     double lr, min_lr, warmup_init, warmup_fraction, wd, b1, b2, eps, clip, peak, loss_scale,
@@ -136,7 +137,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--dataloader-type", 1, "samples are read in order, as Megatron's single sampler reads them",
      "only 'single': samples are read in order (no cyclic random sampler, no external loader)",
      "single"},
-    {"--optimizer", 1, "the optimizer is AdamW", "only 'adam': the optimizer is AdamW", "adam"},
     {"--main-grads-dtype", 1, FP32_STATE, FP32_STATE_ONLY, "fp32"},
     {"--exp-avg-dtype", 1, FP32_STATE, FP32_STATE_ONLY, "fp32"},
     {"--exp-avg-sq-dtype", 1, FP32_STATE, FP32_STATE_ONLY, "fp32"},
@@ -276,6 +276,7 @@ struct train_cmd {
 /* Every flag at its default: the family's settings in t->c.model, the rest in t->f */
 static void set_defaults(struct train_cmd *t) {
     t->f = (struct train_flags){
+        .optimizer = "adam", .onebit_freeze = 100000,
         .decay_style = "linear", .wsd_style = "exponential", .wd_style = "constant",
         .warmup_fraction = -1, .device = "cpu", .split = "969,30,1", .comm = "auto",
         .attention_backend = "auto", .tokenizer_type = "GPT2BPETokenizer", .tiktoken_specials = 1000, .lr = 1e-4,
@@ -309,6 +310,7 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--reset-position-ids", LOOM_FLAG_BOOL, &f->reset_pos, "positions (learned or rotary) restart at 0 after each input token that is the tokenizer's end-of-document one: each document packed into a sample counts from its own start", NULL, 0},
         {"--reset-attention-mask", LOOM_FLAG_BOOL, &f->reset_mask, "attention stays within documents: a token attends only to itself and the earlier tokens of its own document, which ends with the tokenizer's end-of-document token (loom's attention kernels; not with --attention-backend fused)", NULL, 0},
         {"--use-distributed-optimizer", LOOM_FLAG_BOOL, &f->dist_opt, "reduce-scatter the gradient buckets over the data-parallel ranks and shard the optimizer's moments and update with them (ZeRO stage 1); the parameters are gathered after each step", NULL, 0},
+        {"--data-parallel-sharding-strategy", LOOM_FLAG_CHOICE, &f->sharding, "what the data-parallel ranks shard (ZeRO's stages): no_shard (plain data parallelism), optim (the optimizer's moments and update: stage 1, as --use-distributed-optimizer), optim_grads (and the gradients, reduce-scattered every micro-batch: stage 2), optim_grads_params (and the parameters, gathered before each unit's forward and backward: stage 3)", "no_shard|optim|optim_grads|optim_grads_params", 0},
         {"--overlap-param-gather", LOOM_FLAG_BOOL, &f->overlap_gather, "with --use-distributed-optimizer: gather the parameters bucket by bucket while the next forward runs, each waited for where it is first read", NULL, 0},
         {"--rampup-batch-size", LOOM_FLAG_LIST, &f->rampup, "START INCREMENT SAMPLES: the global batch grows from START by INCREMENT over SAMPLES samples to --global-batch-size (with --train-samples)", NULL, 0},
         {"--train-samples", LOOM_FLAG_INT, &f->samples, "samples to train: --train-samples / --global-batch-size iterations, and the learning-rate schedule counted in samples (this or --train-iters)", NULL, 0},
@@ -334,6 +336,8 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--start-weight-decay", LOOM_FLAG_FLOAT, &f->start_wd, "weight decay at the start (with --weight-decay-incr-style linear|cosine)", NULL, 0},
         {"--end-weight-decay", LOOM_FLAG_FLOAT, &f->end_wd, "weight decay at the end of training (with --weight-decay-incr-style linear|cosine)", NULL, 0},
         {"--weight-decay-incr-style", LOOM_FLAG_CHOICE, &f->wd_style, "weight decay over training: constant (--weight-decay) or from --start-weight-decay to --end-weight-decay", "constant|linear|cosine", 0},
+        {"--optimizer", LOOM_FLAG_CHOICE, &f->optimizer, "adam: AdamW; onebit-adam: 1-bit Adam (DeepSpeed's: --onebit-freeze-step warmup steps of Adam without bias correction, then the momentum all-reduced compressed to one bit an element with error feedback and the variance frozen; not with the distributed optimizer)", "adam|onebit-adam", 0},
+        {"--onebit-freeze-step", LOOM_FLAG_INT, &f->onebit_freeze, "--optimizer onebit-adam: the warmup's steps (at least 1), after which the variance is frozen and the momentum compressed", NULL, 0},
         {"--adam-beta1", LOOM_FLAG_FLOAT, &f->b1, "AdamW beta1", NULL, 0},
         {"--adam-beta2", LOOM_FLAG_FLOAT, &f->b2, "AdamW beta2", NULL, 0},
         {"--adam-eps", LOOM_FLAG_FLOAT, &f->eps, "AdamW epsilon", NULL, 0},
@@ -697,9 +701,24 @@ static enum loom_status check_layout(struct train_cmd *t) {
     if (f->ep != 1) FAIL("--expert-model-parallel-size %lld: expert parallelism is not implemented (1 only)", (long long)f->ep);
     if (f->bucket_mb < 1) FAIL("--ddp-bucket-size-mb must be at least 1");
     if (f->bucket_size < 0) FAIL("--ddp-bucket-size %lld: give a number of parameters, at least 1 (0: --ddp-bucket-size-mb's size)", (long long)f->bucket_size);
-    if (f->overlap_gather && !f->dist_opt)
+    const int sharding = f->sharding ? loom_dp_sharding_parse(f->sharding) : LOOM_SHARD_NO_SHARD;
+    if (f->dist_opt && sharding == LOOM_SHARD_NO_SHARD && f->sharding)
+        FAIL("--use-distributed-optimizer shards the optimizer (optim); "
+             "--data-parallel-sharding-strategy no_shard excludes it");
+    t->c.dp_sharding = f->dist_opt && sharding < LOOM_SHARD_OPTIM ? LOOM_SHARD_OPTIM : sharding;
+    t->c.onebit_adam = !strcmp(f->optimizer, "onebit-adam");
+    t->c.onebit_freeze_step = f->onebit_freeze;
+    if (t->c.onebit_adam && t->c.dp_sharding != LOOM_SHARD_NO_SHARD)
+        FAIL("--optimizer onebit-adam keeps the whole moments on every data-parallel rank: not "
+             "with %s", f->sharding ? "--data-parallel-sharding-strategy other than no_shard"
+                                    : "--use-distributed-optimizer");
+    if (t->c.onebit_adam && f->onebit_freeze < 1)
+        FAIL("--onebit-freeze-step %lld: give at least 1 warmup step (the variance it freezes "
+             "must have been estimated)", (long long)f->onebit_freeze);
+    if (f->overlap_gather && t->c.dp_sharding == LOOM_SHARD_NO_SHARD)
         FAIL("--overlap-param-gather overlaps the distributed optimizer's gather: it needs "
-             "--use-distributed-optimizer");
+             "--use-distributed-optimizer or a --data-parallel-sharding-strategy other than "
+             "no_shard");
     if (f->fp16 && f->bf16) FAIL("--fp16 and --bf16 exclude each other");
     if (f->override_sched && f->use_ckpt_sched)
         FAIL("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler exclude "
@@ -770,7 +789,6 @@ static void fill_train_config(struct train_cmd *t) {
     c->train_iters = f->iters;
     c->train_samples = f->samples;
     memcpy(c->rampup, f->ramp, sizeof c->rampup);
-    c->distributed_optimizer = f->dist_opt;
     c->overlap_param_gather = f->overlap_gather;
     c->eod_mask_id = f->eod_mask ? t->eod : -1;
     c->reset_position_ids = f->reset_pos;

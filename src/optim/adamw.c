@@ -6,6 +6,7 @@
 #include "loom/comm.h"
 #include "loom/grad_sync.h"
 #include "loom/optim.h"
+#include "optim/onebit_adam.h"
 
 /* The parameters that take the decoupled learning rate (LOOM_ROLE_DECOUPLED_LR: Megatron-LM's
  * embedding-or-output parameters, the word embedding and the output layer). */
@@ -105,6 +106,7 @@ enum loom_status loom_adamw_init(struct loom_adamw *o, struct loom_model *model,
 }
 
 void loom_adamw_free(struct loom_adamw *o, struct loom_model *model) {
+    loom_onebit_adam_free(o);
     if (o->m) model->be->ops->free(model->be, o->m);
     if (o->v) model->be->ops->free(model->be, o->v);
     o->m = o->v = NULL;
@@ -119,6 +121,7 @@ void loom_adamw_free(struct loom_adamw *o, struct loom_model *model) {
 enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_model *model, double lr,
                                  double lr_decoupled, double grad_scale) {
     struct loom_backend *be = model->be;
+    if (o->onebit) return loom_onebit_adam_step(o, model, lr, lr_decoupled, grad_scale);
     o->step++;
     for (int g = 0; g < 2; g++) {
         const int r0 = g ? o->nruns_main : 0, n = g ? o->nruns - o->nruns_main : o->nruns_main;
@@ -129,6 +132,8 @@ enum loom_status loom_adamw_step(struct loom_adamw *o, struct loom_model *model,
                 (float)o->weight_decay, o->step, (float)grad_scale);
     }
     if (!o->distributed) return LOOM_OK;
+    /* sharded parameters: each rank keeps its pieces, gathered where they are used */
+    if (loom_grad_sync_strategy(o->shards) == LOOM_SHARD_OPTIM_GRADS_PARAMS) return LOOM_OK;
     if (o->overlap_gather) return loom_grad_sync_gather_start(o->shards, model->param_mem);
     return loom_grad_sync_gather(o->shards, model->param_mem);
 }

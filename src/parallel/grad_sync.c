@@ -4,43 +4,8 @@
 
 #include "loom/comm.h"
 #include "loom/grad_sync.h"
+#include "grad_sync_impl.h"
 
-struct range {
-    int64_t lo, hi; /* floats of the flat gradient buffer */
-};
-
-struct bucket {
-    int64_t lo, hi;
-    int layers;      /* local layers that overlap it */
-    int finish_only; /* it holds floats of no layer: reduced by finish */
-    int pending;     /* this step: its layers not reported yet */
-    int launched;
-    struct loom_comm_req *gather; /* a started gather not completed yet */
-};
-
-struct loom_grad_sync {
-    struct loom_model *m;
-    struct loom_comm *dp;
-    int scatter, dp_size, dp_rank;
-    struct range *layer; /* [L] range of each local layer (empty when not local) */
-    char *layer_done;    /* [L] */
-    struct bucket *b;    /* [nb] from the top of the buffer down: the order a backward frees them */
-    int nb;
-    int64_t *piece_lo, *piece_len; /* [npieces] this rank's shard, increasing offsets */
-    float *gbuf;                   /* the buffer of the started gather */
-    int64_t minlo, maxhi;          /* the local layers' extent (-1: none) */
-    int npieces;
-    struct loom_comm_req **reqs;
-    int nreqs, cap, overlapped;
-};
-
-static int64_t round_up(int64_t x, int64_t a) {
-    return (x + a - 1) / a * a;
-}
-static int64_t overlap(struct range r, int64_t lo, int64_t hi) {
-    const int64_t a = r.lo > lo ? r.lo : lo, b = r.hi < hi ? r.hi : hi;
-    return b > a ? b - a : 0;
-}
 
 static enum loom_status add_bucket(struct loom_grad_sync *gs, int64_t lo, int64_t hi) {
     if (hi <= lo) return LOOM_OK;
@@ -118,17 +83,20 @@ static enum loom_status make_shard(struct loom_grad_sync *gs) {
         gs->piece_len[0] = gs->m->num_local;
         return LOOM_OK;
     }
+    gs->shard_len = 0;
     for (int i = 0; i < n; i++) { /* the buckets run downwards */
-        const struct bucket *b = &gs->b[n - 1 - i];
+        struct bucket *b = &gs->b[n - 1 - i];
         const int64_t s = (b->hi - b->lo) / gs->dp_size;
         gs->piece_lo[i] = b->lo + (int64_t)gs->dp_rank * s;
         gs->piece_len[i] = s;
+        b->soff = gs->shard_len;
+        gs->shard_len += s;
     }
     return LOOM_OK;
 }
 
 enum loom_status loom_grad_sync_create(struct loom_grad_sync **out, struct loom_model *m,
-                                       int64_t bucket_bytes, int scatter) {
+                                       int64_t bucket_bytes, enum loom_dp_sharding strategy) {
     struct loom_grad_sync *gs = calloc(1, sizeof *gs);
     if (!gs) return loom_fail(LOOM_ERR_OOM, "out of memory");
     *out = gs;
@@ -137,7 +105,8 @@ enum loom_status loom_grad_sync_create(struct loom_grad_sync **out, struct loom_
     gs->dp = m->par->group[LOOM_PDIM_DP];
     gs->dp_size = loom_comm_size(gs->dp);
     gs->dp_rank = loom_comm_rank(gs->dp);
-    gs->scatter = scatter && gs->dp_size > 1;
+    gs->strategy = gs->dp_size > 1 ? strategy : LOOM_SHARD_NO_SHARD;
+    gs->scatter = gs->strategy != LOOM_SHARD_NO_SHARD;
     gs->layer = calloc((size_t)L, sizeof *gs->layer);
     gs->layer_done = calloc((size_t)L, 1);
     gs->cap = (int)L + 8;
@@ -153,7 +122,9 @@ enum loom_status loom_grad_sync_create(struct loom_grad_sync **out, struct loom_
         if (end > r->hi) r->hi = end;
     }
     LOOM_CHECK(make_buckets(gs, bucket_bytes / (int64_t)sizeof(float)));
-    return make_shard(gs);
+    LOOM_CHECK(make_shard(gs));
+    if (!gs->scatter) gs->shard_len = m->num_alloc;
+    return loom_zero_init(gs);
 }
 
 void loom_grad_sync_free(struct loom_grad_sync *gs) {
@@ -161,6 +132,7 @@ void loom_grad_sync_free(struct loom_grad_sync *gs) {
     for (int i = 0; i < gs->nreqs; i++) loom_comm_wait(gs->reqs[i]);
     for (int i = 0; i < gs->nb; i++)
         if (gs->b[i].gather) loom_comm_wait(gs->b[i].gather);
+    loom_zero_free(gs);
     free(gs->layer);
     free(gs->layer_done);
     free(gs->b);
@@ -179,7 +151,11 @@ void loom_grad_sync_begin(struct loom_grad_sync *gs) {
 }
 
 static int active(const struct loom_grad_sync *gs) {
-    return gs->dp_size > 1;
+    return gs->dp_size > 1 && !gs->local;
+}
+
+void loom_grad_sync_set_local(struct loom_grad_sync *gs, int local) {
+    gs->local = local;
 }
 
 static enum loom_status launch(struct loom_grad_sync *gs, struct bucket *b) {
@@ -223,6 +199,7 @@ enum loom_status loom_grad_sync_layer_ready(struct loom_grad_sync *gs, int64_t l
 
 enum loom_status loom_grad_sync_finish(struct loom_grad_sync *gs) {
     if (!active(gs)) return LOOM_OK;
+    if (gs->strategy >= LOOM_SHARD_OPTIM_GRADS) return loom_zero_finish(gs);
     for (int i = 0; i < gs->nb; i++)
         if (!gs->b[i].launched) LOOM_CHECK(launch(gs, &gs->b[i]));
     enum loom_status s = LOOM_OK;
@@ -266,20 +243,25 @@ enum loom_status loom_grad_sync_gather_start(struct loom_grad_sync *gs, float *b
     return LOOM_OK;
 }
 
+struct range loom_grad_sync_unit_range(const struct loom_grad_sync *gs, int64_t unit) {
+    /* no local layer: all of it below */
+    struct range r = {0, gs->m->num_alloc};
+    if (unit >= 0) r = gs->layer[unit];
+    if (unit == LOOM_GATHER_BELOW && gs->minlo >= 0) r.hi = gs->minlo;
+    if (unit == LOOM_GATHER_ABOVE) r.lo = gs->minlo >= 0 ? gs->maxhi : gs->m->num_alloc;
+    return r;
+}
+
 enum loom_status loom_grad_sync_gather_wait(struct loom_grad_sync *gs, int64_t which) {
     struct loom_backend *be = gs->m->be;
     for (int i = gs->nb - 1; i >= 0; i--) {
         struct bucket *b = &gs->b[i];
         if (!b->gather) continue;
-        /* what `which` names, as a range (no local layer: all of it below) */
-        struct range r = {0, gs->m->num_alloc};
-        if (which >= 0) r = gs->layer[which];
-        if (which == LOOM_GATHER_BELOW && gs->minlo >= 0) r.hi = gs->minlo;
-        if (which == LOOM_GATHER_ABOVE) r.lo = gs->minlo >= 0 ? gs->maxhi : gs->m->num_alloc;
-        if (!overlap(r, b->lo, b->hi)) continue;
+        if (!overlap(loom_grad_sync_unit_range(gs, which), b->lo, b->hi)) continue;
         struct loom_comm_req *rq = b->gather;
         b->gather = NULL;
         LOOM_CHECK(loom_comm_wait(rq));
+        b->resident = 1;
         if (be->ops->written)
             be->ops->written(be, gs->gbuf + b->lo, (size_t)(b->hi - b->lo) * sizeof(float));
     }

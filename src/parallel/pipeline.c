@@ -218,7 +218,8 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_model *
     const struct loom_family *fam = m->family;
     /* the parameters are fixed for the whole run; those of an overlapped gather are waited for
      * where they are first read (all of them here when the family's prepare reads them all) */
-    if (gs && m->prepare_reads_all) LOOM_CHECK(loom_grad_sync_gather_wait(gs, LOOM_GATHER_ALL));
+    if (m->prepare_reads_all)
+        LOOM_CHECK(loom_grad_sync_use(gs, LOOM_GATHER_ALL, LOOM_UNIT_NONE, 0));
     struct loom_parallel *par = m->par;
     struct exec e = {0};
     e.m = m;
@@ -247,7 +248,7 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_model *
         last_op[ops[i].micro] = i;
     fam->prepare(m);
     memset(stats, 0, sizeof *stats);
-    enum loom_status st = LOOM_OK;
+    enum loom_status st = loom_grad_sync_op_done(gs);
 
     for (int64_t i = 0; i < nops && st == LOOM_OK; i++) {
         const struct loom_pipe_op *op = &ops[i];
@@ -264,28 +265,36 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_model *
             /* the micro-batch's first piece on this rank */
             if (c == 0 && (st = fam->micro_begin(m, slot, mb, &mc)) != LOOM_OK) break;
             if (is_first(&e, c)) {
-                if (gs) st = loom_grad_sync_gather_wait(gs, LOOM_GATHER_BELOW);
+                st = loom_grad_sync_use(gs, LOOM_GATHER_BELOW, l0 < l1 ? l0 : LOOM_UNIT_NONE, 0);
                 if (st == LOOM_OK) st = fam->first_forward(m, slot, mb, &mc);
             } else {
                 const int src = (e.r + e.p - 1) % e.p, src_chunk = e.r == 0 ? c - 1 : c;
                 st = recv_boundary(&e, slot, l0, LOOM_RECV_ACT, src, k, src_chunk, 0, stats);
             }
             for (int64_t l = l0; l < l1 && st == LOOM_OK; l++) {
-                if (gs) st = loom_grad_sync_gather_wait(gs, l);
+                const int64_t next = l + 1 < l1       ? l + 1
+                                     : is_last(&e, c) ? LOOM_GATHER_ABOVE
+                                                      : LOOM_UNIT_NONE;
+                st = loom_grad_sync_use(gs, l, next, 0);
                 if (st == LOOM_OK) st = fam->layer_forward(m, slot, l, &mc);
+                if (st == LOOM_OK) st = loom_grad_sync_layer_done(gs, l, next, 0, 0);
             }
             if (st != LOOM_OK) break;
             if (is_last(&e, c)) {
                 /* the last piece applies dloss (its loss pass makes the gradient) */
-                if (gs) st = loom_grad_sync_gather_wait(gs, LOOM_GATHER_BELOW);
-                if (gs && st == LOOM_OK) st = loom_grad_sync_gather_wait(gs, LOOM_GATHER_ABOVE);
+                st = loom_grad_sync_use(gs, LOOM_GATHER_BELOW, LOOM_GATHER_ABOVE, 0);
+                if (st == LOOM_OK) st = loom_grad_sync_use(gs, LOOM_GATHER_ABOVE, LOOM_UNIT_NONE, 0);
                 if (st == LOOM_OK) st = fam->last_forward(m, slot, mb, &mc, &stats->losses);
             } else {
                 st = send_boundary(pl, &e, slot, l1, LOOM_SEND_ACT, (e.r + 1) % e.p, k, c, 0);
             }
         } else {
             if (is_last(&e, c)) {
-                st = fam->last_backward(m, slot, mb, &mc);
+                st = loom_grad_sync_use(gs, LOOM_GATHER_ABOVE, LOOM_GATHER_BELOW, 1);
+                if (st == LOOM_OK)
+                    st = loom_grad_sync_use(gs, LOOM_GATHER_BELOW,
+                                            l0 < l1 ? l1 - 1 : LOOM_UNIT_NONE, 1);
+                if (st == LOOM_OK) st = fam->last_backward(m, slot, mb, &mc);
             } else {
                 const int src = (e.r + 1) % e.p, src_chunk = e.r == e.p - 1 ? c + 1 : c;
                 st = recv_boundary(&e, slot, l1, LOOM_RECV_GRAD, src, k, src_chunk, 1, stats);
@@ -293,18 +302,25 @@ enum loom_status loom_pipeline_run(struct loom_pipeline *pl, struct loom_model *
             /* the chunk's last backward of the step finalises its layers' gradients */
             int final = ++backwards_done[c] == num_micro;
             for (int64_t l = l1 - 1; l >= l0 && st == LOOM_OK; l--) {
-                st = fam->layer_backward(m, slot, l, &mc);
-                if (st == LOOM_OK && final) st = loom_model_sync_tp_partial(m, l);
-                if (st == LOOM_OK && final && gs) st = loom_grad_sync_layer_ready(gs, l);
+                const int64_t next = l > l0           ? l - 1
+                                     : is_first(&e, c) ? LOOM_GATHER_BELOW
+                                                       : LOOM_UNIT_NONE;
+                st = loom_grad_sync_use(gs, l, next, 1);
+                if (st == LOOM_OK) st = fam->layer_backward(m, slot, l, &mc);
+                if (st == LOOM_OK && final && !loom_grad_sync_every_micro(gs))
+                    st = loom_model_sync_tp_partial(m, l);
+                if (st == LOOM_OK) st = loom_grad_sync_layer_done(gs, l, next, 1, final);
             }
             if (st != LOOM_OK) break;
             if (is_first(&e, c)) {
-                st = fam->first_backward(m, slot, &mc);
+                st = loom_grad_sync_use(gs, LOOM_GATHER_BELOW, LOOM_UNIT_NONE, 1);
+                if (st == LOOM_OK) st = fam->first_backward(m, slot, &mc);
             } else {
                 st = send_boundary(pl, &e, slot, l0, LOOM_SEND_GRAD, (e.r + e.p - 1) % e.p, k, c,
                                    1);
             }
         }
+        if (st == LOOM_OK) st = loom_grad_sync_op_done(gs);
         stats->busy_s += loom_time_s() - t0;
         if (st == LOOM_OK && last_op[k] == i) {
             /* the micro-batch is done here: its slot may be reused */

@@ -71,6 +71,7 @@ struct trainer {
     int64_t num_zeros;         /* its gradient's elements equal to zero (-1: not counted) */
     struct loom_pipeline *pipe;
     struct loom_grad_sync *gsync;
+    int64_t state_floats[3]; /* kept between steps: parameters, gradients, optimizer state */
     int64_t step_bytes[4]; /* tp, pp, dp, embedding bytes of the last training step */
     double pipe_busy_s, pipe_wait_s; /* pipeline compute and wait time since the last log */
     double start_s;                  /* when setup began (--exit-duration-in-mins) */
@@ -239,6 +240,8 @@ static enum loom_status run_batch(struct trainer *t, struct loom_sample_source *
     struct fetch_ctx fc = {t, src, base};
     struct loom_pipeline_stats ps;
     if (training) loom_grad_sync_begin(t->gsync);
+    /* sharded parameters: the run gathers each unit's where it uses them */
+    LOOM_CHECK(loom_grad_sync_shard_params(t->gsync));
     LOOM_CHECK(loom_pipeline_run(t->pipe, t->model, num_micro, training, t->gsync, &ctx,
                                  fetch_micro, &fc, &t->mb, &ps));
     t->pipe_busy_s += ps.busy_s;
@@ -635,6 +638,10 @@ static void log_iteration(struct trainer *t, int64_t it, int64_t iters, double m
                     t->scaler.scale, (long long)t->skipped_since_log);
         if (t->peak_mem >= 0) fprintf(t->metrics, ", \"peak_mem_bytes\": %lld", (long long)t->peak_mem);
         /* rank 0's traffic in this iteration (training step only; validation excluded) */
+        /* rank 0's parameters, gradients and optimizer state kept between steps */
+        fprintf(t->metrics, ", \"state_bytes\": {\"params\": %lld, \"grads\": %lld, "
+                "\"optim\": %lld}", (long long)t->state_floats[0] * 4,
+                (long long)t->state_floats[1] * 4, (long long)t->state_floats[2] * 4);
         fprintf(t->metrics, ", \"comm_bytes\": {\"tp\": %lld, \"pp\": %lld, \"dp\": %lld, "
                 "\"embedding\": %lld}", (long long)t->step_bytes[0], (long long)t->step_bytes[1],
                 (long long)t->step_bytes[2], (long long)t->step_bytes[3]);
@@ -1034,14 +1041,25 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
             LOOM_CHECK(t->be->ops->set_matmul_dtype(t->be, mm, t->model->param_mem, t->model->num_local));
         LOOM_CHECK(loom_pipeline_create(&t->pipe));
         LOOM_CHECK(loom_grad_sync_create(&t->gsync, t->model, c->dp_bucket_bytes,
-                                         c->distributed_optimizer));
+                                         (enum loom_dp_sharding)c->dp_sharding));
     }
     t->opt.beta1 = c->beta1;
     t->opt.beta2 = c->beta2;
     t->opt.eps = c->adam_eps;
     t->opt.weight_decay = c->weight_decay;
     LOOM_CHECK(loom_adamw_init(&t->opt, t->model, t->gsync, c->lr.decoupled_max_lr >= 0));
-    t->opt.overlap_gather = t->opt.distributed && c->overlap_param_gather;
+    if (c->onebit_adam) {
+        LOOM_CHECK(loom_onebit_adam_init(&t->opt, t->model, c->onebit_freeze_step));
+        loom_log_info("loom: 1-bit Adam: %lld warmup steps of Adam without bias correction "
+                      "(all-reduced gradients), then the momentum of %lld floats compressed to "
+                      "one bit an element over the %d data-parallel ranks (error buffers start "
+                      "from zero)",
+                      (long long)c->onebit_freeze_step, (long long)t->model->num_local,
+                      loom_dp_size(&t->par));
+    }
+    const enum loom_dp_sharding shard = loom_grad_sync_strategy(t->gsync);
+    t->opt.overlap_gather = t->opt.distributed && c->overlap_param_gather &&
+                            shard != LOOM_SHARD_OPTIM_GRADS_PARAMS;
     if (t->opt.distributed)
         loom_log_info("loom: distributed optimizer: each of the %d data-parallel ranks keeps the "
                       "moments of %lld of the %lld local parameters and updates them (its pieces "
@@ -1051,6 +1069,15 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
                       t->opt.overlap_gather ? "; the parameters are gathered while the next "
                                               "forward runs (--overlap-param-gather)"
                                             : "");
+    loom_grad_sync_memory(t->gsync, &t->state_floats[0], &t->state_floats[1]);
+    t->state_floats[2] = 2 * t->opt.shard_len;
+    loom_log_info("loom: data-parallel sharding %s over %d ranks: this rank keeps %lld bytes of "
+                  "parameters, %lld of gradients and %lld of optimizer state between steps "
+                  "(%lld and %lld of working parameter and gradient buffers)",
+                  loom_dp_sharding_name(shard), loom_dp_size(&t->par),
+                  (long long)t->state_floats[0] * 4, (long long)t->state_floats[1] * 4,
+                  (long long)t->state_floats[2] * 4, (long long)t->model->num_alloc * 4,
+                  (long long)t->model->num_alloc * 4);
     t->st.seed = c->seed;
     if (c->fp16) {
         /* --loss-scale gives a static scale (window 0); otherwise Megatron's dynamic scaler */
@@ -1252,7 +1279,9 @@ static enum loom_status check_dp_weight_hashes(struct trainer *t, int64_t it) {
 /* The distributed optimizer's overlapped gather completed (read the parameters outside the
  * forward only after this). */
 static enum loom_status params_gathered(struct trainer *t) {
-    return t->gsync ? loom_grad_sync_gather_wait(t->gsync, LOOM_GATHER_ALL) : LOOM_OK;
+    if (!t->gsync) return LOOM_OK;
+    LOOM_CHECK(loom_grad_sync_gather_params(t->gsync)); /* sharded parameters */
+    return loom_grad_sync_gather_wait(t->gsync, LOOM_GATHER_ALL);
 }
 
 static enum loom_status train_loop(struct trainer *t) {
@@ -1266,6 +1295,8 @@ static enum loom_status train_loop(struct trainer *t) {
         be->ops->zero(be, t->model->grad_mem, (size_t)t->model->num_local * sizeof(float));
         reset_comm_counters(t);
         t->pipe_busy_s = t->pipe_wait_s = 0;
+        /* 1-bit Adam after its warmup: no gradient reduction (the momentum's instead) */
+        loom_grad_sync_set_local(t->gsync, loom_adamw_local_grads(&t->opt));
         struct loom_losses losses;
         t->batch = loom_batch_at(&t->ramp, t->st.consumed_samples);
         LOOM_CHECK(run_batch(t, &t->train_src, t->st.consumed_samples, t->batch, it, 1, &losses));
@@ -1280,6 +1311,9 @@ static enum loom_status train_loop(struct trainer *t) {
         t->num_zeros = -1;
         LOOM_CHECK(
             loom_grad_norm(&t->opt, t->model, &gnorm, c->log_num_zeros ? &t->num_zeros : NULL));
+        /* 1-bit Adam's compressed steps: each rank's own gradient, whose share (1 / the ranks)
+         * the buffer holds: its norm is the one clipped (and logged: rank 0's) */
+        if (loom_adamw_local_grads(&t->opt)) gnorm *= loom_dp_size(&t->par);
         double unscale = 1.0;
         int skip = 0;
         if (c->fp16) {

@@ -60,7 +60,7 @@ expect_error "warmup past decay, samples" "the learning-rate warmup (40 samples)
 expect_error "wsd without its decay" "--lr-decay-style WSD needs --lr-wsd-decay-iters" "$LOOM" "${S[@]}" --train-iters 4 --lr-decay-style WSD
 expect_error "wsd samples with iters" "--lr-wsd-decay-samples goes with --train-samples" "$LOOM" "${S[@]}" --train-iters 4 --lr-decay-style WSD --lr-wsd-decay-samples 8
 expect_error "cyclic sampler" "--dataloader-type cyclic: only 'single'" "$LOOM" "${T[@]}" --dataloader-type cyclic
-expect_error "sgd" "--optimizer sgd: only 'adam'" "$LOOM" "${T[@]}" --optimizer sgd
+expect_error "sgd" "--optimizer: 'sgd' is not one of adam|onebit-adam" "$LOOM" "${T[@]}" --optimizer sgd
 expect_error "bf16 moments" "--exp-avg-dtype bf16: only fp32" "$LOOM" "${T[@]}" --exp-avg-dtype bf16
 expect_error "eod mask without a tokenizer" "--eod-mask-loss needs the tokenizer's end-of-document id" "$LOOM" "${T[@]}" --eod-mask-loss
 expect_error "position reset without a tokenizer" "--reset-position-ids needs the tokenizer's end-of-document id" "$LOOM" "${T[@]}" --reset-position-ids

@@ -62,7 +62,16 @@ CASES = {
     "tp+pp+sp": (2, 2, 1, 1, True),
     "dp-dist": (1, 1, 1, 2, False),
     "tp+dp-dist": (2, 1, 1, 2, False),
+    "dp-zero2": (1, 1, 1, 2, False),
+    "dp-zero3": (1, 1, 1, 2, False),
+    "tp+dp-zero3": (2, 1, 1, 2, False),
 }
+# the data-parallel sharding of a case (--data-parallel-sharding-strategy): what its name ends with
+SHARDING = {"-dist": "optim", "-zero2": "optim_grads", "-zero3": "optim_grads_params"}
+
+
+def sharding(case):
+    return next((v for k, v in SHARDING.items() if case.endswith(k)), "no_shard")
 
 F32, F64 = 4, 8
 
@@ -105,6 +114,8 @@ def flags(model, case):
         f += ["--sequence-parallel"]
     if case.endswith("-dist"):
         f += ["--use-distributed-optimizer"]
+    elif sharding(case) != "no_shard":
+        f += ["--data-parallel-sharding-strategy", sharding(case)]
     return tp * pp * dp, " ".join(str(x) for x in f)
 
 
@@ -172,14 +183,58 @@ def expected(model, case):
     out["embedding"] = ar(2, Vp // tp * C * F32) if pp > 1 and not c["untie"] else 0
     # DP
     assert dp <= 2, "bucketed all-reduces add up to one only for 2 ranks (integer division)"
-    floats = sum((n + 15) // 16 * 16 for n, l in params)
-    floats = (floats + 16 * dp - 1) // (16 * dp) * (16 * dp)
-    if case.endswith("-dist"):
+    floats = flat_floats(params, dp)
+    shard = sharding(case)
+    if shard == "optim":
         piece = floats // dp * F32
         out["dp"] = rs(dp, piece) + ag(dp, piece) + ar(dp, 2 * F64) + ar(dp, F64)
+    elif shard != "no_shard":
+        # one bucket of every layer (the default bucket size holds them all) cut at multiples of
+        # 16 d floats, reduce-scattered every micro-batch; the buckets below it (embeddings) and
+        # above it (final norm, head) once a step. optim_grads gathers the parameters after the
+        # step; optim_grads_params gathers every bucket before each micro-batch's forward and
+        # again before its backward, and never after the step.
+        g = 16 * dp
+        lo, hi = layer_extent(params)
+        mid = max(0, hi // g * g - (lo + g - 1) // g * g)
+        gathers = 1 if shard == "optim_grads" else 2 * micro
+        out["dp"] = (micro * rs(dp, mid // dp * F32) + rs(dp, (floats - mid) // dp * F32)
+                     + gathers * ag(dp, floats // dp * F32) + ar(dp, 2 * F64) + ar(dp, F64))
     else:
         out["dp"] = ar(dp, floats * F32) + ar(dp, 2 * F64)
     return out
+
+
+def flat_floats(params, dp):
+    """P: floats of the flat buffers: every tensor padded to 16 floats, the whole to 16 d."""
+    floats = sum((n + 15) // 16 * 16 for n, l in params)
+    return (floats + 16 * dp - 1) // (16 * dp) * (16 * dp)
+
+
+def layer_extent(params):
+    """[lo, hi) floats of the flat buffer that the layers' tensors (padded) take."""
+    off, lo, hi = 0, None, 0
+    for n, l in params:
+        if l >= 0:
+            lo = off if lo is None else lo
+            hi = off + (n + 15) // 16 * 16
+        off += (n + 15) // 16 * 16
+    return lo, hi
+
+
+def state_bytes(model, case):
+    """The bytes rank 0 keeps between steps, by ZeRO's formulas on P (fp32 parameters,
+    gradients, two moments): the sharded ones 1 / d of the whole."""
+    c = MODELS[model]
+    tp, pp, v, dp, sp = CASES[case]
+    params = local_params(c, tp, pp, v, 0)[0]
+    P = flat_floats(params, dp) * F32
+    shard = sharding(case)
+    # unsharded moments cover the tensors only, not the padding of the whole to 16 d floats
+    whole = sum((n + 15) // 16 * 16 for n, l in params) * F32
+    return {"params": P // dp if shard == "optim_grads_params" else P,
+            "grads": P // dp if shard in ("optim_grads", "optim_grads_params") else P,
+            "optim": 2 * P // dp if shard != "no_shard" else 2 * whole}
 
 
 def main():
@@ -196,10 +251,14 @@ def main():
         return 0
     metrics, model, case = sys.argv[2:5]
     want = expected(model, case)
-    lines = [r["comm_bytes"] for r in map(json.loads, filter(str.strip, open(metrics))) if "loss" in r]
+    recs = [r for r in map(json.loads, filter(str.strip, open(metrics))) if "loss" in r]
+    lines = [r["comm_bytes"] for r in recs]
     ok = len(lines) > 0 and all(got == want for got in lines)
     print(f"{'ok  ' if ok else 'FAIL'} {model} {case}: measured {lines[-1] if lines else None} analytic {want}")
-    return 0 if ok else 1
+    state = state_bytes(model, case)
+    ok_state = len(recs) > 0 and all(r.get("state_bytes") == state for r in recs)
+    print(f"{'ok  ' if ok_state else 'FAIL'} {model} {case}: bytes kept {recs[-1].get('state_bytes') if recs else None} formula {state}")
+    return 0 if ok and ok_state else 1
 
 
 sys.exit(main())
