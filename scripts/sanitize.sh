@@ -23,7 +23,7 @@ CC=${CC:-gcc} cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLO
   { cat "$BUILD.configure.log" >&2; exit 1; }
 rm -f "$BUILD.configure.log"
 cmake --build "$BUILD" -j"$JOBS" >/dev/null
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1:detect_stack_use_after_return=0:check_initialization_order=1:strict_string_checks=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:halt_on_error=1:detect_stack_use_after_return=0:check_initialization_order=1:strict_string_checks=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$SRC/tests/sanitize/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 select=()
