@@ -38,7 +38,8 @@ static void remove_checkpoints(void) {
 static long long expected_iteration(const uint8_t *d, size_t n) {
     size_t k = 0;
     long long it = 0;
-    while (k < n && k < 19 && d[k] >= '0' && d[k] <= '9') it = it * 10 + (d[k++] - '0');
+    for (; k < n && k < 19 && d[k] >= '0' && d[k] <= '9'; k++)
+        if (k < 18) it = it * 10 + (d[k] - '0'); /* a 19th digit makes it malformed */
     if (k == 0 || k > 18) return -1;
     const char *rest = (const char *)d + k;
     size_t left = n - k;
