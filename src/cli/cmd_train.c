@@ -943,7 +943,7 @@ static void file_identity(const char *path, char *out, size_t cap) {
 }
 
 static void record_file(struct record *r, const char *flag, const char *path) {
-    char key[4300], id[256];
+    char key[4480], id[256]; /* flag, "'s file ", a path of up to 4400 */
     snprintf(key, sizeof key, "%s's file %s", flag, path);
     file_identity(path, id, sizeof id);
     record_add(r, key, "%s", id);
