@@ -14,7 +14,7 @@
 # plugins built without frame pointers, which LeakSanitizer can neither attribute nor suppress;
 # ASan's memory errors and UBSan stay on there, and every process not under mpirun (the
 # single-rank runs, the tools, the test programs) is leak-checked. Allocations that libraries
-# outside loom keep until exit are suppressed in tests/sanitize/lsan.supp.
+# outside loom (Open MPI's) keep until exit are suppressed in tests/sanitize/lsan.supp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
