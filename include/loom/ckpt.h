@@ -51,6 +51,10 @@ enum loom_status loom_ckpt_read_family(const char *root,
 /* The checkpoint directory ROOT names: ROOT itself when it holds meta.json, else the iteration
  * that ROOT/latest_checkpointed_iteration.txt points at. */
 enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap);
+/* The iteration ROOT/latest_checkpointed_iteration.txt names (1 to 18 decimal digits and at most
+ * one line end), or -1 when there is no such file; a file that is not regular or not of that form
+ * is a one-line error naming it. */
+enum loom_status loom_ckpt_read_pointer(const char *root, long long *it);
 /* Load parameters (and the optimizer state when opt is non-NULL). The checkpoint's model must be
  * m's (the architecture rows of the family's settings table agree; else a one-line error naming
  * the first that differs). Collective over the world. */

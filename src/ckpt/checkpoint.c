@@ -472,6 +472,32 @@ static long long newest_complete(const char *root, char *dir, size_t cap) {
     return best;
 }
 
+/* The pointer file's iteration (strict: see ckpt.h) */
+enum loom_status loom_ckpt_read_pointer(const char *root, long long *it) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/" LATEST_FILE, root);
+    *it = -1;
+    /* a pointer that is there but cannot be read (not a regular file, say) is an error */
+    if (!loom_file_exists(path)) return LOOM_OK;
+    char *text = NULL;
+    size_t len = 0;
+    LOOM_CHECK(loom_read_file(path, 64, &text, &len));
+    /* decimal digits, then at most a line end: "4abc" is not 4 */
+    size_t nd = 0;
+    while (nd < len && text[nd] >= '0' && text[nd] <= '9') nd++;
+    size_t rest = nd;
+    if (rest < len && text[rest] == '\r') rest++;
+    if (rest < len && text[rest] == '\n') rest++;
+    long long v = 0;
+    for (size_t i = 0; i < nd && nd <= 18; i++) v = v * 10 + (text[i] - '0');
+    free(text);
+    if (nd == 0 || nd > 18 || rest != len)
+        return loom_fail(LOOM_ERR_FORMAT, "%s: expected an iteration number (1 to 18 decimal "
+                         "digits and a line end)", path);
+    *it = v;
+    return LOOM_OK;
+}
+
 /* Resolve ROOT to the checkpoint directory: ROOT itself if it holds meta.json, else
  * ROOT/iter_N from the pointer file. When the pointer is missing or names a directory that is
  * missing or incomplete (a save interrupted on a file system that cannot swap directories, or
@@ -484,16 +510,13 @@ enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap) {
         return LOOM_OK;
     }
     snprintf(path, sizeof path, "%s/" LATEST_FILE, root);
-    char *text = NULL;
-    size_t len = 0;
     char found[4400];
     static int warned; /* once a process: the configuration and the tensors resolve alike */
-    /* a pointer that is there but cannot be read (not a regular file, say) is an error; a
-     * missing one falls back to the newest complete checkpoint */
-    if (loom_file_exists(path)) {
-        LOOM_CHECK(loom_read_file(path, 64, &text, &len));
-    } else {
-        long long it = newest_complete(root, found, sizeof found);
+    long long it;
+    LOOM_CHECK(loom_ckpt_read_pointer(root, &it));
+    if (it < 0) {
+        /* no pointer: the newest complete checkpoint */
+        it = newest_complete(root, found, sizeof found);
         if (it < 0)
             return loom_fail(LOOM_ERR_IO, "%s: not a loom checkpoint (no meta.json and no %s)",
                              root, LATEST_FILE);
@@ -504,18 +527,6 @@ enum loom_status loom_ckpt_resolve(const char *root, char *dir, size_t cap) {
         snprintf(dir, cap, "%s", found);
         return LOOM_OK;
     }
-    /* decimal digits, then at most a line end: "4abc" is not 4 */
-    size_t nd = 0;
-    while (nd < len && text[nd] >= '0' && text[nd] <= '9') nd++;
-    size_t rest = nd;
-    if (rest < len && text[rest] == '\r') rest++;
-    if (rest < len && text[rest] == '\n') rest++;
-    long long it = -1;
-    if (nd > 0 && nd <= 18 && rest == len) it = strtoll(text, NULL, 10);
-    free(text);
-    if (it < 0)
-        return loom_fail(LOOM_ERR_FORMAT, "%s: expected an iteration number (decimal digits and "
-                         "a line end)", path);
     snprintf(dir, cap, "%s/iter_%07lld", root, it);
     if (complete_dir(dir)) return LOOM_OK;
     long long got = newest_complete(root, found, sizeof found);
@@ -890,11 +901,9 @@ enum loom_status loom_ckpt_prune(const char *root, int64_t every, int64_t latest
     struct dirent *e;
     while (s == LOOM_OK && (e = readdir(d)) != NULL) {
         long long n;
-        char tail;
-        /* exactly iter_ and digits (not a temporary iter_N.tmp.PID being written) */
-        if (strncmp(e->d_name, "iter_", 5) || e->d_name[5] < '0' || e->d_name[5] > '9' ||
-            sscanf(e->d_name, "iter_%lld%c", &n, &tail) != 1)
-            continue;
+        size_t base_len;
+        /* exactly iter_ and 1 to 18 digits (not a temporary iter_N.tmp.PID being written) */
+        if (entry_kind(e->d_name, &n, &base_len) != ENTRY_ITER) continue;
         if (n >= latest || n % every == 0) continue;
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", root, e->d_name);

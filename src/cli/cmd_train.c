@@ -960,7 +960,7 @@ static void file_identity(const char *path, char *out, size_t cap) {
 }
 
 static void record_file(struct record *r, const char *flag, const char *path) {
-    char key[4300], id[256];
+    char key[4480], id[256]; /* flag, "'s file ", a path of up to 4400 */
     snprintf(key, sizeof key, "%s's file %s", flag, path);
     file_identity(path, id, sizeof id);
     record_add(r, key, "%s", id);
@@ -1020,20 +1020,14 @@ static void record_dir(struct record *r, const char *flag, const char *dir) {
     free(names);
 }
 
-/* --load: the tracker and the files of the iteration it names (or of the iteration directory
- * --load names) */
+/* --load: the tracker and the files of the iteration it names (read as loading reads it: strict,
+ * never opened when it is not a regular file), or of the directory --load names */
 static void record_checkpoint(struct record *r, const char *load) {
     char path[4400];
     snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", load);
     record_file(r, "--load", path);
-    FILE *f = fopen(path, "r");
     long long it = -1;
-    if (f) {
-        struct stat st;
-        if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && fscanf(f, "%lld", &it) != 1)
-            it = -1;
-        fclose(f);
-    }
+    if (loom_ckpt_read_pointer(load, &it) != LOOM_OK) loom_clear_error(); /* loading reports it */
     if (it >= 0) {
         snprintf(path, sizeof path, "%s/iter_%07lld", load, it);
         record_dir(r, "--load", path);

@@ -93,6 +93,25 @@ static enum loom_status set_value(struct loom_flag *f, const char *v) {
     return LOOM_OK;
 }
 
+/* The values joined from several arguments live for the process, like argv: kept here so that
+ * none is lost when the flags table that points at it goes out of scope (or the flag is given
+ * again). */
+static char **g_joined;
+static size_t g_njoined, g_capjoined;
+
+static char *joined_alloc(size_t len) {
+    if (g_njoined == g_capjoined) {
+        size_t cap = g_capjoined ? 2 * g_capjoined : 8;
+        char **p = realloc(g_joined, cap * sizeof *p);
+        if (!p) return NULL;
+        g_joined = p;
+        g_capjoined = cap;
+    }
+    char *s = malloc(len);
+    if (s) g_joined[g_njoined++] = s;
+    return s;
+}
+
 enum loom_status loom_flags_parse(struct loom_flag *flags, int nflags, int argc, char **argv,
                                   int first, int *help) {
     *help = 0;
@@ -131,7 +150,7 @@ enum loom_status loom_flags_parse(struct loom_flag *flags, int nflags, int argc,
             int j = i + 1;
             for (; j < argc && strncmp(argv[j], "--", 2) != 0; j++) len += strlen(argv[j]) + 1;
             if (j == i + 1) return loom_fail(LOOM_ERR_INVALID_ARG, "%s needs a value", name);
-            char *joined = malloc(len + 1); /* lives for the process, like argv */
+            char *joined = joined_alloc(len + 1);
             if (!joined) return loom_fail(LOOM_ERR_OOM, "out of memory parsing %s", name);
             joined[0] = 0;
             for (int k = i + 1; k < j; k++) {

@@ -388,14 +388,20 @@ enum loom_status loom_npy_load(const char *path, int64_t **out, int64_t *rows, i
     while (*e == ' ') e++;
     if (*e != ')') {
         const char *s2 = e;
+        errno = 0;
         c = strtoll(s2, &e, 10);
-        if (e == s2 || c < 1) goto bad;
+        if (errno || e == s2 || c < 1) goto bad;
         while (*e == ' ' || *e == ',') e++;
         if (*e != ')') goto bad;
     }
     why = "its data size does not match its shape";
-    int64_t count = (int64_t)r * (c ? c : 1);
-    if (r > ((int64_t)1 << 40) || (uint64_t)count * es != n - off) goto bad;
+    /* the shape's element count, compared with the data's without forming a product that could
+     * overflow */
+    const uint64_t have = (uint64_t)(n - off);
+    if (have % es) goto bad;
+    const uint64_t elems = have / es, per_row = c ? (uint64_t)c : 1;
+    if ((uint64_t)r > elems / per_row || (uint64_t)r * per_row != elems) goto bad;
+    int64_t count = (int64_t)elems;
     int64_t *v = malloc((size_t)(count > 0 ? count : 1) * sizeof *v);
     if (!v) {
         free(buf);

@@ -12,7 +12,9 @@
  *    LOOM_WORDPIECE_MAX_WORD_CHARS code points, is a single [UNK].
  *
  * vocab.txt: one token per line, id = line index (0-based); a line is stripped of surrounding
- * whitespace; a token seen twice keeps its last id for encoding, as a Python dict does.
+ * whitespace. A token on two lines is an error: Python's dict (BERT's, Megatron's and Hugging
+ * Face's loaders) would keep its last id, leave the earlier one unreachable and count fewer
+ * tokens than lines, so ids and vocabulary size would no longer agree.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -223,17 +225,20 @@ static int32_t vocab_find(const struct wordpiece *w, const char *s, size_t n) {
     }
 }
 
-static void vocab_put(struct wordpiece *w, int32_t id) {
+/* Enter token `id`; the id that already holds the same token, or -1 */
+static int32_t vocab_put(struct wordpiece *w, int32_t id) {
     const char *s = w->pool + w->tok_start[id];
     size_t n = (size_t)w->tok_len[id];
     uint32_t h = str_hash(s, n);
     for (size_t i = h & w->slot_mask;; i = (i + 1) & w->slot_mask) {
         struct vocab_slot *sl = &w->slots[i];
-        if (sl->id < 0 || (sl->hash == h && (size_t)w->tok_len[sl->id] == n &&
-                           memcmp(w->pool + w->tok_start[sl->id], s, n) == 0)) {
+        if (sl->id >= 0 && sl->hash == h && (size_t)w->tok_len[sl->id] == n &&
+            memcmp(w->pool + w->tok_start[sl->id], s, n) == 0)
+            return sl->id;
+        if (sl->id < 0) {
             sl->hash = h;
-            sl->id = id; /* a repeated token keeps its last id */
-            return;
+            sl->id = id;
+            return -1;
         }
     }
 }
@@ -481,7 +486,11 @@ static enum loom_status load_vocab(struct wordpiece *w, const char *path) {
         w->tok_start[id] = (int64_t)a;
         w->tok_len[id] = (int32_t)(b - a);
         if (b - a > w->max_tok_bytes) w->max_tok_bytes = b - a;
-        vocab_put(w, (int32_t)id);
+        const int32_t was = vocab_put(w, (int32_t)id);
+        if (was >= 0)
+            return loom_fail(LOOM_ERR_FORMAT, "%s line %zu: token '%.*s' repeats line %d (each "
+                             "token once: its id is its line)", path, id + 1, (int)(b - a),
+                             buf + a, was + 1);
         pos = end + 1;
     }
     return LOOM_OK;

@@ -38,6 +38,7 @@ struct trainer {
     struct loom_train_config *cfg;
     const struct loom_family *family; /* the model's (--model, or the checkpoint's) */
     const struct loom_family_config_desc *fdesc; /* its settings */
+    struct loom_comm *world; /* the job's communicator; par's groups are split from it */
     struct loom_parallel par;
     struct loom_backend *be;
     struct loom_model *model;
@@ -915,7 +916,6 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, NULL);
     }
-    struct loom_comm *world;
     /* "auto": mpi under mpirun, nccl when the model lives on GPUs; mpi with GPUs stages the
      * device buffers through host memory (mpi-staged) */
     const char *comm = c->comm;
@@ -924,7 +924,8 @@ static enum loom_status setup(struct trainer *t, int *argc, char ***argv) {
 #if defined(LOOM_HAVE_CUDA) && defined(LOOM_HAVE_MPI)
     if (comm && strcmp(comm, "mpi") == 0 && cuda) comm = "mpi-staged";
 #endif
-    LOOM_CHECK(loom_comm_world(&world, comm, argc, argv));
+    LOOM_CHECK(loom_comm_world(&t->world, comm, argc, argv));
+    struct loom_comm *world = t->world;
     if (cuda && loom_comm_size(world) > 1 && !loom_comm_device_memory(world))
         return loom_fail(LOOM_ERR_UNSUPPORTED,
                          "--device cuda with %d ranks needs --comm nccl (the "
@@ -1495,6 +1496,8 @@ enum loom_status loom_train_run(struct loom_train_config *cfg, int *argc, char *
         loom_model_free(t.model);
     }
     if (t.be) loom_backend_destroy(t.be);
+    loom_parallel_free(&t.par);
+    loom_comm_free(t.world);
     *collective = t.errors_collective;
     return s;
 }

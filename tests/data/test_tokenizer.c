@@ -739,6 +739,10 @@ static void test_tiny_wordpiece(void) {
     EXPECT_LOAD_ERROR("BertWordPieceCase", tmp_path("empty.txt"), NULL, LOOM_ERR_FORMAT, "empty.txt");
     write_text("badutf.txt", "[PAD]\n[UNK]\n\xC3(\n");
     EXPECT_LOAD_ERROR("BertWordPieceCase", tmp_path("badutf.txt"), NULL, LOOM_ERR_FORMAT, "line 3");
+    /* a token on two lines (after stripping): refused, naming both lines */
+    write_text("dup.txt", "[PAD]\n[UNK]\nhello\n##lo\n hello \n");
+    EXPECT_LOAD_ERROR("BertWordPieceLowerCase", tmp_path("dup.txt"), NULL, LOOM_ERR_FORMAT,
+                      "line 5: token 'hello' repeats line 3");
 }
 
 int main(int argc, char **argv) {

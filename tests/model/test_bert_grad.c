@@ -137,5 +137,6 @@ int main(void) {
     free(grad);
     loom_model_free(m);
     loom_backend_destroy(be);
+    loom_parallel_free(&par);
     return expect_finish("test_bert_grad");
 }

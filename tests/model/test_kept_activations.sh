@@ -17,7 +17,7 @@ for mlp in gelu swiglu; do
   same $mlp-0 $mlp-all
 done
 if command -v mpirun > /dev/null && [ -x "$(dirname "$LOOM")/loom" ]; then
-  mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1)
+  mpi=(env OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
   for k in 0 1; do
     if ! "${mpi[@]}" "$LOOM" "${base[@]}" --pipeline-model-parallel-size 2 \
         --kept-activation-layers $k --metrics-file "$tmp/pp-$k.jsonl" > "$tmp/pp-$k.log" 2>&1; then

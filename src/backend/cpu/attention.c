@@ -59,9 +59,10 @@
 /* exp(x) for x <= ~88: Cody-Waite range reduction x = n ln2 + r, degree-6 polynomial for e^r,
  * then scale by 2^n through the exponent bits. Relative error about 1 ulp. Inputs below
  * -87.3 are clamped (result ~1e-38, not 0), which is harmless for softmax weights. */
-static inline float exp_scalar(float x) {
-    if (x < -87.3f) x = -87.3f;
-    if (x > 88.3f) x = 88.3f;
+static inline float exp_scalar(float in) {
+    float x = in < -87.3f ? -87.3f : in;
+    x = x > 88.3f ? 88.3f : x;
+    x = x == x ? x : 0.0f; /* NaN: computed on 0 (a finite exponent), NaN returned below */
     float n = nearbyintf(x * 1.44269504088896341f);
     float r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
@@ -72,10 +73,10 @@ static inline float exp_scalar(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
+    uint32_t e = (uint32_t)((int32_t)n + 127) << 23; /* n + 127 is in [1, 255] */
     float s;
     memcpy(&s, &e, sizeof s);
-    return p * s;
+    return in == in ? p * s : in;
 }
 
 #if defined(__AVX512F__)

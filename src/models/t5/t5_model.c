@@ -457,10 +457,12 @@ static enum loom_status t5_micro_begin(struct loom_model *mm, int slot,
         len[b] = (int32_t)n;
     }
     for (int64_t i = 0; i < B * (Te + Td); i++)
-        if (enc[i] < 0 || enc[i] >= m->V)
-            return free(enc), loom_fail(LOOM_ERR_INVALID_ARG,
-                                        "token id %d outside the vocabulary [0, %lld)", enc[i],
-                                        (long long)m->V);
+        if (enc[i] < 0 || enc[i] >= m->V) {
+            int32_t id = enc[i];
+            free(enc);
+            return loom_fail(LOOM_ERR_INVALID_ARG, "token id %d outside the vocabulary [0, %lld)",
+                             id, (long long)m->V);
+        }
     for (int64_t i = 0; i < B * Td; i++)
         if (q->host_targets[i] >= m->V)
             return free(enc), loom_fail(LOOM_ERR_INVALID_ARG,
