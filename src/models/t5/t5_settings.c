@@ -12,6 +12,7 @@
 #include "loom/gpt.h"
 #include "models/gpt/gpt_settings.h"
 #include "models/gpt/gpt_settings_rows.h"
+#include "models/bert/bert_settings.h"
 
 #define T5_AT(f) offsetof(struct loom_transformer_config, t5.f)
 
@@ -160,5 +161,7 @@ const struct loom_family_config_desc loom_t5_config_desc = {
     .meta_write = t5_meta_write,
     .meta_read = t5_meta_read,
     .describe = t5_describe,
+    .open_source = loom_t5_open_source,
     .mock_source = loom_t5_mock_source_of,
+    .data_tokenizer = loom_bert_data_tokenizer, /* T5's samples are built over BERT's dataset */
 };
