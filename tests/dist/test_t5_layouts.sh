@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# T5 (--model t5, learned positions and the relative position bias) under data parallelism gives
-# the single-rank run: DP=2, and DP=2 with the distributed optimizer, 20 iterations in fp32 under
-# MPI on the mock T5 samples (padded encoder inputs and decoder targets): loss and grad norm at
-# every iteration, the parameters' norm and every parameter after training within 1e-5 relative.
-# Tensor and pipeline parallelism are refused with a one-line error naming the flag.
+# T5 (--model t5, learned positions and the relative position bias) under data, tensor and
+# sequence parallelism gives the single-rank run: DP=2, DP=2 with the distributed optimizer,
+# TP=2 and TP=2 with --sequence-parallel, 20 iterations in fp32 under MPI on the mock T5 samples
+# (padded encoder inputs and decoder targets): loss and grad norm at every iteration, the
+# parameters' norm and every parameter after training within 1e-5 relative. Pipeline
+# parallelism is refused with a one-line error naming the flag.
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh"
 loom_require_mpi
@@ -24,25 +25,27 @@ for pe in learned_absolute relative; do
   "$LOOM" train "${common[@]}" --position-embedding-type $pe --save "$ref" \
       --metrics-file "$ref.jsonl" > "$ref.log" 2>&1 ||
     { echo "FAIL the single-rank run failed"; tail -5 "$ref.log"; exit 1; }
-  for extra in "" --use-distributed-optimizer; do
-    out="$tmp/dp2-$pe$extra"
+  for layout in "DP=2" "DP=2 --use-distributed-optimizer" "TP=2 --tensor-model-parallel-size 2" \
+                "TP=2+SP --tensor-model-parallel-size 2 --sequence-parallel"; do
+    name=${layout%% *} extra=${layout#"$name"}
+    out="$tmp/$name-$pe${extra// /}"
+    # shellcheck disable=SC2086
     if ! loom_mpirun 2 "$LOOM" train "${common[@]}" --position-embedding-type $pe $extra \
         --save "$out" --metrics-file "$out.jsonl" > "$out.log" 2>&1; then
-      echo "FAIL t5 $pe DP=2 $extra: the run failed"; tail -5 "$out.log"; fail=$((fail + 1)); continue
+      echo "FAIL t5 $pe $layout: the run failed"; tail -5 "$out.log"; fail=$((fail + 1)); continue
     fi
-    if "$PYTHON" "$CMP" "$ref.jsonl" "$ref" "$out.jsonl" "$out" 1e-5 "t5 $pe DP=2 $extra"; then
+    if "$PYTHON" "$CMP" "$ref.jsonl" "$ref" "$out.jsonl" "$out" 1e-5 "t5 $pe $layout"; then
       pass=$((pass + 1)); else fail=$((fail + 1)); fi
   done
 done
-# not yet: tensor and pipeline parallelism, refused in one line
-for flag in --tensor-model-parallel-size --pipeline-model-parallel-size; do
-  if loom_mpirun 2 "$LOOM" train "${common[@]}" $flag 2 > "$tmp/err.log" 2>&1; then
-    echo "FAIL t5 with $flag 2 ran"; fail=$((fail + 1))
-  elif grep -q -- "--model t5 runs without tensor or pipeline parallelism" "$tmp/err.log"; then
-    pass=$((pass + 1))
-  else
-    echo "FAIL t5 with $flag 2: not the expected error"; tail -3 "$tmp/err.log"; fail=$((fail + 1))
-  fi
-done
+# not yet: pipeline parallelism, refused in one line
+if loom_mpirun 2 "$LOOM" train "${common[@]}" --pipeline-model-parallel-size 2 > "$tmp/err.log" 2>&1; then
+  echo "FAIL t5 with --pipeline-model-parallel-size 2 ran"; fail=$((fail + 1))
+elif grep -q -- "--model t5 runs without pipeline parallelism" "$tmp/err.log"; then
+  pass=$((pass + 1))
+else
+  echo "FAIL t5 with --pipeline-model-parallel-size 2: not the expected error"; tail -3 "$tmp/err.log"
+  fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
