@@ -873,7 +873,8 @@ static int t5_boundary(struct loom_model *mm, int slot, int64_t l, enum loom_bou
  * attention's 12 L C T per token (self-attention in both stacks, cross-attention in the decoder) */
 static double t5_flops_per_sample(const struct loom_model *mm) {
     const struct t5 *m = (const struct t5 *)mm;
-    const double C = (double)m->C, A = (double)m->A, F = (double)m->F;
+    /* the whole model's (A and F are this tensor-parallel rank's shares) */
+    const double C = (double)m->C, A = (double)(m->A * m->tp), F = (double)(m->F * m->tp);
     const double enc_layer = 4 * A * C + 2 * F * C, dec_layer = enc_layer + 4 * A * C;
     const double Te = (double)m->Te, Td = (double)m->Td;
     return 6.0 * ((double)m->Le * enc_layer * Te +
