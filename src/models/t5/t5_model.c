@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "loom/comm.h"
+#include "loom/rng.h"
 #include "loom/t5.h"
 #include "loom/tp.h"
 #include "loom/transformer.h"
@@ -83,7 +84,8 @@ struct t5 {
     float *dres_enc, *dres_dec, *denc_out, *dtmp_enc; /* [Ne', C], [Nd', C], [Ne, C], [Ne, C] */
     float *dln, *datt, *dqkv, *dwide;                 /* [N, C], [N, A], [N, 3A], [N, F] */
     float *dckv;                                      /* [Ne, 2A] */
-    float *dresf, *dlns, *tmps, *sp_scratch; /* sequence parallelism: [N, C], [N', C] x2, [N, C] */
+    float *dresf, *tmps;      /* [N, C], [N', C]: sequence parallelism's and dropout's */
+    float *dlns, *sp_scratch; /* sequence parallelism: [N', C], [N, C] */
     float *host_stats, *host_g, *host_dloss;          /* [Nd, 3], [Nd, 2], [Nd] */
     void **allocs;
     int nallocs, cap_allocs;
@@ -311,10 +313,8 @@ static enum loom_status alloc_acts(struct t5 *m) {
     m->dres_enc = D(Ne / P * C), m->dres_dec = D(Nd / P * C), m->denc_out = D(Ne * C);
     m->dtmp_enc = D(Ne * C), m->dln = D(Nmax * C), m->datt = D(Nmax * A);
     m->dqkv = D(Nmax * 3 * A), m->dwide = D(Nmax * F), m->dckv = D(Ne * 2 * A);
-    if (sp) {
-        m->dresf = D(Nmax * C), m->dlns = D(Nmax / P * C), m->tmps = D(Nmax / P * C);
-        m->sp_scratch = D(Nmax * C);
-    }
+    m->dresf = D(Nmax * C), m->tmps = D(Nmax / P * C); /* also dropout's */
+    if (sp) m->dlns = D(Nmax / P * C), m->sp_scratch = D(Nmax * C);
     if (m->tp > 1) {
         m->host_stats = malloc((size_t)Nd * 3 * sizeof(float));
         m->host_g = malloc((size_t)Nd * 2 * sizeof(float));
@@ -542,6 +542,39 @@ static enum loom_status t5_micro_begin(struct loom_model *mm, int slot,
     return LOOM_OK;
 }
 
+/* Dropout (training only), counter-based as GPT's: each site's stream keyed by the iteration,
+ * the layer (0 .. Le + Ld - 1 over both stacks) and the site; a mask element by its sample,
+ * position and feature (or head and key), so any layout draws the same masks. */
+enum { DROP_EMBED = 1, DROP_ATTN, DROP_XATTN, DROP_ATTN_OUT, DROP_XATTN_OUT, DROP_MLP_OUT };
+static uint64_t drop_key(const struct loom_step_ctx *ctx, int64_t l, int site) {
+    return loom_hash_mix(loom_hash_mix(loom_hash_mix(loom_hash_str("t5-dropout"),
+                                                     (uint64_t)ctx->iteration),
+                                       (uint64_t)l),
+                         (uint64_t)site);
+}
+/* the hidden dropout of a stack of T positions (the rank's rows) */
+static struct loom_dropout hidden_dropout(const struct t5 *m, const struct loom_step_ctx *ctx,
+                                          int64_t l, int site, int64_t T) {
+    struct loom_dropout d = {0};
+    d.p = ctx->training ? (float)m->cfg.hidden_dropout : 0.0f;
+    d.seed = ctx->seed;
+    d.key = drop_key(ctx, l, site);
+    d.sample0 = ctx->sample0;
+    d.pos0 = m->Tp > 1 ? m->tpr * (T / m->Tp) : 0;
+    d.T_global = T;
+    d.C_global = m->C;
+    return d;
+}
+static void attn_dropout(const struct t5 *m, struct loom_attn_general *a,
+                         const struct loom_step_ctx *ctx, int64_t l, int site) {
+    a->dropout_p = ctx->training ? (float)m->cfg.attention_dropout : 0.0f;
+    a->seed = ctx->seed;
+    a->key = drop_key(ctx, l, site);
+    a->sample0 = ctx->sample0;
+    a->head0 = m->tpr * m->NH;
+    a->NH_global = m->NHg;
+}
+
 /* Megatron's paired regions over a stack of T positions per sample (loom/tp.h). Entering a
  * tensor-parallel region (a column-parallel linear's input): forward identity, or the all-gather
  * of the rank's positions; backward all-reduce, or reduce-scatter. Leaving one (a row-parallel
@@ -565,13 +598,18 @@ static enum loom_status leave_backward(struct t5 *m, int64_t T, float *dfull, co
 
 /* a stack's embedding: wte's rows of this rank's vocabulary shard (the positions added once,
  * by tensor-parallel rank 0), summed over the group as it leaves the region */
-static enum loom_status embed_forward(struct t5 *m, float *x0, const int32_t *tok, int64_t T) {
+static enum loom_status embed_forward(struct t5 *m, float *x0, const int32_t *tok, int64_t T,
+                                      const struct loom_dropout *d) {
     float *full = m->Tp > 1 ? m->dln : x0;
     loom_op(m->base.be, embedding_forward, full, tok, NULL, m->w.wte,
             m->tpr == 0 ? m->w.wpe : NULL, m->base.B, T, m->C, m->v0, m->Vl, 0);
-    return leave(m, T, x0, full);
+    LOOM_CHECK(leave(m, T, x0, full));
+    if (d->p > 0) loom_op(m->base.be, dropout_forward, x0, x0, m->base.B, T / m->Tp, m->C, d);
+    return LOOM_OK;
 }
-static enum loom_status embed_backward(struct t5 *m, float *dx0, const int32_t *tok, int64_t T) {
+static enum loom_status embed_backward(struct t5 *m, float *dx0, const int32_t *tok, int64_t T,
+                                       const struct loom_dropout *d) {
+    if (d->p > 0) loom_op(m->base.be, dropout_backward, dx0, dx0, m->base.B, T / m->Tp, m->C, d);
     float *full = m->Tp > 1 ? m->dresf : dx0;
     LOOM_CHECK(leave_backward(m, T, full, dx0));
     loom_op(m->base.be, embedding_backward, m->g.wte, m->g.wpe, full, tok, NULL, m->base.B, T,
@@ -585,36 +623,48 @@ static enum loom_status t5_first_forward(struct loom_model *mm, int slot,
     (void)mb, (void)ctx;
     struct t5 *m = T5(mm);
     struct t5_slot *q = &m->slots[slot];
-    LOOM_CHECK(embed_forward(m, q->layers[0].x, q->enc_tok, m->Te));
-    return embed_forward(m, q->layers[m->Le].x, q->dec_tok, m->Td);
+    const struct loom_dropout de = hidden_dropout(m, ctx, 0, DROP_EMBED, m->Te);
+    const struct loom_dropout dd = hidden_dropout(m, ctx, m->Le, DROP_EMBED, m->Td);
+    LOOM_CHECK(embed_forward(m, q->layers[0].x, q->enc_tok, m->Te, &de));
+    return embed_forward(m, q->layers[m->Le].x, q->dec_tok, m->Td, &dd);
 }
 
-/* the self-attention problem of layer l's stack */
-static struct loom_attn_general self_problem(const struct t5 *m, const struct t5_slot *q, int dec) {
+/* the self-attention problem of layer l */
+static struct loom_attn_general self_problem(const struct t5 *m, const struct t5_slot *q,
+                                             const struct loom_step_ctx *ctx, int64_t l) {
+    const int dec = l >= m->Le;
     const int64_t T = dec ? m->Td : m->Te, A = m->A, HS = m->HS;
-    struct loom_attn_general a = {m->base.B, T, T, m->NH, m->NH, HS, 3 * A, 3 * HS, 3 * A, 3 * HS,
-                                  3 * A, 3 * HS, dec, 1.0f / sqrtf((float)HS),
-                                  dec ? NULL : q->enc_len, NULL};
+    struct loom_attn_general a = {0};
+    a.B = m->base.B, a.Tq = a.Tk = T, a.NH = a.NKV = m->NH, a.HS = HS;
+    a.q_ld = a.k_ld = a.v_ld = 3 * A, a.q_hs = a.k_hs = a.v_hs = 3 * HS;
+    a.causal = dec, a.scale = 1.0f / sqrtf((float)HS), a.key_len = dec ? NULL : q->enc_len;
     if (m->cfg.posemb == LOOM_POSEMB_RELATIVE) a.bias = dec ? m->dec_bias : m->enc_bias;
+    attn_dropout(m, &a, ctx, l, DROP_ATTN);
     return a;
 }
-static struct loom_attn_general cross_problem(const struct t5 *m, const struct t5_slot *q) {
+/* the cross-attention problem of decoder layer l */
+static struct loom_attn_general cross_problem(const struct t5 *m, const struct t5_slot *q,
+                                              const struct loom_step_ctx *ctx, int64_t l) {
     const int64_t A = m->A, HS = m->HS;
-    const struct loom_attn_general a = {m->base.B, m->Td, m->Te, m->NH, m->NH, HS, A, HS, 2 * A,
-                                        2 * HS, 2 * A, 2 * HS, 0, 1.0f / sqrtf((float)HS),
-                                        q->enc_len, NULL};
+    struct loom_attn_general a = {0};
+    a.B = m->base.B, a.Tq = m->Td, a.Tk = m->Te, a.NH = a.NKV = m->NH, a.HS = HS;
+    a.q_ld = A, a.q_hs = HS, a.k_ld = a.v_ld = 2 * A, a.k_hs = a.v_hs = 2 * HS;
+    a.scale = 1.0f / sqrtf((float)HS), a.key_len = q->enc_len;
+    attn_dropout(m, &a, ctx, l, DROP_XATTN);
     return a;
 }
 
 /* a row-parallel linear's output leaving the region, added to the residual: y = x + sum over
  * the group of inp w^T (+ the bias, added once by tensor-parallel rank 0) */
 static enum loom_status row_parallel_add(struct t5 *m, float *y, const float *x, const float *inp,
-                                         const float *w, const float *b, int64_t T, int64_t K) {
+                                         const float *w, const float *b, int64_t T, int64_t K,
+                                         const struct loom_dropout *d) {
     struct loom_backend *be = m->base.be;
     const int64_t N = m->base.B * T;
     float *full = m->dln, *shard = m->Tp > 1 ? m->tmps : full;
     loom_op(be, linear_forward, full, inp, w, m->tpr == 0 ? b : NULL, N, K, m->C);
     LOOM_CHECK(leave(m, T, shard, full));
+    if (d->p > 0) loom_op(be, dropout_forward, shard, shard, m->base.B, T / m->Tp, m->C, d);
     be->ops->add(be, y, x, shard, N / m->Tp * m->C);
     return LOOM_OK;
 }
@@ -641,10 +691,11 @@ static enum loom_status t5_layer_forward(struct loom_model *mm, int slot, int64_
     /* self-attention */
     LOOM_CHECK(norm_enter(m, a->ln1, a->ln1_m, a->ln1_r, a->ln1f, a->x, w->ln1_w, w->ln1_b, T));
     loom_op(be, linear_forward, a->qkv, a->ln1f, w->qkv_w, w->qkv_b, N, C, 3 * A);
-    const struct loom_attn_general sa = self_problem(m, q, dec);
+    const struct loom_attn_general sa = self_problem(m, q, ctx, l);
     loom_op(be, attention_general_forward, a->att, a->lse, a->qkv, a->qkv + m->HS,
             a->qkv + 2 * m->HS, &sa);
-    LOOM_CHECK(row_parallel_add(m, a->xmid, a->x, a->att, w->proj_w, w->proj_b, T, A));
+    const struct loom_dropout d_attn = hidden_dropout(m, ctx, l, DROP_ATTN_OUT, T);
+    LOOM_CHECK(row_parallel_add(m, a->xmid, a->x, a->att, w->proj_w, w->proj_b, T, A, &d_attn));
     const float *xm = a->xmid;
     if (dec) { /* cross-attention over the encoder's output */
         LOOM_CHECK(norm_enter(m, a->lnc, a->lnc_m, a->lnc_r, a->lncf, a->xmid, w->lnc_w,
@@ -652,10 +703,12 @@ static enum loom_status t5_layer_forward(struct loom_model *mm, int slot, int64_
         loom_op(be, linear_forward, a->cq, a->lncf, w->cq_w, w->cq_b, N, C, A);
         loom_op(be, linear_forward, a->ckv, q->enc_outf, w->ckv_w, w->ckv_b, m->base.B * m->Te, C,
                 2 * A);
-        const struct loom_attn_general ca = cross_problem(m, q);
+        const struct loom_attn_general ca = cross_problem(m, q, ctx, l);
         loom_op(be, attention_general_forward, a->catt, a->clse, a->cq, a->ckv, a->ckv + m->HS,
                 &ca);
-        LOOM_CHECK(row_parallel_add(m, a->xmid2, a->xmid, a->catt, w->cproj_w, w->cproj_b, T, A));
+        const struct loom_dropout d_x = hidden_dropout(m, ctx, l, DROP_XATTN_OUT, T);
+        LOOM_CHECK(row_parallel_add(m, a->xmid2, a->xmid, a->catt, w->cproj_w, w->cproj_b, T, A,
+                                    &d_x));
         xm = a->xmid2;
     }
     /* MLP */
@@ -664,7 +717,8 @@ static enum loom_status t5_layer_forward(struct loom_model *mm, int slot, int64_
     loom_op(be, gelu_forward, m->cfg.gelu, a->act, a->pre, N * F);
     const int last_enc = l == m->Le - 1, last = l == m->Le + m->Ld - 1;
     float *y = last_enc ? q->enc_xout : last ? q->dec_xout : q->layers[l + 1].x;
-    LOOM_CHECK(row_parallel_add(m, y, xm, a->act, w->fc2_w, w->fc2_b, T, F));
+    const struct loom_dropout d_mlp = hidden_dropout(m, ctx, l, DROP_MLP_OUT, T);
+    LOOM_CHECK(row_parallel_add(m, y, xm, a->act, w->fc2_w, w->fc2_b, T, F, &d_mlp));
     if (last_enc) /* the encoder's output: its final norm, every position's for cross-attention */
         LOOM_CHECK(norm_enter(m, q->enc_out, q->enc_m, q->enc_r, q->enc_outf, q->enc_xout,
                               m->w.enc_lnf_w, m->w.enc_lnf_b, m->Te));
@@ -675,9 +729,16 @@ static enum loom_status t5_layer_forward(struct loom_model *mm, int slot, int64_
  * input into dinp: dinp = dy w, w's and b's gradients accumulated */
 static enum loom_status row_parallel_backward(struct t5 *m, float *dinp, float *dw, float *db,
                                               const float *dres, const float *inp, const float *w,
-                                              int64_t T, int64_t K) {
-    float *dy = m->Tp > 1 ? m->dresf : (float *)dres;
-    LOOM_CHECK(leave_backward(m, T, dy, dres));
+                                              int64_t T, int64_t K, const struct loom_dropout *d) {
+    const float *dshard = dres;
+    if (d->p > 0) { /* the branch's share of the residual gradient, through its dropout */
+        loom_op(m->base.be, dropout_backward, m->tmps, dres, m->base.B, T / m->Tp, m->C, d);
+        dshard = m->tmps;
+    }
+    float *dy = m->Tp > 1 || d->p > 0 ? m->dresf : (float *)dres;
+    if (m->Tp == 1 && d->p > 0)
+        m->base.be->ops->copy(m->base.be, dy, dshard, (size_t)(m->base.B * T * m->C) * sizeof(float));
+    LOOM_CHECK(leave_backward(m, T, dy, dshard));
     loom_op(m->base.be, linear_backward, dinp, dw, db, dy, inp, w, m->base.B * T, K, m->C);
     return LOOM_OK;
 }
@@ -811,16 +872,18 @@ static enum loom_status t5_layer_backward(struct loom_model *mm, int slot, int64
     }
     /* MLP: y = xm + fc2(gelu(fc1(LN2(xm)))) */
     const float *xm = dec ? a->xmid2 : a->xmid;
+    const struct loom_dropout d_mlp = hidden_dropout(m, ctx, l, DROP_MLP_OUT, T);
     LOOM_CHECK(row_parallel_backward(m, m->dwide, g->fc2_w, g->fc2_b, dres, a->act, w->fc2_w, T,
-                                     F));
+                                     F, &d_mlp));
     loom_op(be, gelu_backward, m->cfg.gelu, m->dwide, m->dwide, a->pre, N * F);
     loom_op(be, linear_backward, m->dln, g->fc1_w, g->fc1_b, m->dwide, a->ln2f, w->fc1_w, N, C, F);
     LOOM_CHECK(norm_backward(m, dres, m->dln, g->ln2_w, g->ln2_b, xm, w->ln2_w, a->ln2_m,
                              a->ln2_r, T));
     if (dec) { /* cross-attention: xmid2 = xmid + cproj(xattn(LNc(xmid), enc_out)) */
+        const struct loom_dropout d_x = hidden_dropout(m, ctx, l, DROP_XATTN_OUT, T);
         LOOM_CHECK(row_parallel_backward(m, m->datt, g->cproj_w, g->cproj_b, dres, a->catt,
-                                         w->cproj_w, T, A));
-        const struct loom_attn_general ca = cross_problem(m, q);
+                                         w->cproj_w, T, A, &d_x));
+        const struct loom_attn_general ca = cross_problem(m, q, ctx, l);
         loom_op(be, attention_general_backward, m->dqkv, m->dckv, m->dckv + HS, NULL, m->datt,
                 a->catt, a->clse, a->cq, a->ckv, a->ckv + HS, &ca);
         loom_op(be, linear_backward, m->dln, g->cq_w, g->cq_b, m->dqkv, a->lncf, w->cq_w, N, C, A);
@@ -831,9 +894,10 @@ static enum loom_status t5_layer_backward(struct loom_model *mm, int slot, int64
                                  a->lnc_r, T));
     }
     /* self-attention: xmid = x + proj(attn(LN1(x))) */
+    const struct loom_dropout d_attn = hidden_dropout(m, ctx, l, DROP_ATTN_OUT, T);
     LOOM_CHECK(row_parallel_backward(m, m->datt, g->proj_w, g->proj_b, dres, a->att, w->proj_w, T,
-                                     A));
-    const struct loom_attn_general sa = self_problem(m, q, dec);
+                                     A, &d_attn));
+    const struct loom_attn_general sa = self_problem(m, q, ctx, l);
     float *dbias = sa.bias ? (dec ? m->ddec_bias : m->denc_bias) : NULL;
     loom_op(be, attention_general_backward, m->dqkv, m->dqkv + HS, m->dqkv + 2 * HS, dbias,
             m->datt, a->att, a->lse, a->qkv, a->qkv + HS, a->qkv + 2 * HS, &sa);
@@ -854,8 +918,10 @@ static enum loom_status t5_first_backward(struct loom_model *mm, int slot,
     (void)ctx;
     struct t5 *m = T5(mm);
     struct t5_slot *q = &m->slots[slot];
-    LOOM_CHECK(embed_backward(m, m->dres_enc, q->enc_tok, m->Te));
-    LOOM_CHECK(embed_backward(m, m->dres_dec, q->dec_tok, m->Td));
+    const struct loom_dropout de = hidden_dropout(m, ctx, 0, DROP_EMBED, m->Te);
+    const struct loom_dropout dd = hidden_dropout(m, ctx, m->Le, DROP_EMBED, m->Td);
+    LOOM_CHECK(embed_backward(m, m->dres_enc, q->enc_tok, m->Te, &de));
+    LOOM_CHECK(embed_backward(m, m->dres_dec, q->dec_tok, m->Td, &dd));
     if (m->cfg.posemb == LOOM_POSEMB_RELATIVE) {
         bias_backward(m, m->g.enc_rel, m->denc_bias, m->enc_bucket, m->Te);
         bias_backward(m, m->g.dec_rel, m->ddec_bias, m->dec_bucket, m->Td);

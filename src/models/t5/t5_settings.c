@@ -72,10 +72,6 @@ static enum loom_status t5_finalize(void *cfg, int tp, int pp) {
             c->posemb == LOOM_POSEMB_ROPE ? "rope" : "none");
     if (c->norm != LOOM_NORM_LAYERNORM) BAD("--normalization RMSNorm: T5 models take LayerNorm");
     if (c->layernorm_1p) BAD("--apply-layernorm-1p: not supported for T5 models");
-    if (c->hidden_dropout != 0 || c->attention_dropout != 0)
-        BAD("--hidden-dropout %g --attention-dropout %g: T5 models train without dropout for now "
-            "(give --hidden-dropout 0 --attention-dropout 0)",
-            c->hidden_dropout, c->attention_dropout);
     if (t->enc_layers < 0 || t->dec_layers < 0)
         BAD("--encoder-num-layers and --decoder-num-layers must be positive, or 0 for "
             "--num-layers (got %lld, %lld)",
