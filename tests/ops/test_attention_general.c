@@ -63,7 +63,8 @@ static double ref_forward(const struct problem *pr, double *out, int64_t *droppe
                     for (int64_t c = 0; c < HS; c++)
                         o[c] += p * pr->v[((b * a->Tk + j) * NH + h) * HS + c];
                 }
-                for (int64_t c = 0; c < HS; c++) loss += o[c] * pr->W[((b * a->Tq + i) * NH + h) * HS + c];
+                for (int64_t c = 0; c < HS; c++)
+                    loss += o[c] * pr->W[((b * a->Tq + i) * NH + h) * HS + c];
             }
     return loss;
 }

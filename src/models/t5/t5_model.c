@@ -30,74 +30,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loom/comm.h"
-#include "loom/rng.h"
 #include "loom/t5.h"
-#include "loom/tp.h"
 #include "loom/transformer.h"
-
-struct t5_layer_ptrs {
-    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
-    float *lnc_w, *lnc_b, *cq_w, *cq_b, *ckv_w, *ckv_b, *cproj_w, *cproj_b; /* decoder only */
-    float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
-};
-struct t5_ptrs {
-    float *wte, *wpe, *enc_rel, *dec_rel, *enc_lnf_w, *enc_lnf_b, *dec_lnf_w, *dec_lnf_b, *out_b;
-    struct t5_layer_ptrs *layers;
-};
-
-/* One layer's saved activations (N rows of its stack) */
-struct t5_layer_acts {
-    float *x, *ln1, *ln1_m, *ln1_r, *ln1f, *qkv, *att, *lse, *xmid;
-    float *lnc, *lnc_m, *lnc_r, *lncf, *cq, *ckv, *catt, *clse, *xmid2; /* decoder only */
-    float *ln2, *ln2_m, *ln2_r, *ln2f, *pre, *act;
-};
-struct t5_slot {
-    struct t5_layer_acts *layers;
-    float *enc_xout, *enc_out, *enc_m, *enc_r;   /* [Ne', C], [Ne'] (the rank's rows) */
-    float *enc_outf;                             /* [Ne, C]: enc_out of every position */
-    float *dec_xout, *lnf, *lnf_m, *lnf_r, *lnff; /* [Nd', C], [Nd'], lnf gathered [Nd, C] */
-    float *logits;                               /* [Nd, Vl] (their gradient after the forward) */
-    float *losses;                               /* [Nd] */
-    float *stats, *gstats, *dloss;               /* [Nd, 3], [Nd, 2], [Nd]: TP's loss */
-    int32_t *enc_tok, *dec_tok, *targets, *enc_len; /* device */
-    int32_t *host_targets;                       /* [Nd] */
-    float *host_losses;
-    int grad_ready;
-};
-
-struct t5 {
-    struct loom_model base;
-    struct loom_transformer_config cfg;
-    struct t5_ptrs w, g;
-    /* NH, A, F, Vl: this tensor-parallel rank's heads, attention width, MLP width and vocabulary
-     * rows (from v0, Vvalid of them real); Tp: the ranks a stack's positions are split over
-     * (tp under sequence parallelism, else 1) */
-    int64_t Le, Ld, Te, Td, C, NH, HS, A, F, Vp, V, NHg, Vl, v0, Vvalid;
-    int tp, tpr, Tp;
-    struct t5_slot *slots;
-    /* the relative bias as the attention adds it, [NH, Te, Te] and [NH, Td, Td], its gradient
-     * (the same shapes) and each position pair's bucket (host) */
-    float *enc_bias, *dec_bias, *denc_bias, *ddec_bias;
-    int64_t *enc_bucket, *dec_bucket;
-    /* backward scratch, shared by the slots */
-    float *dres_enc, *dres_dec, *denc_out, *dtmp_enc; /* [Ne', C], [Nd', C], [Ne, C], [Ne, C] */
-    float *dln, *datt, *dqkv, *dwide;                 /* [N, C], [N, A], [N, 3A], [N, F] */
-    float *dckv;                                      /* [Ne, 2A] */
-    float *dresf, *tmps;      /* [N, C], [N', C]: sequence parallelism's and dropout's */
-    float *dlns, *sp_scratch; /* sequence parallelism: [N', C], [N, C] */
-    float *host_stats, *host_g, *host_dloss;          /* [Nd, 3], [Nd, 2], [Nd] */
-    void **allocs;
-    int nallocs, cap_allocs;
-};
-
-static struct t5 *T5(struct loom_model *m) { return (struct t5 *)m; }
+#include "models/t5/t5_internal.h"
 
 /* ---- relative position buckets ---- */
 
 int64_t loom_t5_relative_bucket(int64_t rel, int bidirectional, int64_t num_buckets,
-                                int64_t max_distance) {
-    int64_t ret = 0, n = rel;
+                                int64_t max_distance) { int64_t ret = 0, n = rel;
     if (bidirectional) {
         num_buckets /= 2;
         if (n > 0) ret += num_buckets;
@@ -542,91 +482,16 @@ static enum loom_status t5_micro_begin(struct loom_model *mm, int slot,
     return LOOM_OK;
 }
 
-/* Dropout (training only), counter-based as GPT's: each site's stream keyed by the iteration,
- * the layer (0 .. Le + Ld - 1 over both stacks) and the site; a mask element by its sample,
- * position and feature (or head and key), so any layout draws the same masks. */
-enum { DROP_EMBED = 1, DROP_ATTN, DROP_XATTN, DROP_ATTN_OUT, DROP_XATTN_OUT, DROP_MLP_OUT };
-static uint64_t drop_key(const struct loom_step_ctx *ctx, int64_t l, int site) {
-    return loom_hash_mix(loom_hash_mix(loom_hash_mix(loom_hash_str("t5-dropout"),
-                                                     (uint64_t)ctx->iteration),
-                                       (uint64_t)l),
-                         (uint64_t)site);
-}
-/* the hidden dropout of a stack of T positions (the rank's rows) */
-static struct loom_dropout hidden_dropout(const struct t5 *m, const struct loom_step_ctx *ctx,
-                                          int64_t l, int site, int64_t T) {
-    struct loom_dropout d = {0};
-    d.p = ctx->training ? (float)m->cfg.hidden_dropout : 0.0f;
-    d.seed = ctx->seed;
-    d.key = drop_key(ctx, l, site);
-    d.sample0 = ctx->sample0;
-    d.pos0 = m->Tp > 1 ? m->tpr * (T / m->Tp) : 0;
-    d.T_global = T;
-    d.C_global = m->C;
-    return d;
-}
-static void attn_dropout(const struct t5 *m, struct loom_attn_general *a,
-                         const struct loom_step_ctx *ctx, int64_t l, int site) {
-    a->dropout_p = ctx->training ? (float)m->cfg.attention_dropout : 0.0f;
-    a->seed = ctx->seed;
-    a->key = drop_key(ctx, l, site);
-    a->sample0 = ctx->sample0;
-    a->head0 = m->tpr * m->NH;
-    a->NH_global = m->NHg;
-}
-
-/* Megatron's paired regions over a stack of T positions per sample (loom/tp.h). Entering a
- * tensor-parallel region (a column-parallel linear's input): forward identity, or the all-gather
- * of the rank's positions; backward all-reduce, or reduce-scatter. Leaving one (a row-parallel
- * linear's output): forward all-reduce, or reduce-scatter; backward identity, or all-gather.
- * Without sequence parallelism full and shard are one buffer. */
-static enum loom_status enter(struct t5 *m, int64_t T, float *full, const float *shard) {
-    if (m->Tp == 1) return LOOM_OK;
-    return loom_sp_allgather(m->base.par, full, shard, m->base.B, T / m->Tp, m->C, m->sp_scratch);
-}
-static enum loom_status enter_backward(struct t5 *m, int64_t T, float *dshard, float *dfull) {
-    if (m->Tp == 1) return loom_tp_allreduce(m->base.par, dfull, m->base.B * T * m->C);
-    return loom_sp_reduce_scatter(m->base.par, dshard, dfull, m->base.B, T / m->Tp, m->C,
-                                  m->sp_scratch);
-}
-static enum loom_status leave(struct t5 *m, int64_t T, float *shard, float *full) {
-    return enter_backward(m, T, shard, full);
-}
-static enum loom_status leave_backward(struct t5 *m, int64_t T, float *dfull, const float *dshard) {
-    return enter(m, T, dfull, dshard);
-}
-
-/* a stack's embedding: wte's rows of this rank's vocabulary shard (the positions added once,
- * by tensor-parallel rank 0), summed over the group as it leaves the region */
-static enum loom_status embed_forward(struct t5 *m, float *x0, const int32_t *tok, int64_t T,
-                                      const struct loom_dropout *d) {
-    float *full = m->Tp > 1 ? m->dln : x0;
-    loom_op(m->base.be, embedding_forward, full, tok, NULL, m->w.wte,
-            m->tpr == 0 ? m->w.wpe : NULL, m->base.B, T, m->C, m->v0, m->Vl, 0);
-    LOOM_CHECK(leave(m, T, x0, full));
-    if (d->p > 0) loom_op(m->base.be, dropout_forward, x0, x0, m->base.B, T / m->Tp, m->C, d);
-    return LOOM_OK;
-}
-static enum loom_status embed_backward(struct t5 *m, float *dx0, const int32_t *tok, int64_t T,
-                                       const struct loom_dropout *d) {
-    if (d->p > 0) loom_op(m->base.be, dropout_backward, dx0, dx0, m->base.B, T / m->Tp, m->C, d);
-    float *full = m->Tp > 1 ? m->dresf : dx0;
-    LOOM_CHECK(leave_backward(m, T, full, dx0));
-    loom_op(m->base.be, embedding_backward, m->g.wte, m->g.wpe, full, tok, NULL, m->base.B, T,
-            m->C, m->v0, m->Vl, 0);
-    return LOOM_OK;
-}
-
 static enum loom_status t5_first_forward(struct loom_model *mm, int slot,
                                          const struct loom_micro *mb,
                                          const struct loom_step_ctx *ctx) {
     (void)mb, (void)ctx;
     struct t5 *m = T5(mm);
     struct t5_slot *q = &m->slots[slot];
-    const struct loom_dropout de = hidden_dropout(m, ctx, 0, DROP_EMBED, m->Te);
-    const struct loom_dropout dd = hidden_dropout(m, ctx, m->Le, DROP_EMBED, m->Td);
-    LOOM_CHECK(embed_forward(m, q->layers[0].x, q->enc_tok, m->Te, &de));
-    return embed_forward(m, q->layers[m->Le].x, q->dec_tok, m->Td, &dd);
+    const struct loom_dropout de = loom_t5_hidden_dropout(m, ctx, 0, DROP_EMBED, m->Te);
+    const struct loom_dropout dd = loom_t5_hidden_dropout(m, ctx, m->Le, DROP_EMBED, m->Td);
+    LOOM_CHECK(loom_t5_embed_forward(m, q->layers[0].x, q->enc_tok, m->Te, &de));
+    return loom_t5_embed_forward(m, q->layers[m->Le].x, q->dec_tok, m->Td, &dd);
 }
 
 /* the self-attention problem of layer l */
@@ -639,7 +504,7 @@ static struct loom_attn_general self_problem(const struct t5 *m, const struct t5
     a.q_ld = a.k_ld = a.v_ld = 3 * A, a.q_hs = a.k_hs = a.v_hs = 3 * HS;
     a.causal = dec, a.scale = 1.0f / sqrtf((float)HS), a.key_len = dec ? NULL : q->enc_len;
     if (m->cfg.posemb == LOOM_POSEMB_RELATIVE) a.bias = dec ? m->dec_bias : m->enc_bias;
-    attn_dropout(m, &a, ctx, l, DROP_ATTN);
+    loom_t5_attn_dropout(m, &a, ctx, l, DROP_ATTN);
     return a;
 }
 /* the cross-attention problem of decoder layer l */
@@ -650,32 +515,8 @@ static struct loom_attn_general cross_problem(const struct t5 *m, const struct t
     a.B = m->base.B, a.Tq = m->Td, a.Tk = m->Te, a.NH = a.NKV = m->NH, a.HS = HS;
     a.q_ld = A, a.q_hs = HS, a.k_ld = a.v_ld = 2 * A, a.k_hs = a.v_hs = 2 * HS;
     a.scale = 1.0f / sqrtf((float)HS), a.key_len = q->enc_len;
-    attn_dropout(m, &a, ctx, l, DROP_XATTN);
+    loom_t5_attn_dropout(m, &a, ctx, l, DROP_XATTN);
     return a;
-}
-
-/* a row-parallel linear's output leaving the region, added to the residual: y = x + sum over
- * the group of inp w^T (+ the bias, added once by tensor-parallel rank 0) */
-static enum loom_status row_parallel_add(struct t5 *m, float *y, const float *x, const float *inp,
-                                         const float *w, const float *b, int64_t T, int64_t K,
-                                         const struct loom_dropout *d) {
-    struct loom_backend *be = m->base.be;
-    const int64_t N = m->base.B * T;
-    float *full = m->dln, *shard = m->Tp > 1 ? m->tmps : full;
-    loom_op(be, linear_forward, full, inp, w, m->tpr == 0 ? b : NULL, N, K, m->C);
-    LOOM_CHECK(leave(m, T, shard, full));
-    if (d->p > 0) loom_op(be, dropout_forward, shard, shard, m->base.B, T / m->Tp, m->C, d);
-    be->ops->add(be, y, x, shard, N / m->Tp * m->C);
-    return LOOM_OK;
-}
-
-/* a norm of the rank's rows, gathered for the column-parallel linear that reads it */
-static enum loom_status norm_enter(struct t5 *m, float *out, float *mean, float *rstd,
-                                   float *full, const float *x, const float *w, const float *b,
-                                   int64_t T) {
-    loom_op(m->base.be, layernorm_forward, out, LOOM_DTYPE_F32, mean, rstd, x, w, b,
-            m->base.B * T / m->Tp, m->C, (float)m->cfg.norm_eps);
-    return enter(m, T, full, out);
 }
 
 static enum loom_status t5_layer_forward(struct loom_model *mm, int slot, int64_t l,
@@ -689,109 +530,42 @@ static enum loom_status t5_layer_forward(struct loom_model *mm, int slot, int64_
     const int dec = l >= m->Le;
     const int64_t T = dec ? m->Td : m->Te, N = m->base.B * T, C = m->C, A = m->A, F = m->F;
     /* self-attention */
-    LOOM_CHECK(norm_enter(m, a->ln1, a->ln1_m, a->ln1_r, a->ln1f, a->x, w->ln1_w, w->ln1_b, T));
+    LOOM_CHECK(loom_t5_norm_enter(m, a->ln1, a->ln1_m, a->ln1_r, a->ln1f, a->x, w->ln1_w, w->ln1_b,
+                                  T));
     loom_op(be, linear_forward, a->qkv, a->ln1f, w->qkv_w, w->qkv_b, N, C, 3 * A);
     const struct loom_attn_general sa = self_problem(m, q, ctx, l);
     loom_op(be, attention_general_forward, a->att, a->lse, a->qkv, a->qkv + m->HS,
             a->qkv + 2 * m->HS, &sa);
-    const struct loom_dropout d_attn = hidden_dropout(m, ctx, l, DROP_ATTN_OUT, T);
-    LOOM_CHECK(row_parallel_add(m, a->xmid, a->x, a->att, w->proj_w, w->proj_b, T, A, &d_attn));
+    const struct loom_dropout d_attn = loom_t5_hidden_dropout(m, ctx, l, DROP_ATTN_OUT, T);
+    LOOM_CHECK(loom_t5_row_parallel_add(m, a->xmid, a->x, a->att, w->proj_w, w->proj_b, T, A,
+                                        &d_attn));
     const float *xm = a->xmid;
     if (dec) { /* cross-attention over the encoder's output */
-        LOOM_CHECK(norm_enter(m, a->lnc, a->lnc_m, a->lnc_r, a->lncf, a->xmid, w->lnc_w,
-                              w->lnc_b, T));
+        LOOM_CHECK(loom_t5_norm_enter(m, a->lnc, a->lnc_m, a->lnc_r, a->lncf, a->xmid, w->lnc_w,
+                                      w->lnc_b, T));
         loom_op(be, linear_forward, a->cq, a->lncf, w->cq_w, w->cq_b, N, C, A);
         loom_op(be, linear_forward, a->ckv, q->enc_outf, w->ckv_w, w->ckv_b, m->base.B * m->Te, C,
                 2 * A);
         const struct loom_attn_general ca = cross_problem(m, q, ctx, l);
         loom_op(be, attention_general_forward, a->catt, a->clse, a->cq, a->ckv, a->ckv + m->HS,
                 &ca);
-        const struct loom_dropout d_x = hidden_dropout(m, ctx, l, DROP_XATTN_OUT, T);
-        LOOM_CHECK(row_parallel_add(m, a->xmid2, a->xmid, a->catt, w->cproj_w, w->cproj_b, T, A,
-                                    &d_x));
+        const struct loom_dropout d_x = loom_t5_hidden_dropout(m, ctx, l, DROP_XATTN_OUT, T);
+        LOOM_CHECK(loom_t5_row_parallel_add(m, a->xmid2, a->xmid, a->catt, w->cproj_w, w->cproj_b,
+                                            T, A, &d_x));
         xm = a->xmid2;
     }
     /* MLP */
-    LOOM_CHECK(norm_enter(m, a->ln2, a->ln2_m, a->ln2_r, a->ln2f, xm, w->ln2_w, w->ln2_b, T));
+    LOOM_CHECK(loom_t5_norm_enter(m, a->ln2, a->ln2_m, a->ln2_r, a->ln2f, xm, w->ln2_w, w->ln2_b,
+                                  T));
     loom_op(be, linear_forward, a->pre, a->ln2f, w->fc1_w, w->fc1_b, N, C, F);
     loom_op(be, gelu_forward, m->cfg.gelu, a->act, a->pre, N * F);
     const int last_enc = l == m->Le - 1, last = l == m->Le + m->Ld - 1;
     float *y = last_enc ? q->enc_xout : last ? q->dec_xout : q->layers[l + 1].x;
-    const struct loom_dropout d_mlp = hidden_dropout(m, ctx, l, DROP_MLP_OUT, T);
-    LOOM_CHECK(row_parallel_add(m, y, xm, a->act, w->fc2_w, w->fc2_b, T, F, &d_mlp));
+    const struct loom_dropout d_mlp = loom_t5_hidden_dropout(m, ctx, l, DROP_MLP_OUT, T);
+    LOOM_CHECK(loom_t5_row_parallel_add(m, y, xm, a->act, w->fc2_w, w->fc2_b, T, F, &d_mlp));
     if (last_enc) /* the encoder's output: its final norm, every position's for cross-attention */
-        LOOM_CHECK(norm_enter(m, q->enc_out, q->enc_m, q->enc_r, q->enc_outf, q->enc_xout,
-                              m->w.enc_lnf_w, m->w.enc_lnf_b, m->Te));
-    return LOOM_OK;
-}
-
-/* The gradient of a row-parallel linear's output (residual rows dres, gathered), then of its
- * input into dinp: dinp = dy w, w's and b's gradients accumulated */
-static enum loom_status row_parallel_backward(struct t5 *m, float *dinp, float *dw, float *db,
-                                              const float *dres, const float *inp, const float *w,
-                                              int64_t T, int64_t K, const struct loom_dropout *d) {
-    const float *dshard = dres;
-    if (d->p > 0) { /* the branch's share of the residual gradient, through its dropout */
-        loom_op(m->base.be, dropout_backward, m->tmps, dres, m->base.B, T / m->Tp, m->C, d);
-        dshard = m->tmps;
-    }
-    float *dy = m->Tp > 1 || d->p > 0 ? m->dresf : (float *)dres;
-    if (m->Tp == 1 && d->p > 0)
-        m->base.be->ops->copy(m->base.be, dy, dshard, (size_t)(m->base.B * T * m->C) * sizeof(float));
-    LOOM_CHECK(leave_backward(m, T, dy, dshard));
-    loom_op(m->base.be, linear_backward, dinp, dw, db, dy, inp, w, m->base.B * T, K, m->C);
-    return LOOM_OK;
-}
-
-/* The gradient of a norm's gathered output (dfull, the column-parallel linears' input gradient,
- * this rank's share) summed over the group as it leaves the region, through the norm into the
- * residual rows dres (accumulated) */
-static enum loom_status norm_backward(struct t5 *m, float *dres, float *dfull, float *dw,
-                                      float *db, const float *x, const float *w,
-                                      const float *mean, const float *rstd, int64_t T) {
-    float *dout = m->Tp > 1 ? m->dlns : dfull;
-    LOOM_CHECK(enter_backward(m, T, dout, dfull));
-    loom_op(m->base.be, layernorm_backward, dres, NULL, NULL, dw, db, dout, LOOM_DTYPE_F32, x, w,
-            mean, rstd, m->base.B * T / m->Tp, m->C);
-    return LOOM_OK;
-}
-
-/* The loss of a vocabulary-parallel head: each rank's (max, sum of exponentials, target logit)
- * over its columns, combined over the group into every row's loss; when training the logits
- * become their gradient, dloss d on each labelled row. Returns the labelled rows' loss sum. */
-static enum loom_status vocab_parallel_loss(struct t5 *m, struct t5_slot *q, float d,
-                                            int training, double *sum) {
-    struct loom_backend *be = m->base.be;
-    const int64_t Nd = m->base.B * m->Td;
-    loom_op(be, xent_forward, q->stats, q->logits, q->targets, Nd, m->Vl, m->v0, m->Vvalid);
-    float *hs = m->host_stats, *mx = m->host_g, *se = m->host_dloss;
-    be->ops->to_host(be, hs, q->stats, (size_t)Nd * 3 * sizeof(float));
-    struct loom_comm *g = m->base.par->group[LOOM_PDIM_TP];
-    for (int64_t n = 0; n < Nd; n++) mx[n] = hs[3 * n];
-    LOOM_CHECK(loom_comm_allreduce(g, mx, Nd, LOOM_DTYPE_F32, LOOM_REDOP_MAX));
-    /* [sum of exponentials | target logit] of the rank's columns, then of all */
-    float *part = malloc((size_t)Nd * 2 * sizeof(float));
-    if (!part) return loom_fail(LOOM_ERR_OOM, "out of memory in the T5 loss");
-    for (int64_t n = 0; n < Nd; n++) {
-        part[n] = hs[3 * n + 1] * expf(hs[3 * n] - mx[n]);
-        part[Nd + n] = hs[3 * n + 2];
-    }
-    enum loom_status st = loom_comm_allreduce(g, part, 2 * Nd, LOOM_DTYPE_F32, LOOM_REDOP_SUM);
-    *sum = 0.0;
-    for (int64_t n = 0; st == LOOM_OK && n < Nd; n++) {
-        const int lab = q->host_targets[n] >= 0;
-        if (lab) *sum += (double)logf(part[n]) + (double)mx[n] - (double)part[Nd + n];
-        hs[2 * n] = mx[n];
-        hs[2 * n + 1] = part[n];
-        se[n] = lab ? d : 0.0f;
-    }
-    free(part);
-    LOOM_CHECK(st);
-    if (!training) return LOOM_OK;
-    be->ops->to_device(be, q->gstats, hs, (size_t)Nd * 2 * sizeof(float));
-    be->ops->to_device(be, q->dloss, se, (size_t)Nd * sizeof(float));
-    loom_op(be, xent_backward, q->logits, q->logits, q->targets, q->gstats, q->dloss, Nd, m->Vl,
-            m->v0, m->Vvalid);
+        LOOM_CHECK(loom_t5_norm_enter(m, q->enc_out, q->enc_m, q->enc_r, q->enc_outf, q->enc_xout,
+                                      m->w.enc_lnf_w, m->w.enc_lnf_b, m->Te));
     return LOOM_OK;
 }
 
@@ -804,15 +578,15 @@ static enum loom_status t5_last_forward(struct loom_model *mm, int slot,
     struct t5_slot *q = &m->slots[slot];
     struct loom_backend *be = m->base.be;
     const int64_t Nd = m->base.B * m->Td, C = m->C;
-    LOOM_CHECK(norm_enter(m, q->lnf, q->lnf_m, q->lnf_r, q->lnff, q->dec_xout, m->w.dec_lnf_w,
-                          m->w.dec_lnf_b, m->Td));
+    LOOM_CHECK(loom_t5_norm_enter(m, q->lnf, q->lnf_m, q->lnf_r, q->lnff, q->dec_xout,
+                                  m->w.dec_lnf_w, m->w.dec_lnf_b, m->Td));
     loom_op(be, linear_forward, q->logits, q->lnff, m->w.wte, m->w.out_b, Nd, C, m->Vl);
     int64_t cnt = 0;
     for (int64_t n = 0; n < Nd; n++) cnt += q->host_targets[n] >= 0;
     const float d = cnt > 0 ? (float)((double)ctx->dloss / (double)cnt) : 0.0f;
     double sum = 0.0;
     if (m->tp > 1) {
-        LOOM_CHECK(vocab_parallel_loss(m, q, d, ctx->training, &sum));
+        LOOM_CHECK(loom_t5_vocab_parallel_loss(m, q, d, ctx->training, &sum));
     } else {
         loom_op(be, xent_fused, q->losses, q->logits, LOOM_DTYPE_F32, q->targets, d,
                 ctx->training, Nd, m->Vp, m->V);
@@ -841,8 +615,8 @@ static enum loom_status t5_last_backward(struct loom_model *mm, int slot,
     loom_op(be, linear_backward, m->dln, m->g.wte, m->g.out_b, q->logits, q->lnff, m->w.wte, Nd,
             C, m->Vl);
     be->ops->zero(be, m->dres_dec, (size_t)(Nd / P * C) * sizeof(float));
-    LOOM_CHECK(norm_backward(m, m->dres_dec, m->dln, m->g.dec_lnf_w, m->g.dec_lnf_b, q->dec_xout,
-                             m->w.dec_lnf_w, q->lnf_m, q->lnf_r, m->Td));
+    LOOM_CHECK(loom_t5_norm_backward(m, m->dres_dec, m->dln, m->g.dec_lnf_w, m->g.dec_lnf_b,
+                                     q->dec_xout, m->w.dec_lnf_w, q->lnf_m, q->lnf_r, m->Td));
     /* what the decoder's cross-attention sends back to the encoder's output, summed over its
      * layers; the relative bias's gradients, over their stacks' layers */
     be->ops->zero(be, m->denc_out, (size_t)(Ne * C) * sizeof(float));
@@ -867,22 +641,23 @@ static enum loom_status t5_layer_backward(struct loom_model *mm, int slot, int64
     float *dres = dec ? m->dres_dec : m->dres_enc;
     if (l == m->Le - 1) { /* the encoder's final norm, from what the decoder sent back */
         be->ops->zero(be, m->dres_enc, (size_t)(Ne / m->Tp * C) * sizeof(float));
-        LOOM_CHECK(norm_backward(m, m->dres_enc, m->denc_out, m->g.enc_lnf_w, m->g.enc_lnf_b,
-                                 q->enc_xout, m->w.enc_lnf_w, q->enc_m, q->enc_r, m->Te));
+        LOOM_CHECK(loom_t5_norm_backward(m, m->dres_enc, m->denc_out, m->g.enc_lnf_w,
+                                         m->g.enc_lnf_b, q->enc_xout, m->w.enc_lnf_w, q->enc_m,
+                                         q->enc_r, m->Te));
     }
     /* MLP: y = xm + fc2(gelu(fc1(LN2(xm)))) */
     const float *xm = dec ? a->xmid2 : a->xmid;
-    const struct loom_dropout d_mlp = hidden_dropout(m, ctx, l, DROP_MLP_OUT, T);
-    LOOM_CHECK(row_parallel_backward(m, m->dwide, g->fc2_w, g->fc2_b, dres, a->act, w->fc2_w, T,
-                                     F, &d_mlp));
+    const struct loom_dropout d_mlp = loom_t5_hidden_dropout(m, ctx, l, DROP_MLP_OUT, T);
+    LOOM_CHECK(loom_t5_row_parallel_backward(m, m->dwide, g->fc2_w, g->fc2_b, dres, a->act,
+                                             w->fc2_w, T, F, &d_mlp));
     loom_op(be, gelu_backward, m->cfg.gelu, m->dwide, m->dwide, a->pre, N * F);
     loom_op(be, linear_backward, m->dln, g->fc1_w, g->fc1_b, m->dwide, a->ln2f, w->fc1_w, N, C, F);
-    LOOM_CHECK(norm_backward(m, dres, m->dln, g->ln2_w, g->ln2_b, xm, w->ln2_w, a->ln2_m,
-                             a->ln2_r, T));
+    LOOM_CHECK(loom_t5_norm_backward(m, dres, m->dln, g->ln2_w, g->ln2_b, xm, w->ln2_w, a->ln2_m,
+                                     a->ln2_r, T));
     if (dec) { /* cross-attention: xmid2 = xmid + cproj(xattn(LNc(xmid), enc_out)) */
-        const struct loom_dropout d_x = hidden_dropout(m, ctx, l, DROP_XATTN_OUT, T);
-        LOOM_CHECK(row_parallel_backward(m, m->datt, g->cproj_w, g->cproj_b, dres, a->catt,
-                                         w->cproj_w, T, A, &d_x));
+        const struct loom_dropout d_x = loom_t5_hidden_dropout(m, ctx, l, DROP_XATTN_OUT, T);
+        LOOM_CHECK(loom_t5_row_parallel_backward(m, m->datt, g->cproj_w, g->cproj_b, dres, a->catt,
+                                                 w->cproj_w, T, A, &d_x));
         const struct loom_attn_general ca = cross_problem(m, q, ctx, l);
         loom_op(be, attention_general_backward, m->dqkv, m->dckv, m->dckv + HS, NULL, m->datt,
                 a->catt, a->clse, a->cq, a->ckv, a->ckv + HS, &ca);
@@ -890,21 +665,21 @@ static enum loom_status t5_layer_backward(struct loom_model *mm, int slot, int64
         loom_op(be, linear_backward, m->dtmp_enc, g->ckv_w, g->ckv_b, m->dckv, q->enc_outf,
                 w->ckv_w, Ne, C, 2 * A);
         be->ops->axpy(be, m->denc_out, 1.0f, m->dtmp_enc, Ne * C);
-        LOOM_CHECK(norm_backward(m, dres, m->dln, g->lnc_w, g->lnc_b, a->xmid, w->lnc_w, a->lnc_m,
-                                 a->lnc_r, T));
+        LOOM_CHECK(loom_t5_norm_backward(m, dres, m->dln, g->lnc_w, g->lnc_b, a->xmid, w->lnc_w,
+                                         a->lnc_m, a->lnc_r, T));
     }
     /* self-attention: xmid = x + proj(attn(LN1(x))) */
-    const struct loom_dropout d_attn = hidden_dropout(m, ctx, l, DROP_ATTN_OUT, T);
-    LOOM_CHECK(row_parallel_backward(m, m->datt, g->proj_w, g->proj_b, dres, a->att, w->proj_w, T,
-                                     A, &d_attn));
+    const struct loom_dropout d_attn = loom_t5_hidden_dropout(m, ctx, l, DROP_ATTN_OUT, T);
+    LOOM_CHECK(loom_t5_row_parallel_backward(m, m->datt, g->proj_w, g->proj_b, dres, a->att,
+                                             w->proj_w, T, A, &d_attn));
     const struct loom_attn_general sa = self_problem(m, q, ctx, l);
     float *dbias = sa.bias ? (dec ? m->ddec_bias : m->denc_bias) : NULL;
     loom_op(be, attention_general_backward, m->dqkv, m->dqkv + HS, m->dqkv + 2 * HS, dbias,
             m->datt, a->att, a->lse, a->qkv, a->qkv + HS, a->qkv + 2 * HS, &sa);
     loom_op(be, linear_backward, m->dln, g->qkv_w, g->qkv_b, m->dqkv, a->ln1f, w->qkv_w, N, C,
             3 * A);
-    LOOM_CHECK(norm_backward(m, dres, m->dln, g->ln1_w, g->ln1_b, a->x, w->ln1_w, a->ln1_m,
-                             a->ln1_r, T));
+    LOOM_CHECK(loom_t5_norm_backward(m, dres, m->dln, g->ln1_w, g->ln1_b, a->x, w->ln1_w, a->ln1_m,
+                                     a->ln1_r, T));
     /* the key biases (of every head: [q | k | v] and [k | v] of HS each) only add q . b_k to every
      * score of a query's row, which the softmax ignores: their gradient is exactly zero, kept so
      * rather than as rounding noise (which AdamW would turn into steps) */
@@ -918,10 +693,10 @@ static enum loom_status t5_first_backward(struct loom_model *mm, int slot,
     (void)ctx;
     struct t5 *m = T5(mm);
     struct t5_slot *q = &m->slots[slot];
-    const struct loom_dropout de = hidden_dropout(m, ctx, 0, DROP_EMBED, m->Te);
-    const struct loom_dropout dd = hidden_dropout(m, ctx, m->Le, DROP_EMBED, m->Td);
-    LOOM_CHECK(embed_backward(m, m->dres_enc, q->enc_tok, m->Te, &de));
-    LOOM_CHECK(embed_backward(m, m->dres_dec, q->dec_tok, m->Td, &dd));
+    const struct loom_dropout de = loom_t5_hidden_dropout(m, ctx, 0, DROP_EMBED, m->Te);
+    const struct loom_dropout dd = loom_t5_hidden_dropout(m, ctx, m->Le, DROP_EMBED, m->Td);
+    LOOM_CHECK(loom_t5_embed_backward(m, m->dres_enc, q->enc_tok, m->Te, &de));
+    LOOM_CHECK(loom_t5_embed_backward(m, m->dres_dec, q->dec_tok, m->Td, &dd));
     if (m->cfg.posemb == LOOM_POSEMB_RELATIVE) {
         bias_backward(m, m->g.enc_rel, m->denc_bias, m->enc_bucket, m->Te);
         bias_backward(m, m->g.dec_rel, m->ddec_bias, m->dec_bucket, m->Td);
