@@ -570,7 +570,7 @@ static enum loom_status check_family_data(struct train_cmd *t) {
     struct train_flags *f = &t->f;
     const char *name = t->fam->name;
     const int t5 = strcmp(name, "t5") == 0;
-    if (given(t, "--vocab-extra-ids") && !t5)
+    if (f->vocab_extra_ids != 0 && !t5) /* 0, Megatron-LM's default, is no sentinel at all */
         FAIL("--vocab-extra-ids adds T5's sentinel ids: it goes with --model t5");
     if (!t->fam->data_tokenizer) {
         if (given(t, "--mask-prob") || given(t, "--short-seq-prob"))
