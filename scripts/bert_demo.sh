@@ -15,19 +15,8 @@ LOOM=${LOOM:-build/loom}
 PY=${PYTHON:-/usr/bin/python3}
 RUN=runs/bert-emma
 mkdir -p "$RUN"
-"$PY" - data/gutenberg/austen-emma.txt "$RUN/emma.jsonl" <<'PYEOF'
-import json, re, sys
-text = open(sys.argv[1], encoding="utf-8").read()
-chapters = re.split(r"\n(?=CHAPTER [IVXL]+\s*\n)", text)[1:]
-with open(sys.argv[2], "w") as f:
-    for c in chapters:
-        body = c.split("\n", 1)[1].strip()
-        f.write(json.dumps({"text": body}) + "\n")
-print(f"{len(chapters)} chapters")
-PYEOF
+bash scripts/gutenberg_chapters.sh data/gutenberg/austen-emma.txt "$RUN/emma"
 TOK=(--tokenizer-type BertWordPieceLowerCase --vocab-file data/bert/vocab.txt)
-$LOOM preprocess --input "$RUN/emma.jsonl" --output-prefix "$RUN/emma" "${TOK[@]}" \
-    --split-sentences --workers "$(nproc)"
 DATA="$RUN/emma_text_sentence"
 ARGS=(--model bert --data-path "$DATA" --split 90,10,0 "${TOK[@]}"
       --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128

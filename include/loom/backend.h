@@ -93,8 +93,11 @@ struct loom_attn {
  *   [0, Tk]: the sample's real keys, a key padding mask) and (causal ? j <= i : 1);
  * scores S = scale q k^T + bias[h] where bias is given ([NH, Tq, Tk] fp32 on the device, the
  * same for every sample: T5's relative position bias), P = softmax(S) over the visible keys,
- * out = P v. A query row that sees no key gets out = 0, lse = -inf and no gradient. fp32 only
- * (dt must be LOOM_DTYPE_F32); no dropout. */
+ * out = P v. A query row that sees no key gets out = 0, lse = -inf and no gradient. fp32 only.
+ * Dropout on the probabilities (dropout_p > 0): out = (P * M / (1 - p)) v, M[b, h, i, j] kept
+ * when loom_rng_keep(seed, key, row * Tk + j, dropout_p), row = ((sample0 + b) * NH_global +
+ * head0 + h) * Tq + i (the attention op's rule: the same mask for any layout); the backward
+ * remakes M. */
 struct loom_attn_general {
     int64_t B, Tq, Tk, NH, NKV, HS;
     int64_t q_ld, q_hs, k_ld, k_hs, v_ld, v_hs;
@@ -102,6 +105,9 @@ struct loom_attn_general {
     float scale;
     const int32_t *key_len;
     const float *bias;
+    float dropout_p; /* last: a problem that leaves them zero has no dropout */
+    uint64_t seed, key;
+    int64_t sample0, head0, NH_global;
 };
 
 struct loom_backend_ops {

@@ -10,9 +10,9 @@
  *    reach the target length; a sample then ends if at least `min` sentences were taken (2 with
  *    the binary head, 1 without) and more than one sentence is left in the document; the
  *    document's last sentence always ends a sample (so a sample never leaves one sentence
- *    behind). Target length: max_seq_length - 3 (room for [CLS] [SEP] [SEP]), or, with
- *    probability short_seq_prob, uniform in [2, max_seq_length - 3], drawn again after each
- *    sample;
+ *    behind). Target length: max_seq_length - 3 (room for [CLS] [SEP] [SEP]; in general
+ *    max_seq_length - added_tokens), or, with probability short_seq_prob, uniform in
+ *    [2, max_seq_length - 3], drawn again after each sample;
  *  - documents with fewer than `min` sentences are skipped, and so are documents of 2 or more
  *    sentences holding a sentence longer than LOOM_BERT_LONG_SENTENCE tokens (Megatron's
  *    LONG_SENTENCE_LEN; a longer single-sentence document is kept and truncated);
@@ -81,10 +81,15 @@ struct loom_bert_dataset_config {
     double short_seq_prob;    /* [0, 1], default 0.1 */
     double mask_prob;         /* --mask-prob, masked_lm_prob, [0, 1], default 0.15 */
     int binary_head;          /* 1 (default): two segments and SOP; 0: --bert-no-binary-head */
+    int64_t added_tokens;     /* tokens a sample adds to its sentences, kept out of the
+                               * mapping's target lengths: 3 (default, BERT's [CLS] [SEP]
+                               * [SEP]) or 2 (T5's, Megatron-LM's max_seq_length - 2);
+                               * loom_bert_dataset_get needs 3 */
 };
 
 /* Megatron's defaults: split "969,30,1", train split, seq_length 512, seed 1234,
- * short_seq_prob 0.1, mask_prob 0.15, binary head; data_path, tokenizer NULL; num_samples 0. */
+ * short_seq_prob 0.1, mask_prob 0.15, binary head, 3 added tokens; data_path, tokenizer NULL;
+ * num_samples 0. */
 void loom_bert_dataset_config_default(struct loom_bert_dataset_config *cfg);
 
 /* One sample, host arrays of seq_length T each (allocated by loom_bert_sample_alloc). */
@@ -146,6 +151,17 @@ void loom_bert_dataset_documents(const struct loom_bert_dataset *ds, int64_t *be
 enum loom_status loom_bert_dataset_mapping(const struct loom_bert_dataset *ds, int64_t k,
                                            int64_t *first_sentence, int64_t *end_sentence,
                                            int64_t *target_length);
+
+/* The ids of sample k's sentences (its mapping entry), one after another, into *ids (realloc'd
+ * to *cap entries as needed; it may start as NULL with *cap = 0): *n ids, and the entry's
+ * target length. The other samples built over the same mapping (T5's span corruption) start
+ * here. Ids outside the tokenizer's vocabulary are a LOOM_ERR_FORMAT error. */
+enum loom_status loom_bert_dataset_sentences(const struct loom_bert_dataset *ds, int64_t k,
+                                             int32_t **ids, size_t *cap, int64_t *n,
+                                             int64_t *target_length);
+/* 1 when id is a "##" continuation piece of the tokenizer's vocabulary (a whole word is a token
+ * and the pieces after it), else 0. */
+int loom_bert_dataset_is_piece(const struct loom_bert_dataset *ds, int32_t id);
 
 /* Sample k, 0 <= k < len, into `out` (allocated for this dataset's seq_length). A token id of
  * the file outside the tokenizer's vocabulary is a LOOM_ERR_FORMAT error. */

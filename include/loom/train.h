@@ -10,6 +10,9 @@
 
 struct loom_family_config_desc; /* loom/settings.h */
 
+/* The most T5 sentinel ids --vocab-extra-ids may add */
+#define LOOM_MAX_VOCAB_EXTRA_IDS 10000
+
 struct loom_train_config {
     /* the model family (--model, or the checkpoint's): its settings' description, whose name is
      * that of the model family (loom_family_find) the trainer builds; NULL: the default (gpt) */
@@ -72,8 +75,11 @@ struct loom_train_config {
     /* the tokenizer (--tokenizer-type, --vocab-file, --merge-file): BERT's dataset reads its
      * special ids and word pieces */
     const char *tokenizer_type, *vocab_file, *merge_file;
-    /* BERT's samples (Megatron-LM's --mask-prob, --short-seq-prob; loom/bert_dataset.h) */
+    /* BERT's and T5's samples (Megatron-LM's --mask-prob, --short-seq-prob; loom/bert_dataset.h) */
     double mask_prob, short_seq_prob;
+    /* T5's sentinels (--vocab-extra-ids, at most LOOM_MAX_VOCAB_EXTRA_IDS): ids after the
+     * WordPiece vocabulary's [BOS] and [EOS] */
+    int64_t vocab_extra_ids;
     /* or a train and (may be NULL) a valid dataset of their own, each whole (Megatron-LM's
      * --train-data-path and --valid-data-path; --split unused) */
     const char *train_data_path, *valid_data_path, *test_data_path;

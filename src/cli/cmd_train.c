@@ -37,7 +37,8 @@ struct train_flags {
         *merge_file, *rampup, *tb_dir, *tokenizer_model, *tiktoken_pattern, *sharding, *optimizer;
     int64_t tiktoken_specials, onebit_freeze;
     double start_wd, end_wd, decoupled_lr, decoupled_min_lr;
-    double mask_prob, short_seq_prob; /* BERT's samples */
+    double mask_prob, short_seq_prob; /* BERT's and T5's samples */
+    int64_t vocab_extra_ids;          /* T5's sentinels */
     double lr, min_lr, warmup_init, warmup_fraction, wd, b1, b2, eps, clip, peak, loss_scale,
         initial_loss_scale, min_loss_scale, exit_mins;
     int64_t micro, global, iters, samples, warmup, decay_iters, warmup_samples, decay_samples,
@@ -173,8 +174,6 @@ static const struct megatron_flag megatron_flags[] = {
     {"--ckpt-assume-constant-structure", 0, NULL, SAFETENSORS_CKPT, NULL},
     {"--dist-ckpt-strictness", 1, NULL, SAFETENSORS_CKPT, NULL},
     {"--grad-reduce-in-bf16", 0, NULL, "gradients are reduced in fp32", NULL},
-    {"--vocab-extra-ids", 1, "GPT models have no extra sentinel ids", "only 0: GPT models have "
-     "no extra sentinel ids", "0"},
     {"--defer-embedding-wgrad-compute", 0, "the output layer's weight gradient is computed in the "
      "backward pass, with its input gradient", NULL, NULL},
     {"--async-save", 0, NULL, SYNC_SAVE, NULL},
@@ -347,8 +346,9 @@ static enum loom_status build_flags(struct train_cmd *t) {
         {"--mock-data", LOOM_FLAG_BOOL, &f->mock, "synthetic data", NULL, 0},
         {"--data-path", LOOM_FLAG_LIST, &f->data_path, "PREFIX or W1 PREFIX1 W2 PREFIX2 ...", NULL, 0},
         {"--split", LOOM_FLAG_STR, &f->split, "train,valid,test document weights", NULL, 0},
-        {"--mask-prob", LOOM_FLAG_FLOAT, &f->mask_prob, "BERT's samples (--model bert): the share of the tokens masked for the language-model loss", NULL, 0},
-        {"--short-seq-prob", LOOM_FLAG_FLOAT, &f->short_seq_prob, "BERT's samples (--model bert): the probability that a sample's target length is drawn shorter than --seq-length", NULL, 0},
+        {"--mask-prob", LOOM_FLAG_FLOAT, &f->mask_prob, "BERT's and T5's samples (--model bert, t5): the share of the tokens masked for the language-model loss", NULL, 0},
+        {"--short-seq-prob", LOOM_FLAG_FLOAT, &f->short_seq_prob, "BERT's and T5's samples (--model bert, t5): the probability that a sample's target length is drawn shorter than --seq-length", NULL, 0},
+        {"--vocab-extra-ids", LOOM_FLAG_INT, &f->vocab_extra_ids, "T5's samples (--model t5): the sentinel ids <extra_id_0>... appended, after [BOS] and [EOS], to the WordPiece vocabulary (0: none)", NULL, 0},
         {"--data-cache-path", LOOM_FLAG_STR, &f->data_cache_path, "folder of Megatron's dataset index cache (<md5>-GPTDataset-<split>-*.npy, <md5>-BlendedDataset-*): indices found there that match the request are read, others built and written there (default: built in memory, not cached)", NULL, 0},
         {"--train-data-path", LOOM_FLAG_LIST, &f->train_data_path, "a training dataset of its own, whole (instead of --data-path and --split)", NULL, 0},
         {"--valid-data-path", LOOM_FLAG_LIST, &f->valid_data_path, "a validation dataset of its own, whole (with --train-data-path)", NULL, 0},
@@ -545,7 +545,10 @@ static enum loom_status tokenizer_ids(struct train_cmd *t) {
             .tiktoken_num_special_tokens = f->tiktoken_specials,
             .vocab_size = strcmp(f->tokenizer_type, "TikTokenizer") == 0 ? *vocab : 0};
         LOOM_CHECK(loom_tokenizer_open(&tok, &sp));
-        if (*vocab == 0) *vocab = loom_tokenizer_vocab_size(tok);
+        /* T5's [BOS], [EOS] and sentinels come after the WordPiece vocabulary's ids */
+        if (*vocab == 0)
+            *vocab = loom_tokenizer_vocab_size(tok) +
+                     (f->vocab_extra_ids > 0 ? 2 + f->vocab_extra_ids : 0);
         t->eod = loom_tokenizer_eod(tok);
         loom_tokenizer_free(tok);
     }
@@ -560,16 +563,21 @@ static enum loom_status tokenizer_ids(struct train_cmd *t) {
     return LOOM_OK;
 }
 
-/* Step 5a (before the tokenizer's ids): the data flags that belong to one family. BERT's samples (Megatron-LM's BertDataset)
- * come from one sentence-split dataset read with a WordPiece tokenizer, have no end-of-document
- * token, and its losses are each micro-batch's means; --mask-prob and --short-seq-prob shape them
- * and nothing else. */
+/* Step 5a (before the tokenizer's ids): the data flags that belong to some families. BERT's and
+ * T5's samples (Megatron-LM's BertDataset and T5Dataset: the families that read their datasets
+ * with a tokenizer) come from one sentence-split dataset read with a WordPiece tokenizer, have no
+ * end-of-document token, and their losses are each micro-batch's means; --mask-prob and
+ * --short-seq-prob shape them, and T5's sentinels are --vocab-extra-ids ids appended (after
+ * [BOS] and [EOS]) to the vocabulary. */
 static enum loom_status check_family_data(struct train_cmd *t) {
     struct train_flags *f = &t->f;
-    const int bert = strcmp(t->fam->name, "bert") == 0;
-    if (!bert) {
+    const char *name = t->fam->name;
+    const int t5 = strcmp(name, "t5") == 0;
+    if (f->vocab_extra_ids != 0 && !t5) /* 0, Megatron-LM's default, is no sentinel at all */
+        FAIL("--vocab-extra-ids adds T5's sentinel ids: it goes with --model t5");
+    if (!t->fam->data_tokenizer) {
         if (given(t, "--mask-prob") || given(t, "--short-seq-prob"))
-            FAIL("%s shapes BERT's samples: it goes with --model bert",
+            FAIL("%s shapes BERT's and T5's samples: it goes with --model bert or t5",
                  given(t, "--mask-prob") ? "--mask-prob" : "--short-seq-prob");
         return LOOM_OK;
     }
@@ -577,26 +585,32 @@ static enum loom_status check_family_data(struct train_cmd *t) {
         FAIL("--mask-prob must be in [0, 1] (got %g)", f->mask_prob);
     if (!(f->short_seq_prob >= 0 && f->short_seq_prob <= 1))
         FAIL("--short-seq-prob must be in [0, 1] (got %g)", f->short_seq_prob);
+    if (f->vocab_extra_ids < 0 || f->vocab_extra_ids > LOOM_MAX_VOCAB_EXTRA_IDS)
+        FAIL("--vocab-extra-ids must be in [0, %d] (got %lld)", LOOM_MAX_VOCAB_EXTRA_IDS,
+             (long long)f->vocab_extra_ids);
     const char *gpt_only[] = {"--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask",
                               "--calculate-per-token-loss"};
     for (int i = 0; i < NFLAGS(gpt_only); i++)
         if (given(t, gpt_only[i]))
-            FAIL("%s: --model bert's samples have no end-of-document token and its losses are "
+            FAIL("%s: --model %s's samples have no end-of-document token and its losses are "
                  "each micro-batch's means (GPT's flag)",
-                 gpt_only[i]);
+                 gpt_only[i], name);
     if (f->mock) return LOOM_OK;
     if (strncmp(f->tokenizer_type, "BertWordPiece", 13) != 0 || !f->vocab_file)
-        FAIL("--model bert with %s needs the WordPiece tokenizer: --tokenizer-type "
+        FAIL("--model %s with %s needs the WordPiece tokenizer: --tokenizer-type "
              "BertWordPieceLowerCase (or BertWordPieceCase) --vocab-file VOCAB",
-             f->data_path ? "--data-path" : "--train-data-path");
+             name, f->data_path ? "--data-path" : "--train-data-path");
+    if (t5 && f->vocab_extra_ids == 0)
+        FAIL("--model t5 with %s needs the sentinel ids of its spans: give --vocab-extra-ids "
+             "(Megatron-LM's T5 uses 100)", f->data_path ? "--data-path" : "--train-data-path");
     const char *paths[][2] = {{"--data-path", f->data_path},
                               {"--train-data-path", f->train_data_path},
                               {"--valid-data-path", f->valid_data_path},
                               {"--test-data-path", f->test_data_path}};
     for (int i = 0; i < NFLAGS(paths); i++)
         if (paths[i][1] && strchr(paths[i][1], ' '))
-            FAIL("%s %s: --model bert reads one sentence-split dataset (PREFIX), not a blend",
-                 paths[i][0], paths[i][1]);
+            FAIL("%s %s: --model %s reads one sentence-split dataset (PREFIX), not a blend",
+                 paths[i][0], paths[i][1], name);
     return LOOM_OK;
 }
 
@@ -836,6 +850,7 @@ static void fill_train_config(struct train_cmd *t) {
     c->merge_file = f->merge_file;
     c->mask_prob = f->mask_prob;
     c->short_seq_prob = f->short_seq_prob;
+    c->vocab_extra_ids = f->vocab_extra_ids;
     c->train_data_path = f->train_data_path;
     c->data_cache_path = f->data_cache_path;
     c->valid_data_path = f->valid_data_path;

@@ -31,6 +31,7 @@ struct loom_bert_dataset {
     enum loom_split which;
     double mask_prob;
     int binary_head;
+    int64_t added_tokens;
     int32_t cls, sep, mask, pad;
     int64_t vocab_size;
     uint8_t *is_piece; /* [vocab_size]: 1 for "##" continuation pieces */
@@ -73,6 +74,7 @@ void loom_bert_dataset_config_default(struct loom_bert_dataset_config *cfg) {
     cfg->short_seq_prob = 0.1;
     cfg->mask_prob = 0.15;
     cfg->binary_head = 1;
+    cfg->added_tokens = 3;
 }
 
 enum loom_status loom_bert_sample_alloc(struct loom_bert_sample *s, int64_t seq_length) {
@@ -156,7 +158,7 @@ static enum loom_status build_mapping(struct loom_bert_dataset *ds, int64_t num_
                                       double short_seq_prob) {
     const struct loom_indexed *ix = ds->ix;
     const int min_sent = ds->binary_head ? 2 : 1;
-    const int64_t max_len = ds->T - 3;
+    const int64_t max_len = ds->T - ds->added_tokens;
     int64_t ndocs = ds->doc_end - ds->doc_begin;
     uint8_t *use = calloc((size_t)(ndocs > 0 ? ndocs : 1), 1);
     if (!use) return loom_fail(LOOM_ERR_OOM, "out of memory");
@@ -255,9 +257,13 @@ enum loom_status loom_bert_dataset_open(struct loom_bert_dataset **out,
     if (!cfg->tokenizer)
         return loom_fail(LOOM_ERR_INVALID_ARG, "BERT dataset: a WordPiece tokenizer is needed "
                          "(--tokenizer-type BertWordPieceLowerCase or BertWordPieceCase)");
-    if (cfg->seq_length < 5)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--seq-length: %lld; a BERT sample needs at least 5 "
-                         "([CLS] [SEP] [SEP] and 2 tokens)", (long long)cfg->seq_length);
+    if (cfg->added_tokens < 2 || cfg->added_tokens > 3)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "BERT dataset: %lld added tokens; must be 2 or 3",
+                         (long long)cfg->added_tokens);
+    if (cfg->seq_length < cfg->added_tokens + 2)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--seq-length: %lld; a sample needs at least %lld "
+                         "(%lld added tokens and 2 of the text)", (long long)cfg->seq_length,
+                         (long long)cfg->added_tokens + 2, (long long)cfg->added_tokens);
     if (cfg->seq_length > INT32_MAX)
         return loom_fail(LOOM_ERR_INVALID_ARG, "--seq-length: %lld; too large",
                          (long long)cfg->seq_length);
@@ -290,6 +296,7 @@ enum loom_status loom_bert_dataset_open(struct loom_bert_dataset **out,
     ds->which = cfg->which;
     ds->mask_prob = cfg->mask_prob;
     ds->binary_head = cfg->binary_head != 0;
+    ds->added_tokens = cfg->added_tokens;
     ds->cls = ids[0];
     ds->sep = ids[1];
     ds->mask = ids[2];
@@ -357,6 +364,56 @@ static enum loom_status reserve_work(struct loom_bert_sample *out, size_t n) {
     return LOOM_OK;
 }
 
+/* The ids of mapping entry m's sentences, one after another, into raw; each checked against the
+ * tokenizer's vocabulary. */
+static enum loom_status read_sentences(const struct loom_bert_dataset *ds, struct mapping m,
+                                       int32_t *raw) {
+    int64_t at = 0;
+    for (int64_t s = m.first; s < m.end; s++) {
+        int64_t len = loom_indexed_sequence_length(ds->ix, s);
+        LOOM_CHECK(loom_indexed_read(ds->ix, s, 0, len, raw + at));
+        at += len;
+    }
+    for (int64_t i = 0; i < at; i++)
+        if (raw[i] < 0 || raw[i] >= ds->vocab_size)
+            return loom_fail(LOOM_ERR_FORMAT, "%s: id %d in sentences %lld..%lld is outside the "
+                             "tokenizer's vocabulary of %lld ids (preprocessed with another "
+                             "tokenizer?)", loom_indexed_prefix(ds->ix), raw[i],
+                             (long long)m.first, (long long)m.end - 1,
+                             (long long)ds->vocab_size);
+    return LOOM_OK;
+}
+
+static int64_t sentences_length(const struct loom_bert_dataset *ds, struct mapping m) {
+    int64_t total = 0;
+    for (int64_t s = m.first; s < m.end; s++) total += loom_indexed_sequence_length(ds->ix, s);
+    return total;
+}
+
+enum loom_status loom_bert_dataset_sentences(const struct loom_bert_dataset *ds, int64_t k,
+                                             int32_t **ids, size_t *cap, int64_t *n,
+                                             int64_t *target_length) {
+    if (k < 0 || k >= ds->n)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "sample %lld: out of range [0, %lld)",
+                         (long long)k, (long long)ds->n);
+    const struct mapping m = ds->map[k];
+    const int64_t total = sentences_length(ds, m);
+    if ((size_t)total + 1 > *cap) {
+        int32_t *p = realloc(*ids, ((size_t)total + 1) * sizeof *p);
+        if (!p) return loom_fail(LOOM_ERR_OOM, "out of memory reading sample %lld", (long long)k);
+        *ids = p;
+        *cap = (size_t)total + 1;
+    }
+    LOOM_CHECK(read_sentences(ds, m, *ids));
+    *n = total;
+    *target_length = m.target;
+    return LOOM_OK;
+}
+
+int loom_bert_dataset_is_piece(const struct loom_bert_dataset *ds, int32_t id) {
+    return id >= 0 && id < ds->vocab_size && ds->is_piece[id];
+}
+
 enum loom_status loom_bert_dataset_get_stats(const struct loom_bert_dataset *ds, int64_t k,
                                              struct loom_bert_sample *out,
                                              struct loom_bert_sample_stats *stats) {
@@ -367,6 +424,9 @@ enum loom_status loom_bert_dataset_get_stats(const struct loom_bert_dataset *ds,
         return loom_fail(LOOM_ERR_INVALID_ARG, "BERT sample: allocated for %lld tokens, the "
                          "dataset's --seq-length is %lld", (long long)out->seq_length,
                          (long long)ds->T);
+    if (ds->added_tokens != 3)
+        return loom_fail(LOOM_ERR_INVALID_ARG, "BERT sample: the dataset was opened for samples "
+                         "with %lld added tokens, not BERT's 3", (long long)ds->added_tokens);
     struct loom_bert_sample_stats sx;
     memset(&sx, 0, sizeof sx);
     const struct mapping m = ds->map[k];
@@ -376,33 +436,22 @@ enum loom_status loom_bert_dataset_get_stats(const struct loom_bert_dataset *ds,
     sx.target_length = m.target;
 
     /* the sentences' ids, and where sentence a_end starts */
-    int64_t total = 0;
-    for (int64_t s = m.first; s < m.end; s++) total += loom_indexed_sequence_length(ds->ix, s);
+    const int64_t total = sentences_length(ds, m);
     /* raw ids (total) + 5 arrays of the built sequence (<= target + 3 <= T each) */
     LOOM_CHECK(reserve_work(out, (size_t)total + 5 * (size_t)T + 1));
     int32_t *raw = out->work_;
     int32_t *seq = raw + total, *covered = seq + T, *wstart = covered + T, *wlen = wstart + T,
             *order = wlen + T;
-    int64_t at = 0;
     struct stream seg = sample_stream(ds, k, SUB_SEGMENT);
     int64_t a_end = nsent, split_at = total;
     if (ds->binary_head) {
         LOOM_ASSERT(nsent >= 2);
         a_end = nsent >= 3 ? 1 + (int64_t)st_below(&seg, (uint64_t)(nsent - 1)) : 1;
+        split_at = 0;
+        for (int64_t s = m.first; s < m.first + a_end; s++)
+            split_at += loom_indexed_sequence_length(ds->ix, s);
     }
-    for (int64_t s = m.first; s < m.end; s++) {
-        if (s - m.first == a_end) split_at = at;
-        int64_t len = loom_indexed_sequence_length(ds->ix, s);
-        LOOM_CHECK(loom_indexed_read(ds->ix, s, 0, len, raw + at));
-        at += len;
-    }
-    for (int64_t i = 0; i < total; i++)
-        if (raw[i] < 0 || raw[i] >= ds->vocab_size)
-            return loom_fail(LOOM_ERR_FORMAT, "%s: id %d in sentences %lld..%lld is outside the "
-                             "tokenizer's vocabulary of %lld ids (preprocessed with another "
-                             "tokenizer?)", loom_indexed_prefix(ds->ix), raw[i],
-                             (long long)m.first, (long long)m.end - 1,
-                             (long long)ds->vocab_size);
+    LOOM_CHECK(read_sentences(ds, m, raw));
     sx.a_sentences = a_end;
 
     /* segments as windows [lo, hi) of raw */

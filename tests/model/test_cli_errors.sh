@@ -85,7 +85,7 @@ expect_error "head size on cuda" "head size 320 (--kv-channels): the CUDA attent
 expect_error "head size for cuDNN" "--attention-backend fused: cuDNN's attention takes head sizes that are multiples of 8 up to 128, not 12 (--kv-channels)" "$LOOM" "${T[@]}" --kv-channels 12 --attention-backend fused
 expect_error "decoupled lr" "--decoupled-lr must be >= 0 (got -0.5)" "$LOOM" "${T[@]}" --decoupled-lr -0.5
 expect_error "bf16 gradient reduction" "--grad-reduce-in-bf16: gradients are reduced in fp32" "$LOOM" "${T[@]}" --grad-reduce-in-bf16
-expect_error "extra ids" "--vocab-extra-ids 100: only 0" "$LOOM" "${T[@]}" --vocab-extra-ids 100
+expect_error "extra ids" "--vocab-extra-ids adds T5's sentinel ids: it goes with --model t5" "$LOOM" "${T[@]}" --vocab-extra-ids 100
 expect_error "encoder seq length" "--encoder-seq-length 32 contradicts --seq-length 16" "$LOOM" "${T[@]}" --encoder-seq-length 32
 expect_error "energy" "--log-energy: energy use is not measured" "$LOOM" "${T[@]}" --log-energy
 expect_error "full validation" "--full-validation: validation takes --eval-iters batches each time" "$LOOM" "${T[@]}" --full-validation
@@ -130,7 +130,7 @@ expect_error "bert with rope" "--position-embedding-type rope: BERT models take 
   "$LOOM" "${T[@]}" --model bert --position-embedding-type rope
 expect_error "bert with RMSNorm" "--normalization RMSNorm: BERT models take LayerNorm only" \
   "$LOOM" "${T[@]}" --model bert --normalization RMSNorm
-expect_error "--mask-prob with gpt" "--mask-prob shapes BERT's samples: it goes with --model bert" \
+expect_error "--mask-prob with gpt" "--mask-prob shapes BERT's and T5's samples: it goes with --model bert or t5" \
   "$LOOM" "${T[@]}" --mask-prob 0.2
 expect_error "--mask-prob out of range" "--mask-prob must be in [0, 1] (got 1.5)" \
   "$LOOM" "${T[@]}" --model bert --mask-prob 1.5

@@ -44,7 +44,8 @@ notes=$(grep -c '^loom: note: flags with no effect:' "$tmp/megatron.log")
 missing=""
 for fl in "${noop[@]}"; do
   case $fl in
-    --rotary-percent|--context-parallel-size|--expert-model-parallel-size|--kv-channels|--encoder-seq-length|--data-cache-path|--optimizer) continue ;; # loom's own
+    --rotary-percent|--context-parallel-size|--expert-model-parallel-size|--kv-channels|\
+      --encoder-seq-length|--data-cache-path|--optimizer|--vocab-extra-ids) continue ;; # loom's own
     --*) grep -q -- "$fl: " "$tmp/megatron.log" || missing="$missing $fl" ;;
   esac
 done

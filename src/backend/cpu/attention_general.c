@@ -11,6 +11,9 @@
  *   p_j = exp(s_j - lse_i),  D_i = dout_i . out_i,  ds_j = p_j (dout_i . v_j - D_i)
  *   dq_i = scale sum_j ds_j k_j,  dk_j += scale ds_j q_i,  dv_j += p_j dout_i,
  *   dbias[h, i, j] += ds_j
+ * With dropout the probabilities that weigh v are pd_j = p_j M_j / (1 - p) (M remade from the
+ * counter-based stream in the backward): out_i = sum_j pd_j v_j, dv_j += pd_j dout_i and
+ * ds_j = p_j (M_j / (1 - p) dout_i . v_j - D_i), D_i = dout_i . out_i as before.
  * Work split: the forward's tasks are the (b, h) pairs; the backward's the key/value heads g
  * (with a bias gradient, which sums over the samples) or the (b, g) pairs (without): a task owns
  * every row it writes and adds in a fixed order, so results are the same for any thread count.
@@ -21,6 +24,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "loom/rng.h"
 
 static int nthreads(const struct loom_backend *be) {
     int n = be && be->num_threads > 0 ? be->num_threads : omp_get_max_threads();
@@ -39,6 +43,16 @@ static int64_t visible(const struct loom_attn_general *a, int64_t b, int64_t i) 
     LOOM_ASSERT(lim >= 0 && lim <= a->Tk);
     if (a->causal && i + 1 < lim) lim = i + 1;
     return lim;
+}
+
+/* the dropout multiplier of probability (b, h, i, j): 0 or 1 / (1 - p); 1 without dropout */
+static float keep_mult(const struct loom_attn_general *a, int64_t b, int64_t h, int64_t i,
+                       int64_t j) {
+    if (!(a->dropout_p > 0.0f)) return 1.0f;
+    const int64_t row = ((a->sample0 + b) * a->NH_global + a->head0 + h) * a->Tq + i;
+    return loom_rng_keep(a->seed, a->key, (uint64_t)(row * a->Tk + j), a->dropout_p)
+               ? 1.0f / (1.0f - a->dropout_p)
+               : 0.0f;
 }
 
 /* s[j] = scale q . k_j + bias for j < lim */
@@ -85,7 +99,7 @@ void loom_cpu_attention_general_forward(struct loom_backend *be, float *out, flo
             }
             const float inv = 1.0f / sum;
             for (int64_t j = 0; j < lim; j++) {
-                const float p = s[j] * inv;
+                const float p = s[j] * inv * keep_mult(a, b, h, i, j);
                 const float *vj = vb + j * a->v_ld;
                 for (int64_t d = 0; d < HS; d++) o[d] += p * vj[d];
             }
@@ -126,14 +140,14 @@ static void backward_bg(const struct loom_attn_general *a, int64_t b, int64_t g,
             const float l = lse[(b * NH + h) * Tq + i];
             const float D = dotf(doi, out + (b * Tq + i) * C + h * HS, HS);
             for (int64_t j = 0; j < lim; j++) {
-                const float pj = expf(p[j] - l);
-                const float ds = pj * (dotf(doi, vb + j * a->v_ld, HS) - D);
+                const float pj = expf(p[j] - l), mj = keep_mult(a, b, h, i, j);
+                const float ds = pj * (mj * dotf(doi, vb + j * a->v_ld, HS) - D);
                 const float *kj = kb + j * a->k_ld;
                 float *dkj = dkb + j * a->k_ld, *dvj = dvb + j * a->v_ld;
                 for (int64_t d = 0; d < HS; d++) {
                     dqi[d] += a->scale * ds * kj[d];
                     dkj[d] += a->scale * ds * qi[d];
-                    dvj[d] += pj * doi[d];
+                    dvj[d] += pj * mj * doi[d];
                 }
                 if (dbias) dbias[(h * Tq + i) * Tk + j] += ds;
             }

@@ -5,6 +5,7 @@
 #include "loom/data.h"
 #include "loom/tokenizer.h"
 #include "loom/train.h"
+#include "loom/settings.h"
 #include "models/bert/bert_settings.h"
 
 enum loom_status loom_bert_open_source(struct loom_sample_source *src,
@@ -32,12 +33,14 @@ enum loom_status loom_bert_mock_source_of(struct loom_sample_source *src,
                                  c->model.binary_head);
 }
 
-/* BERT's dataset reads the tokenizer's special ids and word pieces while it opens */
+/* BERT's dataset (and T5's, built over it) reads the tokenizer's special ids and word pieces
+ * while it opens */
 enum loom_status loom_bert_data_tokenizer(const struct loom_train_config *c,
                                           struct loom_tokenizer **tok) {
     if (!c->vocab_file)
-        return loom_fail(LOOM_ERR_INVALID_ARG, "--model bert with --data-path needs the WordPiece "
+        return loom_fail(LOOM_ERR_INVALID_ARG, "--model %s with --data-path needs the WordPiece "
                          "vocabulary: --tokenizer-type BertWordPieceLowerCase (or "
-                         "BertWordPieceCase) --vocab-file VOCAB");
+                         "BertWordPieceCase) --vocab-file VOCAB",
+                         c->family ? c->family->name : "bert");
     return loom_tokenizer_load(tok, c->tokenizer_type, c->vocab_file, c->merge_file);
 }

@@ -32,60 +32,12 @@
 
 #include "loom/t5.h"
 #include "loom/transformer.h"
-
-struct t5_layer_ptrs {
-    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
-    float *lnc_w, *lnc_b, *cq_w, *cq_b, *ckv_w, *ckv_b, *cproj_w, *cproj_b; /* decoder only */
-    float *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
-};
-struct t5_ptrs {
-    float *wte, *wpe, *enc_rel, *dec_rel, *enc_lnf_w, *enc_lnf_b, *dec_lnf_w, *dec_lnf_b, *out_b;
-    struct t5_layer_ptrs *layers;
-};
-
-/* One layer's saved activations (N rows of its stack) */
-struct t5_layer_acts {
-    float *x, *ln1, *ln1_m, *ln1_r, *qkv, *att, *lse, *xmid;
-    float *lnc, *lnc_m, *lnc_r, *cq, *ckv, *catt, *clse, *xmid2; /* decoder only */
-    float *ln2, *ln2_m, *ln2_r, *pre, *act;
-};
-struct t5_slot {
-    struct t5_layer_acts *layers;
-    float *enc_xout, *enc_out, *enc_m, *enc_r;   /* [Ne, C], [Ne] */
-    float *dec_xout, *lnf, *lnf_m, *lnf_r;       /* [Nd, C], [Nd] */
-    float *logits;                               /* [Nd, Vp] (their gradient after the forward) */
-    float *losses;                               /* [Nd] */
-    int32_t *enc_tok, *dec_tok, *targets, *enc_len; /* device */
-    int32_t *host_targets;                       /* [Nd] */
-    float *host_losses;
-    int grad_ready;
-};
-
-struct t5 {
-    struct loom_model base;
-    struct loom_transformer_config cfg;
-    struct t5_ptrs w, g;
-    int64_t Le, Ld, Te, Td, C, NH, HS, A, F, Vp, V;
-    struct t5_slot *slots;
-    /* the relative bias as the attention adds it, [NH, Te, Te] and [NH, Td, Td], its gradient
-     * (the same shapes) and each position pair's bucket (host) */
-    float *enc_bias, *dec_bias, *denc_bias, *ddec_bias;
-    int64_t *enc_bucket, *dec_bucket;
-    /* backward scratch, shared by the slots */
-    float *dres_enc, *dres_dec, *denc_out, *dtmp_enc; /* [Ne, C] ... */
-    float *dln, *datt, *dqkv, *dwide;                 /* [Nd', C], [N', A], [N', 3A], [N', F] */
-    float *dckv;                                      /* [Ne, 2A] */
-    void **allocs;
-    int nallocs, cap_allocs;
-};
-
-static struct t5 *T5(struct loom_model *m) { return (struct t5 *)m; }
+#include "models/t5/t5_internal.h"
 
 /* ---- relative position buckets ---- */
 
 int64_t loom_t5_relative_bucket(int64_t rel, int bidirectional, int64_t num_buckets,
-                                int64_t max_distance) {
-    int64_t ret = 0, n = rel;
+                                int64_t max_distance) { int64_t ret = 0, n = rel;
     if (bidirectional) {
         num_buckets /= 2;
         if (n > 0) ret += num_buckets;
@@ -127,14 +79,19 @@ static struct loom_param *add(struct loom_param *tab, int *n, const char *name, 
     return q;
 }
 
-/* a linear layer's weight [out, in] and (with biases) bias [out] */
+/* a linear layer's weight [out, in] and (with biases) bias [out]; tensor parallelism splits a
+ * column-parallel one (COL) by its outputs, weight and bias, a row-parallel one (ROW) by its
+ * inputs, its bias replicated (added once) */
+enum { COL = 0, ROW = 1 };
 static void add_linear(struct t5 *m, struct loom_param *tab, int *n, const char *prefix, int l,
-                       int64_t out, int64_t in, enum loom_init init, size_t wf, size_t bf) {
+                       int64_t out, int64_t in, enum loom_init init, size_t wf, size_t bf,
+                       int split) {
     char name[96];
     snprintf(name, sizeof name, "%.80s.weight", prefix);
-    add(tab, n, name, 2, out, in, l, init, wf);
+    add(tab, n, name, 2, out, in, l, init, wf)->tp_dim = split;
     snprintf(name, sizeof name, "%.80s.bias", prefix);
-    if (m->cfg.bias) add(tab, n, name, 1, out, 0, l, LOOM_INIT_ZEROS, bf);
+    if (m->cfg.bias)
+        add(tab, n, name, 1, out, 0, l, LOOM_INIT_ZEROS, bf)->tp_dim = split == COL ? 0 : -1;
 }
 static void add_norm(struct loom_param *tab, int *n, const char *prefix, int l, int64_t C,
                      size_t wf, size_t bf) {
@@ -147,20 +104,23 @@ static void add_norm(struct loom_param *tab, int *n, const char *prefix, int l, 
 
 static enum loom_status build_table(struct t5 *m) {
     const struct loom_transformer_config *c = &m->cfg;
-    const int64_t C = m->C, A = m->A, F = m->F, L = m->Le + m->Ld;
+    const int64_t C = m->C, A = m->A * m->tp, F = m->F * m->tp, L = m->Le + m->Ld;
     struct loom_param *tab = calloc((size_t)(8 + 24 * L), sizeof *tab);
     if (!tab) return loom_fail(LOOM_ERR_OOM, "out of memory for the parameter table");
     int n = 0;
-    add(tab, &n, "embedding.word_embeddings.weight", 2, m->Vp, C, LOOM_UNIT_FIRST,
-        LOOM_INIT_NORMAL, TOP(wte))->roles |= LOOM_ROLE_VOCAB_ROWS | LOOM_ROLE_DECOUPLED_LR;
+    struct loom_param *e = add(tab, &n, "embedding.word_embeddings.weight", 2, m->Vp, C,
+                               LOOM_UNIT_FIRST, LOOM_INIT_NORMAL, TOP(wte));
+    e->roles |= LOOM_ROLE_VOCAB_ROWS | LOOM_ROLE_DECOUPLED_LR;
+    e->tp_dim = 0;
     if (c->posemb == LOOM_POSEMB_LEARNED)
         add(tab, &n, "embedding.position_embeddings.weight", 2, c->max_positions, C,
             LOOM_UNIT_FIRST, LOOM_INIT_NORMAL, TOP(wpe));
     if (c->posemb == LOOM_POSEMB_RELATIVE) {
+        /* split by heads */
         add(tab, &n, "encoder_relative_pos_emb.relative_attention_bias.weight", 2,
-            c->t5.rel_buckets, m->NH, LOOM_UNIT_FIRST, LOOM_INIT_NORMAL, TOP(enc_rel));
+            c->t5.rel_buckets, m->NHg, LOOM_UNIT_FIRST, LOOM_INIT_NORMAL, TOP(enc_rel))->tp_dim = 1;
         add(tab, &n, "decoder_relative_pos_emb.relative_attention_bias.weight", 2,
-            c->t5.rel_buckets, m->NH, LOOM_UNIT_FIRST, LOOM_INIT_NORMAL, TOP(dec_rel));
+            c->t5.rel_buckets, m->NHg, LOOM_UNIT_FIRST, LOOM_INIT_NORMAL, TOP(dec_rel))->tp_dim = 1;
     }
     char p[96];
     for (int64_t l = 0; l < L; l++) {
@@ -170,35 +130,46 @@ static enum loom_status build_table(struct t5 *m) {
 #define PFX(s) (snprintf(p, sizeof p, "%s.layers.%lld.%s", stack, i, s), p)
         add_norm(tab, &n, PFX("input_layernorm"), (int)l, C, LAY(ln1_w), LAY(ln1_b));
         add_linear(m, tab, &n, PFX("self_attention.linear_qkv"), (int)l, 3 * A, C,
-                   LOOM_INIT_NORMAL, LAY(qkv_w), LAY(qkv_b));
+                   LOOM_INIT_NORMAL, LAY(qkv_w), LAY(qkv_b), COL);
         add_linear(m, tab, &n, PFX("self_attention.linear_proj"), (int)l, C, A,
-                   LOOM_INIT_NORMAL_SCALED, LAY(proj_w), LAY(proj_b));
+                   LOOM_INIT_NORMAL_SCALED, LAY(proj_w), LAY(proj_b), ROW);
         if (dec) {
             add_norm(tab, &n, PFX("pre_cross_attn_layernorm"), (int)l, C, LAY(lnc_w), LAY(lnc_b));
             add_linear(m, tab, &n, PFX("cross_attention.linear_q"), (int)l, A, C,
-                       LOOM_INIT_NORMAL, LAY(cq_w), LAY(cq_b));
+                       LOOM_INIT_NORMAL, LAY(cq_w), LAY(cq_b), COL);
             add_linear(m, tab, &n, PFX("cross_attention.linear_kv"), (int)l, 2 * A, C,
-                       LOOM_INIT_NORMAL, LAY(ckv_w), LAY(ckv_b));
+                       LOOM_INIT_NORMAL, LAY(ckv_w), LAY(ckv_b), COL);
             add_linear(m, tab, &n, PFX("cross_attention.linear_proj"), (int)l, C, A,
-                       LOOM_INIT_NORMAL_SCALED, LAY(cproj_w), LAY(cproj_b));
+                       LOOM_INIT_NORMAL_SCALED, LAY(cproj_w), LAY(cproj_b), ROW);
         }
         add_norm(tab, &n, PFX("pre_mlp_layernorm"), (int)l, C, LAY(ln2_w), LAY(ln2_b));
         add_linear(m, tab, &n, PFX("mlp.linear_fc1"), (int)l, F, C, LOOM_INIT_NORMAL, LAY(fc1_w),
-                   LAY(fc1_b));
+                   LAY(fc1_b), COL);
         add_linear(m, tab, &n, PFX("mlp.linear_fc2"), (int)l, C, F, LOOM_INIT_NORMAL_SCALED,
-                   LAY(fc2_w), LAY(fc2_b));
+                   LAY(fc2_w), LAY(fc2_b), ROW);
 #undef PFX
     }
     add_norm(tab, &n, "encoder.final_layernorm", LOOM_UNIT_LAST, C, TOP(enc_lnf_w),
              TOP(enc_lnf_b));
     add_norm(tab, &n, "decoder.final_layernorm", LOOM_UNIT_LAST, C, TOP(dec_lnf_w),
              TOP(dec_lnf_b));
-    add(tab, &n, "lm_head.output_layer.bias", 1, m->Vp, 0, LOOM_UNIT_LAST, LOOM_INIT_ZEROS,
-        TOP(out_b))->roles |= LOOM_ROLE_VOCAB_ROWS;
+    struct loom_param *ob = add(tab, &n, "lm_head.output_layer.bias", 1, m->Vp, 0,
+                                LOOM_UNIT_LAST, LOOM_INIT_ZEROS, TOP(out_b));
+    ob->roles |= LOOM_ROLE_VOCAB_ROWS;
+    ob->tp_dim = 0;
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
-        tab[i].offset = off;
-        off += (tab[i].shape[0] * tab[i].shape[1] + 15) / 16 * 16;
+        struct loom_param *q = &tab[i];
+        if (q->tp_dim >= 0) {
+            LOOM_ASSERT(q->shape[q->tp_dim] % m->tp == 0);
+            q->local_shape[q->tp_dim] = q->shape[q->tp_dim] / m->tp;
+        }
+        /* under sequence parallelism a norm sees the rank's positions: its share of the
+         * gradient, summed over the group (loom_model_sync_tp_partial) */
+        if (m->Tp > 1 && q->tp_dim < 0 && strstr(q->name, "layernorm"))
+            q->roles |= LOOM_ROLE_TP_PARTIAL;
+        q->offset = off;
+        off += (q->local_shape[0] * q->local_shape[1] + 15) / 16 * 16;
     }
     m->base.params = tab;
     m->base.nparams = n;
@@ -236,9 +207,12 @@ static void *dev(struct t5 *m, int64_t n, int *ok) {
 
 static enum loom_status alloc_acts(struct t5 *m) {
     const int64_t B = m->base.B, Ne = B * m->Te, Nd = B * m->Td, C = m->C, A = m->A, F = m->F;
-    const int64_t L = m->Le + m->Ld, NH = m->NH, Nmax = Ne > Nd ? Ne : Nd;
+    const int64_t L = m->Le + m->Ld, NH = m->NH, Nmax = Ne > Nd ? Ne : Nd, P = m->Tp;
+    const int sp = P > 1;
     int ok = 1;
 #define D(n) dev(m, (n), &ok)
+    /* a stack's gathered copy of a rank's rows: its own buffer under sequence parallelism */
+#define FULL(shard, n) (sp ? D(n) : (shard))
     m->slots = calloc((size_t)m->base.nslots, sizeof *m->slots);
     if (!m->slots) return loom_fail(LOOM_ERR_OOM, "out of memory for the T5 activations");
     for (int s = 0; s < m->base.nslots && ok; s++) {
@@ -250,29 +224,44 @@ static enum loom_status alloc_acts(struct t5 *m) {
         for (int64_t l = 0; l < L && ok; l++) {
             struct t5_layer_acts *a = &q->layers[l];
             const int dec = l >= m->Le;
-            const int64_t N = dec ? Nd : Ne, T = dec ? m->Td : m->Te;
-            a->x = D(N * C), a->ln1 = D(N * C), a->ln1_m = D(N), a->ln1_r = D(N);
-            a->qkv = D(N * 3 * A), a->att = D(N * A), a->lse = D(B * NH * T), a->xmid = D(N * C);
+            const int64_t N = dec ? Nd : Ne, Nl = N / P, T = dec ? m->Td : m->Te;
+            a->x = D(Nl * C), a->ln1 = D(Nl * C), a->ln1_m = D(Nl), a->ln1_r = D(Nl);
+            a->ln1f = FULL(a->ln1, N * C);
+            a->qkv = D(N * 3 * A), a->att = D(N * A), a->lse = D(B * NH * T), a->xmid = D(Nl * C);
             if (dec) {
-                a->lnc = D(N * C), a->lnc_m = D(N), a->lnc_r = D(N), a->cq = D(N * A);
+                a->lnc = D(Nl * C), a->lnc_m = D(Nl), a->lnc_r = D(Nl), a->cq = D(N * A);
+                a->lncf = FULL(a->lnc, N * C);
                 a->ckv = D(Ne * 2 * A), a->catt = D(N * A), a->clse = D(B * NH * T);
-                a->xmid2 = D(N * C);
+                a->xmid2 = D(Nl * C);
             }
-            a->ln2 = D(N * C), a->ln2_m = D(N), a->ln2_r = D(N), a->pre = D(N * F);
+            a->ln2 = D(Nl * C), a->ln2_m = D(Nl), a->ln2_r = D(Nl), a->pre = D(N * F);
+            a->ln2f = FULL(a->ln2, N * C);
             a->act = D(N * F);
         }
-        q->enc_xout = D(Ne * C), q->enc_out = D(Ne * C), q->enc_m = D(Ne), q->enc_r = D(Ne);
-        q->dec_xout = D(Nd * C), q->lnf = D(Nd * C), q->lnf_m = D(Nd), q->lnf_r = D(Nd);
-        q->logits = D(Nd * m->Vp), q->losses = D(Nd);
+        q->enc_xout = D(Ne / P * C), q->enc_out = D(Ne / P * C), q->enc_m = D(Ne / P);
+        q->enc_r = D(Ne / P), q->enc_outf = FULL(q->enc_out, Ne * C);
+        q->dec_xout = D(Nd / P * C), q->lnf = D(Nd / P * C), q->lnf_m = D(Nd / P);
+        q->lnf_r = D(Nd / P), q->lnff = FULL(q->lnf, Nd * C);
+        q->logits = D(Nd * m->Vl), q->losses = D(Nd);
+        if (m->tp > 1) q->stats = D(Nd * 3), q->gstats = D(Nd * 2), q->dloss = D(Nd);
         q->enc_tok = D(Ne), q->dec_tok = D(Nd), q->targets = D(Nd), q->enc_len = D(B);
     }
     if (m->cfg.posemb == LOOM_POSEMB_RELATIVE) {
         m->enc_bias = D(NH * m->Te * m->Te), m->denc_bias = D(NH * m->Te * m->Te);
         m->dec_bias = D(NH * m->Td * m->Td), m->ddec_bias = D(NH * m->Td * m->Td);
     }
-    m->dres_enc = D(Ne * C), m->dres_dec = D(Nd * C), m->denc_out = D(Ne * C);
+    m->dres_enc = D(Ne / P * C), m->dres_dec = D(Nd / P * C), m->denc_out = D(Ne * C);
     m->dtmp_enc = D(Ne * C), m->dln = D(Nmax * C), m->datt = D(Nmax * A);
     m->dqkv = D(Nmax * 3 * A), m->dwide = D(Nmax * F), m->dckv = D(Ne * 2 * A);
+    m->dresf = D(Nmax * C), m->tmps = D(Nmax / P * C); /* also dropout's */
+    if (sp) m->dlns = D(Nmax / P * C), m->sp_scratch = D(Nmax * C);
+    if (m->tp > 1) {
+        m->host_stats = malloc((size_t)Nd * 3 * sizeof(float));
+        m->host_g = malloc((size_t)Nd * 2 * sizeof(float));
+        m->host_dloss = malloc((size_t)Nd * sizeof(float));
+        if (!m->host_stats || !m->host_g || !m->host_dloss) ok = 0;
+    }
+#undef FULL
 #undef D
     if (!ok)
         return loom_fail(LOOM_ERR_OOM, "out of memory: the T5 activations on %s (lower "
@@ -298,6 +287,9 @@ static void t5_free(struct loom_model *mm) {
     free(m->g.layers);
     free(m->enc_bucket);
     free(m->dec_bucket);
+    free(m->host_stats);
+    free(m->host_g);
+    free(m->host_dloss);
     free(m->base.params);
     free(m);
 }
@@ -340,11 +332,23 @@ static enum loom_status t5_create(struct loom_model **out, const void *config,
                                   struct loom_parallel *par, struct loom_backend *be, int64_t B,
                                   int nslots) {
     const struct loom_transformer_config *c = config;
-    if (loom_tp_size(par) > 1 || loom_pp_size(par) > 1)
+    const int tp = loom_tp_size(par), sp = par->sequence_parallel && tp > 1;
+    if (loom_pp_size(par) > 1)
         return loom_fail(LOOM_ERR_INVALID_ARG,
-                         "--model t5 runs without tensor or pipeline parallelism for now "
-                         "(--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1; "
-                         "data parallelism works)");
+                         "--model t5 runs without pipeline parallelism for now "
+                         "(--pipeline-model-parallel-size 1; tensor, sequence and data "
+                         "parallelism work)");
+    if (c->heads % tp || c->ffn_hidden % tp || c->padded_vocab % tp)
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--tensor-model-parallel-size %d must divide --num-attention-heads "
+                         "%lld, --ffn-hidden-size %lld and the padded vocabulary %lld", tp,
+                         (long long)c->heads, (long long)c->ffn_hidden,
+                         (long long)c->padded_vocab);
+    if (sp && (c->t5.enc_seq % tp || c->t5.dec_seq % tp))
+        return loom_fail(LOOM_ERR_INVALID_ARG,
+                         "--sequence-parallel: --tensor-model-parallel-size %d must divide the "
+                         "encoder's --seq-length %lld and --decoder-seq-length %lld", tp,
+                         (long long)c->t5.enc_seq, (long long)c->t5.dec_seq);
     struct t5 *m = calloc(1, sizeof *m);
     if (!m) return loom_fail(LOOM_ERR_OOM, "out of memory for the T5 model");
     m->base.family = &loom_t5_family;
@@ -357,8 +361,12 @@ static enum loom_status t5_create(struct loom_model **out, const void *config,
     m->base.first_stage = m->base.last_stage = 1;
     m->Le = c->t5.enc_layers, m->Ld = c->t5.dec_layers;
     m->Te = c->t5.enc_seq, m->Td = c->t5.dec_seq;
-    m->C = c->hidden, m->NH = c->heads, m->HS = loom_transformer_head_size(c);
-    m->A = m->NH * m->HS, m->F = c->ffn_hidden, m->Vp = c->padded_vocab, m->V = c->vocab_size;
+    m->tp = tp, m->tpr = loom_tp_rank(par), m->Tp = sp ? tp : 1;
+    m->C = c->hidden, m->NHg = c->heads, m->NH = c->heads / tp;
+    m->HS = loom_transformer_head_size(c);
+    m->A = m->NH * m->HS, m->F = c->ffn_hidden / tp, m->Vp = c->padded_vocab, m->V = c->vocab_size;
+    m->Vl = m->Vp / tp, m->v0 = m->tpr * m->Vl;
+    m->Vvalid = m->V - m->v0 < 0 ? 0 : m->V - m->v0 > m->Vl ? m->Vl : m->V - m->v0;
     m->base.num_layers = m->Le + m->Ld;
     m->base.vocab_size = m->V;
     enum loom_status s = t5_build(m);
@@ -482,29 +490,34 @@ static enum loom_status t5_first_forward(struct loom_model *mm, int slot,
     (void)mb, (void)ctx;
     struct t5 *m = T5(mm);
     struct t5_slot *q = &m->slots[slot];
-    struct loom_backend *be = m->base.be;
-    const int64_t B = m->base.B;
-    loom_op(be, embedding_forward, q->layers[0].x, q->enc_tok, NULL, m->w.wte, m->w.wpe, B, m->Te,
-            m->C, 0, m->Vp, 0);
-    loom_op(be, embedding_forward, q->layers[m->Le].x, q->dec_tok, NULL, m->w.wte, m->w.wpe, B,
-            m->Td, m->C, 0, m->Vp, 0);
-    return LOOM_OK;
+    const struct loom_dropout de = loom_t5_hidden_dropout(m, ctx, 0, DROP_EMBED, m->Te);
+    const struct loom_dropout dd = loom_t5_hidden_dropout(m, ctx, m->Le, DROP_EMBED, m->Td);
+    LOOM_CHECK(loom_t5_embed_forward(m, q->layers[0].x, q->enc_tok, m->Te, &de));
+    return loom_t5_embed_forward(m, q->layers[m->Le].x, q->dec_tok, m->Td, &dd);
 }
 
-/* the self-attention problem of layer l's stack */
-static struct loom_attn_general self_problem(const struct t5 *m, const struct t5_slot *q, int dec) {
+/* the self-attention problem of layer l */
+static struct loom_attn_general self_problem(const struct t5 *m, const struct t5_slot *q,
+                                             const struct loom_step_ctx *ctx, int64_t l) {
+    const int dec = l >= m->Le;
     const int64_t T = dec ? m->Td : m->Te, A = m->A, HS = m->HS;
-    struct loom_attn_general a = {m->base.B, T, T, m->NH, m->NH, HS, 3 * A, 3 * HS, 3 * A, 3 * HS,
-                                  3 * A, 3 * HS, dec, 1.0f / sqrtf((float)HS),
-                                  dec ? NULL : q->enc_len, NULL};
+    struct loom_attn_general a = {0};
+    a.B = m->base.B, a.Tq = a.Tk = T, a.NH = a.NKV = m->NH, a.HS = HS;
+    a.q_ld = a.k_ld = a.v_ld = 3 * A, a.q_hs = a.k_hs = a.v_hs = 3 * HS;
+    a.causal = dec, a.scale = 1.0f / sqrtf((float)HS), a.key_len = dec ? NULL : q->enc_len;
     if (m->cfg.posemb == LOOM_POSEMB_RELATIVE) a.bias = dec ? m->dec_bias : m->enc_bias;
+    loom_t5_attn_dropout(m, &a, ctx, l, DROP_ATTN);
     return a;
 }
-static struct loom_attn_general cross_problem(const struct t5 *m, const struct t5_slot *q) {
+/* the cross-attention problem of decoder layer l */
+static struct loom_attn_general cross_problem(const struct t5 *m, const struct t5_slot *q,
+                                              const struct loom_step_ctx *ctx, int64_t l) {
     const int64_t A = m->A, HS = m->HS;
-    const struct loom_attn_general a = {m->base.B, m->Td, m->Te, m->NH, m->NH, HS, A, HS, 2 * A,
-                                        2 * HS, 2 * A, 2 * HS, 0, 1.0f / sqrtf((float)HS),
-                                        q->enc_len, NULL};
+    struct loom_attn_general a = {0};
+    a.B = m->base.B, a.Tq = m->Td, a.Tk = m->Te, a.NH = a.NKV = m->NH, a.HS = HS;
+    a.q_ld = A, a.q_hs = HS, a.k_ld = a.v_ld = 2 * A, a.k_hs = a.v_hs = 2 * HS;
+    a.scale = 1.0f / sqrtf((float)HS), a.key_len = q->enc_len;
+    loom_t5_attn_dropout(m, &a, ctx, l, DROP_XATTN);
     return a;
 }
 
@@ -517,44 +530,44 @@ static enum loom_status t5_layer_forward(struct loom_model *mm, int slot, int64_
     const struct t5_layer_ptrs *w = &m->w.layers[l];
     struct t5_layer_acts *a = &q->layers[l];
     const int dec = l >= m->Le;
-    const int64_t N = m->base.B * (dec ? m->Td : m->Te), C = m->C, A = m->A, F = m->F;
-    const float eps = (float)m->cfg.norm_eps;
-    float *tmp = m->dln; /* a branch's output before the residual add */
+    const int64_t T = dec ? m->Td : m->Te, N = m->base.B * T, C = m->C, A = m->A, F = m->F;
     /* self-attention */
-    loom_op(be, layernorm_forward, a->ln1, LOOM_DTYPE_F32, a->ln1_m, a->ln1_r, a->x, w->ln1_w,
-            w->ln1_b, N, C, eps);
-    loom_op(be, linear_forward, a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * A);
-    const struct loom_attn_general sa = self_problem(m, q, dec);
+    LOOM_CHECK(loom_t5_norm_enter(m, a->ln1, a->ln1_m, a->ln1_r, a->ln1f, a->x, w->ln1_w, w->ln1_b,
+                                  T));
+    loom_op(be, linear_forward, a->qkv, a->ln1f, w->qkv_w, w->qkv_b, N, C, 3 * A);
+    const struct loom_attn_general sa = self_problem(m, q, ctx, l);
     loom_op(be, attention_general_forward, a->att, a->lse, a->qkv, a->qkv + m->HS,
             a->qkv + 2 * m->HS, &sa);
-    loom_op(be, linear_forward, tmp, a->att, w->proj_w, w->proj_b, N, A, C);
-    be->ops->add(be, a->xmid, a->x, tmp, N * C);
+    const struct loom_dropout d_attn = loom_t5_hidden_dropout(m, ctx, l, DROP_ATTN_OUT, T);
+    LOOM_CHECK(loom_t5_row_parallel_add(m, a->xmid, a->x, a->att, w->proj_w, w->proj_b, T, A,
+                                        &d_attn));
     const float *xm = a->xmid;
     if (dec) { /* cross-attention over the encoder's output */
-        loom_op(be, layernorm_forward, a->lnc, LOOM_DTYPE_F32, a->lnc_m, a->lnc_r, a->xmid,
-                w->lnc_w, w->lnc_b, N, C, eps);
-        loom_op(be, linear_forward, a->cq, a->lnc, w->cq_w, w->cq_b, N, C, A);
-        loom_op(be, linear_forward, a->ckv, q->enc_out, w->ckv_w, w->ckv_b, m->base.B * m->Te, C,
+        LOOM_CHECK(loom_t5_norm_enter(m, a->lnc, a->lnc_m, a->lnc_r, a->lncf, a->xmid, w->lnc_w,
+                                      w->lnc_b, T));
+        loom_op(be, linear_forward, a->cq, a->lncf, w->cq_w, w->cq_b, N, C, A);
+        loom_op(be, linear_forward, a->ckv, q->enc_outf, w->ckv_w, w->ckv_b, m->base.B * m->Te, C,
                 2 * A);
-        const struct loom_attn_general ca = cross_problem(m, q);
+        const struct loom_attn_general ca = cross_problem(m, q, ctx, l);
         loom_op(be, attention_general_forward, a->catt, a->clse, a->cq, a->ckv, a->ckv + m->HS,
                 &ca);
-        loom_op(be, linear_forward, tmp, a->catt, w->cproj_w, w->cproj_b, N, A, C);
-        be->ops->add(be, a->xmid2, a->xmid, tmp, N * C);
+        const struct loom_dropout d_x = loom_t5_hidden_dropout(m, ctx, l, DROP_XATTN_OUT, T);
+        LOOM_CHECK(loom_t5_row_parallel_add(m, a->xmid2, a->xmid, a->catt, w->cproj_w, w->cproj_b,
+                                            T, A, &d_x));
         xm = a->xmid2;
     }
     /* MLP */
-    loom_op(be, layernorm_forward, a->ln2, LOOM_DTYPE_F32, a->ln2_m, a->ln2_r, xm, w->ln2_w,
-            w->ln2_b, N, C, eps);
-    loom_op(be, linear_forward, a->pre, a->ln2, w->fc1_w, w->fc1_b, N, C, F);
+    LOOM_CHECK(loom_t5_norm_enter(m, a->ln2, a->ln2_m, a->ln2_r, a->ln2f, xm, w->ln2_w, w->ln2_b,
+                                  T));
+    loom_op(be, linear_forward, a->pre, a->ln2f, w->fc1_w, w->fc1_b, N, C, F);
     loom_op(be, gelu_forward, m->cfg.gelu, a->act, a->pre, N * F);
-    loom_op(be, linear_forward, tmp, a->act, w->fc2_w, w->fc2_b, N, F, C);
     const int last_enc = l == m->Le - 1, last = l == m->Le + m->Ld - 1;
     float *y = last_enc ? q->enc_xout : last ? q->dec_xout : q->layers[l + 1].x;
-    be->ops->add(be, y, xm, tmp, N * C);
-    if (last_enc) /* the encoder's output: its final norm */
-        loom_op(be, layernorm_forward, q->enc_out, LOOM_DTYPE_F32, q->enc_m, q->enc_r, q->enc_xout,
-                m->w.enc_lnf_w, m->w.enc_lnf_b, N, C, eps);
+    const struct loom_dropout d_mlp = loom_t5_hidden_dropout(m, ctx, l, DROP_MLP_OUT, T);
+    LOOM_CHECK(loom_t5_row_parallel_add(m, y, xm, a->act, w->fc2_w, w->fc2_b, T, F, &d_mlp));
+    if (last_enc) /* the encoder's output: its final norm, every position's for cross-attention */
+        LOOM_CHECK(loom_t5_norm_enter(m, q->enc_out, q->enc_m, q->enc_r, q->enc_outf, q->enc_xout,
+                                      m->w.enc_lnf_w, m->w.enc_lnf_b, m->Te));
     return LOOM_OK;
 }
 
@@ -567,19 +580,23 @@ static enum loom_status t5_last_forward(struct loom_model *mm, int slot,
     struct t5_slot *q = &m->slots[slot];
     struct loom_backend *be = m->base.be;
     const int64_t Nd = m->base.B * m->Td, C = m->C;
-    loom_op(be, layernorm_forward, q->lnf, LOOM_DTYPE_F32, q->lnf_m, q->lnf_r, q->dec_xout,
-            m->w.dec_lnf_w, m->w.dec_lnf_b, Nd, C, (float)m->cfg.norm_eps);
-    loom_op(be, linear_forward, q->logits, q->lnf, m->w.wte, m->w.out_b, Nd, C, m->Vp);
+    LOOM_CHECK(loom_t5_norm_enter(m, q->lnf, q->lnf_m, q->lnf_r, q->lnff, q->dec_xout,
+                                  m->w.dec_lnf_w, m->w.dec_lnf_b, m->Td));
+    loom_op(be, linear_forward, q->logits, q->lnff, m->w.wte, m->w.out_b, Nd, C, m->Vl);
     int64_t cnt = 0;
     for (int64_t n = 0; n < Nd; n++) cnt += q->host_targets[n] >= 0;
     const float d = cnt > 0 ? (float)((double)ctx->dloss / (double)cnt) : 0.0f;
-    loom_op(be, xent_fused, q->losses, q->logits, LOOM_DTYPE_F32, q->targets, d, ctx->training,
-            Nd, m->Vp, m->V);
-    q->grad_ready = ctx->training;
-    be->ops->to_host(be, q->host_losses, q->losses, (size_t)Nd * sizeof(float));
     double sum = 0.0;
-    for (int64_t n = 0; n < Nd; n++)
-        if (q->host_targets[n] >= 0) sum += (double)q->host_losses[n];
+    if (m->tp > 1) {
+        LOOM_CHECK(loom_t5_vocab_parallel_loss(m, q, d, ctx->training, &sum));
+    } else {
+        loom_op(be, xent_fused, q->losses, q->logits, LOOM_DTYPE_F32, q->targets, d,
+                ctx->training, Nd, m->Vp, m->V);
+        be->ops->to_host(be, q->host_losses, q->losses, (size_t)Nd * sizeof(float));
+        for (int64_t n = 0; n < Nd; n++)
+            if (q->host_targets[n] >= 0) sum += (double)q->host_losses[n];
+    }
+    q->grad_ready = ctx->training;
     losses->sum[0] += cnt > 0 ? sum / (double)cnt : 0.0;
     losses->count[0] += 1.0;
     return LOOM_OK;
@@ -592,15 +609,16 @@ static enum loom_status t5_last_backward(struct loom_model *mm, int slot,
     struct t5 *m = T5(mm);
     struct t5_slot *q = &m->slots[slot];
     struct loom_backend *be = m->base.be;
-    const int64_t Nd = m->base.B * m->Td, Ne = m->base.B * m->Te, C = m->C;
+    const int64_t Nd = m->base.B * m->Td, Ne = m->base.B * m->Te, C = m->C, P = m->Tp;
     LOOM_ASSERT(q->grad_ready);
     q->grad_ready = 0;
-    /* logits = lnf E^T + b: d(lnf), and E's and b's gradients */
-    loom_op(be, linear_backward, m->dln, m->g.wte, m->g.out_b, q->logits, q->lnf, m->w.wte, Nd, C,
-            m->Vp);
-    be->ops->zero(be, m->dres_dec, (size_t)(Nd * C) * sizeof(float));
-    loom_op(be, layernorm_backward, m->dres_dec, NULL, NULL, m->g.dec_lnf_w, m->g.dec_lnf_b,
-            m->dln, LOOM_DTYPE_F32, q->dec_xout, m->w.dec_lnf_w, q->lnf_m, q->lnf_r, Nd, C);
+    /* logits = lnf E^T + b: d(lnf) (this rank's vocabulary columns' share, summed over the
+     * group as it leaves the region), and E's and b's gradients */
+    loom_op(be, linear_backward, m->dln, m->g.wte, m->g.out_b, q->logits, q->lnff, m->w.wte, Nd,
+            C, m->Vl);
+    be->ops->zero(be, m->dres_dec, (size_t)(Nd / P * C) * sizeof(float));
+    LOOM_CHECK(loom_t5_norm_backward(m, m->dres_dec, m->dln, m->g.dec_lnf_w, m->g.dec_lnf_b,
+                                     q->dec_xout, m->w.dec_lnf_w, q->lnf_m, q->lnf_r, m->Td));
     /* what the decoder's cross-attention sends back to the encoder's output, summed over its
      * layers; the relative bias's gradients, over their stacks' layers */
     be->ops->zero(be, m->denc_out, (size_t)(Ne * C) * sizeof(float));
@@ -620,45 +638,50 @@ static enum loom_status t5_layer_backward(struct loom_model *mm, int slot, int64
     const struct t5_layer_ptrs *w = &m->w.layers[l], *g = &m->g.layers[l];
     struct t5_layer_acts *a = &q->layers[l];
     const int dec = l >= m->Le;
-    const int64_t Ne = m->base.B * m->Te, N = dec ? m->base.B * m->Td : Ne;
+    const int64_t T = dec ? m->Td : m->Te, Ne = m->base.B * m->Te, N = m->base.B * T;
     const int64_t C = m->C, A = m->A, F = m->F, HS = m->HS;
     float *dres = dec ? m->dres_dec : m->dres_enc;
     if (l == m->Le - 1) { /* the encoder's final norm, from what the decoder sent back */
-        be->ops->zero(be, m->dres_enc, (size_t)(Ne * C) * sizeof(float));
-        loom_op(be, layernorm_backward, m->dres_enc, NULL, NULL, m->g.enc_lnf_w, m->g.enc_lnf_b,
-                m->denc_out, LOOM_DTYPE_F32, q->enc_xout, m->w.enc_lnf_w, q->enc_m, q->enc_r, Ne,
-                C);
+        be->ops->zero(be, m->dres_enc, (size_t)(Ne / m->Tp * C) * sizeof(float));
+        LOOM_CHECK(loom_t5_norm_backward(m, m->dres_enc, m->denc_out, m->g.enc_lnf_w,
+                                         m->g.enc_lnf_b, q->enc_xout, m->w.enc_lnf_w, q->enc_m,
+                                         q->enc_r, m->Te));
     }
     /* MLP: y = xm + fc2(gelu(fc1(LN2(xm)))) */
     const float *xm = dec ? a->xmid2 : a->xmid;
-    loom_op(be, linear_backward, m->dwide, g->fc2_w, g->fc2_b, dres, a->act, w->fc2_w, N, F, C);
+    const struct loom_dropout d_mlp = loom_t5_hidden_dropout(m, ctx, l, DROP_MLP_OUT, T);
+    LOOM_CHECK(loom_t5_row_parallel_backward(m, m->dwide, g->fc2_w, g->fc2_b, dres, a->act,
+                                             w->fc2_w, T, F, &d_mlp));
     loom_op(be, gelu_backward, m->cfg.gelu, m->dwide, m->dwide, a->pre, N * F);
-    loom_op(be, linear_backward, m->dln, g->fc1_w, g->fc1_b, m->dwide, a->ln2, w->fc1_w, N, C, F);
-    loom_op(be, layernorm_backward, dres, NULL, NULL, g->ln2_w, g->ln2_b, m->dln, LOOM_DTYPE_F32,
-            xm, w->ln2_w, a->ln2_m, a->ln2_r, N, C);
+    loom_op(be, linear_backward, m->dln, g->fc1_w, g->fc1_b, m->dwide, a->ln2f, w->fc1_w, N, C, F);
+    LOOM_CHECK(loom_t5_norm_backward(m, dres, m->dln, g->ln2_w, g->ln2_b, xm, w->ln2_w, a->ln2_m,
+                                     a->ln2_r, T));
     if (dec) { /* cross-attention: xmid2 = xmid + cproj(xattn(LNc(xmid), enc_out)) */
-        loom_op(be, linear_backward, m->datt, g->cproj_w, g->cproj_b, dres, a->catt, w->cproj_w,
-                N, A, C);
-        const struct loom_attn_general ca = cross_problem(m, q);
+        const struct loom_dropout d_x = loom_t5_hidden_dropout(m, ctx, l, DROP_XATTN_OUT, T);
+        LOOM_CHECK(loom_t5_row_parallel_backward(m, m->datt, g->cproj_w, g->cproj_b, dres, a->catt,
+                                                 w->cproj_w, T, A, &d_x));
+        const struct loom_attn_general ca = cross_problem(m, q, ctx, l);
         loom_op(be, attention_general_backward, m->dqkv, m->dckv, m->dckv + HS, NULL, m->datt,
                 a->catt, a->clse, a->cq, a->ckv, a->ckv + HS, &ca);
-        loom_op(be, linear_backward, m->dln, g->cq_w, g->cq_b, m->dqkv, a->lnc, w->cq_w, N, C, A);
-        loom_op(be, linear_backward, m->dtmp_enc, g->ckv_w, g->ckv_b, m->dckv, q->enc_out,
+        loom_op(be, linear_backward, m->dln, g->cq_w, g->cq_b, m->dqkv, a->lncf, w->cq_w, N, C, A);
+        loom_op(be, linear_backward, m->dtmp_enc, g->ckv_w, g->ckv_b, m->dckv, q->enc_outf,
                 w->ckv_w, Ne, C, 2 * A);
         be->ops->axpy(be, m->denc_out, 1.0f, m->dtmp_enc, Ne * C);
-        loom_op(be, layernorm_backward, dres, NULL, NULL, g->lnc_w, g->lnc_b, m->dln,
-                LOOM_DTYPE_F32, a->xmid, w->lnc_w, a->lnc_m, a->lnc_r, N, C);
+        LOOM_CHECK(loom_t5_norm_backward(m, dres, m->dln, g->lnc_w, g->lnc_b, a->xmid, w->lnc_w,
+                                         a->lnc_m, a->lnc_r, T));
     }
     /* self-attention: xmid = x + proj(attn(LN1(x))) */
-    loom_op(be, linear_backward, m->datt, g->proj_w, g->proj_b, dres, a->att, w->proj_w, N, A, C);
-    const struct loom_attn_general sa = self_problem(m, q, dec);
+    const struct loom_dropout d_attn = loom_t5_hidden_dropout(m, ctx, l, DROP_ATTN_OUT, T);
+    LOOM_CHECK(loom_t5_row_parallel_backward(m, m->datt, g->proj_w, g->proj_b, dres, a->att,
+                                             w->proj_w, T, A, &d_attn));
+    const struct loom_attn_general sa = self_problem(m, q, ctx, l);
     float *dbias = sa.bias ? (dec ? m->ddec_bias : m->denc_bias) : NULL;
     loom_op(be, attention_general_backward, m->dqkv, m->dqkv + HS, m->dqkv + 2 * HS, dbias,
             m->datt, a->att, a->lse, a->qkv, a->qkv + HS, a->qkv + 2 * HS, &sa);
-    loom_op(be, linear_backward, m->dln, g->qkv_w, g->qkv_b, m->dqkv, a->ln1, w->qkv_w, N, C,
+    loom_op(be, linear_backward, m->dln, g->qkv_w, g->qkv_b, m->dqkv, a->ln1f, w->qkv_w, N, C,
             3 * A);
-    loom_op(be, layernorm_backward, dres, NULL, NULL, g->ln1_w, g->ln1_b, m->dln, LOOM_DTYPE_F32,
-            a->x, w->ln1_w, a->ln1_m, a->ln1_r, N, C);
+    LOOM_CHECK(loom_t5_norm_backward(m, dres, m->dln, g->ln1_w, g->ln1_b, a->x, w->ln1_w, a->ln1_m,
+                                     a->ln1_r, T));
     /* the key biases (of every head: [q | k | v] and [k | v] of HS each) only add q . b_k to every
      * score of a query's row, which the softmax ignores: their gradient is exactly zero, kept so
      * rather than as rounding noise (which AdamW would turn into steps) */
@@ -672,12 +695,10 @@ static enum loom_status t5_first_backward(struct loom_model *mm, int slot,
     (void)ctx;
     struct t5 *m = T5(mm);
     struct t5_slot *q = &m->slots[slot];
-    struct loom_backend *be = m->base.be;
-    const int64_t B = m->base.B;
-    loom_op(be, embedding_backward, m->g.wte, m->g.wpe, m->dres_enc, q->enc_tok, NULL, B, m->Te,
-            m->C, 0, m->Vp, 0);
-    loom_op(be, embedding_backward, m->g.wte, m->g.wpe, m->dres_dec, q->dec_tok, NULL, B, m->Td,
-            m->C, 0, m->Vp, 0);
+    const struct loom_dropout de = loom_t5_hidden_dropout(m, ctx, 0, DROP_EMBED, m->Te);
+    const struct loom_dropout dd = loom_t5_hidden_dropout(m, ctx, m->Le, DROP_EMBED, m->Td);
+    LOOM_CHECK(loom_t5_embed_backward(m, m->dres_enc, q->enc_tok, m->Te, &de));
+    LOOM_CHECK(loom_t5_embed_backward(m, m->dres_dec, q->dec_tok, m->Td, &dd));
     if (m->cfg.posemb == LOOM_POSEMB_RELATIVE) {
         bias_backward(m, m->g.enc_rel, m->denc_bias, m->enc_bucket, m->Te);
         bias_backward(m, m->g.dec_rel, m->ddec_bias, m->dec_bucket, m->Td);
@@ -695,7 +716,8 @@ static int t5_boundary(struct loom_model *mm, int slot, int64_t l, enum loom_bou
  * attention's 12 L C T per token (self-attention in both stacks, cross-attention in the decoder) */
 static double t5_flops_per_sample(const struct loom_model *mm) {
     const struct t5 *m = (const struct t5 *)mm;
-    const double C = (double)m->C, A = (double)m->A, F = (double)m->F;
+    /* the whole model's (A and F are this tensor-parallel rank's shares) */
+    const double C = (double)m->C, A = (double)(m->A * m->tp), F = (double)(m->F * m->tp);
     const double enc_layer = 4 * A * C + 2 * F * C, dec_layer = enc_layer + 4 * A * C;
     const double Te = (double)m->Te, Td = (double)m->Td;
     return 6.0 * ((double)m->Le * enc_layer * Te +

@@ -12,6 +12,7 @@
 #include "loom/gpt.h"
 #include "models/gpt/gpt_settings.h"
 #include "models/gpt/gpt_settings_rows.h"
+#include "models/bert/bert_settings.h"
 
 #define T5_AT(f) offsetof(struct loom_transformer_config, t5.f)
 
@@ -71,10 +72,6 @@ static enum loom_status t5_finalize(void *cfg, int tp, int pp) {
             c->posemb == LOOM_POSEMB_ROPE ? "rope" : "none");
     if (c->norm != LOOM_NORM_LAYERNORM) BAD("--normalization RMSNorm: T5 models take LayerNorm");
     if (c->layernorm_1p) BAD("--apply-layernorm-1p: not supported for T5 models");
-    if (c->hidden_dropout != 0 || c->attention_dropout != 0)
-        BAD("--hidden-dropout %g --attention-dropout %g: T5 models train without dropout for now "
-            "(give --hidden-dropout 0 --attention-dropout 0)",
-            c->hidden_dropout, c->attention_dropout);
     if (t->enc_layers < 0 || t->dec_layers < 0)
         BAD("--encoder-num-layers and --decoder-num-layers must be positive, or 0 for "
             "--num-layers (got %lld, %lld)",
@@ -160,5 +157,7 @@ const struct loom_family_config_desc loom_t5_config_desc = {
     .meta_write = t5_meta_write,
     .meta_read = t5_meta_read,
     .describe = t5_describe,
+    .open_source = loom_t5_open_source,
     .mock_source = loom_t5_mock_source_of,
+    .data_tokenizer = loom_bert_data_tokenizer, /* T5's samples are built over BERT's dataset */
 };

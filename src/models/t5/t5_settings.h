@@ -12,4 +12,10 @@ extern const struct loom_family_config_desc loom_t5_config_desc;
 enum loom_status loom_t5_mock_source_of(struct loom_sample_source *src,
                                         const struct loom_train_config *c, int split);
 
+/* its samples over a dataset: span corruption (src/models/t5/t5_spans.c) */
+enum loom_status loom_t5_open_source(struct loom_sample_source *src,
+                                     const struct loom_train_config *c,
+                                     const struct loom_tokenizer *tok, int split,
+                                     const char *path, const char *weights, int64_t n);
+
 #endif
